@@ -1,0 +1,1 @@
+"""packer: exact token lengths, bin packing, WebDataset shard writing and the training loader."""
