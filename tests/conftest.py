@@ -1,0 +1,23 @@
+"""Shared test set-up: offline environment and session-scoped fixtures.
+
+Fixture modules live in tests/_fixtures/ and are loaded as plugins so that
+several people can add fixtures without editing this file.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Nothing may reach a model hub at test time.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pathlib
+
+pytest_plugins = [
+    f"tests._fixtures.{p.stem}"
+    for p in sorted((pathlib.Path(__file__).parent / "_fixtures").glob("*.py"))
+    if p.stem != "__init__"
+]
