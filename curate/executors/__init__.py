@@ -1,0 +1,69 @@
+"""Executors run a :class:`~curate.shards.ShardTask` over shards; the task never knows which one.
+
+* ``local`` (default): in this process (``--workers 1``) or a pool of worker
+  processes, each calling ``task.setup()`` once; a progress bar in the driver.
+* ``ray``: Ray Data on a local or remote cluster (``curate.executors.ray``).
+
+:func:`run_stage` is the one entry point stages use: it checks the run's
+settings, cleans work folders of killed runs, runs the pending shards, and
+merges the shard stats (and rejects) in shard order.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from curate.errors import UserError
+from curate.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards
+from curate.stats import StageStats
+
+
+class Executor(ABC):
+    """Runs shards of a task and returns their completion markers."""
+
+    name = "executor"
+
+    @abstractmethod
+    def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
+            desc: str) -> list[dict[str, Any]]:
+        """Run every shard without a marker; return all shards' marker contents."""
+
+
+def get_executor(name: str = "local", *, workers: int = 1, ray_address: str | None = None,
+                 num_gpus: float = 0.0, concurrency: int | None = None) -> Executor:
+    """Build an executor from CLI flags."""
+    if name == "local":
+        from curate.executors.local import LocalExecutor
+        return LocalExecutor(workers=workers)
+    if name == "ray":
+        try:
+            from curate.executors.ray import RayExecutor
+        except ImportError as exc:
+            raise UserError(f"--executor ray needs Ray: pip install 'curate[ray]' ({exc})") from None
+        return RayExecutor(address=ray_address, num_gpus=num_gpus, concurrency=concurrency or workers)
+    raise UserError(f"unknown executor {name!r}; use local or ray")
+
+
+def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: Executor | None = None,
+              seed: int = 0, desc: str | None = None, settings: dict[str, Any] | None = None) -> StageStats:
+    """Run ``task`` over ``shards`` into ``out`` and return the merged stats.
+
+    Shards whose completion marker exists are not run again. ``settings`` (by
+    default ``task.settings()``) are recorded on the first run and must match on
+    reruns.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    check_settings(out, task.stage, {"seed": seed, **(settings if settings is not None else task.settings())})
+    clean_tmp(out, task.stage)
+    executor = executor or get_executor("local")
+    markers = executor.run(task, shards, out, seed, desc or task.stage)
+    return merge_shards(out, task.stage, markers)
+
+
+def pending(task: ShardTask, shards: Sequence[Shard], out: Path) -> list[Shard]:
+    """Shards of ``task`` that have no completion marker in ``out``."""
+    return [s for s in shards if not marker_path(out, task.stage, s.id).exists()]

@@ -1,0 +1,83 @@
+"""The local executor: this process, or a pool of worker processes on this machine."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from curate.executors import Executor, pending
+from curate.io import read_json
+from curate.progress import StageProgress
+from curate.shards import Shard, ShardTask, execute_shard, marker_path
+
+_WORKER_TASK: ShardTask | None = None
+
+
+def _init_worker(task: ShardTask) -> None:
+    global _WORKER_TASK
+    task.setup()
+    _WORKER_TASK = task
+
+
+def _run_in_worker(shard: Shard, out: str, seed: int) -> dict[str, Any]:
+    assert _WORKER_TASK is not None, "worker not initialised"
+    return execute_shard(_WORKER_TASK, shard, Path(out), seed)
+
+
+class LocalExecutor(Executor):
+    """Run shards here: sequentially in-process for one worker, else in worker processes.
+
+    Worker processes are started with ``spawn`` (safe with torch and threads)
+    and call ``task.setup()`` once each.
+    """
+
+    name = "local"
+
+    def __init__(self, workers: int = 1) -> None:
+        if workers < 1:
+            from curate.errors import UserError
+            raise UserError(f"--workers must be at least 1, got {workers}")
+        self.workers = workers
+
+    def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
+            desc: str) -> list[dict[str, Any]]:
+        """Run pending shards; completed ones are read from their markers."""
+        todo = pending(task, shards, out)
+        done_ids = {s.id for s in shards} - {s.id for s in todo}
+        markers = [read_json(marker_path(out, task.stage, sid)) for sid in sorted(done_ids)]
+        if not todo:
+            return markers
+        total = sum(task.shard_items(s) for s in todo)
+        with StageProgress(desc, total) as bar:
+            if self.workers == 1 or len(todo) == 1:
+                task.setup()
+                for shard in todo:
+                    reported = [0]
+
+                    def advance(n: int, _r: list[int] = reported) -> None:
+                        _r[0] += n
+                        bar.advance(n)
+
+                    markers.append(execute_shard(task, shard, out, seed, progress=advance))
+                    bar.advance(max(task.shard_items(shard) - reported[0], 0))
+            else:
+                markers.extend(self._pool(task, todo, out, seed, bar))
+        return markers
+
+    def _pool(self, task: ShardTask, todo: Sequence[Shard], out: Path, seed: int,
+              bar: StageProgress) -> list[dict[str, Any]]:
+        results = []
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx,
+                                 initializer=_init_worker, initargs=(task,)) as pool:
+            futures: dict[Future, Shard] = {pool.submit(_run_in_worker, s, str(out), seed): s for s in todo}
+            remaining = set(futures)
+            while remaining:
+                finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    results.append(fut.result())
+                    bar.advance(task.shard_items(futures[fut]))
+        return results

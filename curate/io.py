@@ -1,0 +1,73 @@
+"""Atomic file writes and small deterministic serialisation helpers.
+
+Every output file of a stage appears complete or not at all: it is written to
+a temporary name in the same folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+    """Open a temporary file next to ``path``; rename it to ``path`` on success.
+
+    On an exception the temporary file is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def dumps_json(obj: Any, *, indent: int | None = 2) -> str:
+    """Deterministic JSON text: sorted keys, UTF-8 kept, trailing newline when indented."""
+    text = json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent, default=_json_default)
+    return text + "\n" if indent is not None else text
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as deterministic, indented JSON, atomically."""
+    with atomic_open(path, "w") as fh:
+        fh.write(dumps_json(obj))
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file."""
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def write_parquet(path: str | os.PathLike[str], table: pa.Table) -> None:
+    """Write a table to Parquet atomically, with settings that give identical bytes for identical data."""
+    with atomic_open(path, "wb") as fh:
+        pq.write_table(table, fh, compression="zstd", write_statistics=True, store_schema=True)

@@ -1,0 +1,178 @@
+"""Stage statistics: what came in, what was kept, dropped or errored, and why.
+
+Every stage counts with a :class:`StageStats`, one per shard; the driver merges
+them into the run's ``stats.json``. The invariant ``records_in = records_out +
+Σ dropped + Σ errored`` is checked at every merge, overall and per source.
+Dropped and errored records are kept as rows (id, source, kind, reason, detail)
+and written to ``rejects.parquet``.
+"""
+
+from __future__ import annotations
+
+import platform
+import shlex
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pyarrow as pa
+
+REJECT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
+                           ("reason", pa.string()), ("detail", pa.string())])
+
+
+class AccountingError(RuntimeError):
+    """Records went missing: a bug, never a user error."""
+
+
+def _source_entry() -> dict[str, Any]:
+    return {"records_in": 0, "records_out": 0, "dropped": Counter(), "errored": Counter()}
+
+
+@dataclass
+class StageStats:
+    """Counts for one shard (or, merged, one run) of one stage."""
+
+    records_in: int = 0
+    records_out: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    errored: Counter = field(default_factory=Counter)
+    per_source: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    rejects: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+
+    def _src(self, source: str) -> dict[str, Any]:
+        entry = self.per_source.get(source)
+        if entry is None:
+            entry = self.per_source[source] = _source_entry()
+        return entry
+
+    def seen(self, source: str, n: int = 1) -> None:
+        """Count ``n`` records coming in."""
+        self.records_in += n
+        self._src(source)["records_in"] += n
+
+    def kept(self, source: str, n: int = 1) -> None:
+        """Count ``n`` records going out."""
+        self.records_out += n
+        self._src(source)["records_out"] += n
+
+    def drop(self, rid: str, source: str, reason: str, detail: str = "") -> None:
+        """Record a record removed on purpose (a filter decision)."""
+        self.dropped[reason] += 1
+        self._src(source)["dropped"][reason] += 1
+        self.rejects.append((rid, source, "dropped", reason, detail[:500]))
+
+    def error(self, rid: str, source: str, reason: str, detail: str = "") -> None:
+        """Record a record that could not be processed (bad input, failing model call...)."""
+        self.errored[reason] += 1
+        self._src(source)["errored"][reason] += 1
+        self.rejects.append((rid, source, "errored", reason, detail[:500]))
+
+    @contextmanager
+    def timer(self, step: str) -> Iterator[None]:
+        """Add the wall time of a block to ``timings[step]``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[step] = self.timings.get(step, 0.0) + time.perf_counter() - t0
+
+    def check(self) -> None:
+        """Raise :class:`AccountingError` unless in = out + dropped + errored, overall and per source."""
+        def balance(entry: dict[str, Any] | StageStats, label: str) -> None:
+            get = entry.get if isinstance(entry, dict) else lambda k: getattr(entry, k)
+            total = get("records_out") + sum(get("dropped").values()) + sum(get("errored").values())
+            if get("records_in") != total:
+                raise AccountingError(f"{label}: records_in {get('records_in')} != out + dropped + errored {total}")
+        balance(self, "overall")
+        for source, entry in self.per_source.items():
+            balance(entry, f"source {source}")
+
+    def merge(self, other: StageStats) -> StageStats:
+        """Add another shard's counts into this one (in place) and return self."""
+        self.records_in += other.records_in
+        self.records_out += other.records_out
+        self.dropped.update(other.dropped)
+        self.errored.update(other.errored)
+        for source, entry in other.per_source.items():
+            mine = self._src(source)
+            mine["records_in"] += entry["records_in"]
+            mine["records_out"] += entry["records_out"]
+            mine["dropped"].update(entry["dropped"])
+            mine["errored"].update(entry["errored"])
+        for step, seconds in other.timings.items():
+            self.timings[step] = self.timings.get(step, 0.0) + seconds
+        for key, value in other.extra.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(self.extra.get(key, 0), (int, float)):
+                self.extra[key] = self.extra.get(key, 0) + value
+            elif key not in self.extra:
+                self.extra[key] = value
+        self.rejects.extend(other.rejects)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready counts (rejects excluded: they go to ``rejects.parquet``)."""
+        return {
+            "records_in": self.records_in,
+            "records_out": self.records_out,
+            "dropped": dict(sorted(self.dropped.items())),
+            "errored": dict(sorted(self.errored.items())),
+            "per_source": {
+                s: {"records_in": e["records_in"], "records_out": e["records_out"],
+                    "dropped": dict(sorted(e["dropped"].items())), "errored": dict(sorted(e["errored"].items()))}
+                for s, e in sorted(self.per_source.items())
+            },
+            "timings": {k: round(v, 6) for k, v in sorted(self.timings.items())},
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], rejects: Iterable[tuple[str, str, str, str, str]] = ()) -> StageStats:
+        """Inverse of :meth:`to_dict`."""
+        stats = cls(records_in=data["records_in"], records_out=data["records_out"],
+                    dropped=Counter(data["dropped"]), errored=Counter(data["errored"]),
+                    timings=dict(data.get("timings", {})), extra=dict(data.get("extra", {})),
+                    rejects=list(rejects))
+        for source, entry in data.get("per_source", {}).items():
+            stats.per_source[source] = {"records_in": entry["records_in"], "records_out": entry["records_out"],
+                                        "dropped": Counter(entry["dropped"]), "errored": Counter(entry["errored"])}
+        return stats
+
+    def rejects_table(self) -> pa.Table:
+        """The dropped and errored records as a table (id, source, kind, reason, detail)."""
+        cols = list(zip(*self.rejects)) if self.rejects else [[], [], [], [], []]
+        return pa.table([pa.array(list(c), pa.string()) for c in cols], schema=REJECT_SCHEMA)
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and the libraries that shape outputs."""
+    out = {"python": platform.python_version()}
+    for dist in ("curate", "torch", "open_clip_torch", "transformers", "tokenizers", "faiss-cpu",
+                 "numpy", "pyarrow", "webdataset", "pillow", "math-verify", "ray"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def command_line() -> str:
+    """The command that started this process, shell-quoted."""
+    return shlex.join([sys.argv[0].rsplit("/", 1)[-1], *sys.argv[1:]])
+
+
+def run_header(stage: str, *, seed: int | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fields every ``stats.json`` starts with: stage, command, versions, seed and settings."""
+    header: dict[str, Any] = {"stage": stage, "command": command_line(), "versions": versions()}
+    if seed is not None:
+        header["seed"] = seed
+    if settings:
+        header["settings"] = settings
+    return header
