@@ -43,10 +43,17 @@ TMP_DIR = ".tmp"
 
 @dataclass(frozen=True)
 class Shard:
-    """A unit of work: one or more row ranges of input files, at most ``shard_size`` rows."""
+    """A unit of work: row ranges of input files (``parts``), or a stage-defined range (``meta``).
+
+    Input shards hold ``parts`` of at most ``shard_size`` rows. Stages that fan
+    out again after a global step (e.g. shard writing after the packing plan)
+    describe their work in ``meta`` (a tuple of plain values) and ``size``.
+    """
 
     index: int
-    parts: tuple[Part, ...]
+    parts: tuple[Part, ...] = ()
+    meta: tuple[Any, ...] = ()
+    size: int = -1
 
     @property
     def id(self) -> str:
@@ -54,7 +61,7 @@ class Shard:
         return f"{self.index:06d}"
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return self.size if self.size >= 0 else sum(len(p) for p in self.parts)
 
     def read(self):  # noqa: ANN201 - generator of Record | BadRecord
         """Yield the shard's canonical records (or BadRecord rows) in input order."""
@@ -121,6 +128,8 @@ class ShardTask(ABC):
     """
 
     stage: ClassVar[str] = "stage"
+    #: What progress counts (shown next to the bar).
+    unit: ClassVar[str] = "records"
 
     def setup(self) -> None:
         """Load models or indexes; called once per worker before any shard."""

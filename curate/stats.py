@@ -117,6 +117,33 @@ class StageStats:
         self.rejects.extend(other.rejects)
         return self
 
+    def then(self, nxt: StageStats) -> StageStats:
+        """Compose with the next step of a stage, whose input is exactly this step's output.
+
+        The result counts ``records_in`` of this step, ``records_out`` of the next,
+        and the drops and errors of both.
+
+        Raises:
+            AccountingError: the next step did not see exactly this step's output.
+        """
+        if nxt.records_in != self.records_out:
+            raise AccountingError(f"next step saw {nxt.records_in} records, previous gave {self.records_out}")
+        result = StageStats(records_in=self.records_in, records_out=nxt.records_out,
+                            dropped=self.dropped + nxt.dropped, errored=self.errored + nxt.errored,
+                            timings=dict(self.timings), extra=dict(self.extra), rejects=self.rejects + nxt.rejects)
+        for key, value in nxt.timings.items():
+            result.timings[key] = result.timings.get(key, 0.0) + value
+        result.extra.update(nxt.extra)
+        for source in sorted(set(self.per_source) | set(nxt.per_source)):
+            a = self.per_source.get(source, _source_entry())
+            b = nxt.per_source.get(source, _source_entry())
+            if b["records_in"] != a["records_out"]:
+                raise AccountingError(f"source {source}: next step saw {b['records_in']}, previous gave {a['records_out']}")
+            result.per_source[source] = {"records_in": a["records_in"], "records_out": b["records_out"],
+                                         "dropped": a["dropped"] + b["dropped"], "errored": a["errored"] + b["errored"]}
+        result.check()
+        return result
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready counts (rejects excluded: they go to ``rejects.parquet``)."""
         return {

@@ -51,7 +51,7 @@ class LocalExecutor(Executor):
         if not todo:
             return markers
         total = sum(task.shard_items(s) for s in todo)
-        with StageProgress(desc, total) as bar:
+        with StageProgress(desc, total, unit=task.unit) as bar:
             if self.workers == 1 or len(todo) == 1:
                 task.setup()
                 for shard in todo:

@@ -1,0 +1,194 @@
+"""Step 1 of ``curate pack``: exact token lengths of every record, per input shard.
+
+For each shard the task writes
+
+* ``lengths/<shard>.parquet``: ``id, source, tokens, text_tokens, image_tokens, n_images, image_grids``;
+* ``_records/<shard>.arrow``: the canonical records (messages as JSON, image paths and
+  extensions, image grids), memory-mapped later by the shard writer.
+
+Image tokens come from image headers (never decoding pixels) unless ``exact``.
+A seeded ``verify_fraction`` of records is also run through the full processor;
+any disagreement stops the run with a message naming the record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curate.errors import UserError
+from curate.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, probe
+from curate.io import write_parquet
+from curate.records import BadRecord
+from curate.shards import Shard, ShardContext, ShardTask
+from curate.stats import StageStats
+from packer.tokens import TokenCounter
+
+LENGTHS_SCHEMA = pa.schema([
+    ("id", pa.string()), ("source", pa.string()), ("tokens", pa.int32()), ("text_tokens", pa.int32()),
+    ("image_tokens", pa.int32()), ("n_images", pa.int16()), ("image_grids", pa.list_(pa.list_(pa.int32()))),
+])
+RECORDS_SCHEMA = pa.schema([
+    ("id", pa.string()), ("source", pa.string()), ("messages", pa.string()), ("images", pa.list_(pa.string())),
+    ("image_exts", pa.list_(pa.string())), ("image_grids", pa.list_(pa.list_(pa.int32()))),
+    ("image_tokens", pa.list_(pa.int32())), ("tokens", pa.int32()),
+])
+_BATCH = 256
+
+
+class VerifyMismatch(UserError):
+    """The header-based count disagrees with the full processor."""
+
+
+class LengthsTask(ShardTask):
+    """Counts every record's tokens as the processor would (see module docstring)."""
+
+    stage = "lengths"
+
+    def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
+                 exact: bool = False, verify_fraction: float = 0.01, max_image_pixels: int = DEFAULT_MAX_PIXELS,
+                 trust_remote_code: bool = False) -> None:
+        if not 0.0 <= verify_fraction <= 1.0:
+            raise UserError(f"--verify-fraction must be within [0, 1], got {verify_fraction}")
+        self.processor_spec = processor
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        self.exact, self.verify_fraction = exact, verify_fraction
+        self.max_image_pixels = max_image_pixels
+        self.trust_remote_code = trust_remote_code
+        self.counter: TokenCounter | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["counter"] = None  # rebuilt by setup() in each worker
+        return state
+
+    def setup(self) -> None:
+        """Load the processor once per worker."""
+        if self.counter is None:
+            self.counter = TokenCounter(self.processor_spec, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
+                                        trust_remote_code=self.trust_remote_code)
+
+    def settings(self) -> dict[str, Any]:
+        """Outputs depend on the processor and the pixel bounds (not on ctx)."""
+        self.setup()
+        assert self.counter is not None
+        return {"processor": self.counter.fingerprint, "min_pixels": self.min_pixels, "max_pixels": self.max_pixels,
+                "exact": self.exact, "max_image_pixels": self.max_image_pixels}
+
+    # -------------------------------------------------------------------------------------
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Count one shard; write its lengths and its record store."""
+        self.setup()
+        assert self.counter is not None
+        stats = StageStats()
+        rng = ctx.rng(shard)
+        rows: list[dict[str, Any]] = []
+        pending: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            with stats.timer("tokenize"):
+                id_lists = self.counter.text_ids([p["text"] for p in pending])
+            for item, ids in zip(pending, id_lists):
+                item["text_tokens"] = len(ids)
+                item["tokens"] = self.counter.count(len(ids), item["image_tokens"])
+                if item.pop("verify"):
+                    self._verify(item, stats)
+                    if item.get("error"):
+                        continue
+                rows.append(item)
+                stats.kept(item["source"])
+            ctx.progress(len(pending))
+            pending.clear()
+
+        for rec in shard.read():
+            if isinstance(rec, BadRecord):
+                stats.seen(rec.source)
+                stats.error(rec.id, rec.source, rec.reason, rec.detail)
+                ctx.progress(1)
+                continue
+            stats.seen(rec["source"])
+            item = self._prepare(rec, stats)
+            if item is None:
+                ctx.progress(1)
+                continue
+            item["verify"] = self.exact or (self.verify_fraction > 0 and rng.random() < self.verify_fraction)
+            pending.append(item)
+            if len(pending) >= _BATCH:
+                flush()
+        flush()
+        stats.extra["verified"] = sum(1 for r in rows if r.get("verified"))
+        self._write(rows, work, shard.id)
+        return stats
+
+    def _prepare(self, rec: dict[str, Any], stats: StageStats) -> dict[str, Any] | None:
+        assert self.counter is not None
+        grids, tokens, exts = [], [], []
+        for path in rec["images"]:
+            try:
+                with stats.timer("probe"):
+                    info = probe(path, max_pixels=self.max_image_pixels)
+            except ImageError as exc:
+                stats.error(rec["id"], rec["source"], exc.reason, exc.detail)
+                return None
+            try:
+                grid = self.counter.image_grid(info.height, info.width)
+                n = self.counter.image_tokens(info.height, info.width)
+            except ValueError as exc:
+                stats.error(rec["id"], rec["source"], "extreme_aspect_ratio", f"{path}: {exc}")
+                return None
+            grids.append(list(grid))
+            tokens.append(n)
+            exts.append(file_extension(info.format, path))
+        with stats.timer("render"):
+            text = self.counter.render(rec["messages"])
+        return {"id": rec["id"], "source": rec["source"], "messages": rec["messages"], "images": rec["images"],
+                "image_exts": exts, "image_grids": grids, "image_tokens": tokens, "text": text}
+
+    def _verify(self, item: dict[str, Any], stats: StageStats) -> None:
+        """Run the full processor on decoded pixels; a disagreement stops the run."""
+        assert self.counter is not None
+        try:
+            with stats.timer("verify"):
+                images = [decode(p, max_pixels=self.max_image_pixels) for p in item["images"]]
+                exact, grids = self.counter.count_exact(item["messages"], images)
+        except ImageError as exc:  # header fine, pixels broken: a bad record, not a mismatch
+            stats.error(item["id"], item["source"], exc.reason, exc.detail)
+            item["error"] = exc.reason
+            return
+        if self.counter.render(item["messages"]) != self.counter.render_reference(item["messages"]):
+            raise VerifyMismatch(f"record {item['id']!r}: the chat template renders differently through the "
+                                 "processor than through the template renderer; please report this processor")
+        if self.exact:
+            item["tokens"], item["image_grids"] = exact, grids
+            item["image_tokens"] = [g[0] * g[1] * g[2] // (self.counter.image_rule.merge_size ** 2)
+                                    if self.counter.image_rule else 0 for g in grids]
+        elif exact != item["tokens"] or grids != item["image_grids"]:
+            raise VerifyMismatch(f"record {item['id']!r}: header-based count {item['tokens']} tokens, grids "
+                                 f"{item['image_grids']}, but the processor gives {exact} tokens, grids {grids}; "
+                                 "this processor does not follow the Qwen2-VL rule: rerun with --exact")
+        item["verified"] = True
+
+    def _write(self, rows: list[dict[str, Any]], work: Path, shard_id: str) -> None:
+        lengths = pa.table({
+            "id": [r["id"] for r in rows], "source": [r["source"] for r in rows],
+            "tokens": [r["tokens"] for r in rows], "text_tokens": [r["text_tokens"] for r in rows],
+            "image_tokens": [sum(r["image_tokens"]) for r in rows], "n_images": [len(r["images"]) for r in rows],
+            "image_grids": [r["image_grids"] for r in rows],
+        }, schema=LENGTHS_SCHEMA)
+        write_parquet(work / "lengths" / f"{shard_id}.parquet", lengths)
+        store = pa.table({
+            "id": lengths["id"], "source": lengths["source"],
+            "messages": [json.dumps(r["messages"], ensure_ascii=False) for r in rows],
+            "images": [r["images"] for r in rows], "image_exts": [r["image_exts"] for r in rows],
+            "image_grids": lengths["image_grids"], "image_tokens": [r["image_tokens"] for r in rows],
+            "tokens": lengths["tokens"],
+        }, schema=RECORDS_SCHEMA)
+        path = work / "_records" / f"{shard_id}.arrow"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, RECORDS_SCHEMA) as writer:
+            writer.write_table(store, max_chunksize=4096)

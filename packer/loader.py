@@ -1,0 +1,196 @@
+"""The training side: read packed shards as variable-length-attention batches.
+
+:class:`PackedDataset` is a torch ``IterableDataset`` over ``curate pack`` shards
+(read with the ``webdataset`` library) that yields one dict per packed sequence:
+
+* ``input_ids`` (L,), ``labels`` (L,): loss on assistant tokens only (``-100`` on
+  system and user turns, template tokens and image tokens);
+* ``position_ids``: restarting at 0 at every sample boundary; shape (3, L) with
+  the multimodal rotary ids for the Qwen2-VL family, else (L,);
+* ``cu_seqlens`` (int32, samples + 1) and ``max_seqlen``: the sample boundaries
+  for varlen attention (e.g. ``flash_attn_varlen_func``);
+* ``pixel_values`` and ``image_grid_thw`` for all images in order (absent when
+  the sequence has no image); ``ids`` and ``sources`` of the samples.
+
+Token ids are rebuilt with the processor and must reproduce the stored counts:
+a disagreement raises :class:`ProcessorDrift` instead of training on shifted
+boundaries. Shards are split over distributed ranks, then over data-loader
+workers, so each packed sequence is read exactly once per epoch.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from curate.images import decode
+from packer.rope import mrope_positions, text_positions
+from packer.tokens import TokenCounter
+
+
+class ProcessorDrift(RuntimeError):
+    """The processor no longer reproduces what the shard recorded."""
+
+
+def expand_shards(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Shard paths from a folder, a glob, a brace pattern, or a list; sorted."""
+    import braceexpand
+
+    items = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
+    out: list[str] = []
+    for item in items:
+        item = str(item)
+        if os.path.isdir(item):
+            out.extend(sorted(glob.glob(os.path.join(item, "*.tar"))))
+            continue
+        for pattern in braceexpand.braceexpand(item):
+            found = sorted(glob.glob(pattern))
+            out.extend(found if found else [pattern])
+    missing = [p for p in out if not os.path.exists(p)]
+    if missing:
+        raise FileNotFoundError(f"no such shard: {missing[0]}")
+    if not out:
+        raise FileNotFoundError(f"no .tar shards found in {shards}")
+    return out
+
+
+class PackedSequenceBuilder:
+    """Turns one packed sequence (its JSON and image bytes) into training tensors.
+
+    Shared by :class:`PackedDataset` and the Energon task encoder.
+    """
+
+    def __init__(self, processor: str | os.PathLike[str] | TokenCounter, *, check: bool = True) -> None:
+        self.counter = processor if isinstance(processor, TokenCounter) else TokenCounter(processor)
+        self.check = check
+        rule = self.counter.image_rule
+        self.mrope = rule is not None and "qwen" in type(self.counter.processor).__name__.lower()
+        self.merge_size = rule.merge_size if rule is not None else 1
+
+    def build(self, meta: dict[str, Any], images: Sequence[bytes]) -> dict[str, Any]:
+        """Tensors of one packed sequence; ``images`` are the bytes of ``meta['image_members']`` in order."""
+        if self.check and meta.get("processor") and meta["processor"] != self.counter.fingerprint:
+            raise ProcessorDrift(f"sequence {meta.get('key')}: packed with processor {meta['processor']}, "
+                                 f"loading with {self.counter.fingerprint}")
+        all_ids: list[np.ndarray] = []
+        all_labels: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
+        grid_iter = iter(meta["image_grids"])
+        for i, (messages, image_tokens) in enumerate(zip(meta["messages"], meta["image_tokens"])):
+            ids, labels = self.counter.encode(messages, list(image_tokens))
+            if len(ids) != meta["tokens"][i]:
+                raise ProcessorDrift(f"sequence {meta.get('key')}, sample {meta['ids'][i]!r}: stored {meta['tokens'][i]} "
+                                     f"tokens, the processor now gives {len(ids)}")
+            grids = [next(grid_iter) for _ in range(meta["images_per_sample"][i])]
+            if self.mrope:
+                positions.append(mrope_positions(ids, self.counter.image_token_id, grids, self.merge_size))
+            else:
+                positions.append(text_positions(len(ids)))
+            all_ids.append(np.asarray(ids, dtype=np.int64))
+            all_labels.append(np.asarray(labels, dtype=np.int64))
+        cu = np.asarray(meta["cu_seqlens"], dtype=np.int32)
+        out: dict[str, Any] = {
+            "input_ids": torch.from_numpy(np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)),
+            "labels": torch.from_numpy(np.concatenate(all_labels) if all_labels else np.zeros(0, np.int64)),
+            "position_ids": torch.from_numpy(np.concatenate(positions, axis=-1) if positions else np.zeros(0, np.int64)),
+            "cu_seqlens": torch.from_numpy(cu),
+            "max_seqlen": int(np.diff(cu).max()) if cu.size > 1 else 0,
+            "ids": list(meta["ids"]),
+            "sources": list(meta["sources"]),
+        }
+        if out["input_ids"].numel() != int(cu[-1]):
+            raise ProcessorDrift(f"sequence {meta.get('key')}: cu_seqlens ends at {int(cu[-1])}, "
+                                 f"tokens rebuilt {out['input_ids'].numel()}")
+        if images:
+            decoded = [decode(data, label=f"{meta.get('key')}.{name}")
+                       for data, name in zip(images, meta["image_members"])]
+            vision = self.counter.processor.image_processor(images=decoded, return_tensors="pt")
+            out["pixel_values"] = vision["pixel_values"]
+            if "image_grid_thw" in vision:
+                grid = vision["image_grid_thw"]
+                if grid.tolist() != [list(g) for g in meta["image_grids"]]:
+                    raise ProcessorDrift(f"sequence {meta.get('key')}: stored image grids {meta['image_grids']}, "
+                                         f"the image processor now gives {grid.tolist()}")
+                out["image_grid_thw"] = grid
+        return out
+
+
+class PackedDataset(torch.utils.data.IterableDataset):
+    """Packed sequences from ``curate pack`` shards, one dict per sequence (see module docstring).
+
+    Args:
+        shards: a shard folder, glob, brace pattern (``shards/{000000..000009}.tar``) or list of paths.
+        processor: the processor folder or hub id the shards were packed with (or a TokenCounter).
+        rank, world_size: distributed position; by default read from ``torch.distributed`` when
+            initialised, else 0 and 1.
+        check: verify processor fingerprint, token counts and image grids (recommended).
+    """
+
+    def __init__(self, shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+                 processor: str | os.PathLike[str] | TokenCounter, *, rank: int | None = None,
+                 world_size: int | None = None, check: bool = True) -> None:
+        super().__init__()
+        self.shards = expand_shards(shards)
+        self.processor = processor
+        self.rank, self.world_size = rank, world_size
+        self.check = check
+        self._builder: PackedSequenceBuilder | None = None
+
+    def _dist(self) -> tuple[int, int]:
+        if self.rank is not None and self.world_size is not None:
+            return self.rank, self.world_size
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return 0, 1
+
+    def my_shards(self) -> list[str]:
+        """The shards this rank and data-loader worker reads (rank-major, then worker)."""
+        rank, world = self._dist()
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        mine = self.shards[rank::world]
+        return mine[worker::workers]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import webdataset as wds
+
+        if self._builder is None:
+            self._builder = PackedSequenceBuilder(self.processor, check=self.check)
+        mine = self.my_shards()
+        if not mine:
+            return
+        dataset = wds.WebDataset(mine, shardshuffle=False, nodesplitter=None, workersplitter=None, empty_check=False)
+        for sample in dataset:
+            meta = json.loads(sample["json"])
+            images = [sample[name] for name in meta["image_members"]]
+            yield self._builder.build(meta, images)
+
+
+def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Concatenate packed sequences into one varlen batch (cu_seqlens shifted, images concatenated)."""
+    cu = [torch.zeros(1, dtype=torch.int32)]
+    offset = 0
+    for item in batch:
+        cu.append(item["cu_seqlens"][1:] + offset)
+        offset += int(item["cu_seqlens"][-1])
+    out: dict[str, Any] = {
+        "input_ids": torch.cat([b["input_ids"] for b in batch]),
+        "labels": torch.cat([b["labels"] for b in batch]),
+        "position_ids": torch.cat([b["position_ids"] for b in batch], dim=-1),
+        "cu_seqlens": torch.cat(cu).to(torch.int32),
+        "max_seqlen": max(b["max_seqlen"] for b in batch),
+        "ids": [i for b in batch for i in b["ids"]],
+        "sources": [s for b in batch for s in b["sources"]],
+    }
+    with_images = [b for b in batch if "pixel_values" in b]
+    if with_images:
+        out["pixel_values"] = torch.cat([b["pixel_values"] for b in with_images])
+        if all("image_grid_thw" in b for b in with_images):
+            out["image_grid_thw"] = torch.cat([b["image_grid_thw"] for b in with_images])
+    return out

@@ -1,0 +1,283 @@
+"""``curate pack``: exact token lengths → packing plan → WebDataset shards, with stats and a plot.
+
+Steps (each resumable; see ``curate.shards`` for the contract):
+
+1. **lengths** (per input shard, parallel): :class:`packer.lengths.LengthsTask`,
+   merged into ``OUT/lengths.parquet``. Counted lengths are reused when the same
+   inputs are packed again with the same processor settings, at any ctx: pass
+   ``--lengths OLD_OUT/lengths.parquet``, or let the lengths index find them.
+2. **plan** (driver, global): duplicates and records longer than ctx are dropped
+   with their reason; :func:`packer.plan.plan_bins` packs the rest; ``OUT/plan.parquet``.
+3. **write** (per output shard, parallel): :class:`packer.writer.ShardWriteTask`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curate.errors import UserError
+from curate.executors import Executor, get_executor, run_stage
+from curate.io import atomic_open, dumps_json, read_json, write_json, write_parquet
+from curate.progress import console
+from curate.shards import DEFAULT_SHARD_SIZE, SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
+from curate.stats import StageStats, run_header
+from packer.lengths import LengthsTask
+from packer.plan import padding_reduction, plan_bins
+from packer.report import plot_packing
+from packer.writer import PLAN_ARRAYS, ShardWriteTask
+
+DEFAULT_SEQUENCES_PER_SHARD = 256
+
+
+def _lengths_index() -> Path:
+    return Path(os.environ.get("CURATE_CACHE", Path.home() / ".cache" / "curate")) / "lengths-index.json"
+
+
+def _lengths_key(shards: Sequence[Shard], settings: dict[str, Any]) -> str:
+    return hashlib.sha256((inputs_fingerprint(shards) + dumps_json(settings)).encode()).hexdigest()[:24]
+
+
+def _find_counted(key: str, out: Path) -> Path | None:
+    """A folder (other than ``out``) whose lengths step finished for the same key."""
+    index = _lengths_index()
+    if not index.exists():
+        return None
+    try:
+        folder = Path(read_json(index).get(key, ""))
+    except (OSError, ValueError):
+        return None
+    if folder and folder != out and (folder / "lengths.parquet").exists() and (folder / "_records").is_dir():
+        return folder
+    return None
+
+
+def _remember_counted(key: str, out: Path) -> None:
+    index = _lengths_index()
+    try:
+        data = read_json(index) if index.exists() else {}
+        data[key] = str(out.resolve())
+        write_json(index, data)
+    except OSError:
+        pass  # the index is a convenience; never fail a run for it
+
+
+def _merge_lengths(out: Path) -> pa.Table:
+    tables = [pq.read_table(p) for p in sorted((out / "lengths").glob("*.parquet"))]
+    from packer.lengths import LENGTHS_SCHEMA
+    table = pa.concat_tables(tables) if tables else LENGTHS_SCHEMA.empty_table()
+    write_parquet(out / "lengths.parquet", table)
+    return table
+
+
+def _dedupe(ids: list[str]) -> np.ndarray:
+    """Boolean mask of first occurrences."""
+    seen: set[str] = set()
+    keep = np.ones(len(ids), dtype=bool)
+    for i, rid in enumerate(ids):
+        if rid in seen:
+            keep[i] = False
+        else:
+            seen.add(rid)
+    return keep
+
+
+def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, stats: StageStats) -> dict[str, Any]:
+    """Drop duplicates and too-long records, pack the rest, write the plan files; return plan stats."""
+    ids = table.column("id").to_pylist()
+    sources = table.column("source").to_pylist() if "source" in table.column_names else ["unknown"] * len(ids)
+    tokens = table.column("tokens").to_numpy().astype(np.int64)
+    for src, n in _count_by_source(table).items():
+        stats.seen(src, n)
+    keep = _dedupe(ids)
+    for i in np.flatnonzero(~keep).tolist():
+        stats.drop(ids[i], sources[i], "duplicate_id", "id already seen earlier in the input")
+    candidates = np.flatnonzero(keep)
+    plan = plan_bins(tokens[candidates], ctx, seed=seed, workers=workers)
+    for i in candidates[plan.too_long].tolist():
+        stats.drop(ids[i], sources[i], "too_long", f"{int(tokens[i])} tokens > ctx {ctx}")
+    for i in candidates[plan.empty].tolist():
+        stats.drop(ids[i], sources[i], "empty", "0 tokens")
+    members = candidates[plan.members]
+    for i in members.tolist():
+        stats.kept(sources[i])
+    np_path = out / PLAN_ARRAYS
+    np_path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(np_path, "wb") as fh:
+        np.savez(fh, bin_offsets=plan.bin_offsets, members=members, bin_tokens=plan.bin_tokens)
+    bins = np.repeat(np.arange(plan.bins, dtype=np.int64), np.diff(plan.bin_offsets))
+    write_parquet(out / "plan.parquet", pa.table({"bin": pa.array(bins, pa.int64()),
+                                                  "id": pa.array([ids[i] for i in members.tolist()], pa.string()),
+                                                  "tokens": pa.array(tokens[members], pa.int32())}))
+    reduction = padding_reduction(tokens[candidates], plan, batch_size=8, seed=seed)
+    packable = tokens[candidates][plan.bin_of >= 0] if plan.bins else np.zeros(0, np.int64)
+    return {
+        "bins": plan.bins, "lower_bound_bins": plan.lower_bound_bins,
+        "bins_over_lower_bound": plan.bins / plan.lower_bound_bins if plan.lower_bound_bins else 1.0,
+        "fill_ratio": plan.fill_ratio, "packed_tokens": plan.packed_tokens,
+        "padding_reduction": None if math.isinf(reduction) else reduction,
+        "padding_tokens_packed": plan.padding_tokens,
+        "_bin_tokens": plan.bin_tokens, "_lengths": packable,
+    }
+
+
+def _check_ctx(out: Path, ctx: int) -> None:
+    recorded = out / SHARDS_DIR / "write" / "settings.json"
+    if recorded.exists() and read_json(recorded).get("ctx") != ctx:
+        old = read_json(recorded).get("ctx")
+        raise UserError(f"{out} was packed at ctx {old}; to pack the same input at ctx {ctx} reuse its lengths: "
+                        f"curate pack ... --lengths {out}/lengths.parquet --ctx {ctx} --out NEW_FOLDER")
+
+
+def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str], ctx: int = 8192,
+         processor: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
+         workers: int = 1, seed: int = 0, shard_size: int = DEFAULT_SHARD_SIZE,
+         sequences_per_shard: int = DEFAULT_SEQUENCES_PER_SHARD, verify_fraction: float = 0.01,
+         exact: bool = False, lengths: str | os.PathLike[str] | None = None, plan_only: bool = False,
+         executor: Executor | None = None, trust_remote_code: bool = False, plot: bool = True) -> dict[str, Any]:
+    """Pack records into sequences of at most ``ctx`` tokens; see the module docstring.
+
+    Returns:
+        The content written to ``OUT/stats.json``.
+    """
+    out = Path(out)
+    if ctx < 1:
+        raise UserError(f"--ctx must be a positive number of tokens, got {ctx}")
+    if sequences_per_shard < 1:
+        raise UserError(f"--sequences-per-shard must be at least 1, got {sequences_per_shard}")
+    if not inputs and lengths is None:
+        raise UserError("give INPUT files to pack, or --lengths LENGTHS.parquet with --plan-only")
+    if inputs and processor is None and lengths is None:
+        raise UserError("--processor is required to count tokens (a processor folder or hub id)")
+    if not inputs and not plan_only:
+        raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
+    out.mkdir(parents=True, exist_ok=True)
+    _check_ctx(out, ctx)
+    executor = executor or get_executor("local", workers=workers)
+    timings: dict[str, float] = {}
+    total = StageStats()
+    store_dir = out
+    fingerprint = None
+
+    t0 = time.perf_counter()
+    if lengths is not None:
+        table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=bool(inputs) and not plan_only)
+        for src, n in _count_by_source(table).items():
+            total.seen(src, n)
+            total.kept(src, n)
+    else:
+        shards = plan_shards(inputs, shard_size)
+        task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
+                           verify_fraction=verify_fraction, trust_remote_code=trust_remote_code)
+        settings = task.settings()
+        fingerprint = settings["processor"]
+        key = _lengths_key(shards, {**settings, "seed": seed, "verify_fraction": verify_fraction})
+        counted = _find_counted(key, out.resolve())
+        if counted is not None:
+            console.print(f"reusing token lengths counted in {counted}")
+            table, store_dir, _ = _load_lengths(counted / "lengths.parquet", need_store=not plan_only)
+            total = _stats_of(counted)
+        else:
+            total = run_stage(task, shards, out, executor=executor, seed=seed, desc="count tokens",
+                              settings={**settings, "verify_fraction": verify_fraction})
+            table = _merge_lengths(out)
+            _remember_counted(key, out)
+    timings["lengths"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    planned = StageStats()
+    plan_stats = plan_step(table, ctx, out, seed=seed, workers=workers, stats=planned)
+    total = total.then(planned)
+    timings["plan"] = time.perf_counter() - t0
+
+    sequences = 0
+    if not plan_only:
+        t0 = time.perf_counter()
+        bins = plan_stats["bins"]
+        out_shards = [Shard(k, meta=(lo, min(lo + sequences_per_shard, bins)), size=min(lo + sequences_per_shard, bins) - lo)
+                      for k, lo in enumerate(range(0, bins, sequences_per_shard))]
+        writer = ShardWriteTask(str(out), ctx=ctx, processor=fingerprint or "", store_dir=str(store_dir))
+        write_stats = run_stage(writer, out_shards, out, executor=executor, seed=seed, desc="write shards",
+                                settings={**writer.settings(), "plan": _file_hash(out / PLAN_ARRAYS)})
+        sequences = int(write_stats.extra.get("sequences", 0))
+        total = total.then(write_stats)
+        timings["write"] = time.perf_counter() - t0
+
+    total.check()
+    bin_tokens, packed_lengths = plan_stats.pop("_bin_tokens"), plan_stats.pop("_lengths")
+    counts = total.to_dict()
+    result: dict[str, Any] = {
+        **run_header("pack", seed=seed, settings={"ctx": ctx, "processor": fingerprint, "processor_path": processor,
+                                                  "min_pixels": min_pixels,
+                                                  "max_pixels": max_pixels, "exact": exact,
+                                                  "verify_fraction": verify_fraction, "plan_only": plan_only}),
+        "records_in": counts["records_in"], "records_packed": counts["records_out"],
+        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
+        **plan_stats, "sequences": sequences if not plan_only else None,
+        "verified_records": int(total.extra.get("verified", 0)),
+        "timings": {**{f"{k}_steps": v for k, v in counts["timings"].items()}, **timings},
+        "outputs": {"lengths": "lengths.parquet", "plan": "plan.parquet", "rejects": "rejects.parquet",
+                    **({} if plan_only else {"shards": "shards/"}), **({"plot": "packing.png"} if plot else {})},
+    }
+    write_parquet(out / "rejects.parquet", total.rejects_table())
+    if plot:
+        plot_packing(out / "packing.png", packed_lengths, bin_tokens, ctx,
+                     title=f"{counts['records_out']:,} samples → {plan_stats['bins']:,} sequences of ≤{ctx} tokens")
+    write_json(out / "stats.json", result)
+    return result
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def _count_by_source(table: pa.Table) -> dict[str, int]:
+    if "source" not in table.column_names:
+        return {"unknown": table.num_rows}
+    counts: dict[str, int] = {}
+    for src in table.column("source").to_pylist():
+        counts[src] = counts.get(src, 0) + 1
+    return counts
+
+
+def _stats_of(folder: Path) -> StageStats:
+    """The merged stats of a finished lengths step in another folder."""
+    from curate.shards import merge_shards
+    markers = [read_json(p) for p in sorted((folder / SHARDS_DIR / "lengths").glob("*.json")) if p.name != "settings.json"]
+    return merge_shards(folder, "lengths", markers)
+
+
+def _load_lengths(path: Path, *, need_store: bool) -> tuple[pa.Table, Path, str | None]:
+    if not path.exists():
+        raise UserError(f"--lengths {path}: no such file")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types
+        raise UserError(f"--lengths {path}: not a readable Parquet file ({exc})") from None
+    missing = {"id", "tokens"} - set(table.column_names)
+    if missing:
+        raise UserError(f"--lengths {path}: missing column(s) {', '.join(sorted(missing))}; need at least id and tokens")
+    if table.num_rows and pa.compute.min(table.column("tokens")).as_py() < 0:
+        raise UserError(f"--lengths {path}: negative token counts")
+    folder = path.parent
+    fingerprint = None
+    settings = folder / SHARDS_DIR / "lengths" / "settings.json"
+    if settings.exists():
+        fingerprint = read_json(settings).get("processor")
+    if need_store and not (folder / "_records").is_dir():
+        raise UserError(f"--lengths {path}: writing shards needs the counted records stored beside it "
+                        f"({folder}/_records); pack with --plan-only, or count again from INPUT")
+    return table, folder, fingerprint

@@ -1,0 +1,263 @@
+"""Exact token counts and token ids, as the model's processor would produce them.
+
+:class:`TokenCounter` wraps a transformers processor (a folder or a hub id):
+
+* text: the processor's chat template renders the conversation (images as the
+  template's image placeholder), its tokenizer counts the tokens;
+* images: for the Qwen2-VL family (an image processor with ``patch_size`` and
+  ``merge_size``) the count follows from the image header alone:
+  ``h', w' = smart_resize(h, w, patch·merge, min_pixels, max_pixels)`` and
+  ``tokens = (h'/(patch·merge)) · (w'/(patch·merge))``; every image placeholder
+  in the text becomes that many image tokens.
+
+The same class produces token ids and loss labels for the training loader
+(:meth:`TokenCounter.encode`), so counting and training cannot disagree without
+:meth:`encode` noticing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from curate.errors import UserError
+from curate.records import IMAGE_TOKEN
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class ImageRule:
+    """The Qwen2-VL image-token rule, with the processor's settings."""
+
+    patch_size: int
+    merge_size: int
+    temporal_patch_size: int
+    min_pixels: int
+    max_pixels: int
+
+    def grid(self, height: int, width: int) -> tuple[int, int, int]:
+        """The processor's ``image_grid_thw`` for a displayed image size (in patches).
+
+        Raises:
+            ValueError: aspect ratio beyond what the processor accepts (200:1).
+        """
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+        factor = self.patch_size * self.merge_size
+        h, w = smart_resize(height, width, factor=factor, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        return 1, h // self.patch_size, w // self.patch_size
+
+    def tokens(self, height: int, width: int) -> int:
+        """Image tokens in the text for one image of this size."""
+        _, gh, gw = self.grid(height, width)
+        return gh * gw // (self.merge_size * self.merge_size)
+
+
+def _image_rule(image_processor: Any) -> ImageRule | None:
+    patch = getattr(image_processor, "patch_size", None)
+    merge = getattr(image_processor, "merge_size", None)
+    if not isinstance(patch, int) or not isinstance(merge, int):
+        return None
+    size = getattr(image_processor, "size", None) or {}
+    get = size.get if isinstance(size, dict) else (lambda k, d=None: getattr(size, k, d))
+    min_px = get("shortest_edge") or getattr(image_processor, "min_pixels", None)
+    max_px = get("longest_edge") or getattr(image_processor, "max_pixels", None)
+    if not min_px or not max_px:
+        return None
+    return ImageRule(patch, merge, int(getattr(image_processor, "temporal_patch_size", 2) or 2), int(min_px), int(max_px))
+
+
+def _split_images(text: str) -> list[dict[str, str]]:
+    parts: list[dict[str, str]] = []
+    pieces = text.split(IMAGE_TOKEN)
+    for i, piece in enumerate(pieces):
+        if i:
+            parts.append({"type": "image"})
+        if piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def to_template_messages(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Canonical messages (``<image>`` placeholders in text) → chat-template content parts."""
+    return [{"role": m["role"], "content": _split_images(m["content"])} for m in messages]
+
+
+class TokenCounter:
+    """Counts tokens and builds token ids exactly as a transformers processor would.
+
+    Args:
+        processor: a processor folder or hub id (``AutoProcessor.from_pretrained``).
+        min_pixels, max_pixels: override the image processor's pixel bounds (the
+            trainer must use the same values).
+        trust_remote_code: pass through to transformers for processors that ship code.
+    """
+
+    def __init__(self, processor: str | os.PathLike[str], *, min_pixels: int | None = None,
+                 max_pixels: int | None = None, trust_remote_code: bool = False) -> None:
+        from transformers import AutoProcessor
+
+        self.spec = str(processor)
+        try:
+            self.processor = AutoProcessor.from_pretrained(self.spec, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"--processor {self.spec}: cannot load a processor ({first}); pass a processor "
+                            "folder (save_pretrained) or a hub id reachable from this machine") from None
+        ip = getattr(self.processor, "image_processor", None)
+        if ip is not None and (min_pixels or max_pixels):
+            size = dict(ip.size) if isinstance(getattr(ip, "size", None), dict) else {}
+            if min_pixels:
+                size["shortest_edge"] = int(min_pixels)
+            if max_pixels:
+                size["longest_edge"] = int(max_pixels)
+            ip.size = size
+            for attr, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
+                if value and hasattr(ip, attr):
+                    setattr(ip, attr, int(value))
+        self.image_rule = _image_rule(ip) if ip is not None else None
+        self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        self.chat_template = getattr(self.processor, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        if not self.chat_template:
+            raise UserError(f"--processor {self.spec}: has no chat template; the trainer's template is needed to count tokens")
+        self.image_token = getattr(self.processor, "image_token", None)
+        self.image_token_id = getattr(self.processor, "image_token_id", None)
+        if self.image_token and self.image_token_id is None:
+            self.image_token_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
+        self._template_vars = dict(getattr(self.tokenizer, "special_tokens_map", {}) or {})
+        self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        probe_text = "<|im_start|>user\nHello, world! 你好<|im_end|>\n"
+        if self._backend is not None and self.text_ids([probe_text])[0] != self.tokenizer(
+                [probe_text], add_special_tokens=False)["input_ids"][0]:
+            self._backend = None  # the fast path must give the tokenizer's own ids
+        self.fingerprint = self._fingerprint()
+
+    # -- identity -----------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        h = hashlib.sha256()
+        ip = getattr(self.processor, "image_processor", None)
+        if ip is not None:
+            cfg = ip.to_dict()
+            cfg.pop("processor_class", None)
+            h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        h.update(backend.to_str().encode() if backend is not None else json.dumps(self.tokenizer.get_vocab(), sort_keys=True).encode())
+        h.update(str(self.chat_template).encode())
+        return "sha256:" + h.hexdigest()[:16]
+
+    # -- text -----------------------------------------------------------------------
+    def render(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = False) -> str:
+        """The chat-template text of a canonical conversation (one image placeholder per image).
+
+        Renders with transformers' own template renderer and the same variables
+        as ``processor.apply_chat_template`` (checked by :meth:`render_reference`
+        on verified records), without the per-call overhead of the processor.
+        """
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        rendered, _ = render_jinja_template(conversations=[to_template_messages(messages)],
+                                            chat_template=self.chat_template,
+                                            add_generation_prompt=add_generation_prompt, **self._template_vars)
+        return rendered[0]
+
+    def render_reference(self, messages: list[dict[str, str]]) -> str:
+        """The processor's own ``apply_chat_template`` text (slow; for checks)."""
+        return self.processor.apply_chat_template(to_template_messages(messages), tokenize=False)
+
+    def text_ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of rendered texts (no special tokens added beyond the template's)."""
+        if self._backend is not None:
+            encode = getattr(self._backend, "encode_batch_fast", None) or self._backend.encode_batch
+            return [e.ids for e in encode(texts, add_special_tokens=False)]
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+    # -- images -----------------------------------------------------------------------
+    def image_grid(self, height: int, width: int) -> tuple[int, int, int]:
+        """``(t, h, w)`` patch grid of an image of the displayed size."""
+        if self.image_rule is None:
+            raise UserError(f"--processor {self.spec}: image tokens cannot be computed from headers for this "
+                            "processor family; use --exact")
+        return self.image_rule.grid(height, width)
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """Number of image tokens one image of the displayed size becomes."""
+        if self.image_rule is None:
+            raise UserError(f"--processor {self.spec}: header-based image tokens need a Qwen2-VL-family processor; use --exact")
+        return self.image_rule.tokens(height, width)
+
+    def count(self, rendered_ids_len: int, image_tokens: list[int]) -> int:
+        """Total tokens: rendered text tokens, each image placeholder replaced by its image tokens."""
+        return rendered_ids_len + sum(t - 1 for t in image_tokens)
+
+    def count_exact(self, messages: list[dict[str, str]], images: list[Any]) -> tuple[int, list[list[int]]]:
+        """Run the full processor (decoded images) and return (tokens, image grids)."""
+        text = self.render(messages)
+        out = self.processor(text=[text], images=images or None, return_tensors="np")
+        grids = out["image_grid_thw"].tolist() if "image_grid_thw" in out else []
+        return int(out["input_ids"].shape[1]), [[int(x) for x in g] for g in grids]
+
+    # -- training ids -------------------------------------------------------------------
+    def encode(self, messages: list[dict[str, str]], image_tokens: list[int]) -> tuple[list[int], list[int]]:
+        """Token ids and labels of one sample, image placeholders expanded.
+
+        Labels are the ids on assistant turns (their content and end-of-turn
+        tokens) and :data:`IGNORE_INDEX` everywhere else: system and user turns,
+        template tokens, image tokens.
+
+        Raises:
+            ValueError: the per-turn tokenization does not reproduce the
+                tokenization of the whole conversation (a template this method
+                cannot split), or the image placeholder count is wrong.
+        """
+        ids: list[int] = []
+        labels: list[int] = []
+        prev = ""
+        for i, msg in enumerate(messages):
+            if msg["role"] == "assistant":
+                head = self.render(messages[:i], add_generation_prompt=True) if i else ""
+                if not head.startswith(prev):
+                    raise ValueError("chat template is not prefix-stable (generation prompt)")
+                full = self.render(messages[: i + 1])
+                if not full.startswith(head):
+                    raise ValueError("chat template is not prefix-stable (assistant turn)")
+                pieces = [(head[len(prev):], False), (full[len(head):], True)]
+            else:
+                full = self.render(messages[: i + 1])
+                if not full.startswith(prev):
+                    raise ValueError("chat template is not prefix-stable")
+                pieces = [(full[len(prev):], False)]
+            for text, train in pieces:
+                if not text:
+                    continue
+                piece_ids = self.text_ids([text])[0]
+                ids.extend(piece_ids)
+                labels.extend(piece_ids if train else [IGNORE_INDEX] * len(piece_ids))
+            prev = full
+        whole = self.render(messages)
+        if whole != prev or self.text_ids([whole])[0] != ids:
+            raise ValueError("per-turn tokenization differs from whole-conversation tokenization")
+        return self._expand_images(ids, labels, image_tokens)
+
+    def _expand_images(self, ids: list[int], labels: list[int], image_tokens: list[int]) -> tuple[list[int], list[int]]:
+        if not image_tokens:
+            return ids, labels
+        pad = self.image_token_id
+        positions = [i for i, t in enumerate(ids) if t == pad]
+        if len(positions) != len(image_tokens):
+            raise ValueError(f"{len(positions)} image placeholders in the text for {len(image_tokens)} images")
+        out_ids: list[int] = []
+        out_labels: list[int] = []
+        start = 0
+        for pos, n in zip(positions, image_tokens):
+            out_ids.extend(ids[start:pos])
+            out_labels.extend(labels[start:pos])
+            out_ids.extend([pad] * n)
+            out_labels.extend([IGNORE_INDEX] * n)
+            start = pos + 1
+        out_ids.extend(ids[start:])
+        out_labels.extend(labels[start:])
+        return out_ids, out_labels

@@ -1,0 +1,152 @@
+"""Step 3 of ``curate pack``: write packed sequences into WebDataset tars.
+
+One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
+(shuffled) plan. Each packed sequence is one member group, written contiguously:
+
+* ``<key>.json``: ``ids``, ``sources``, ``tokens`` (per sample), ``cu_seqlens``
+  (offsets from 0 to the used length), ``image_grids`` (per image ``[t, h, w]``),
+  ``images_per_sample``, ``image_tokens``, ``image_members``, ``messages`` (per sample),
+  ``ctx``, ``processor`` (fingerprint) and ``key``;
+* ``<key>.img<j>.<ext>``: the original bytes of the sequence's j-th image (not re-encoded).
+
+Keys are the bin's position in the plan (``%010d``), so sample ids with dots,
+slashes, spaces or any Unicode live only inside the JSON and round-trip. Tar
+headers are fixed (mtime 0, uid/gid 0, mode 0644) so a rerun gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from curate.images import read_bytes, ImageError
+from curate.io import atomic_open
+from curate.shards import Shard, ShardContext, ShardTask
+from curate.stats import StageStats
+
+PLAN_ARRAYS = "_plan/plan.npz"
+
+
+def key_of(position: int) -> str:
+    """The WebDataset key of the packed sequence at plan position ``position``."""
+    return f"{position:010d}"
+
+
+def open_store(out: Path) -> pa.Table:
+    """Memory-map every ``_records/*.arrow`` store of a pack folder as one table (row = global index)."""
+    tables = []
+    for path in sorted((out / "_records").glob("*.arrow")):
+        source = pa.memory_map(str(path), "r")
+        tables.append(pa.ipc.open_file(source).read_all())
+    if not tables:
+        from curate.errors import UserError
+        raise UserError(f"{out}: no counted records (_records/*.arrow); run the lengths step first")
+    return pa.concat_tables(tables)
+
+
+def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+class ShardWriteTask(ShardTask):
+    """Writes one tar of packed sequences per output shard (``meta = (first_bin, stop_bin)``)."""
+
+    stage = "write"
+    unit = "sequences"
+
+    def __init__(self, out: str, *, ctx: int, processor: str, store_dir: str | None = None) -> None:
+        self.out = out
+        self.store_dir = store_dir or out
+        self.ctx = ctx
+        self.processor = processor
+        self._store: pa.Table | None = None
+        self._plan: dict[str, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None, "_plan": None}
+
+    def settings(self) -> dict[str, Any]:
+        """Outputs depend on the context length and the processor fingerprint (the plan is checked separately)."""
+        return {"ctx": self.ctx, "processor": self.processor}
+
+    def setup(self) -> None:
+        """Memory-map the record store and load the plan arrays."""
+        if self._store is None:
+            self._store = open_store(Path(self.store_dir))
+            with np.load(Path(self.out) / PLAN_ARRAYS) as data:
+                self._plan = {k: data[k] for k in data.files}
+
+    def shard_items(self, shard: Shard) -> int:
+        """Progress is counted in packed sequences."""
+        return len(shard)
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Write bins ``meta[0] .. meta[1]`` into ``shards/<shard>.tar``."""
+        self.setup()
+        assert self._store is not None and self._plan is not None
+        first, stop = shard.meta
+        offsets, members = self._plan["bin_offsets"], self._plan["members"]
+        stats = StageStats()
+        base = int(offsets[first])
+        records = self._store.take(pa.array(members[base:offsets[stop]])).to_pylist()
+        sequences = 0
+        with atomic_open(work / "shards" / f"{shard.id}.tar", "wb") as fh:
+            with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+                for b in range(first, stop):
+                    rows = records[offsets[b] - base:offsets[b + 1] - base]
+                    meta, blobs = self._sequence(b, rows, stats)
+                    if not meta["ids"]:
+                        continue
+                    payload = json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8")
+                    key = meta["key"]
+                    tar.addfile(_tarinfo(f"{key}.json", len(payload)), io.BytesIO(payload))
+                    for name, data in blobs:
+                        tar.addfile(_tarinfo(f"{key}.{name}", len(data)), io.BytesIO(data))
+                    sequences += 1
+                    ctx.progress(1)
+        stats.extra["sequences"] = sequences
+        return stats
+
+    def _sequence(self, position: int, rows: list[dict[str, Any]],
+                  stats: StageStats) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+        meta: dict[str, Any] = {"key": key_of(position), "ctx": self.ctx, "processor": self.processor, "ids": [],
+                                "sources": [], "tokens": [], "image_grids": [], "images_per_sample": [],
+                                "image_tokens": [], "image_members": [], "messages": []}
+        blobs: list[tuple[str, bytes]] = []
+        for rec in rows:
+            rid, source = rec["id"], rec["source"]
+            stats.seen(source)
+            paths, exts = rec["images"], rec["image_exts"]
+            try:
+                data = [read_bytes(p) for p in paths]
+            except ImageError as exc:  # changed or deleted since it was counted
+                stats.error(rid, source, "image_vanished", exc.detail)
+                continue
+            names = []
+            for data_j, ext in zip(data, exts):
+                name = f"img{len(blobs)}.{ext}"
+                blobs.append((name, data_j))
+                names.append(name)
+            meta["ids"].append(rid)
+            meta["sources"].append(source)
+            meta["tokens"].append(int(rec["tokens"]))
+            meta["image_grids"].extend(rec["image_grids"])
+            meta["image_tokens"].append(rec["image_tokens"])
+            meta["images_per_sample"].append(len(paths))
+            meta["image_members"].extend(names)
+            meta["messages"].append(json.loads(rec["messages"]))
+            stats.kept(source)
+        meta["cu_seqlens"] = [0, *np.cumsum(meta["tokens"], dtype=np.int64).tolist()]
+        return meta, blobs
