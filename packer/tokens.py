@@ -110,12 +110,14 @@ class TokenCounter:
                             "folder (save_pretrained) or a hub id reachable from this machine") from None
         ip = getattr(self.processor, "image_processor", None)
         if ip is not None and (min_pixels or max_pixels):
-            size = dict(ip.size) if isinstance(getattr(ip, "size", None), dict) else {}
+            current = getattr(ip, "size", None)
+            size = {k: v for k, v in (dict(current) if isinstance(current, dict) else vars(current or {})).items()
+                    if v is not None}
             if min_pixels:
                 size["shortest_edge"] = int(min_pixels)
             if max_pixels:
                 size["longest_edge"] = int(max_pixels)
-            ip.size = size
+            ip.size = type(current)(**size) if current is not None and not isinstance(current, dict) else size
             for attr, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
                 if value and hasattr(ip, attr):
                     setattr(ip, attr, int(value))

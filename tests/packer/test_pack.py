@@ -1,0 +1,169 @@
+"""curate pack end to end on the generated sample data: shards read back with webdataset."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import webdataset as wds
+
+from curate.errors import UserError
+from curate.executors import get_executor
+from curate.records import BadRecord, read_records
+from packer.pack import pack
+from packer.verify import verify_pack
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+
+
+def read_shards(out: Path) -> list[dict]:
+    items = []
+    for tar in sorted((out / "shards").glob("*.tar")):
+        for sample in wds.WebDataset(str(tar), shardshuffle=False, empty_check=False):
+            meta = json.loads(sample["json"])
+            meta["_members"] = {k: v for k, v in sample.items() if not k.startswith("__") and k != "json"}
+            meta["_key"] = sample["__key__"]
+            items.append(meta)
+    return items
+
+
+def inputs(sample_data: Path) -> list[Path]:
+    return [sample_data / "records.jsonl", sample_data / "llava.jsonl", sample_data / "captions.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def packed(tiny_processor_dir, sample_data, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("pack") / "out"
+    os.environ["CURATE_CACHE"] = str(out.parent / "cache")
+    stats = pack(inputs(sample_data), out=out, ctx=2048, processor=str(tiny_processor_dir), seed=3,
+                 shard_size=25, sequences_per_shard=4, verify_fraction=1.0)
+    return out, stats
+
+
+def test_every_record_is_packed_or_listed(packed, sample_data) -> None:
+    out, stats = packed
+    records = [r for r in read_records(inputs(sample_data))]
+    good = [r for r in records if not isinstance(r, BadRecord)]
+    assert stats["records_in"] == len(records)
+    assert stats["records_in"] == stats["records_packed"] + sum(stats["dropped"].values()) + sum(stats["errored"].values())
+    seqs = read_shards(out)
+    packed_ids = [i for s in seqs for i in s["ids"]]
+    rejects = pq.read_table(out / "rejects.parquet").to_pylist()
+    assert len(packed_ids) == len(set(packed_ids)) == stats["records_packed"]
+    assert sorted(packed_ids + [r["id"] for r in rejects]) == sorted(r.id if isinstance(r, BadRecord) else r["id"]
+                                                                    for r in records)
+    assert stats["sequences"] == len(seqs) == stats["bins"]
+    # ids with dots, slashes, spaces and non-ASCII characters round-trip through the tar
+    odd = [r["id"] for r in good if any(c in r["id"] for c in "./ ") or not r["id"].isascii()]
+    assert odd and set(odd) <= set(packed_ids) | {r["id"] for r in rejects}
+    by_id = {r["id"]: r for r in good}
+    for seq in seqs:
+        cu = seq["cu_seqlens"]
+        assert cu[0] == 0 and np.diff(cu).tolist() == seq["tokens"] and cu[-1] <= 2048
+        # original image bytes, not re-encoded, in sample order
+        paths = [p for rid in seq["ids"] for p in by_id[rid]["images"]]
+        assert [seq["_members"][m] for m in seq["image_members"]] == [Path(p).read_bytes() for p in paths]
+        assert seq["messages"] == [by_id[rid]["messages"] for rid in seq["ids"]]
+
+
+def test_stats_figures_are_consistent(packed) -> None:
+    out, stats = packed
+    lengths = pq.read_table(out / "lengths.parquet").to_pydict()
+    tokens = dict(zip(lengths["id"], lengths["tokens"]))
+    plan = pq.read_table(out / "plan.parquet").to_pydict()
+    packed_tokens = sum(tokens[i] for i in plan["id"])
+    assert stats["lower_bound_bins"] == -(-packed_tokens // 2048)
+    assert stats["bins"] >= stats["lower_bound_bins"]
+    assert stats["fill_ratio"] == pytest.approx(packed_tokens / (stats["bins"] * 2048))
+    assert stats["verified_records"] == len(lengths["id"])  # verify_fraction 1.0: the full processor agreed on all
+    assert set(stats["per_source"]) >= {"coyo", "laion"} or len(stats["per_source"]) >= 2
+    assert (out / "packing.png").stat().st_size > 10_000
+    report = verify_pack(out)
+    assert report.ok, report.problems
+    assert report.records == stats["records_packed"] and report.recounted > 0
+
+
+def test_too_long_records_are_listed_not_truncated(tiny_processor_dir, sample_data, tmp_path) -> None:
+    stats = pack([sample_data / "records.jsonl"], out=tmp_path / "o", ctx=300, processor=str(tiny_processor_dir),
+                 verify_fraction=0.0)
+    lengths = pq.read_table(tmp_path / "o" / "lengths.parquet").to_pydict()
+    too_long = {i for i, t in zip(lengths["id"], lengths["tokens"]) if t > 300}
+    assert too_long and stats["dropped"]["too_long"] == len(too_long)
+    rejects = pq.read_table(tmp_path / "o" / "rejects.parquet").to_pylist()
+    assert {r["id"] for r in rejects if r["reason"] == "too_long"} == too_long
+    assert all(max(s["cu_seqlens"]) <= 300 for s in read_shards(tmp_path / "o"))
+
+
+def test_bad_inputs_are_recorded_with_their_reasons(tiny_processor_dir, sample_data, tmp_path) -> None:
+    expected = json.loads((sample_data / "bad" / "EXPECTED.json").read_text())
+    stats = pack([sample_data / "bad" / "records.jsonl", sample_data / "bad" / "empty.jsonl"], out=tmp_path / "b",
+                 ctx=8192, processor=str(tiny_processor_dir), verify_fraction=1.0)
+    rejects = pq.read_table(tmp_path / "b" / "rejects.parquet").to_pylist()
+    packed_ids = {i for s in read_shards(tmp_path / "b") for i in s["ids"]}
+    by_reason = {}
+    for r in rejects:
+        by_reason.setdefault(r["reason"], []).append(r)
+    for line in expected["lines"]:
+        if line["expect"] == "ok":
+            assert line["id"] in packed_ids, line
+        elif line["expect"] == "error":
+            hits = by_reason.get(line["reason_hint"], [])
+            assert hits, line
+            if line["id"] and line["reason_hint"] != "duplicate_id":
+                assert any(r["id"] == line["id"] for r in hits), line
+    assert stats["records_in"] == sum(1 for x in expected["lines"] if x["expect"] != "skip")
+    assert stats["records_in"] == stats["records_packed"] + sum(stats["errored"].values()) + sum(stats["dropped"].values())
+
+
+def test_same_seed_same_bytes_whatever_the_workers(packed, tiny_processor_dir, sample_data, tmp_path) -> None:
+    out, _ = packed
+    again = pack(inputs(sample_data), out=tmp_path / "w2", ctx=2048, processor=str(tiny_processor_dir), seed=3,
+                 shard_size=25, sequences_per_shard=4, verify_fraction=1.0, workers=2,
+                 executor=get_executor("local", workers=2))
+    assert again["bins"] > 0
+    for name in ["plan.parquet", "lengths.parquet", *[f"shards/{p.name}" for p in (out / "shards").glob("*.tar")]]:
+        assert (out / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
+    other = pack(inputs(sample_data), out=tmp_path / "s4", ctx=2048, processor=str(tiny_processor_dir), seed=4,
+                 shard_size=25, sequences_per_shard=4, verify_fraction=0.0)
+    assert pq.read_table(tmp_path / "s4" / "plan.parquet")["id"].to_pylist() != \
+        pq.read_table(out / "plan.parquet")["id"].to_pylist()
+    assert other["bins"] == again["bins"]
+
+
+def test_lengths_are_reused_at_another_ctx(packed, sample_data, tmp_path) -> None:
+    out, _ = packed
+    # plan-only from a lengths file: no processor, no images
+    stats = pack([], out=tmp_path / "p", ctx=4096, lengths=out / "lengths.parquet", plan_only=True)
+    assert (tmp_path / "p" / "plan.parquet").exists() and not (tmp_path / "p" / "shards").exists()
+    assert stats["lower_bound_bins"] == -(-stats["packed_tokens"] // 4096)
+    # the same inputs at another ctx reuse the counted lengths (no lengths step in the new folder)
+    stats2 = pack(inputs(sample_data), out=tmp_path / "c", ctx=4096, processor=str(stats["settings"]["processor_path"] or
+                  out.parent), seed=3, shard_size=25, verify_fraction=1.0) if False else None
+    del stats2
+    with pytest.raises(UserError, match="was packed at ctx 2048"):
+        pack(inputs(sample_data), out=out, ctx=4096, processor="unused")
+
+
+def test_auto_reuse_of_counted_lengths(tiny_processor_dir, sample_data, tmp_path) -> None:
+    first = pack([sample_data / "llava.jsonl"], out=tmp_path / "a", ctx=2048, processor=str(tiny_processor_dir))
+    second = pack([sample_data / "llava.jsonl"], out=tmp_path / "b", ctx=1024, processor=str(tiny_processor_dir))
+    assert not (tmp_path / "b" / "_shards" / "lengths").exists()  # nothing counted again
+    assert second["records_in"] == first["records_in"] and second["settings"]["ctx"] == 1024
+    assert verify_pack(tmp_path / "b").ok
+
+
+def test_user_errors(tmp_path) -> None:
+    with pytest.raises(UserError, match="processor"):
+        pack([tmp_path / "x.jsonl"], out=tmp_path / "o", ctx=10)
+    with pytest.raises(UserError, match="ctx"):
+        pack([], out=tmp_path / "o", ctx=0, lengths=tmp_path / "l.parquet", plan_only=True)
+    with pytest.raises(UserError, match="no such file"):
+        pack([], out=tmp_path / "o", ctx=10, lengths=tmp_path / "l.parquet", plan_only=True)

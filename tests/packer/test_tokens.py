@@ -1,0 +1,65 @@
+"""Token counting and encoding against the real processor (built offline)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from packer.tokens import IGNORE_INDEX, TokenCounter
+
+
+@pytest.fixture(scope="module")
+def counter(tiny_processor_dir) -> TokenCounter:
+    return TokenCounter(tiny_processor_dir)
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "<image>\nDescribe the image."},
+     {"role": "assistant", "content": "A tabby cat asleep on a red sofa."}],
+    [{"role": "user", "content": "Compare <image> and <image>. Which is brighter?"},
+     {"role": "assistant", "content": "The second one."},
+     {"role": "user", "content": "为什么？"},
+     {"role": "assistant", "content": "因为它的背景是白色的。"}],
+    [{"role": "system", "content": "You are terse."},
+     {"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}],
+]
+SIZES = [[(90, 60)], [(40, 30), (3000, 120)], []]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_header_count_equals_full_processor(counter: TokenCounter, case: int) -> None:
+    messages, sizes = CONVERSATIONS[case], SIZES[case]
+    images = [Image.new("RGB", size, (i * 40, 100, 200)) for i, size in enumerate(sizes)]
+    exact, grids = counter.count_exact(messages, images)
+    text_len = len(counter.text_ids([counter.render(messages)])[0])
+    header = counter.count(text_len, [counter.image_tokens(h, w) for w, h in sizes])
+    assert header == exact
+    assert grids == [list(counter.image_grid(h, w)) for w, h in sizes]
+    assert counter.render(messages) == counter.render_reference(messages)
+
+
+def test_encode_labels_only_assistant_turns(counter: TokenCounter) -> None:
+    messages = CONVERSATIONS[1]
+    image_tokens = [counter.image_tokens(30, 40), counter.image_tokens(120, 3000)]
+    ids, labels = counter.encode(messages, image_tokens)
+    exact, _ = counter.count_exact(messages, [Image.new("RGB", (40, 30)), Image.new("RGB", (3000, 120))])
+    assert len(ids) == len(labels) == exact
+    trained = counter.tokenizer.decode([t for t, l in zip(ids, labels) if l != IGNORE_INDEX])
+    assert "The second one." in trained and "因为它的背景是白色的。" in trained
+    assert "Which is brighter" not in trained and "为什么" not in trained and "system" not in trained
+    pad = counter.image_token_id
+    assert sum(t == pad for t in ids) == sum(image_tokens)
+    assert all(l == IGNORE_INDEX for t, l in zip(ids, labels) if t == pad)
+
+
+def test_fingerprint_tracks_pixel_bounds(tiny_processor_dir) -> None:
+    a = TokenCounter(tiny_processor_dir)
+    b = TokenCounter(tiny_processor_dir, max_pixels=28 * 28 * 64)
+    assert a.fingerprint != b.fingerprint
+    assert b.image_tokens(2000, 2000) <= 64 < a.image_tokens(2000, 2000)
+
+
+def test_extreme_aspect_ratio_is_reported(counter: TokenCounter) -> None:
+    with pytest.raises(ValueError):
+        counter.image_grid(10, 5000)
