@@ -199,3 +199,4 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
                               exclude=[Path(p) for p in exclude], max_chars=max_chars, max_words=max_words,
                               keep_single_han=not drop_single_han)
     click.echo(summarize(result))
+

@@ -7,6 +7,7 @@
   system and user turns, template tokens and image tokens);
 * ``position_ids``: restarting at 0 at every sample boundary; shape (3, L) with
   the multimodal rotary ids for the Qwen2-VL family, else (L,);
+* ``mm_token_type_ids`` (L,): 1 on image tokens, for processors that return it (Qwen2-VL in transformers 5);
 * ``cu_seqlens`` (int32, samples + 1) and ``max_seqlen``: the sample boundaries
   for varlen attention (e.g. ``flash_attn_varlen_func``);
 * ``pixel_values`` and ``image_grid_thw`` for all images in order (absent when
@@ -104,6 +105,9 @@ class PackedSequenceBuilder:
             "ids": list(meta["ids"]),
             "sources": list(meta["sources"]),
         }
+        if self.counter.image_token_id is not None and "mm_token_type_ids" in getattr(
+                self.counter.processor, "model_input_names", []):
+            out["mm_token_type_ids"] = (out["input_ids"] == self.counter.image_token_id).to(torch.int32)
         if out["input_ids"].numel() != int(cu[-1]):
             raise ProcessorDrift(f"sequence {meta.get('key')}: cu_seqlens ends at {int(cu[-1])}, "
                                  f"tokens rebuilt {out['input_ids'].numel()}")
@@ -172,6 +176,24 @@ class PackedDataset(torch.utils.data.IterableDataset):
             yield self._builder.build(meta, images)
 
 
+def block_causal_mask(cu_seqlens: torch.Tensor, *, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """A (1, 1, L, L) attention mask restricting each token to earlier tokens of its own sample.
+
+    For attention implementations without a varlen kernel (e.g. PyTorch SDPA on
+    the CPU): ``True`` (or 0.0 for float dtypes) where attention is allowed,
+    ``False`` (or the dtype's minimum) elsewhere. Equivalent to varlen attention
+    with ``cu_seqlens``.
+    """
+    total = int(cu_seqlens[-1])
+    segment = torch.repeat_interleave(torch.arange(cu_seqlens.numel() - 1), torch.diff(cu_seqlens.long()))
+    same = segment[:, None] == segment[None, :]
+    causal = torch.ones(total, total, dtype=torch.bool).tril()
+    allowed = (same & causal)[None, None]
+    if dtype == torch.bool:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
 def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Concatenate packed sequences into one varlen batch (cu_seqlens shifted, images concatenated)."""
     cu = [torch.zeros(1, dtype=torch.int32)]
@@ -182,6 +204,8 @@ def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "input_ids": torch.cat([b["input_ids"] for b in batch]),
         "labels": torch.cat([b["labels"] for b in batch]),
+        **({"mm_token_type_ids": torch.cat([b["mm_token_type_ids"] for b in batch])}
+           if all("mm_token_type_ids" in b for b in batch) else {}),
         "position_ids": torch.cat([b["position_ids"] for b in batch], dim=-1),
         "cu_seqlens": torch.cat(cu).to(torch.int32),
         "max_seqlen": max(b["max_seqlen"] for b in batch),

@@ -100,7 +100,7 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
         stats.seen(src, n)
     keep = _dedupe(ids)
     for i in np.flatnonzero(~keep).tolist():
-        stats.drop(ids[i], sources[i], "duplicate_id", "id already seen earlier in the input")
+        stats.error(ids[i], sources[i], "duplicate_id", "id already seen earlier in the input")
     candidates = np.flatnonzero(keep)
     plan = plan_bins(tokens[candidates], ctx, seed=seed, workers=workers)
     for i in candidates[plan.too_long].tolist():
@@ -186,6 +186,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
             console.print(f"reusing token lengths counted in {counted}")
             table, store_dir, _ = _load_lengths(counted / "lengths.parquet", need_store=not plan_only)
             total = _stats_of(counted)
+            write_parquet(out / "lengths.parquet", table)
         else:
             total = run_stage(task, shards, out, executor=executor, seed=seed, desc="count tokens",
                               settings={**settings, "verify_fraction": verify_fraction})
