@@ -93,46 +93,111 @@ def _open(data: bytes, max_pixels: int, label: str) -> Image.Image:
     return img
 
 
-def _orientation(img: Image.Image) -> int:
+def _orientation(img: Image.Image, fh: io.BufferedIOBase | None = None) -> int:
+    """EXIF orientation (1..8) without decoding pixels; 1 when absent or malformed."""
     try:
-        value = img.getexif().get(_EXIF_ORIENTATION, 1)
-        return int(value) if int(value) in range(1, 9) else 1
+        if img.format == "PNG" and fh is not None:
+            exif = Image.Exif()
+            raw = img.info.get("exif") or _png_exif_chunk(fh)
+            if not raw:
+                return 1
+            exif.load(raw)
+        else:
+            exif = img.getexif()
+        value = int(exif.get(_EXIF_ORIENTATION, 1))
+        return value if value in range(1, 9) else 1
     except Exception:  # malformed EXIF is not fatal: treat as upright
         return 1
 
 
-def _looks_complete(data: bytes, fmt: str) -> bool:
-    """Cheap tail check for the end markers of JPEG and PNG (truncated downloads)."""
+def _png_exif_chunk(fh: io.BufferedIOBase) -> bytes | None:
+    """The payload of a PNG's eXIf chunk, found by walking chunk headers (pixel data is skipped, not read).
+
+    Pillow's own ``getexif`` on a PNG decodes the whole image to reach chunks
+    after the pixel data; this reads 8 bytes per chunk instead.
+    """
+    fh.seek(8)
+    for _ in range(100_000):
+        header = fh.read(8)
+        if len(header) < 8:
+            return None
+        length = int.from_bytes(header[:4], "big")
+        kind = header[4:8]
+        if kind == b"eXIf":
+            return fh.read(length)
+        if kind == b"IEND":
+            return None
+        fh.seek(length + 4, io.SEEK_CUR)
+    return None
+
+
+def _looks_complete(fmt: str, head: bytes, tail: bytes, size: int) -> bool:
+    """Cheap end-marker checks for JPEG, PNG, GIF and WEBP (truncated downloads)."""
     if fmt == "JPEG":
-        tail = data[-65536:]
         return b"\xff\xd9" in tail
     if fmt == "PNG":
-        return b"IEND" in data[-4096:]
+        return b"IEND" in tail[-4096:]
     if fmt == "GIF":
-        return data.rstrip(b"\x00").endswith(b";")
-    if fmt == "WEBP" and data[:4] == b"RIFF":
-        return len(data) >= int.from_bytes(data[4:8], "little") + 8
+        return tail.rstrip(b"\x00").endswith(b";")
+    if fmt == "WEBP" and head[:4] == b"RIFF":
+        return size >= int.from_bytes(head[4:8], "little") + 8
     return True
 
 
 def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str | None = None) -> ImageInfo:
     """Read an image's header (never its pixels) and return its displayed size.
 
+    For a path only the header and the last 64 KiB (end-marker check) are read,
+    so the cost does not grow with the file size.
+
     Raises:
         ImageError: missing, empty, not an image, truncated (end marker absent),
             or a decompression bomb.
     """
     label = label or (str(src) if not isinstance(src, bytes) else "<bytes>")
-    data = read_bytes(src)
-    img = _open(data, max_pixels, label)
-    fmt = img.format or "unknown"
-    if not _looks_complete(data, fmt):
-        raise ImageError("truncated", f"{label}: {fmt} end marker missing")
-    orientation = _orientation(img)
+    if isinstance(src, bytes):
+        return _probe_file(io.BytesIO(src), len(src), max_pixels, label)
+    try:
+        with open(src, "rb") as fh:
+            return _probe_file(fh, os.fstat(fh.fileno()).st_size, max_pixels, label)
+    except FileNotFoundError:
+        raise ImageError("missing_image", str(src)) from None
+    except IsADirectoryError:
+        raise ImageError("missing_image", f"{src} is a directory") from None
+    except PermissionError as exc:
+        raise ImageError("unreadable_image", f"{src}: {exc.strerror or exc}") from None
+
+
+def _probe_file(fh: io.BufferedIOBase, size: int, max_pixels: int, label: str) -> ImageInfo:
+    if size == 0:
+        raise ImageError("empty_file", label)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(fh)
+    except Image.DecompressionBombError as exc:
+        raise ImageError("decompression_bomb", f"{label}: {exc}") from None
+    except UnidentifiedImageError:
+        raise ImageError("not_an_image", label) from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise ImageError("unreadable_image", f"{label}: {exc}") from None
     w, h = img.size
+    if w <= 0 or h <= 0:
+        raise ImageError("unreadable_image", f"{label}: size {w}x{h}")
+    if w * h > max_pixels:
+        raise ImageError("decompression_bomb", f"{label}: {w}x{h} pixels exceeds {max_pixels}")
+    fmt = img.format or "unknown"
+    orientation = _orientation(img, fh)
+    mode = img.mode
+    fh.seek(0)
+    head = fh.read(8)
+    fh.seek(max(0, size - (65536 if fmt == "JPEG" else 4096)))
+    tail = fh.read()
+    if not _looks_complete(fmt, head, tail, size):
+        raise ImageError("truncated", f"{label}: {fmt} end marker missing")
     if orientation in _TRANSPOSING:
         w, h = h, w
-    return ImageInfo(width=w, height=h, format=fmt, mode=img.mode, orientation=orientation, nbytes=len(data))
+    return ImageInfo(width=w, height=h, format=fmt, mode=mode, orientation=orientation, nbytes=size)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
