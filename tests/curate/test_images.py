@@ -96,3 +96,13 @@ def test_cmyk_sixteen_bit_and_alpha_decode_to_rgb(tmp_path: Path, photo: Image.I
     rgba = tmp_path / "alpha.png"
     Image.new("RGBA", (8, 8), (255, 0, 0, 0)).save(rgba)
     assert decode(rgba).getpixel((0, 0)) == (255, 255, 255)
+
+
+def test_png_exif_orientation_is_read_from_the_header(tmp_path: Path, photo: Image.Image) -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / "rot.png"
+    photo.save(path, exif=exif.tobytes())
+    info = probe(path)
+    assert (info.width, info.height, info.orientation) == (60, 90, 6)
+    assert decode(path).size == (60, 90)
