@@ -119,14 +119,14 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
                                                   "id": pa.array([ids[i] for i in members.tolist()], pa.string()),
                                                   "tokens": pa.array(tokens[members], pa.int32())}))
     reduction = padding_reduction(tokens[candidates], plan, batch_size=8, seed=seed)
-    packable = tokens[candidates][plan.bin_of >= 0] if plan.bins else np.zeros(0, np.int64)
+    counted = tokens[candidates]  # every counted sample, the too long ones included (for the plot)
     return {
         "bins": plan.bins, "lower_bound_bins": plan.lower_bound_bins,
         "bins_over_lower_bound": plan.bins / plan.lower_bound_bins if plan.lower_bound_bins else 1.0,
         "fill_ratio": plan.fill_ratio, "packed_tokens": plan.packed_tokens,
         "padding_reduction": None if math.isinf(reduction) else reduction,
         "padding_tokens_packed": plan.padding_tokens,
-        "_bin_tokens": plan.bin_tokens, "_lengths": packable,
+        "_bin_tokens": plan.bin_tokens, "_lengths": counted,
     }
 
 
@@ -214,7 +214,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
         timings["write"] = time.perf_counter() - t0
 
     total.check()
-    bin_tokens, packed_lengths = plan_stats.pop("_bin_tokens"), plan_stats.pop("_lengths")
+    bin_tokens, counted_lengths = plan_stats.pop("_bin_tokens"), plan_stats.pop("_lengths")
     counts = total.to_dict()
     result: dict[str, Any] = {
         **run_header("pack", seed=seed, settings={"ctx": ctx, "processor": fingerprint, "processor_path": processor,
@@ -231,7 +231,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
     }
     write_parquet(out / "rejects.parquet", total.rejects_table())
     if plot:
-        plot_packing(out / "packing.png", packed_lengths, bin_tokens, ctx,
+        plot_packing(out / "packing.png", counted_lengths, bin_tokens, ctx,
                      title=f"{counts['records_out']:,} samples → {plan_stats['bins']:,} sequences of ≤{ctx} tokens")
     write_json(out / "stats.json", result)
     return result
