@@ -306,8 +306,10 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
 
 @cli.command("tag")
 @click.option("--embeddings", required=True, type=click.Path(path_type=str),
-              help="Embeddings folder: curate embed's OUT (or OUT/embeddings), or clip-retrieval's (img_emb/ + metadata/).")
-@click.option("--concepts", required=True, type=click.Path(path_type=str), help="Concept matrix from curate vocab embed.")
+              help="Embeddings folder: curate embed's OUT (or OUT/embeddings), or clip-retrieval's "
+                   "(img_emb/ + metadata/).")
+@click.option("--concepts", required=True, type=click.Path(path_type=str),
+              help="Concept matrix from curate vocab embed.")
 @click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
 @click.option("--index", type=click.Choice(["flat", "ivf"]), default="flat", show_default=True,
@@ -316,7 +318,8 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
 @click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
 @click.option("--recall-sample", type=int, default=1000, show_default=True,
               help="Embeddings (seeded sample) used to measure IVF recall@K.")
-@click.option("--id-column", default=None, help="Id column of clip-retrieval metadata (default: id, key, image_path or url).")
+@click.option("--id-column", default=None,
+              help="Id column of clip-retrieval metadata (default: id, key, image_path or url).")
 @_executor_options
 def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nlist: int, nprobe: int,
             recall_sample: int, id_column: str | None, seed: int, workers: int, executor: str,
@@ -339,7 +342,7 @@ def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nl
             recall_sample=recall_sample, id_column=id_column, executor=_make_executor(executor, workers, ray_address),
             seed=seed)
     console.print(f"[bold]tagged[/bold] {r['records_tagged']:,} records with their top {top_k} of "
-                  f"{r['concepts_embedded']:,} concepts ({r['embedding_files']} {r['layout']} files)")
+                  f"{r['concepts_embedded']:,} concepts ({r['embedding_files']} embedding files, {r['layout']} layout)")
     console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
 
 
@@ -360,7 +363,8 @@ def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nl
 @click.option("--records", multiple=True, type=click.Path(path_type=str),
               help="Input record files/folders; the selected records are written to OUT/records/ in their layout. "
                    "Repeatable.")
-@click.option("--vocab", type=click.Path(path_type=str), default=None, help="Vocabulary, to name top concepts in stats.json.")
+@click.option("--vocab", type=click.Path(path_type=str), default=None,
+              help="Vocabulary, to name the top concepts in stats.json.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draw.")
 def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str, mode: str, t: int, weighting: str,
                  temperature: float, use_k: int | None, records: tuple[str, ...], vocab: str | None,
@@ -394,7 +398,8 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
 
 @cli.command("balance")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--vocab", required=True, type=click.Path(path_type=str), help="Concept vocabulary (e.g. vocab/500k.txt).")
+@click.option("--vocab", required=True, type=click.Path(path_type=str),
+              help="Concept vocabulary (e.g. vocab/500k.txt).")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder (all steps).")
 @_model_options
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Images per forward pass.")
@@ -481,3 +486,60 @@ def energon_prepare_cmd(out: str, split_ratio: str, workers: int) -> None:
     console.print(f"[bold]energon dataset[/bold] {r['path']}: {r['sequences']:,} packed sequences in {r['shards']} "
                   f"shards ({splits})")
     console.print(f"metadata: {r['path']}/.nv-meta/ ({', '.join(r['files'])})")
+
+
+@cli.command("score")
+@click.option("--records", "records", multiple=True, required=True, type=click.Path(path_type=str),
+              help="RL records (JSONL/JSON/Parquet, any layout) holding answer, answer_type, prompt_type. Repeatable.")
+@click.option("--responses", required=True, type=click.Path(path_type=str),
+              help="Responses to score: JSONL or Parquet with id and response (several per id allowed, optional sample).")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@click.option("--progress", type=float, default=None,
+              help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
+@click.option("--shard-size", type=int, default=20_000, show_default=True, help="Responses per shard.")
+@_executor_options
+def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: float | None, shard_size: int,
+              seed: int, workers: int, executor: str, ray_address: str | None) -> None:
+    """Score model responses with the rule-based verifiers (curate.rewards).
+
+    Writes OUT/scores.parquet (id, sample, source, verifier, accuracy, format, reward,
+    error) and OUT/stats.json broken down per source and per verifier. Responses
+    whose id has no record are kept with the error unknown_id.
+
+    \b
+    Example:
+      curate score --records data/sample/rl/prompts.jsonl --responses rollouts.jsonl --out scored/
+    """
+    from curate.progress import console
+    from curate.score import score
+
+    stats = score(list(records), responses, out, progress=progress, seed=seed, shard_size=shard_size,
+                  executor=_make_executor(executor, workers, ray_address))
+    o = stats["overall"]
+    mean = "n/a" if o["mean_reward"] is None else f"{o['mean_reward']:.3f}"
+    console.print(f"scored {stats['scored']:,} of {stats['responses_in']:,} responses; mean reward {mean}; "
+                  f"errored {stats['errored'] or {}}")
+    console.print(f"scores: {out}/scores.parquet   stats: {out}/stats.json")
+
+
+@cli.command("serve-rewards")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 to accept remote trainers).")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--workers", type=int, default=1, show_default=True, help="Server processes.")
+@click.option("--pool-workers", type=int, default=None,
+              help="Verifier worker processes per server process (time-limited verifiers; default: CPUs, at most 4).")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | None, log_level: str) -> None:
+    """Serve the reward verifiers over HTTP for RL trainers.
+
+    \b
+    GET  /health
+    POST /score  {"items": [{"record": {...}, "response": "..."}, ...], "progress": null}
+              -> {"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}
+    A malformed request gets HTTP 422 with a readable message.
+    """
+    from curate.serve_rewards import serve
+
+    click.echo(f"serving rewards on http://{host}:{port} (POST /score, GET /health); Ctrl-C to stop", err=True)
+    serve(host, port, workers=workers, pool_workers=pool_workers, log_level=log_level)

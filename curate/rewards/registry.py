@@ -1,0 +1,405 @@
+"""Routing a record to its verifier, and scoring.
+
+A record in the RL layout carries:
+
+- ``answer``: the gold, a string or a list of acceptable strings (for ``bbox`` /
+  ``detection`` / ``general-code`` also JSON data). ``reward.ground_truth`` is used
+  when ``answer`` is missing.
+- ``answer_type``: one of :data:`ANSWER_TYPES` (the LLaVA-OneVision-1.5-RL names) or a
+  verifier name (``math``, ``choice``, ``detection``, …); case and ``_``/``-`` are ignored.
+- ``prompt_type``: ``normal`` (answer-only, default) or ``think``.
+- optional ``reward`` (V-Triune style): ``{"verifier": name, "parameters": {...},
+  "accuracy_ratio": a, "format_ratio": f}`` (``verifier_parm``/``verifier_params``/``params``
+  and ``accuracy_weight``/``format_weight`` are accepted too). ``reward.verifier`` wins over
+  ``answer_type``.
+- for boxes: ``image_size``, ``resized_size``, ``min_pixels``, ``max_pixels``,
+  ``box_coords``, ``pred_coords`` (see :mod:`curate.rewards.boxes`).
+
+``reward = a * accuracy + f * format`` with defaults ``a = 1``, ``f = 0`` (the anchor's
+reward is the accuracy; the format score is always reported). When ``a + f > 1`` both
+are divided by ``a + f``, so every reward is in [0, 1]; there is no bonus term.
+
+Errors: a record that cannot be scored (no ``answer``, an unknown ``answer_type`` or
+verifier, a malformed gold or ``reward`` object) raises :class:`RecordError`
+(:class:`UnknownAnswerType` for unknown types), a :class:`curate.errors.UserError`,
+so that callers report it per record. A *response* never raises: verifier errors and
+timeouts give accuracy 0 and reward 0 with ``error`` set (``timeout``,
+``verifier_error:<ExceptionName>``, ``verifier_crashed``, ``response_too_large``, …).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from curate.rewards import (
+    bbox,
+    boolean,
+    choice,
+    code,
+    critic,
+    detection,
+    html,
+    number,
+    ocr,
+    string,
+    svg,
+)
+from curate.rewards import math as math_verifier
+from curate.rewards.format import PROMPT_TYPES, format_score
+from curate.rewards.limits import Outcome, ResultCache, Task, get_pool
+from curate.rewards.result import (
+    where,
+    Context,
+    Deferred,
+    RecordError,
+    RewardResult,
+    UnknownAnswerType,
+    VerifierFailure,
+    clamp01,
+)
+
+MAX_RESPONSE_CHARS = 4_000_000
+INLINE_LIMIT = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verifier:
+    """A named verifier: ``fn(response, golds, params, ctx) -> float | Deferred``.
+
+    ``limit`` is the time limit in seconds of one call (for isolated work the default,
+    overridable by ``parameters.time_limit``; for the code verifier its wall limit plus
+    start-up; for inline verifiers the bound the fuzz test enforces).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    limit: float
+    isolated: bool = False
+    structured_gold: bool = False
+    self_limited: bool = False
+
+    def __call__(self, record: Mapping[str, Any], response: str, *, progress: float | None = None) -> RewardResult:
+        """Score ``response`` against ``record`` with this verifier (ignoring ``answer_type``)."""
+        return score(record, response, progress=progress, verifier=self.name)
+
+
+VERIFIERS: dict[str, Verifier] = {
+    v.name: v
+    for v in (
+        Verifier("math", math_verifier.verify, math_verifier.DEFAULT_TIME_LIMIT, isolated=True),
+        Verifier("choice", choice.verify, INLINE_LIMIT),
+        Verifier("number", number.verify, INLINE_LIMIT),
+        Verifier("boolean", boolean.verify, INLINE_LIMIT),
+        Verifier("ocr", ocr.verify, INLINE_LIMIT),
+        Verifier("string", string.verify, INLINE_LIMIT),
+        Verifier("critic", critic.verify, INLINE_LIMIT),
+        Verifier("bbox", bbox.verify, INLINE_LIMIT, structured_gold=True),
+        Verifier("detection", detection.verify, detection.DEFAULT_TIME_LIMIT, isolated=True, structured_gold=True),
+        Verifier("html", html.verify, INLINE_LIMIT),
+        Verifier("svg", svg.verify, svg.DEFAULT_TIME_LIMIT, isolated=True),
+        Verifier("code", code.verify, 15.0, structured_gold=True, self_limited=True),
+    )
+}
+"""Verifier name -> :class:`Verifier` (callable as ``VERIFIERS[name](record, response)``)."""
+
+ANSWER_TYPES: dict[str, str] = {
+    "number": "number",
+    "math-expressions": "math",
+    "html-code": "html",
+    "svg-code": "svg",
+    "boolean": "boolean",
+    "multiple-choice": "choice",
+    "ocrtext": "ocr",
+    "general-code": "code",
+    "bbox": "bbox",
+    "critic": "critic",
+    "any": "string",
+}
+"""LLaVA-OneVision-1.5-RL answer types -> verifier names."""
+
+ALIASES: dict[str, str] = {
+    **{name: name for name in VERIFIERS},
+    "mathverify": "math", "math-verify": "math", "multiple-choice": "choice", "mcq": "choice",
+    "yes-no": "boolean", "bool": "boolean", "iou": "bbox", "grounding": "bbox", "od": "detection",
+    "odlength": "detection", "exact": "string", "string-match": "string", "string-matching": "string",
+    "general-code": "code", "python": "code",
+}
+
+_stats_lock = threading.Lock()
+_stats: Counter = Counter()
+_cache = ResultCache()
+
+
+def answer_types() -> list[str]:
+    """Every accepted ``answer_type``: the LLaVA-OneVision-1.5-RL names, then the extra ones."""
+    extra = sorted(set(ALIASES) - set(ANSWER_TYPES))
+    return list(ANSWER_TYPES) + extra
+
+
+def _key(name: Any) -> str:
+    return str(name).strip().lower().replace("_", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How one record is scored (resolved once per record)."""
+
+    verifier: Verifier
+    golds: list[Any]
+    params: Mapping[str, Any]
+    prompt_type: str
+    accuracy_weight: float
+    format_weight: float
+
+
+def _weights(reward: Mapping[str, Any], rid: Any) -> tuple[float, float]:
+    def get(*names: str, default: float) -> float:
+        for n in names:
+            if reward.get(n) is not None:
+                try:
+                    v = float(reward[n])
+                except (TypeError, ValueError):
+                    raise RecordError(f"{where(rid)}: reward.{n} must be a number, got {reward[n]!r}") from None
+                if not v >= 0:
+                    raise RecordError(f"{where(rid)}: reward.{n} must be >= 0, got {reward[n]!r}")
+                return v
+        return default
+
+    a = get("accuracy_ratio", "accuracy_weight", default=1.0)
+    f = get("format_ratio", "format_weight", default=0.0)
+    total = a + f
+    if total > 1.0:
+        a, f = a / total, f / total
+    return a, f
+
+
+def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
+    """Resolve the verifier, golds, parameters and weights of ``record``.
+
+    Raises:
+        RecordError: the record cannot be scored (message names the record and the fix).
+        UnknownAnswerType: its ``answer_type`` / ``reward.verifier`` names no verifier.
+    """
+    if not isinstance(record, (dict, Mapping)):
+        raise RecordError(f"a record must be a JSON object, got {type(record).__name__}")
+    rid = record.get("id")
+    reward = record.get("reward") or {}
+    if not isinstance(reward, (dict, Mapping)):
+        raise RecordError(f"{where(rid)}: 'reward' must be an object, got {type(reward).__name__}")
+    name = verifier or reward.get("verifier")
+    if name is not None:
+        resolved = ALIASES.get(_key(name))
+        if resolved is None:
+            raise UnknownAnswerType(
+                f"{where(rid)}: unknown verifier {name!r}; expected one of {', '.join(sorted(VERIFIERS))}")
+    else:
+        at = record.get("answer_type")
+        if at is None:
+            raise UnknownAnswerType(f"{where(rid)}: no 'answer_type' (or reward.verifier); "
+                                    f"expected one of {', '.join(ANSWER_TYPES)}")
+        key = _key(at)
+        resolved = ANSWER_TYPES.get(key) or ALIASES.get(key)
+        if resolved is None:
+            raise UnknownAnswerType(f"{where(rid)}: unknown answer_type {at!r}; "
+                                    f"expected one of {', '.join(ANSWER_TYPES)}")
+    v = VERIFIERS[resolved]
+    gold = record.get("answer")
+    if gold is None:
+        gold = reward.get("ground_truth")
+    if gold is None:
+        raise RecordError(f"{where(rid)}: no 'answer' (gold) to score against")
+    if isinstance(gold, (list, tuple)) and not v.structured_gold:
+        golds = [g if isinstance(g, str) else str(g) for g in gold if g is not None]
+    elif isinstance(gold, (int, float)) and not isinstance(gold, bool):
+        golds = [str(gold)]
+    elif isinstance(gold, str):
+        golds = [gold]
+    elif v.structured_gold:
+        golds = list(gold) if v.name == "bbox" and isinstance(gold, (list, tuple)) and gold and all(
+            isinstance(g, str) for g in gold) else [gold]
+    else:
+        golds = [str(gold)]
+    if not golds:
+        raise RecordError(f"{where(rid)}: 'answer' is empty")
+    params = reward.get("parameters", reward.get("verifier_parm", reward.get("verifier_params", reward.get("params")))) or {}
+    if not isinstance(params, (dict, Mapping)):
+        raise RecordError(f"{where(rid)}: reward.parameters must be an object")
+    prompt_type = _key(record.get("prompt_type") or "normal")
+    if prompt_type not in PROMPT_TYPES:
+        raise RecordError(f"{where(rid)}: prompt_type {record.get('prompt_type')!r} is not 'normal' or 'think'")
+    a, f = _weights(reward, rid)
+    return Plan(v, golds, params, prompt_type, a, f)
+
+
+def _count(verifier: str, error: str | None) -> None:
+    with _stats_lock:
+        _stats[f"calls:{verifier}"] += 1
+        if error:
+            _stats[f"error:{error.split(':')[0] if error.startswith('verifier_error') else error}"] += 1
+
+
+def counters() -> dict[str, int]:
+    """Process-wide counts: ``calls:<verifier>`` and ``error:<reason>``."""
+    with _stats_lock:
+        return dict(_stats)
+
+
+def _finish(p: Plan, accuracy: float | None, fmt: float, error: str | None) -> RewardResult:
+    if error is not None or accuracy is None:
+        result = RewardResult(0.0, fmt, 0.0, error or "verifier_error", p.verifier.name)
+    else:
+        acc = clamp01(accuracy)
+        reward = clamp01(p.accuracy_weight * acc + p.format_weight * fmt)
+        result = RewardResult(acc, fmt, reward, None, p.verifier.name)
+    _count(p.verifier.name, result.error)
+    return result
+
+
+def _inline(p: Plan, response: str, progress: float | None, record: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """Run the inline part; ``(float | Deferred | None, error)``."""
+    if len(response) > MAX_RESPONSE_CHARS:
+        return None, "response_too_large"
+    t0 = time.monotonic()
+    try:
+        out = p.verifier.fn(response, p.golds, p.params, Context(record, progress, p.prompt_type))
+    except RecordError:
+        raise
+    except VerifierFailure as exc:
+        return None, exc.reason
+    except Exception as exc:  # noqa: BLE001 - a response never raises
+        return None, f"verifier_error:{type(exc).__name__}"
+    if not isinstance(out, Deferred) and not p.verifier.self_limited and time.monotonic() - t0 > INLINE_LIMIT:
+        return None, "timeout"
+    return out, None
+
+
+def _coerce(response: Any) -> str:
+    if response is None:
+        return ""
+    if isinstance(response, bytes):
+        return response.decode("utf-8", "replace")
+    if not isinstance(response, str):
+        raise RecordError(f"a response must be a string, got {type(response).__name__}")
+    return response
+
+
+def _post(d: Deferred, outcome: Outcome) -> tuple[float | None, str | None]:
+    if outcome.error == "record_error":
+        raise RecordError(outcome.message or "record error in a worker")
+    if outcome.error is not None:
+        return None, outcome.error
+    value = outcome.value
+    if d.post is not None:
+        try:
+            value = d.post(value)
+        except RecordError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            return None, f"verifier_error:{type(exc).__name__}"
+    return value, None
+
+
+def score(record: Mapping[str, Any], response: str, *, progress: float | None = None,
+          verifier: str | None = None) -> RewardResult:
+    """Score one response against one record.
+
+    Args:
+        record: An RL record (see the module docstring for the fields used).
+        response: The model's answer (``None`` counts as empty).
+        progress: Training progress in [0, 1] for the dynamic IoU threshold, or ``None``.
+        verifier: Force a verifier by name, ignoring ``answer_type`` and ``reward.verifier``.
+
+    Returns:
+        A :class:`RewardResult`; verifier errors and timeouts are results, never exceptions.
+
+    Raises:
+        RecordError: the record itself cannot be scored (including :class:`UnknownAnswerType`).
+    """
+    return score_many([(record, response)], progress=progress, verifier=verifier)[0]
+
+
+def score_many(items: Sequence[tuple[Mapping[str, Any], str]], *, progress: float | None = None,
+               verifier: str | None = None, on_record_error: str = "raise") -> list[RewardResult]:
+    """Score many ``(record, response)`` pairs; results in the same order.
+
+    Inline verifiers run in the caller; isolated work is deduplicated, looked up in a
+    result cache, and sent to the worker pool in one batch spread over its workers, so
+    scoring the 16 samples of a prompt costs one round trip.
+
+    Args:
+        items: ``(record, response)`` pairs.
+        progress: Training progress for the dynamic IoU threshold (all items).
+        verifier: Force a verifier by name for every item.
+        on_record_error: ``"raise"`` (default) raises the first :class:`RecordError`;
+            ``"result"`` returns a zero result with ``error="record_error: <message>"``.
+    """
+    if on_record_error not in ("raise", "result"):
+        raise ValueError("on_record_error must be 'raise' or 'result'")
+    if progress is not None and not 0.0 <= float(progress) <= 1.0:
+        raise ValueError(f"progress must be a training fraction in [0, 1], got {progress!r}")
+    results: list[RewardResult | None] = [None] * len(items)
+    deferred: list[tuple[int, Plan, float, Deferred]] = []
+    plans: dict[int, Plan] = {}
+    for i, (record, response) in enumerate(items):
+        try:
+            p = plans.get(id(record))
+            if p is None:
+                p = plan(record, verifier)
+                plans[id(record)] = p
+            text = _coerce(response)
+            fmt = format_score(text, p.prompt_type) if len(text) <= MAX_RESPONSE_CHARS else 0.0
+            out, error = _inline(p, text, progress, record)
+        except RecordError as exc:
+            if on_record_error == "raise":
+                raise
+            results[i] = RewardResult(0.0, 0.0, 0.0, f"record_error: {exc}", "")
+            continue
+        if isinstance(out, Deferred):
+            deferred.append((i, p, fmt, out))
+        else:
+            results[i] = _finish(p, out, fmt, error)
+    if deferred:
+        _run_deferred(deferred, results, on_record_error)
+    return results  # type: ignore[return-value] - every slot is filled above
+
+
+def _run_deferred(deferred: list[tuple[int, Plan, float, Deferred]], results: list, on_record_error: str) -> None:
+    tasks: list[Task] = []
+    index: dict[Any, int] = {}
+    slots: list[int | Outcome] = []
+    for _, _, _, d in deferred:
+        task = Task(d.task, d.args, d.limit)
+        key = _cache.key(task)
+        cached = _cache.get(key)
+        if cached is not None:
+            slots.append(Outcome(cached))
+            continue
+        if key is not None and key in index:
+            slots.append(index[key])
+            continue
+        if key is not None:
+            index[key] = len(tasks)
+        slots.append(len(tasks))
+        tasks.append(task)
+    try:
+        outcomes = get_pool().run(tasks) if tasks else []
+    except Exception as exc:  # noqa: BLE001 - the pool itself failed (cannot start, closed): a reason, not a crash
+        outcomes = [Outcome(None, f"verifier_unavailable:{type(exc).__name__}") for _ in tasks]
+    for task, outcome in zip(tasks, outcomes):
+        if outcome.error is None and outcome.value is not None:
+            _cache.put(_cache.key(task), outcome.value)
+    for (i, p, fmt, d), slot in zip(deferred, slots):
+        outcome = slot if isinstance(slot, Outcome) else outcomes[slot]
+        try:
+            value, error = _post(d, outcome)
+        except RecordError as exc:
+            if on_record_error == "raise":
+                raise
+            results[i] = RewardResult(0.0, 0.0, 0.0, f"record_error: {exc}", p.verifier.name)
+            continue
+        results[i] = _finish(p, value, fmt, error)
