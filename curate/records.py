@@ -337,11 +337,17 @@ def iter_rows(part: Part) -> Iterator[tuple[int, Any, str | None]]:
         yield from _rows_parquet(part)
 
 
-def read_part(part: Part) -> Iterator[Record | BadRecord]:
+def read_part(part: Part, *, with_raw: bool = False) -> Iterator[Any]:
     """Yield canonical records (or :class:`BadRecord`) for the rows of a part, in file order.
 
-    Blank JSONL lines are not records and are skipped.
+    Blank JSONL lines are not records and are skipped. With ``with_raw`` yield
+    ``(raw row, record or BadRecord)`` pairs (the raw row is None for unparsable lines).
     """
+    for raw, rec in _read_part(part):
+        yield (raw, rec) if with_raw else rec
+
+
+def _read_part(part: Part) -> Iterator[tuple[Any, Record | BadRecord]]:
     path = Path(part.path)
     stem = path.stem
     for row, raw, problem in iter_rows(part):
@@ -350,16 +356,16 @@ def read_part(part: Part) -> Iterator[Record | BadRecord]:
             continue
         if problem is not None:
             reason, _, detail = problem.partition(":")
-            yield BadRecord(fallback_id, stem, reason, f"{path.name} line {row + 1}: {detail}")
+            yield None, BadRecord(fallback_id, stem, reason, f"{path.name} line {row + 1}: {detail}")
             continue
         try:
-            yield to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=stem)
+            yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=stem)
         except RecordInvalid as exc:
             rid = raw.get("id") if isinstance(raw, dict) else None
             src = raw.get("source") if isinstance(raw, dict) else None
             where = f"{path.name} line {row + 1}" if part.format == "jsonl" else f"{path.name} row {row}"
-            yield BadRecord(str(rid) if rid not in (None, "") else fallback_id,
-                            str(src) if isinstance(src, str) and src else stem, exc.reason, f"{where}: {exc.detail}")
+            yield raw, BadRecord(str(rid) if rid not in (None, "") else fallback_id,
+                                 str(src) if isinstance(src, str) and src else stem, exc.reason, f"{where}: {exc.detail}")
 
 
 def read_records(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[Record | BadRecord]:

@@ -63,10 +63,14 @@ class Shard:
     def __len__(self) -> int:
         return self.size if self.size >= 0 else sum(len(p) for p in self.parts)
 
-    def read(self):  # noqa: ANN201 - generator of Record | BadRecord
-        """Yield the shard's canonical records (or BadRecord rows) in input order."""
+    def read(self, *, with_raw: bool = False):  # noqa: ANN201 - generator of Record | BadRecord
+        """Yield the shard's canonical records (or BadRecord rows) in input order.
+
+        With ``with_raw`` yield ``(raw row, record or BadRecord)`` pairs, for stages
+        that write records back in the input's layout.
+        """
         for part in self.parts:
-            yield from read_part(part)
+            yield from read_part(part, with_raw=with_raw)
 
 
 def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE) -> list[Shard]:
@@ -113,6 +117,16 @@ class ShardContext:
 
     seed: int
     progress: Callable[[int], None] = field(default=lambda n: None)
+    #: The run's output folder, for tasks that keep a journal there (e.g. answers as they arrive).
+    out: Path | None = None
+
+    def journal(self, stage: str, shard: Shard) -> Path:
+        """A per-shard file under ``OUT/_journal/<stage>/`` that survives a killed run."""
+        if self.out is None:
+            raise RuntimeError("no output folder in this context")
+        path = self.out / "_journal" / stage / f"{shard.id}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
 
     def rng(self, shard: Shard | int, *salt: int) -> np.random.Generator:
         """A generator seeded by (seed, shard index, *salt): independent of workers and order."""
@@ -168,7 +182,7 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
     work = out / TMP_DIR / task.stage / f"{shard.id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True, exist_ok=False)
     try:
-        stats = task.run(shard, work, ShardContext(seed=seed, progress=progress or (lambda n: None)))
+        stats = task.run(shard, work, ShardContext(seed=seed, progress=progress or (lambda n: None), out=out))
         stats.check()
         write_parquet(work / _rejects_rel(task.stage, shard.id), stats.rejects_table())
         files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())

@@ -313,13 +313,27 @@ class WorkerPool:
         threading.Thread(target=refill, name="curate-reward-refill", daemon=True).start()
 
     def warm_up(self, wait: bool = False) -> None:
-        """Start every worker now (in the background unless ``wait``)."""
+        """Start the workers not started yet (in the background unless ``wait``).
+
+        Only never-started workers are spawned, and none is taken from the idle
+        list, so concurrent warm-ups and scoring calls never wait on each other;
+        a second warm-up has nothing to do.
+        """
 
         def start() -> None:
+            with self._cond:
+                if self._closed:
+                    return
+                fresh = self.size - self._started
+                self._started += fresh
+            workers: list[_Worker] = []
             try:
-                workers = [self._acquire(1)[0] for _ in range(self.size)]
-            except (RuntimeError, OSError):  # the pool or its factory closed meanwhile (e.g. at exit)
-                return
+                for _ in range(fresh):
+                    workers.append(self._spawn())
+            except (RuntimeError, OSError):  # the factory closed meanwhile (e.g. at exit): give the slots back
+                with self._cond:
+                    self._started -= fresh - len(workers)
+                    self._cond.notify_all()
             try:
                 for w in workers:
                     if not w.ready and w.conn.poll(START_TIMEOUT):
