@@ -46,21 +46,40 @@ def main(argv: list[str] | None = None) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _store_meta(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    ctx.meta[f"curate.{param.name}"] = value
+    return value
+
+
 def _executor_options(fn):  # noqa: ANN001, ANN202 - click decorator
-    """Flags shared by every sharded verb: executor, workers, Ray address, seed."""
+    """Flags shared by every sharded verb: executor, workers, Ray address and resources, seed."""
+    fn = click.option("--cpus-per-actor", type=float, default=None, expose_value=False, callback=_store_meta,
+                      help="With --executor ray: CPUs reserved per actor (default 1; more lets a CPU model use threads).")(fn)
+    fn = click.option("--num-gpus", type=float, default=0.0, expose_value=False, callback=_store_meta,
+                      help="With --executor ray: GPUs per actor for model-holding stages (e.g. 1, or 0.5 to share).")(fn)
     fn = click.option("--ray-address", default=None, metavar="ADDR",
-                      help="Ray cluster address for --executor ray (default: start a local cluster, or RAY_ADDRESS).")(fn)
+                      help="Ray cluster address for --executor ray (default: RAY_ADDRESS, else a local cluster).")(fn)
     fn = click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
                       help="Where shards run: this machine, or a Ray cluster.")(fn)
     fn = click.option("--workers", type=int, default=1, show_default=True,
-                      help="Worker processes (local) or actors (ray) running shards in parallel.")(fn)
+                      help="Worker processes (local) or actors (ray; default there: as many as the cluster holds).")(fn)
     fn = click.option("--seed", type=int, default=0, show_default=True,
                       help="Seed of every random choice; the same seed gives the same outputs.")(fn)
     return fn
 
 
 def _make_executor(executor: str, workers: int, ray_address: str | None, **kw):  # noqa: ANN003, ANN202
+    """The executor of a verb's flags (Ray resources come from --num-gpus / --cpus-per-actor)."""
     from curate.executors import get_executor
+
+    ctx = click.get_current_context(silent=True)
+    if executor == "ray" and ctx is not None:
+        kw.setdefault("num_gpus", ctx.meta.get("curate.num_gpus") or 0.0)
+        if ctx.meta.get("curate.cpus_per_actor") is not None:
+            kw.setdefault("num_cpus", ctx.meta["curate.cpus_per_actor"])
+        if ctx.get_parameter_source("workers") == click.core.ParameterSource.DEFAULT:
+            kw.setdefault("concurrency", None)  # fill the cluster unless --workers was given
+            return get_executor(executor, workers=0, ray_address=ray_address, **kw)
     return get_executor(executor, workers=workers, ray_address=ray_address, **kw)
 
 
@@ -81,11 +100,14 @@ def _make_executor(executor: str, workers: int, ray_address: str | None, **kw): 
 @click.option("--sequences-per-shard", type=int, default=256, show_default=True,
               help="Packed sequences per output tar.")
 @click.option("--trust-remote-code", is_flag=True, help="Allow processors that ship their own code.")
+@click.option("--energon", "energon_split", default=None, metavar="TRAIN,VAL,TEST",
+              help="Also make OUT a Megatron-Energon dataset with this split of the shards, e.g. 1,0,0 "
+                   "(see curate energon-prepare).")
 @_executor_options
 def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str, min_pixels: int | None,
              max_pixels: int | None, verify_fraction: float, exact: bool, lengths: str | None, plan_only: bool,
-             shard_size: int, sequences_per_shard: int, trust_remote_code: bool, seed: int, workers: int,
-             executor: str, ray_address: str | None) -> None:
+             shard_size: int, sequences_per_shard: int, trust_remote_code: bool, energon_split: str | None,
+             seed: int, workers: int, executor: str, ray_address: str | None) -> None:
     """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
 
     Token counts are exact for the given processor (image tokens from image
@@ -105,6 +127,11 @@ def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str,
                  verify_fraction=verify_fraction, exact=exact, lengths=lengths, plan_only=plan_only,
                  executor=_make_executor(executor, workers, ray_address), trust_remote_code=trust_remote_code)
     _summary_pack(stats, out)
+    if energon_split and not plan_only:
+        from packer.energon import prepare_energon
+
+        prepare_energon(out, split_ratio=energon_split, workers=workers)
+        click.echo(f"energon dataset: {out} (.nv-meta/, split {energon_split}); check with: energon lint {out}", err=True)
 
 
 def _summary_pack(stats: dict, out: str) -> None:

@@ -33,8 +33,8 @@ class Executor(ABC):
 
 
 def get_executor(name: str = "local", *, workers: int = 1, ray_address: str | None = None,
-                 num_gpus: float = 0.0, concurrency: int | None = None) -> Executor:
-    """Build an executor from CLI flags."""
+                 num_gpus: float = 0.0, concurrency: int | None = None, num_cpus: float | None = None) -> Executor:
+    """Build an executor from CLI flags (``workers=0`` on Ray: as many actors as the cluster holds)."""
     if name == "local":
         from curate.executors.local import LocalExecutor
         return LocalExecutor(workers=workers)
@@ -43,7 +43,8 @@ def get_executor(name: str = "local", *, workers: int = 1, ray_address: str | No
             from curate.executors.ray import RayExecutor
         except ImportError as exc:
             raise UserError(f"--executor ray needs Ray: pip install 'curate[ray]' ({exc})") from None
-        return RayExecutor(address=ray_address, num_gpus=num_gpus, concurrency=concurrency or workers)
+        return RayExecutor(address=ray_address, num_gpus=num_gpus, concurrency=concurrency or workers or None,
+                           num_cpus=num_cpus)
     raise UserError(f"unknown executor {name!r}; use local or ray")
 
 
