@@ -139,3 +139,21 @@ def test_transformers_backend_end_to_end(tiny_vlm_dir, sample_data, tmp_path) ->
               sampling={"max_new_tokens": 8}, band=(-1.0, 2.0))
     assert (tmp_path / "o" / "rollouts.parquet").read_bytes() == first
     assert sum(len(p.read_text().splitlines()) for p in journal) == len(chosen)  # nothing regenerated
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_endpoint_backend_against_transformers_serve(tiny_vlm_server, sample_data, tmp_path) -> None:
+    """rl-filter through a real OpenAI-compatible server (transformers serve) of the tiny model."""
+    prompts = [json.loads(l) for l in (sample_data / "rl" / "prompts.jsonl").read_text().splitlines()][::24]
+    src = tmp_path / "p.jsonl"
+    src.write_text("".join(json.dumps({**{k: v for k, v in p.items() if k != "image"},
+                                       "images": [str(sample_data / "rl" / i) for i in (p.get("images") or [p["image"]])]})
+                           + "\n" for p in prompts))
+    stats = rl_filter([str(src)], tmp_path / "o", backend={"endpoint": tiny_vlm_server.url,
+                                                           "served_model": tiny_vlm_server.model, "concurrency": 2},
+                      n=3, sampling={"max_new_tokens": 8}, band=(-1.0, 2.0))
+    rollouts = pq.read_table(tmp_path / "o" / "rollouts.parquet").to_pylist()
+    # the server answers one choice per call: the backend asked again until each prompt had 3
+    assert len(rollouts) == 3 * len(prompts) and stats["errored"] == {}
+    assert stats["kept"] == len(prompts)
