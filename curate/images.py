@@ -75,10 +75,15 @@ def read_bytes(src: ImageSource) -> bytes:
 def _open(data: bytes, max_pixels: int, label: str) -> Image.Image:
     if not data:
         raise ImageError("empty_file", label)
+    return _pil_open(io.BytesIO(data), max_pixels, label)
+
+
+def _pil_open(fh: io.BufferedIOBase, max_pixels: int, label: str) -> Image.Image:
+    """Open lazily (header only), mapping every failure and oversize to an :class:`ImageError`."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
+            img = Image.open(fh)
     except Image.DecompressionBombError as exc:
         raise ImageError("decompression_bomb", f"{label}: {exc}") from None
     except UnidentifiedImageError:
@@ -171,21 +176,8 @@ def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str 
 def _probe_file(fh: io.BufferedIOBase, size: int, max_pixels: int, label: str) -> ImageInfo:
     if size == 0:
         raise ImageError("empty_file", label)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(fh)
-    except Image.DecompressionBombError as exc:
-        raise ImageError("decompression_bomb", f"{label}: {exc}") from None
-    except UnidentifiedImageError:
-        raise ImageError("not_an_image", label) from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise ImageError("unreadable_image", f"{label}: {exc}") from None
+    img = _pil_open(fh, max_pixels, label)
     w, h = img.size
-    if w <= 0 or h <= 0:
-        raise ImageError("unreadable_image", f"{label}: size {w}x{h}")
-    if w * h > max_pixels:
-        raise ImageError("decompression_bomb", f"{label}: {w}x{h} pixels exceeds {max_pixels}")
     fmt = img.format or "unknown"
     orientation = _orientation(img, fh)
     mode = img.mode

@@ -20,7 +20,7 @@ Public API::
 
 See :mod:`curate.rewards.registry` for the record fields and the weighting, each
 verifier module for its rules, :mod:`curate.rewards.limits` for the time limits,
-:mod:`curate.rewards.files` for scoring files (``curate score``) and
+:mod:`curate.score` for scoring files (``curate score``) and
 :mod:`curate.serve_rewards` for the HTTP service (``curate serve-rewards``).
 """
 

@@ -72,3 +72,20 @@ def test_user_errors(sample_data, tmp_path) -> None:
     (tmp_path / "r.csv").write_text("id,response\n")
     with pytest.raises(UserError, match="jsonl or .parquet"):
         score([sample_data / "rl" / "prompts.jsonl"], tmp_path / "r.csv", tmp_path / "o")
+
+
+def test_parquet_responses_and_rows_without_text(tmp_path) -> None:
+    import pyarrow as pa
+
+    records = tmp_path / "rl.jsonl"
+    records.write_text(json.dumps({"id": "a", "problem": "?", "answer": "yes", "answer_type": "boolean"}) + "\n")
+    pq.write_table(pa.table({"id": ["a", "a"], "response": ["<answer>Yes</answer>", "<answer>not sure</answer>"]}),
+                   tmp_path / "r.parquet")
+    score([records], tmp_path / "r.parquet", tmp_path / "out")
+    assert pq.read_table(tmp_path / "out" / "scores.parquet").column("accuracy").to_pylist() == [1.0, 0.0]
+    (tmp_path / "bad.jsonl").write_text('{"id": "a"}\n')
+    stats = score([records], tmp_path / "bad.jsonl", tmp_path / "out2")
+    assert stats["errored"] == {"malformed_response": 1}
+    pq.write_table(pa.table({"id": ["a"]}), tmp_path / "nocol.parquet")
+    with pytest.raises(UserError, match="missing response"):
+        score([records], tmp_path / "nocol.parquet", tmp_path / "out3")
