@@ -342,14 +342,15 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
 @click.option("--index", type=click.Choice(["flat", "ivf"]), default="flat", show_default=True,
               help="flat = exact inner product; ivf = FAISS IVF (prints recall@K against exact search).")
-@click.option("--nlist", type=int, default=1024, show_default=True, help="IVF lists (about √V to 4√V).")
+@click.option("--nlist", type=int, default=None,
+              help="IVF lists (default: 4·√V rounded to a power of 2, e.g. 2,048 for 500K concepts).")
 @click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
 @click.option("--recall-sample", type=int, default=1000, show_default=True,
               help="Embeddings (seeded sample) used to measure IVF recall@K.")
 @click.option("--id-column", default=None,
               help="Id column of clip-retrieval metadata (default: id, key, image_path or url).")
 @_executor_options
-def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nlist: int, nprobe: int,
+def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nlist: int | None, nprobe: int,
             recall_sample: int, id_column: str | None, seed: int, workers: int, executor: str,
             ray_address: str | None) -> None:
     """Tag every embedding with its top-K nearest concepts (FAISS).
@@ -438,7 +439,7 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
               help="Concept embedding cache (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
 @click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
 @click.option("--index", type=click.Choice(["flat", "ivf"]), default="flat", show_default=True, help="FAISS index.")
-@click.option("--nlist", type=int, default=1024, show_default=True, help="IVF lists.")
+@click.option("--nlist", type=int, default=None, help="IVF lists (default: 4·√V rounded to a power of 2).")
 @click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
 @click.option("--target", type=int, default=None, help="Records to draw.")
 @click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (default 0.5).")
@@ -454,7 +455,7 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
 @_executor_options
 def balance_cmd(inputs: tuple[str, ...], vocab: str, out: str, model: str, precision: str, device: str,
                 threads: int | None, batch_size: int, template: str | None, scripts: str, cache_dir: str | None,
-                top_k: int, index: str, nlist: int, nprobe: int, target: int | None, fraction: float | None,
+                top_k: int, index: str, nlist: int | None, nprobe: int, target: int | None, fraction: float | None,
                 mode: str, t: int, weighting: str, temperature: float, use_k: int | None, shard_size: int,
                 no_records: bool, seed: int,
                 workers: int, executor: str, ray_address: str | None) -> None:
@@ -653,3 +654,79 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
     console.print(f"mean reward {fmt(o['mean_reward'])}, pass@1 {fmt(o['mean_pass_at_1'])}, "
                   f"pass@N {fmt(o['mean_pass_at_n'])}, truncation {fmt(o['truncation_rate'])}")
     console.print(f"kept: {out}/kept.jsonl   report: {out}/rl_filter.png   stats: {out}/stats.json")
+
+
+# ---------------------------------------------------------------------------
+# Recaptioning (curate/recaption.py, curate/caption_checks.py)
+# ---------------------------------------------------------------------------
+
+from curate.recaption import DEFAULT_PROMPTS as _RECAPTION_PROMPTS  # noqa: E402
+
+
+@cli.command("recaption")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@backend_options
+@sampling_options(temperature=0.7, top_p=0.9, max_new_tokens=512)
+@click.option("--langs", default=None, metavar="LANGS",
+              help="Caption every image in each of these languages (comma-separated: en, zh).  [default: en,zh]")
+@click.option("--mix", default=None, metavar="LANG=W,...",
+              help="Instead: one caption per image, its language drawn with these weights (seeded, keyed on the "
+                   "record id), e.g. en=0.76,zh=0.24 as LLaVA-OneVision-1.5's 65M/20M split.")
+@click.option("--prompt-en", default=_RECAPTION_PROMPTS["en"], show_default=True, metavar="TEXT",
+              help="English prompt ('<image>\\n' is put in front unless it holds <image>).")
+@click.option("--prompt-zh", default=_RECAPTION_PROMPTS["zh"], show_default=True, metavar="TEXT",
+              help="Chinese prompt ('<image>\\n' is put in front unless it holds <image>).")
+@click.option("--truncated", "truncated_policy", type=click.Choice(["trim", "drop", "keep"]), default="trim",
+              show_default=True,
+              help="Answers that hit --max-new-tokens: cut after the last complete sentence, reject, or keep.")
+@click.option("--shard-size", type=int, default=1000, show_default=True, help="Records per shard.")
+@_executor_options
+def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str | None, prompt_en: str,
+                  prompt_zh: str, truncated_policy: str, shard_size: int, seed: int, workers: int, executor: str,
+                  ray_address: str | None, **flags: object) -> None:
+    """Write new English and Chinese captions for the images of records.
+
+    Each record's first image gets one caption per language (or one language drawn
+    per record with --mix) from --model ckpt/, --endpoint URL or --rollouts FILE
+    (keys <id>#<lang>, retries <id>#<lang>#retry). Every caption is cleaned of chat
+    artefacts (<think> blocks, "Sure! Here is a caption:", Markdown, quotes) and
+    checked: language (Latin words or Han characters >= 70% of its units), empty,
+    garbled, refusal, repetition, too short (< 3 units). A failing caption is asked
+    again once with another seed, then recorded with its reason. Records without
+    an image are dropped (no_image). Answers are journaled as they arrive: a rerun
+    after a crash never asks for them again.
+
+    \b
+    Outputs in OUT: captions.parquet (id, source, lang, image, caption, model, error,
+    detail, attempts, truncated, raw), records.jsonl (one canonical record per kept
+    caption, id <id>#<lang>), rejects.parquet, stats.json (per source and language:
+    images, kept, failures by reason, mean caption length; generation counts).
+
+    \b
+    Examples:
+      curate recaption balanced/records/ --model ckpt/ --langs en,zh --out recaptioned/
+      vllm serve Qwen/Qwen2.5-VL-7B-Instruct --port 8000
+      curate recaption balanced/records/ --endpoint http://127.0.0.1:8000/v1 \\
+          --served-model Qwen/Qwen2.5-VL-7B-Instruct --mix en=0.76,zh=0.24 --concurrency 64 --out recaptioned/
+    """
+    from curate.caption_checks import CaptionRules
+    from curate.progress import console
+    from curate.recaption import recaption
+
+    sampling = sampling_from_flags(flags, seed=seed)
+    stats = recaption(list(inputs), out, backend=backend_kwargs_from_flags(flags), langs=langs, mix=mix,
+                      prompts={"en": prompt_en, "zh": prompt_zh},
+                      sampling={"temperature": sampling.temperature, "top_p": sampling.top_p,
+                                "max_new_tokens": sampling.max_new_tokens},
+                      rules=CaptionRules(truncated=truncated_policy), seed=seed, shard_size=shard_size,
+                      executor=_make_executor(executor, workers, ray_address))
+    c = stats["captions"]
+    console.print(f"captioned {stats['records_out']:,} of {stats['records_in']:,} records: kept {c['kept']:,} of "
+                  f"{c['images']:,} captions ({c['retried']:,} retried); failed {c['failed'] or {}}")
+    for lang, r in stats["per_lang"].items():
+        mean = "n/a" if r["mean_chars"] is None else f"{r['mean_chars']:.0f}"
+        console.print(f"  {lang}: {r['kept']:,} of {r['images']:,} kept, mean {mean} characters")
+    if stats["dropped"] or stats["errored"]:
+        console.print(f"dropped {stats['dropped'] or {}}  errored {stats['errored'] or {}}  → {out}/rejects.parquet")
+    console.print(f"records: {out}/records.jsonl   captions: {out}/captions.parquet   stats: {out}/stats.json")

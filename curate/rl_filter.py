@@ -28,6 +28,8 @@ import pyarrow as pa
 
 from curate.errors import UserError
 from curate.io import write_parquet
+from curate.journal import end_line as _end_line
+from curate.journal import read_journal as _read_journal
 from curate.records import IMAGE_TOKEN, BadRecord
 from curate.shards import Shard, ShardContext, ShardTask
 from curate.stats import StageStats
@@ -210,32 +212,6 @@ class RolloutTask(ShardTask):
         path = work / "records" / f"{shard_id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
-
-
-def _end_line(path: Path) -> None:
-    """Terminate a last line cut short by a kill, so that appends start on a fresh line."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with open(path, "rb+") as fh:
-        fh.seek(-1, os.SEEK_END)
-        if fh.read(1) != b"\n":
-            fh.write(b"\n")
-
-
-def _read_journal(path: Path) -> dict[str, dict[str, Any]]:
-    """Answers already generated for a shard (a torn last line from a kill is ignored)."""
-    done: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(entry, dict) and entry.get("error") is None and "key" in entry:
-                done[entry["key"]] = entry
-    return done
 
 
 def rl_filter(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[str, Any], n: int = 16,
