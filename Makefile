@@ -28,9 +28,22 @@ sample-data: setup
 
 demo: setup
 	$(PY) -m curate.fixtures build-all $(DEMO)/models
-	$(CURATE) pack data/sample/records.jsonl data/sample/llava.jsonl --processor $(DEMO)/models/processor \
-		--ctx 8192 --out $(DEMO)/pack
+	@echo "== curate pack: exact token counts, packed WebDataset shards =="
+	$(CURATE) pack data/sample/records.jsonl data/sample/llava.jsonl data/sample/captions.jsonl \
+		--processor $(DEMO)/models/processor --ctx 8192 --out $(DEMO)/pack
 	$(CURATE) verify $(DEMO)/pack
+	@echo "== curate balance: concept tags and inverse-frequency resampling (tiny random CLIP: tags are not meaningful) =="
+	$(CURATE) balance data/sample/records.jsonl data/sample/llava.jsonl data/sample/captions.jsonl \
+		--vocab vocab/500k.txt --model local-dir:$(DEMO)/models/clip --cache-dir $(DEMO)/cache --out $(DEMO)/balance
+	@echo "== curate recaption: English and Chinese captions (tiny random VLM: most captions fail the checks) =="
+	$(CURATE) recaption $(DEMO)/balance/records --model $(DEMO)/models/vlm --langs en,zh --max-new-tokens 32 \
+		--out $(DEMO)/recaption
+	@echo "== curate rl-filter: pass@N / pass@1 selection (tiny random VLM) =="
+	$(CURATE) rl-filter data/sample/rl/prompts.jsonl --model $(DEMO)/models/vlm --n 4 --max-new-tokens 32 \
+		--out $(DEMO)/rl-filter
+	@echo
+	@echo "demo outputs: $(DEMO)/pack/shards/ and $(DEMO)/pack/packing.png, $(DEMO)/balance/balance.png,"
+	@echo "              $(DEMO)/recaption/captions.parquet, $(DEMO)/rl-filter/rl_filter.png"
 
 bench: setup
 	$(PY) benchmarks/run_all.py
