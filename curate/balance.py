@@ -141,9 +141,10 @@ def summary_lines(result: dict[str, Any], out: str | os.PathLike[str]) -> list[s
     b = result["balance"]
     errs = Counter(result["errored"])
     lines = [
-        f"balanced {result['records_selected']:,} of {result['records_in']:,} records "
-        f"({result['records_embedded']:,} embedded, {result['pool']:,} tagged; "
-        f"{result['copies_total']:,} copies{' with replacement' if result['with_replacement'] else ''})",
+        f"selected {result['records_selected']:,} of {result['records_in']:,} records "
+        f"({result['records_embedded']:,} embedded, {result['pool']:,} tagged"
+        + (f"; drawn with replacement: {result['copies_total']:,} copies in all)" if result["with_replacement"]
+           else "; drawn without replacement)"),
         f"concepts covered {b['concepts_covered_before']:,} → {b['concepts_covered_after']:,}; "
         f"top-1% share {b['head_share_before']:.3f} → {b['head_share_after']:.3f}; "
         f"normalised entropy {b['normalized_entropy_before']:.3f} → {b['normalized_entropy_after']:.3f}",
