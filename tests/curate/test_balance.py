@@ -186,4 +186,4 @@ def test_summary_names_the_plot(tmp_path: Path) -> None:
                           "head_share_after": 0.25, "normalized_entropy_before": 0.3,
                           "normalized_entropy_after": 0.4}}
     lines = summary_lines(result, tmp_path)
-    assert lines[0].startswith("balanced 5 of 9 records") and f"{tmp_path}/balance.png" in lines[-1]
+    assert lines[0].startswith("selected 5 of 9 records") and f"{tmp_path}/balance.png" in lines[-1]
