@@ -78,8 +78,12 @@ def balance(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[
     t1 = time.perf_counter()
     console.print("[bold]2/4[/bold] embed the vocabulary")
     encoder = load_encoder(model, precision=precision, device=device)
+    from curate.executors.local import LocalExecutor
+
+    sharded = executor is not None and not (isinstance(executor, LocalExecutor) and executor.workers == 1)
     concepts = embed_vocab(vocab, out=out / "concepts.npy", template=template, scripts=scripts,
-                           batch_size=text_batch_size, cache_dir=cache_dir, threads=threads, encoder=encoder)
+                           batch_size=text_batch_size, cache_dir=cache_dir, threads=threads, encoder=encoder,
+                           executor=executor if sharded else None)
     if concepts["cached"]:
         console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
     timings["vocab_embed"] = time.perf_counter() - t1

@@ -309,8 +309,10 @@ def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, dev
 @click.option("--batch-size", type=int, default=1024, show_default=True, help="Texts per forward pass.")
 @click.option("--cache-dir", type=click.Path(path_type=str), default=None,
               help="Cache folder (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
+@_executor_options
 def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: str, threads: int | None,
-                    template: str | None, scripts: str, batch_size: int, cache_dir: str | None) -> None:
+                    template: str | None, scripts: str, batch_size: int, cache_dir: str | None, seed: int,
+                    workers: int, executor: str, ray_address: str | None) -> None:
     """Embed a concept vocabulary with the model's text tower (cached, resumable).
 
     The cache key is the model fingerprint + the vocabulary's hash + template +
@@ -324,8 +326,10 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
     from curate.progress import console
     from curate.vocab_embed import embed_vocab, sidecar_path
 
+    sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
     r = embed_vocab(vocab, out=out, model=model, template=template, precision=precision, device=device,
-                    batch_size=batch_size, scripts=scripts, cache_dir=cache_dir, threads=threads)
+                    batch_size=batch_size, scripts=scripts, cache_dir=cache_dir, threads=threads,
+                    executor=_make_executor(executor, workers, ray_address) if sharded else None)
     skipped = ", ".join(f"{n:,} {s}" for s, n in r["skipped"].items()) or "none"
     console.print(f"[bold]{'reused' if r['cached'] else 'embedded'}[/bold] {r['embedded']:,} of {r['rows']:,} "
                   f"concepts ({r['dim']}-d; skipped: {skipped}) in {r['seconds']:.1f}s")

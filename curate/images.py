@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from curate.image_headers import Header, read_header
+
 #: Images with more pixels than this are refused as decompression bombs
 #: (Pillow's own error threshold; raise it with ``--max-image-pixels``).
 DEFAULT_MAX_PIXELS = 2 * 89_478_485
@@ -164,13 +166,27 @@ def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str 
         return _probe_file(io.BytesIO(src), len(src), max_pixels, label)
     try:
         with open(src, "rb") as fh:
-            return _probe_file(fh, os.fstat(fh.fileno()).st_size, max_pixels, label)
+            size = os.fstat(fh.fileno()).st_size
+            fast = read_header(src, size, fh.fileno()) if size else None
+            if fast is not None:
+                return _from_header(fast, size, max_pixels, label)
+            return _probe_file(fh, size, max_pixels, label)
     except FileNotFoundError:
         raise ImageError("missing_image", str(src)) from None
     except IsADirectoryError:
         raise ImageError("missing_image", f"{src} is a directory") from None
     except PermissionError as exc:
         raise ImageError("unreadable_image", f"{src}: {exc.strerror or exc}") from None
+
+
+def _from_header(h: Header, size: int, max_pixels: int, label: str) -> ImageInfo:
+    """An :class:`ImageInfo` from the fast JPEG/PNG header reader, with the same checks as Pillow's path."""
+    if h.width * h.height > max_pixels:
+        raise ImageError("decompression_bomb", f"{label}: {h.width}x{h.height} pixels exceeds {max_pixels}")
+    if not h.complete:
+        raise ImageError("truncated", f"{label}: {h.format} end marker missing")
+    w, h_ = (h.height, h.width) if h.orientation in _TRANSPOSING else (h.width, h.height)
+    return ImageInfo(width=w, height=h_, format=h.format, mode=h.mode, orientation=h.orientation, nbytes=size)
 
 
 def _probe_file(fh: io.BufferedIOBase, size: int, max_pixels: int, label: str) -> ImageInfo:

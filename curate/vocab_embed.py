@@ -43,6 +43,8 @@ from curate.encoders import DEFAULT_MODEL, Encoder, load_encoder
 from curate.errors import UserError
 from curate.io import atomic_open, read_json, write_json
 from curate.progress import StageProgress
+from curate.shards import Shard, ShardContext, ShardTask
+from curate.stats import StageStats
 
 CHUNK = 16384
 DEFAULT_TEXT_BATCH = 1024
@@ -132,7 +134,8 @@ def embed_vocab(vocab: str | os.PathLike[str], *, out: str | os.PathLike[str] | 
                 model: str = DEFAULT_MODEL, template: str | None = None, precision: str = "fp32",
                 device: str = "auto", batch_size: int = DEFAULT_TEXT_BATCH, scripts: str = "auto",
                 cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None,
-                encoder: Encoder | None = None, show_progress: bool = True) -> dict[str, Any]:
+                encoder: Encoder | None = None, show_progress: bool = True,
+                executor: Any = None) -> dict[str, Any]:
     """Embed every vocabulary entry (see the module docstring); returns the run's metadata.
 
     Args:
@@ -149,6 +152,9 @@ def embed_vocab(vocab: str | os.PathLike[str], *, out: str | os.PathLike[str] | 
         threads: torch CPU threads (default: all cores but one, which tokenizes).
         encoder: an already loaded encoder (overrides model/precision/device).
         show_progress: show a progress bar.
+        executor: run the chunks as shards of a stage on this executor (``--executor ray``,
+            or local worker processes); None embeds them here, tokenizing the next chunk in a
+            thread while the model embeds the current one. Both give the same bytes.
 
     Returns:
         Metadata: ``path`` (the cached matrix), ``out``, ``rows``, ``dim``, ``embedded``,
@@ -173,7 +179,10 @@ def embed_vocab(vocab: str | os.PathLike[str], *, out: str | os.PathLike[str] | 
     if cached:
         meta = read_json(meta_path)
     else:
-        meta = _compute(entries, enc, allowed, template, folder, batch_size, threads, show_progress)
+        if executor is None:
+            meta = _compute(entries, enc, allowed, template, folder, batch_size, threads, show_progress)
+        else:
+            meta = _compute_sharded(vocab, enc, allowed, template, folder, batch_size, threads, executor)
         meta.update({"model": enc.fingerprint, "model_spec": enc.spec, "precision": enc.precision,
                      "vocab_sha256": vhash, "vocab_path": str(vocab.resolve()), "template": template,
                      "scripts": list(allowed), "key": key})
@@ -219,14 +228,8 @@ def _compute(entries: list[str], enc: Encoder, allowed: tuple[str, ...], templat
     previous = torch.get_num_threads()
     torch.set_num_threads(threads or min(previous, _cpu_threads_beside_tokenizer()))
 
-    def texts_of(c: int) -> tuple[np.ndarray, list[str]]:
-        idx = np.flatnonzero(mask[c * CHUNK:(c + 1) * CHUNK]) + c * CHUNK
-        texts = [entries[i] if template is None else template.replace("{}", entries[i]) for i in idx.tolist()]
-        return idx, texts
-
     def tokenize(c: int) -> tuple[int, np.ndarray, Any]:
-        idx, texts = texts_of(c)
-        return c, idx, enc.tokenize(texts) if texts else torch.zeros((0, 1), dtype=torch.long)
+        return (c, *_tokenize_chunk(enc, entries, mask, template, c))
 
     pending = set(todo)
     done_rows = sum(min(CHUNK, len(entries) - c * CHUNK) for c in range(n_chunks) if c not in pending)
@@ -239,26 +242,115 @@ def _compute(entries: list[str], enc: Encoder, allowed: tuple[str, ...], templat
                 assert ahead is not None
                 _, idx, tokens = ahead.result()
                 ahead = pool.submit(tokenize, todo[k + 1]) if k + 1 < len(todo) else None
-                size = min(CHUNK, len(entries) - c * CHUNK)
-                block = np.zeros((size, enc.dim), np.float16)
-                block[idx - c * CHUNK] = _embed_chunk(enc, tokens, batch_size).astype(np.float16)
+                block = _chunk_block(enc, len(entries), c, idx, tokens, batch_size)
                 with atomic_open(parts / f"{c:06d}.npy", "wb") as fh:
                     np.save(fh, block)
-                bar.advance(size)
+                bar.advance(block.shape[0])
     finally:
         torch.set_num_threads(previous)
+    return _assemble(folder, parts, len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
+
+
+def _tokenize_chunk(enc: Encoder, entries: list[str], mask: np.ndarray, template: str | None,
+                    c: int) -> tuple[np.ndarray, Any]:
+    """Row indices and tokens of the readable entries of chunk ``c``."""
+    import torch
+
+    idx = np.flatnonzero(mask[c * CHUNK:(c + 1) * CHUNK]) + c * CHUNK
+    texts = [entries[i] if template is None else template.replace("{}", entries[i]) for i in idx.tolist()]
+    return idx, enc.tokenize(texts) if texts else torch.zeros((0, 1), dtype=torch.long)
+
+
+def _chunk_block(enc: Encoder, n_entries: int, c: int, idx: np.ndarray, tokens: Any, batch_size: int) -> np.ndarray:
+    """The float16 rows of chunk ``c`` (zero rows for unreadable entries)."""
+    size = min(CHUNK, n_entries - c * CHUNK)
+    block = np.zeros((size, enc.dim), np.float16)
+    block[idx - c * CHUNK] = _embed_chunk(enc, tokens, batch_size).astype(np.float16)
+    return block
+
+
+def _assemble(folder: Path, parts: Path, n_entries: int, dim: int, n_chunks: int, mask: np.ndarray,
+              skipped: Counter, batch_size: int) -> dict[str, Any]:
+    """Concatenate the chunk files into ``folder/concepts.npy``; return the metadata."""
     final = folder / "concepts.npy"
     tmp = folder / f".concepts.{os.getpid()}.tmp.npy"
-    matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(entries), enc.dim))
+    matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(n_entries, dim))
     for c in range(n_chunks):
         matrix[c * CHUNK:(c + 1) * CHUNK] = np.load(parts / f"{c:06d}.npy")
     matrix.flush()
     del matrix
     os.replace(tmp, final)
     shutil.rmtree(parts, ignore_errors=True)
-    return {"rows": len(entries), "dim": enc.dim, "embedded": int(mask.sum()),
+    return {"rows": n_entries, "dim": dim, "embedded": int(mask.sum()),
             "skipped": dict(sorted(skipped.items())), "skipped_total": int(sum(skipped.values())),
             "chunk": CHUNK, "batch_size": batch_size}
+
+
+class ConceptChunkTask(ShardTask):
+    """Embeds one chunk of :data:`CHUNK` vocabulary entries (``shard.meta = (chunk,)``) into ``parts/``."""
+
+    stage = "vocab-embed"
+    unit = "concepts"
+
+    def __init__(self, vocab: str, model: str, *, precision: str, device: str, template: str | None,
+                 scripts: tuple[str, ...], batch_size: int, threads: int | None) -> None:
+        self.vocab, self.model, self.precision, self.device = vocab, model, precision, device
+        self.template, self.scripts, self.batch_size, self.threads = template, scripts, batch_size, threads
+        self._state: tuple[Encoder, list[str], np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_state": None}
+
+    def settings(self) -> dict[str, Any]:
+        """The chunks depend on the model, vocabulary, template, scripts and batch size."""
+        return {"model": self.model, "vocab": file_hash(self.vocab), "template": self.template,
+                "scripts": list(self.scripts), "batch_size": self.batch_size, "precision": self.precision}
+
+    def setup(self) -> None:
+        """Load the encoder and the vocabulary once per worker."""
+        if self._state is None:
+            import torch
+
+            enc = load_encoder(self.model, precision=self.precision, device=self.device)
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            entries = read_vocab(self.vocab)
+            self._state = (enc, entries, readable_mask(entries, self.scripts)[0])
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Tokenize and embed one chunk."""
+        self.setup()
+        assert self._state is not None
+        enc, entries, mask = self._state
+        c = int(shard.meta[0])
+        idx, tokens = _tokenize_chunk(enc, entries, mask, self.template, c)
+        block = _chunk_block(enc, len(entries), c, idx, tokens, self.batch_size)
+        path = work / "parts" / f"{c:06d}.npy"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, block)
+        stats = StageStats()
+        stats.seen("vocabulary", block.shape[0])
+        stats.kept("vocabulary", block.shape[0])  # every row is written: embedded, or zero when unreadable
+        stats.extra["embedded"] = len(idx)
+        ctx.progress(block.shape[0])
+        return stats
+
+
+def _compute_sharded(vocab: Path, enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
+                     batch_size: int, threads: int | None, executor: Any) -> dict[str, Any]:
+    """Embed the chunks as shards of a stage on ``executor``, then assemble as :func:`_compute` does."""
+    from curate.executors import run_stage
+
+    entries = read_vocab(vocab)
+    mask, skipped = readable_mask(entries, allowed)
+    n_chunks = (len(entries) + CHUNK - 1) // CHUNK
+    shards = [Shard(c, meta=(c,), size=min(CHUNK, len(entries) - c * CHUNK)) for c in range(n_chunks)]
+    task = ConceptChunkTask(str(vocab.resolve()), enc.spec, precision=enc.precision, device=str(enc.device),
+                            template=template, scripts=allowed, batch_size=batch_size, threads=threads)
+    run_stage(task, shards, folder, executor=executor, seed=0, desc="embed concepts")
+    meta = _assemble(folder, folder / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
+    shutil.rmtree(folder / "_shards", ignore_errors=True)
+    return meta
 
 
 def load_concepts(path: str | os.PathLike[str]) -> np.ndarray:

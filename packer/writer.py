@@ -26,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 
 from curate.images import read_bytes, ImageError
-from curate.io import atomic_open
 from curate.shards import Shard, ShardContext, ShardTask
 from curate.stats import StageStats
 
@@ -102,7 +101,9 @@ class ShardWriteTask(ShardTask):
         base = int(offsets[first])
         records = self._store.take(pa.array(members[base:offsets[stop]])).to_pylist()
         sequences = 0
-        with atomic_open(work / "shards" / f"{shard.id}.tar", "wb") as fh:
+        path = work / "shards" / f"{shard.id}.tar"  # work is private: the runner renames the file into place
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as fh:
             with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
                 for b in range(first, stop):
                     rows = records[offsets[b] - base:offsets[b + 1] - base]

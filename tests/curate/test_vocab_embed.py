@@ -106,3 +106,19 @@ def test_a_killed_run_resumes_chunk_by_chunk(tiny_clip_spec: str, tmp_path: Path
     result = embed_vocab(vocab, encoder=enc, cache_dir=tmp_path / "run", show_progress=False)
     assert calls["n"] == -100 + 2  # only chunks 2 and 3 were embedded again
     assert Path(result["path"]).read_bytes() == Path(reference["path"]).read_bytes()
+
+
+def test_sharded_chunks_equal_the_in_process_path(tiny_clip_spec, tmp_path) -> None:
+    """The chunks run as shards of a stage (the path --executor ray takes) give the same bytes."""
+    from curate.executors import get_executor
+    from curate.vocab_embed import CHUNK, embed_vocab
+
+    words = [f"concept{i}" for i in range(CHUNK + 500)] + ["猫", "狗"]
+    vocab = tmp_path / "v.txt"
+    vocab.write_text("\n".join(words) + "\n", encoding="utf-8")
+    here = embed_vocab(vocab, out=tmp_path / "a.npy", model=tiny_clip_spec, cache_dir=tmp_path / "c1",
+                       show_progress=False)
+    sharded = embed_vocab(vocab, out=tmp_path / "b.npy", model=tiny_clip_spec, cache_dir=tmp_path / "c2",
+                          show_progress=False, executor=get_executor("local", workers=1))
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+    assert here["embedded"] == sharded["embedded"] == CHUNK + 500 and sharded["skipped"] == {"cjk": 2}

@@ -5,7 +5,7 @@ fixture). Every stage that runs on Ray is described once as a :class:`StageCase`
 (how to run it into a folder with a given executor, the same run as a CLI
 command, and which output files must be byte-identical). The tests
 
-* run every stage of ``STAGES`` (pack, embed, tag, score) on Ray and locally and compare the outputs;
+* run every stage of ``STAGES`` (pack, embed, tag, score, vocab embed) on Ray and locally and compare the outputs;
 * for ``RESUME_STAGES`` (pack: two sharded steps around a global plan), run
   ``curate pack --executor ray`` in a subprocess killed with SIGKILL after its
   first shard markers appear and finish it locally, and finish an interrupted
@@ -200,6 +200,28 @@ def score_inputs(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return prompts, path
 
 
+def _run_vocab_embed(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict[str, Any]:
+    from curate.vocab_embed import embed_vocab
+
+    return embed_vocab(fx["small_vocab"], out=out / "concepts.npy", model=fx["tiny_clip_spec"],
+                       cache_dir=out / "cache", executor=executor, show_progress=False)
+
+
+def _vocab_embed_argv(fx: dict[str, Any]) -> list[str]:
+    return ["vocab", "embed", "--vocab", str(fx["small_vocab"]), "--model", fx["tiny_clip_spec"],
+            "--out", "{out}/concepts.npy", "--cache-dir", "{out}/cache", "--executor", "ray",
+            "--ray-address", "{address}"]
+
+
+@pytest.fixture(scope="module")
+def small_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 40,000 concepts of the bundled vocabulary (3 chunks; half English, half skipped Chinese)."""
+    lines = (Path(__file__).resolve().parents[3] / "vocab" / "500k.txt").read_text(encoding="utf-8").splitlines()
+    path = tmp_path_factory.mktemp("vocab") / "40k.txt"
+    path.write_text("\n".join(lines[:40_000]) + "\n", encoding="utf-8")
+    return path
+
+
 PACK = StageCase(
     "pack", _run_pack, _pack_argv,
     same_bytes=("shards/*.tar", "lengths.parquet", "plan.parquet", "rejects.parquet", "lengths/*.parquet",
@@ -220,8 +242,12 @@ SCORE = StageCase(
     "score", _run_score, _score_argv, same_bytes=("scores.parquet", "scores/*.parquet", "rejects.parquet"),
     steps=("score",), fixtures=("score_inputs",), shard_files={"score": ("scores/{shard}.parquet",)})
 
+VOCAB_EMBED = StageCase(
+    "vocab-embed", _run_vocab_embed, _vocab_embed_argv, same_bytes=("concepts.npy",), steps=(),
+    fixtures=("small_vocab", "tiny_clip_spec"), concurrency=1)
+
 #: Every stage compared across executors.
-STAGES: list[StageCase] = [PACK, EMBED, TAG, SCORE]
+STAGES: list[StageCase] = [PACK, EMBED, TAG, SCORE, VOCAB_EMBED]
 #: Stages also checked for interrupted runs (Ray → local, local → Ray); one multi-step stage keeps it quick.
 RESUME_STAGES: list[StageCase] = [PACK]
 
