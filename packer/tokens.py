@@ -17,6 +17,7 @@ The same class produces token ids and loss labels for the training loader
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -42,19 +43,27 @@ class ImageRule:
     def grid(self, height: int, width: int) -> tuple[int, int, int]:
         """The processor's ``image_grid_thw`` for a displayed image size (in patches).
 
+        Computed with transformers' own ``smart_resize``; results are memoised per
+        size (datasets repeat sizes a lot).
+
         Raises:
             ValueError: aspect ratio beyond what the processor accepts (200:1).
         """
-        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
-
-        factor = self.patch_size * self.merge_size
-        h, w = smart_resize(height, width, factor=factor, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
-        return 1, h // self.patch_size, w // self.patch_size
+        return _grid(self, height, width)
 
     def tokens(self, height: int, width: int) -> int:
         """Image tokens in the text for one image of this size."""
         _, gh, gw = self.grid(height, width)
         return gh * gw // (self.merge_size * self.merge_size)
+
+
+@functools.lru_cache(maxsize=65536)
+def _grid(rule: ImageRule, height: int, width: int) -> tuple[int, int, int]:
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    factor = rule.patch_size * rule.merge_size
+    h, w = smart_resize(height, width, factor=factor, min_pixels=rule.min_pixels, max_pixels=rule.max_pixels)
+    return 1, h // rule.patch_size, w // rule.patch_size
 
 
 def _image_rule(image_processor: Any) -> ImageRule | None:
