@@ -168,3 +168,15 @@ def test_user_errors(tmp_path) -> None:
         pack([], out=tmp_path / "o", ctx=0, lengths=tmp_path / "l.parquet", plan_only=True)
     with pytest.raises(UserError, match="no such file"):
         pack([], out=tmp_path / "o", ctx=10, lengths=tmp_path / "l.parquet", plan_only=True)
+
+
+def test_exact_mode_counts_like_the_header_rule(tiny_processor_dir, sample_data, tmp_path) -> None:
+    """--exact runs the full processor on every record; the Qwen2-VL header rule gives the same lengths."""
+    header = pack([sample_data / "llava.jsonl"], out=tmp_path / "h", ctx=8192, processor=str(tiny_processor_dir),
+                  verify_fraction=0.0, plan_only=True)
+    exact = pack([sample_data / "llava.jsonl"], out=tmp_path / "e", ctx=8192, processor=str(tiny_processor_dir),
+                 exact=True, plan_only=True)
+    a = pq.read_table(tmp_path / "h" / "lengths.parquet").to_pydict()
+    b = pq.read_table(tmp_path / "e" / "lengths.parquet").to_pydict()
+    assert a["id"] == b["id"] and a["tokens"] == b["tokens"] and a["image_grids"] == b["image_grids"]
+    assert exact["verified_records"] == exact["records_in"] and header["verified_records"] == 0
