@@ -203,10 +203,13 @@ def gold_boxes(answer: Any, record_id: Any = None) -> list[Box]:
 def smart_resize(width: int, height: int, min_pixels: int, max_pixels: int, factor: int = 28) -> tuple[int, int]:
     """Qwen2-VL's resize: sides rounded to multiples of ``factor``, area within [min, max] pixels.
 
+    Written from the rule's definition (the same numbers as transformers' ``smart_resize``,
+    checked in the tests) so that the reward service does not import transformers and torch.
+
     Returns ``(width, height)`` of the model input.
     """
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
+    h_bar = round(height / factor) * factor  # may be 0 for a thin side: the min_pixels branch then scales up
+    w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)

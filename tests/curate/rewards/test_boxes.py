@@ -15,8 +15,9 @@ from curate.rewards import dynamic_iou_threshold, smart_resize
 def test_smart_resize_matches_the_transformers_processor() -> None:
     qwen = pytest.importorskip("transformers.models.qwen2_vl.image_processing_qwen2_vl")
     rng = random.Random(7)
-    sizes = [(32, 32), (1000, 500), (4000, 3000), (640, 480), (28, 2000)] + [
-        (rng.randint(28, 4000), rng.randint(28, 4000)) for _ in range(200)]
+    sizes = [(32, 32), (1000, 500), (4000, 3000), (640, 480), (28, 2000), (1000, 10), (10, 1000), (300, 5),
+             (13, 13), (1, 1)] + [(rng.randint(28, 4000), rng.randint(28, 4000)) for _ in range(200)] + [
+        (rng.randint(1, 27), rng.randint(1, 2000)) for _ in range(100)]
     for w, h in sizes:
         if max(w, h) / min(w, h) > 150:
             continue
