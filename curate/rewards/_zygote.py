@@ -1,4 +1,4 @@
-"""Worker factory of :mod:`curate.rewards.limits`: ``python -m curate.rewards._zygote FD PID``.
+"""Worker factory of :mod:`curate.rewards.workers`: ``python -m curate.rewards._zygote FD PID``.
 
 Imports the heavy verifier libraries once, then forks one worker per request. A request
 is ``F`` plus the worker's memory allowance in MB (4 bytes) on the control socket ``FD``,
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> None:
     except Exception:  # noqa: BLE001 - warming is an optimisation only
         pass
 
-    from curate.rewards.limits import _worker_main
+    from curate.rewards.workers import worker_main
 
     try:
         ctrl.sendall(b"R")
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
                 ctrl.close()
                 os.close(stdin)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _worker_main(Connection(fds[0]), parent_pid, memory_mb)
+                worker_main(Connection(fds[0]), parent_pid, memory_mb)
             finally:
                 os._exit(0)
         os.close(fds[0])

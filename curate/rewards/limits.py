@@ -12,42 +12,32 @@ Verifiers split their work in two tiers:
   background. A worker that dies scores ``verifier_crashed``. Nothing relies on signals in the caller, so this works from any
   thread, inside a FastAPI server and inside Ray workers.
 
-Workers are forked by a *zygote* (:mod:`curate.rewards._zygote`, a single-threaded
-helper process that has imported the heavy libraries once), so replacing a killed
-worker takes milliseconds, and unlike multiprocessing's spawn/forkserver methods the
-caller's ``__main__`` is never re-imported (safe in scripts, servers, Ray workers). A
-batch is spread over the idle workers and streamed back item by item, each item with
-its own deadline. Each worker has an address-space limit
-(``CURATE_REWARD_WORKER_MEMORY_MB``, default 4096 MB above its start size), ignores
-SIGINT, writes nothing to stdout, and exits when the parent process disappears.
+The workers themselves (forked by a zygote, so a replacement takes milliseconds) live in
+:mod:`curate.rewards.workers`. A batch is spread over the idle workers and streamed back
+item by item, each item with its own deadline. Each worker has an address-space limit
+(``CURATE_REWARD_WORKER_MEMORY_MB``, default 4096 MB above its start size).
 
 The pool size is ``CURATE_REWARD_WORKERS`` (default: the number of CPUs, at most 4) or
 :func:`configure`. Code execution is not pooled: the code verifier runs each program
-in its own sandbox subprocess (:mod:`curate.rewards.code`).
+in its own sandbox subprocess (:mod:`curate.rewards.code`). Successful results are cached
+by :class:`curate.rewards.cache.ResultCache`.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib
 import math
 import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as mp_wait
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-START_TIMEOUT = 120.0
+from curate.rewards.workers import START_TIMEOUT, Worker, spawn
+
 MAX_CHUNK = 32
-_ALLOWED_PREFIX = "curate.rewards."
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,170 +58,6 @@ class Outcome:
     message: str | None = None
 
 
-# ---------------------------------------------------------------------------- worker side
-
-
-def _resolve(fn: str) -> Any:
-    module, _, name = fn.partition(":")
-    if not module.startswith(_ALLOWED_PREFIX):
-        raise ValueError(f"task outside curate.rewards: {fn}")
-    return getattr(importlib.import_module(module), name)
-
-
-def _watch_parent(parent_pid: int) -> None:
-    while True:
-        time.sleep(1.0)
-        try:
-            os.kill(parent_pid, 0)
-        except ProcessLookupError:
-            os._exit(0)
-        except PermissionError:
-            pass
-
-
-def _worker_main(conn: Any, parent_pid: int, memory_mb: int) -> None:
-    """Loop of one worker process: run task batches, stream back one result per task."""
-    import logging
-    import warnings
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    logging.disable(logging.CRITICAL)
-    warnings.simplefilter("ignore")
-    if memory_mb > 0:
-        try:
-            import resource
-
-            with open("/proc/self/statm") as f:
-                current = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            limit = current + memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (OSError, ValueError, ImportError):
-            pass
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    from curate.rewards.result import RecordError
-
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            batch = conn.recv()
-        except (EOFError, OSError):
-            os._exit(0)
-        for key, fn, args in batch:
-            try:
-                value = float(_resolve(fn)(*args))
-                msg = (key, "ok", value)
-            except RecordError as exc:
-                msg = (key, "record_error", str(exc))
-            except BaseException as exc:  # noqa: BLE001 - everything becomes a named reason
-                msg = (key, "err", f"verifier_error:{type(exc).__name__}")
-            try:
-                conn.send(msg)
-            except (EOFError, OSError):
-                os._exit(0)
-
-
-# ---------------------------------------------------------------------------- parent side
-
-
-class _Zygote:
-    """Parent-side handle of the worker factory process."""
-
-    def __init__(self) -> None:
-        import curate
-
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        root = str(Path(curate.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = "1"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "curate.rewards._zygote", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
-            start_new_session=True)
-        theirs.close()
-        self.ctrl = ours
-        self.lock = threading.Lock()
-        self.ready = False
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def fork(self, memory_mb: int) -> tuple[int, Connection]:
-        """A new worker with ``memory_mb`` of address space to spare: ``(pid, connection)``.
-
-        Blocks until the zygote has started.
-        """
-        with self.lock:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                self.ctrl.settimeout(START_TIMEOUT)
-                if not self.ready:
-                    if self.ctrl.recv(1) != b"R":
-                        raise RuntimeError("the reward worker factory failed to start")
-                    self.ready = True
-                socket.send_fds(self.ctrl, [b"F" + max(0, memory_mb).to_bytes(4, "little")], [theirs.fileno()])
-                data = b""
-                while len(data) < 8:
-                    chunk = self.ctrl.recv(8 - len(data))
-                    if not chunk:
-                        raise RuntimeError("the reward worker factory exited")
-                    data += chunk
-            except BaseException:
-                ours.close()
-                self.close()  # a desynchronised factory is not reused: the next call starts a new one
-                raise
-            finally:
-                theirs.close()
-        ours.setblocking(True)
-        return int.from_bytes(data, "little"), Connection(ours.detach())
-
-    def close(self) -> None:
-        """Stop the factory (its workers stop when their parent or connection goes)."""
-        try:
-            self.ctrl.close()
-            if self.proc.stdin:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-
-
-class _Worker:
-    __slots__ = ("pid", "pidfd", "conn", "ready")
-
-    def __init__(self, pid: int, conn: Connection) -> None:
-        self.pid = pid
-        self.conn = conn
-        self.ready = False
-        try:
-            self.pidfd: int | None = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.pidfd = None
-
-    def kill(self) -> None:
-        try:
-            if self.pidfd is not None:
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            else:
-                os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            self.conn.close()
-        except OSError:
-            pass
-        if self.pidfd is not None:
-            try:
-                os.close(self.pidfd)
-            except OSError:
-                pass
-            self.pidfd = None
-
-
 class WorkerPool:
     """Worker processes that run :class:`Task` batches with per-task time limits.
 
@@ -246,17 +72,16 @@ class WorkerPool:
         self.size = size
         self.memory_mb = memory_mb
         self._cond = threading.Condition()
-        self._idle: list[_Worker] = []
+        self._idle: list[Worker] = []
         self._started = 0
         self._closed = False
         self.counts: dict[str, int] = {"tasks": 0, "timeouts": 0, "crashes": 0, "restarts": 0}
 
     # -- worker management
-    def _spawn(self) -> _Worker:
-        pid, conn = _zygote().fork(self.memory_mb)
-        return _Worker(pid, conn)
+    def _spawn(self) -> Worker:
+        return spawn(self.memory_mb)
 
-    def _acquire(self, want: int) -> list[_Worker]:
+    def _acquire(self, want: int) -> list[Worker]:
         """Up to ``want`` workers: idle ones first, then new ones while below ``size``."""
         want = max(1, want)
         with self._cond:
@@ -282,7 +107,7 @@ class WorkerPool:
                 raise
         return take
 
-    def _release(self, workers: list[_Worker]) -> None:
+    def _release(self, workers: list[Worker]) -> None:
         with self._cond:
             if self._closed:
                 for w in workers:
@@ -291,7 +116,7 @@ class WorkerPool:
             self._idle.extend(workers)
             self._cond.notify_all()
 
-    def _retire(self, w: _Worker, workers: list[_Worker]) -> None:
+    def _retire(self, w: Worker, workers: list[Worker]) -> None:
         """Kill ``w``, drop it from ``workers`` and start its replacement in the background.
 
         The caller does not wait for the replacement: it joins the idle workers when forked.
@@ -326,7 +151,7 @@ class WorkerPool:
                     return
                 fresh = self.size - self._started
                 self._started += fresh
-            workers: list[_Worker] = []
+            workers: list[Worker] = []
             try:
                 for _ in range(fresh):
                     workers.append(self._spawn())
@@ -336,7 +161,7 @@ class WorkerPool:
                     self._cond.notify_all()
             try:
                 for w in workers:
-                    if not w.ready and w.conn.poll(START_TIMEOUT):
+                    if w.conn.poll(START_TIMEOUT):
                         msg = w.conn.recv()
                         w.ready = isinstance(msg, tuple) and msg[0] == "ready"
             except (EOFError, OSError):
@@ -359,9 +184,9 @@ class WorkerPool:
         self.counts["tasks"] += n
         pending = deque(range(n))
         workers = self._acquire(min(self.size, n))
-        inflight: dict[_Worker, deque[int]] = {}
-        deadline: dict[_Worker, float] = {}
-        starting: dict[_Worker, float] = {}
+        inflight: dict[Worker, deque[int]] = {}
+        deadline: dict[Worker, float] = {}
+        starting: dict[Worker, float] = {}
         start_failures = 0
         try:
             while pending or inflight:
@@ -442,7 +267,7 @@ class WorkerPool:
             self._release(workers)
         return [r if r is not None else Outcome(None, "verifier_crashed") for r in results]
 
-    def _fail(self, w: _Worker, reason: str, results: list, pending: deque, inflight: dict,
+    def _fail(self, w: Worker, reason: str, results: list, pending: deque, inflight: dict,
               deadline: dict, workers: list) -> None:
         queue = inflight.pop(w)
         deadline.pop(w, None)
@@ -463,30 +288,6 @@ class WorkerPool:
 
 
 # ---------------------------------------------------------------------------- the shared pool
-
-_zygote_lock = threading.Lock()
-_zygote_handle: _Zygote | None = None
-_zygote_pid: int | None = None
-
-
-def _zygote() -> _Zygote:
-    """The process-wide worker factory (started on first use, restarted if it died)."""
-    global _zygote_handle, _zygote_pid
-    with _zygote_lock:
-        if _zygote_handle is None or _zygote_pid != os.getpid() or not _zygote_handle.alive():
-            if _zygote_handle is not None and _zygote_pid == os.getpid():
-                _zygote_handle.close()
-            _zygote_handle = _Zygote()
-            _zygote_pid = os.getpid()
-        return _zygote_handle
-
-
-def _close_zygote() -> None:
-    global _zygote_handle
-    with _zygote_lock:
-        if _zygote_handle is not None and _zygote_pid == os.getpid():
-            _zygote_handle.close()
-        _zygote_handle = None
 
 _lock = threading.Lock()
 _pool: WorkerPool | None = None
@@ -540,47 +341,4 @@ def shutdown() -> None:
         old.close()
 
 
-atexit.register(_close_zygote)
 atexit.register(shutdown)
-
-
-class ResultCache:
-    """Thread-safe LRU cache of deterministic task results (successes only)."""
-
-    def __init__(self, capacity: int = 50_000, max_key_chars: int = 20_000) -> None:
-        self.capacity = capacity
-        self.max_key_chars = max_key_chars
-        self._data: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def key(self, task: Task) -> Any:
-        """Cache key of ``task`` or ``None`` when it is too big or unhashable."""
-        try:
-            size = sum(len(a) if isinstance(a, (str, tuple)) else 1 for a in task.args)
-            if size > self.max_key_chars:
-                return None
-            k = (task.fn, task.args)
-            hash(k)
-            return k
-        except TypeError:
-            return None
-
-    def get(self, key: Any) -> float | None:
-        """Cached value or ``None``."""
-        if key is None:
-            return None
-        with self._lock:
-            v = self._data.get(key)
-            if v is not None:
-                self._data.move_to_end(key)
-            return v
-
-    def put(self, key: Any, value: float) -> None:
-        """Store a value (evicting the least recently used)."""
-        if key is None:
-            return
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)

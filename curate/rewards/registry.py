@@ -51,7 +51,8 @@ from curate.rewards import (
 )
 from curate.rewards import math as math_verifier
 from curate.rewards.format import PROMPT_TYPES, format_score
-from curate.rewards.limits import Outcome, ResultCache, Task, get_pool
+from curate.rewards.cache import ResultCache
+from curate.rewards.limits import Outcome, Task, get_pool
 from curate.rewards.result import (
     where,
     Context,

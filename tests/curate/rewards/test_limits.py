@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from curate.rewards import score
-from curate.rewards.limits import ResultCache, Task, WorkerPool
+from curate.rewards.cache import ResultCache
+from curate.rewards.limits import Task, WorkerPool
 
 PROBE = "curate.rewards._probe:"
 
