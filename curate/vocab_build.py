@@ -3,320 +3,50 @@
 Entries come, in this priority order, from the user's word lists, MetaCLIP's
 ``metadata.json``, bigrams mined by PMI from a captions file, and wordfreq's
 English and Chinese word lists (interleaved by rank). Every candidate goes
-through the same filters (see :data:`REASONS` and ``vocab/README.md``); the
-first ``size`` accepted entries form the vocabulary. There is no randomness:
-the same inputs and package versions give the same file.
+through the same filters (see :data:`curate.vocab_filters.REASONS` and
+``vocab/README.md``); the first ``size`` accepted entries form the vocabulary.
+There is no randomness: the same inputs and package versions give the same file.
+
+The filters live in :mod:`curate.vocab_filters`, the readers of the sources in
+:mod:`curate.vocab_sources` and the PMI mining in :mod:`curate.vocab_pmi`; this
+module selects the entries, writes the vocabulary and its stats, and reads a
+vocabulary file back (:func:`load_vocab`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Literal
-
-import regex
+from typing import Any
 
 from curate.errors import UserError
 from curate.io import atomic_open
-from curate.vocab_pmi import (  # noqa: F401 - re-exported: part of the vocabulary API
-    DEFAULT_MIN_BIGRAM_COUNT,
-    DEFAULT_PMI_THRESHOLD,
-    Bigram,
-    BigramResult,
-    caption_runs,
-    iter_captions,
-    mine_pmi_bigrams,
+from curate.vocab_filters import (
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_WORDS,
+    REASONS,
+    check_candidate,
+    entry_script,
+    near_duplicate_key,
+    normalize_entry,
+    script_reason,
 )
-
-Script = Literal["latin", "cjk", "other"]
-
-#: Why a candidate was dropped, in the order the checks run.
-REASONS: tuple[str, ...] = (
-    "control",  # a control, format, private-use or unassigned character
-    "whitespace",  # empty once whitespace is normalised
-    "too_long",  # more than max_chars characters or max_words words
-    "number",  # any numeric character, or only Chinese numerals
-    "punctuation",  # anything but letters joined by single ' ', '-', "'" or '·'
-    "single_char",  # one grapheme (a single Han character is kept by default)
-    "script",  # wordfreq only: not in the language's script
-    "clitic",  # wordfreq English only: ends in 's 'm 're 've 'll 'd 't
-    "excluded",  # near-duplicate of an entry of an --exclude list
-    "duplicate",  # same text as an accepted entry
-    "near_duplicate",  # same near-duplicate key as an accepted entry
+from curate.vocab_pmi import DEFAULT_MIN_BIGRAM_COUNT, DEFAULT_PMI_THRESHOLD, mine_pmi_bigrams
+from curate.vocab_sources import (
+    WORDFREQ_SCRIPTS,
+    check_input_file,
+    read_metaclip_metadata,
+    read_word_list,
+    read_wordfreq,
 )
-
-#: wordfreq languages that can be used, with the script their entries must have.
-WORDFREQ_SCRIPTS: dict[str, str] = {"en": "latin", "zh": "han"}
 
 DEFAULT_SIZE = 500_000
-DEFAULT_MAX_CHARS = 50
-DEFAULT_MAX_WORDS = 6
-
-_LATIN = regex.compile(r"\p{Script=Latin}")
-_NON_LATIN_LETTER = regex.compile(
-    r"(?V1)[\p{L}--\p{Script=Latin}--\p{Script=Common}--\p{Script=Inherited}]"
-)
-_CJK_CLASS = r"\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\p{Script=Bopomofo}"
-_CJK = regex.compile(rf"[{_CJK_CLASS}]")
-_NON_CJK_LETTER = regex.compile(
-    rf"(?V1)[\p{{L}}--[{_CJK_CLASS}]--\p{{Script=Common}}--\p{{Script=Inherited}}]"
-)
-_HAN_ONLY = regex.compile(r"\p{Script=Han}+")
-_NUMERIC = regex.compile(r"\p{N}")
-_CHINESE_NUMBER = regex.compile(r"第?[零〇一二两三四五六七八九十百千万亿兆]+")
-_WELL_FORMED = regex.compile(r"[\p{L}\p{M}]+(?:[ \-'·][\p{L}\p{M}]+)*")
-_CLITIC = regex.compile(r"'(?:s|m|re|ve|ll|d|t)$", regex.IGNORECASE)
-_GRAPHEME = regex.compile(r"\X")
-_BAD_CHAR = regex.compile(r"(?V1)[[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}]--\s]")
-_DROP_CONNECTORS = str.maketrans("", "", " -'·")
-_TRANSLATE = str.maketrans(
-    {
-        "\u2019": "'",  # right single quotation mark
-        "\u2018": "'",  # left single quotation mark
-        "\u02bc": "'",  # modifier letter apostrophe
-        "\u2010": "-",  # hyphen
-        "\u2011": "-",  # non-breaking hyphen
-        "\u30fb": "·",  # katakana middle dot
-        "\u2027": "·",  # hyphenation point
-    }
-)
-
-
-# ---------------------------------------------------------------------------
-# Scripts, normalisation and near-duplicate keys
-# ---------------------------------------------------------------------------
-
-
-def entry_script(text: str) -> Script:
-    """Return the script of a vocabulary entry's letters.
-
-    Args:
-        text: A vocabulary entry.
-
-    Returns:
-        ``'latin'`` when every letter is Latin (``café``, ``golden retriever``),
-        ``'cjk'`` when every letter is Han, Hiragana, Katakana, Hangul or Bopomofo
-        (``猫``, ``ねこ``), ``'other'`` for any other script, a mix of scripts, or
-        no letter at all. Letters of the Common/Inherited scripts (such as the
-        long-vowel mark ``ー``) count for neither side.
-    """
-    if text.isascii():
-        return "latin" if any(ch.isalpha() for ch in text) else "other"
-    if _LATIN.search(text) and not _NON_LATIN_LETTER.search(text):
-        return "latin"
-    if _CJK.search(text) and not _NON_CJK_LETTER.search(text):
-        return "cjk"
-    return "other"
-
-
-def normalize_entry(text: str) -> str:
-    """Normalise an entry: NFKC, one apostrophe/hyphen/middle dot, single spaces.
-
-    Args:
-        text: A raw candidate.
-
-    Returns:
-        The text written to the vocabulary if the candidate is accepted.
-    """
-    text = unicodedata.normalize("NFKC", text).translate(_TRANSLATE)
-    return " ".join(text.split())
-
-
-_SIMPLIFY: Any = None
-
-
-def _simplify_chinese(text: str) -> str:
-    global _SIMPLIFY
-    if _SIMPLIFY is None:
-        try:
-            from wordfreq.chinese import simplify_chinese as _SIMPLIFY
-        except ImportError:  # pragma: no cover - wordfreq[cjk] is an install extra
-            _SIMPLIFY = str
-    return _SIMPLIFY(text)
-
-
-def near_duplicate_key(text: str) -> str:
-    """Return the key under which two entries count as near-duplicates.
-
-    The key of a normalised entry is: case-folded; Latin diacritics removed (only
-    for entries whose script is Latin, so Japanese voicing marks stay); the
-    connectors space, hyphen, apostrophe and middle dot removed; Traditional Han
-    characters mapped to Simplified ones (wordfreq's mapping). Plurals, British
-    and American spellings and synonyms are *not* folded.
-
-    Args:
-        text: A normalised entry (see :func:`normalize_entry`).
-
-    Returns:
-        The near-duplicate key.
-    """
-    if text.isascii():
-        return text.lower().translate(_DROP_CONNECTORS)
-    key = text.casefold()
-    if entry_script(key) == "latin":
-        decomposed = unicodedata.normalize("NFD", key)
-        key = "".join(ch for ch in decomposed if not unicodedata.category(ch).startswith("M"))
-        key = unicodedata.normalize("NFC", key)
-    key = key.translate(_DROP_CONNECTORS)
-    if _CJK.search(key):
-        key = _simplify_chinese(key)
-    return key
-
-
-def _check(text: str, max_chars: int, max_words: int, keep_single_han: bool) -> tuple[str | None, str]:
-    """Return (reason or None, normalised text) for the filters of every source."""
-    if _BAD_CHAR.search(text):
-        return "control", text
-    norm = normalize_entry(text)
-    if not norm:
-        return "whitespace", norm
-    if len(norm) > max_chars or norm.count(" ") + 1 > max_words:
-        return "too_long", norm
-    if _NUMERIC.search(norm) or _CHINESE_NUMBER.fullmatch(norm):
-        return "number", norm
-    if not _WELL_FORMED.fullmatch(norm):
-        return "punctuation", norm
-    if (
-        len(norm) <= 8
-        and len(_GRAPHEME.findall(norm)) == 1
-        and not (keep_single_han and _HAN_ONLY.fullmatch(norm))
-    ):
-        return "single_char", norm
-    return None, norm
-
-
-def filter_reason(
-    text: str,
-    *,
-    max_chars: int = DEFAULT_MAX_CHARS,
-    max_words: int = DEFAULT_MAX_WORDS,
-    keep_single_han: bool = True,
-) -> str | None:
-    """Return why a raw candidate fails the filters that apply to every source.
-
-    Args:
-        text: A raw candidate (before normalisation).
-        max_chars: Longest entry kept, in characters after normalisation.
-        max_words: Most space-separated words kept.
-        keep_single_han: Keep entries that are one Han character (猫, 树).
-
-    Returns:
-        One of ``control``, ``whitespace``, ``too_long``, ``number``,
-        ``punctuation``, ``single_char``, or ``None`` when the candidate passes.
-    """
-    return _check(text, max_chars, max_words, keep_single_han)[0]
-
-
-# ---------------------------------------------------------------------------
-# Reading the sources
-# ---------------------------------------------------------------------------
-
-
-def check_input_file(path: Path, flag: str) -> Path:
-    """The path of an input file given with ``flag``; a one-line UserError when it is missing."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: no such file ({flag}); check the path")
-    if not path.is_file():
-        raise UserError(f"{path}: not a file ({flag}); give a file, not a folder")
-    return path
-
-
-def read_word_list(path: Path, flag: str = "--word-list") -> list[str]:
-    """Read a word list: UTF-8, one entry per line (a BOM and CRLF are accepted).
-
-    Args:
-        path: The file.
-        flag: The command-line flag named in errors.
-
-    Returns:
-        The lines, without line ends, blank lines included (they are counted
-        as ``whitespace`` drops).
-
-    Raises:
-        UserError: The file is missing or a line is not UTF-8.
-    """
-    path = check_input_file(path, flag)
-    data = path.read_bytes()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out: list[str] = []
-    for number, raw in enumerate(lines, start=1):
-        try:
-            out.append(raw.decode("utf-8").removesuffix("\r"))
-        except UnicodeDecodeError:
-            raise UserError(f"{path}:{number}: not UTF-8 ({flag}); save the word list as UTF-8") from None
-    return out
-
-
-def read_metaclip_metadata(path: Path) -> list[str]:
-    """Read MetaCLIP's ``metadata.json``: a JSON list of strings.
-
-    Args:
-        path: The file.
-
-    Returns:
-        The strings, in file order.
-
-    Raises:
-        UserError: The file is missing, is not JSON, or is not a list of strings.
-    """
-    path = check_input_file(path, "--metaclip-metadata")
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 (--metaclip-metadata); expected a JSON list of strings") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(
-            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}) (--metaclip-metadata); "
-            "expected a JSON list of strings such as MetaCLIP's metadata.json"
-        ) from None
-    if not isinstance(data, list):
-        raise UserError(
-            f"{path}: the JSON is a {type(data).__name__}, not a list (--metaclip-metadata); "
-            "expected a JSON list of strings such as MetaCLIP's metadata.json"
-        )
-    for index, item in enumerate(data):
-        if not isinstance(item, str):
-            raise UserError(
-                f"{path}: item {index} is {json.dumps(item)[:40]} ({type(item).__name__}), not a string "
-                "(--metaclip-metadata); expected a JSON list of strings"
-            )
-    return data
-
-
-def _tie_break(word: str) -> bytes:
-    return hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
-
-
-def read_wordfreq(lang: str) -> list[str]:
-    """Return wordfreq's large word list for ``lang``, most frequent first.
-
-    wordfreq rounds frequencies into bands and lists each band alphabetically;
-    here the words of a band are ordered by their BLAKE2b-64 hash instead, so
-    that a cut inside a band does not favour the start of the alphabet.
-
-    Args:
-        lang: A wordfreq language code.
-
-    Returns:
-        The words, by descending frequency band, then hash.
-    """
-    try:
-        import wordfreq
-    except ImportError:  # pragma: no cover - install extra
-        raise UserError("wordfreq is not installed; run pip install 'curate[vocab]' or pass --no-wordfreq") from None
-    return [w for band in wordfreq.get_frequency_list(lang, "large") for w in sorted(band, key=_tie_break)]
-
 
 # ---------------------------------------------------------------------------
 # Building the vocabulary
@@ -394,18 +124,14 @@ class _Selector:
     def offer(self, source: str, raw: str, script: str | None = None) -> bool:
         """Offer one candidate; return whether it was accepted."""
         self.read[source] += 1
-        reason, text = _check(raw, self.max_chars, self.max_words, self.keep_single_han)
+        reason, text = check_candidate(raw, self.max_chars, self.max_words, self.keep_single_han)
         if reason:
             return self._drop(source, reason)
         if script is not None:
             text = text.lower()  # wordfreq is lower-case; NFKC can add capitals (™ -> TM)
-        if script == "latin":
-            if not text.isascii() and entry_script(text) != "latin":
-                return self._drop(source, "script")
-            if _CLITIC.search(text):
-                return self._drop(source, "clitic")
-        elif script == "han" and not _HAN_ONLY.fullmatch(text.translate(_DROP_CONNECTORS)):
-            return self._drop(source, "script")
+            reason = script_reason(text, script)
+            if reason:
+                return self._drop(source, reason)
         key = near_duplicate_key(text)
         if key in self.excluded:
             return self._drop(source, "excluded")
@@ -609,8 +335,6 @@ def write_vocab(result: VocabResult, path: Path) -> None:
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"unicode": unicodedata.unidata_version}
     for name in ("curate", "wordfreq", "jieba", "regex"):
         try:

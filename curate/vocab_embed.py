@@ -45,6 +45,8 @@ from curate.io import atomic_open, read_json, write_json
 from curate.progress import StageProgress
 from curate.shards import Shard, ShardContext, ShardTask
 from curate.stats import StageStats
+from curate.vocab_build import load_vocab
+from curate.vocab_filters import entry_script
 
 CHUNK = 16384
 DEFAULT_TEXT_BATCH = 1024
@@ -70,8 +72,6 @@ def file_hash(path: str | os.PathLike[str]) -> str:
 
 def read_vocab(path: str | os.PathLike[str]) -> list[str]:
     """Read and check a vocabulary (UTF-8, one entry per line, no blank or repeated line)."""
-    from curate.vocab_build import load_vocab
-
     return load_vocab(Path(path))
 
 
@@ -96,8 +96,6 @@ def check_template(template: str | None) -> str | None:
 
 def readable_mask(entries: list[str], scripts: tuple[str, ...]) -> tuple[np.ndarray, Counter]:
     """Which entries the encoder reads, and how many are skipped per script."""
-    from curate.vocab_build import entry_script
-
     if "all" in scripts:
         return np.ones(len(entries), dtype=bool), Counter()
     mask = np.zeros(len(entries), dtype=bool)

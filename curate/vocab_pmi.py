@@ -8,12 +8,13 @@ carry over to a caption corpus.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,14 +22,14 @@ from typing import Any
 import regex
 
 from curate.errors import UserError
+from curate.vocab_filters import HAN_ONLY, normalize_entry
+from curate.vocab_sources import check_input_file
 
 DEFAULT_PMI_THRESHOLD = 6.0
 DEFAULT_MIN_BIGRAM_COUNT = 5
-_HAN_ONLY = regex.compile(r"\p{Script=Han}+")
 _CAPTION_WORD = regex.compile(
     r"(?V1)\p{Script=Han}+|[[\p{L}\p{M}]--\p{Script=Han}]+(?:['\-][[\p{L}\p{M}]--\p{Script=Han}]+)*"
 )
-
 
 
 @dataclass
@@ -83,8 +84,6 @@ def iter_captions(path: Path, *, caption_field: str = "caption", bad: Counter | 
     Yields:
         One caption at a time.
     """
-    from curate.vocab_build import check_input_file  # here: vocab_build imports this module
-
     path = check_input_file(path, "--captions")
     bad = bad if bad is not None else Counter()
     name = path.name.removesuffix(".gz")
@@ -114,12 +113,18 @@ def iter_captions(path: Path, *, caption_field: str = "caption", bad: Counter | 
             yield caption
 
 
-def _han_words(text: str) -> list[str]:
+@functools.cache
+def _zh_tokenize() -> Callable[[str, str], list[str]]:
+    """wordfreq's tokenizer, imported once (wordfreq[cjk] is an install extra)."""
     import jieba  # imported first so that its start-up messages can be silenced
     import wordfreq
 
     jieba.setLogLevel(logging.WARNING)
-    return wordfreq.tokenize(text, "zh")
+    return wordfreq.tokenize
+
+
+def _han_words(text: str) -> list[str]:
+    return _zh_tokenize()(text, "zh")
 
 
 def caption_runs(caption: str) -> list[list[str]]:
@@ -136,8 +141,6 @@ def caption_runs(caption: str) -> list[list[str]]:
     Returns:
         The runs, each a list of tokens.
     """
-    from curate.vocab_build import normalize_entry
-
     text = normalize_entry(caption)
     runs: list[list[str]] = []
     current: list[str] = []
@@ -148,7 +151,7 @@ def caption_runs(caption: str) -> list[list[str]]:
             runs.append(current)
             current = []
         word = match.group()
-        if _HAN_ONLY.fullmatch(word):
+        if HAN_ONLY.fullmatch(word):
             current.extend(_han_words(word))
         else:
             current.append(word.lower())
@@ -205,7 +208,7 @@ def mine_pmi_bigrams(
     frequent = 0
     found: list[Bigram] = []
     for (a, b), count in pairs.items():
-        a_han, b_han = bool(_HAN_ONLY.fullmatch(a)), bool(_HAN_ONLY.fullmatch(b))
+        a_han, b_han = bool(HAN_ONLY.fullmatch(a)), bool(HAN_ONLY.fullmatch(b))
         if a_han != b_han or count < min_count:
             continue
         frequent += 1

@@ -9,22 +9,10 @@ from pathlib import Path
 import pytest
 
 from curate.errors import UserError
-from curate.vocab_build import (
-    REASONS,
-    build_vocab,
-    build_vocab_file,
-    caption_runs,
-    default_stats_path,
-    entry_script,
-    filter_reason,
-    load_vocab,
-    mine_pmi_bigrams,
-    near_duplicate_key,
-    normalize_entry,
-    read_wordfreq,
-    summarize,
-    write_vocab,
-)
+from curate.vocab_build import build_vocab, build_vocab_file, default_stats_path, load_vocab, summarize, write_vocab
+from curate.vocab_filters import REASONS, entry_script, filter_reason, near_duplicate_key, normalize_entry
+from curate.vocab_pmi import caption_runs, mine_pmi_bigrams
+from curate.vocab_sources import read_wordfreq
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "vocab" / "500k.txt"
