@@ -7,6 +7,7 @@ a temporary name in the same folder and renamed into place.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -79,3 +80,12 @@ def write_parquet(path: str | os.PathLike[str], table: pa.Table) -> None:
     """Write a table to Parquet atomically, with settings that give identical bytes for identical data."""
     with atomic_open(path, "wb") as fh:
         pq.write_table(table, fh, compression="zstd", write_statistics=True, store_schema=True)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -22,7 +22,7 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from curate.errors import UserError
 from curate.io import dumps_json, read_json, write_json, write_parquet
-from curate.records import Part, expand_inputs, read_part, split_file
+from curate.records import BadRecord, Part, expand_inputs, read_part, split_file
 from curate.stats import REJECT_SCHEMA, StageStats
 
 DEFAULT_SHARD_SIZE = 5000
@@ -97,17 +97,22 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     return shards
 
 
-def inputs_fingerprint(shards: Sequence[Shard]) -> str:
-    """A hash of the input files (path, size, mtime) and the shard plan."""
+def plan_hash(shards: Sequence[Shard]) -> str:
+    """A hash of the shard plan: every shard's index, input row ranges, ``meta`` and size."""
     h = hashlib.sha256()
-    seen: set[str] = set()
     for shard in shards:
+        h.update(f"{shard.index}|{shard.meta!r}|{shard.size}\n".encode())
         for part in shard.parts:
-            h.update(f"{shard.index}|{part.path}|{part.start}|{part.stop}\n".encode())
-            if part.path not in seen:
-                seen.add(part.path)
-                st = os.stat(part.path)
-                h.update(f"{part.path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+            h.update(f"{part.path}|{part.start}|{part.stop}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def inputs_fingerprint(shards: Sequence[Shard]) -> str:
+    """:func:`plan_hash` plus each input file's size and modification time (for caches across runs)."""
+    h = hashlib.sha256(plan_hash(shards).encode())
+    for path in sorted({part.path for shard in shards for part in shard.parts}):
+        st = os.stat(path)
+        h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -161,6 +166,31 @@ class ShardTask(ABC):
         return len(shard)
 
 
+def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
+                     with_raw: bool = False) -> Iterator[Any]:
+    """A shard's readable records, each counted in ``stats`` as seen.
+
+    Rows that are not records (:class:`~curate.records.BadRecord`) and ids repeated
+    within the shard are counted as errors (``duplicate_id``) and advance the
+    progress bar here; the caller decides what becomes of every record yielded.
+    With ``with_raw`` yields ``(raw row, record)`` pairs.
+    """
+    seen_ids: set[str] = set()
+    for raw, rec in shard.read(with_raw=True):
+        if isinstance(rec, BadRecord):
+            stats.seen(rec.source)
+            stats.error(rec.id, rec.source, rec.reason, rec.detail)
+            ctx.progress(1)
+            continue
+        stats.seen(rec["source"])
+        if rec["id"] in seen_ids:
+            stats.error(rec["id"], rec["source"], "duplicate_id", "id already seen earlier in the shard")
+            ctx.progress(1)
+            continue
+        seen_ids.add(rec["id"])
+        yield (raw, rec) if with_raw else rec
+
+
 def marker_path(out: Path, stage: str, shard_id: str) -> Path:
     """The completion marker of one shard of one stage."""
     return out / SHARDS_DIR / stage / f"{shard_id}.json"
@@ -206,12 +236,15 @@ def check_settings(out: Path, stage: str, settings: dict[str, Any]) -> None:
     normal = json.loads(dumps_json(settings))
     if path.exists():
         recorded = read_json(path)
-        if recorded != normal:
+        finished = any(p.name != "settings.json" for p in path.parent.glob("*.json"))
+        if recorded != normal and finished:
             changed = sorted(k for k in set(recorded) | set(normal) if recorded.get(k) != normal.get(k))
-            raise UserError(f"{out} holds a '{stage}' run with other settings ({', '.join(changed)}); "
+            what = ", ".join("inputs or shard size" if k == "plan" else k for k in changed)
+            raise UserError(f"{out} holds a '{stage}' run with other settings ({what}); "
                             "use another --out, or delete the folder to start again")
-        return
-    write_json(path, normal)
+        if recorded == normal:
+            return
+    write_json(path, normal)  # first run, or no shard finished under the old settings
 
 
 def clean_tmp(out: Path, stage: str) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from curate.errors import UserError
-from curate.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards
+from curate.io import read_json
+from curate.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards, plan_hash
 from curate.stats import StageStats
 
 
@@ -29,7 +30,7 @@ class Executor(ABC):
     @abstractmethod
     def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
             desc: str) -> list[dict[str, Any]]:
-        """Run every shard without a marker; return all shards' marker contents."""
+        """Run ``shards`` (those without a marker, chosen by :func:`run_stage`); return their markers."""
 
 
 def get_executor(name: str = "local", *, workers: int = 1, ray_address: str | None = None,
@@ -53,15 +54,21 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     """Run ``task`` over ``shards`` into ``out`` and return the merged stats.
 
     Shards whose completion marker exists are not run again. ``settings`` (by
-    default ``task.settings()``) are recorded on the first run and must match on
-    reruns.
+    default ``task.settings()``), the seed and the shard plan (:func:`plan_hash`:
+    inputs and row ranges) are recorded on the first run and must match on reruns,
+    so a rerun with other inputs never reuses old shards.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    check_settings(out, task.stage, {"seed": seed, **(settings if settings is not None else task.settings())})
+    recorded = {"seed": seed, "plan": plan_hash(shards), **(settings if settings is not None else task.settings())}
+    check_settings(out, task.stage, recorded)
     clean_tmp(out, task.stage)
-    executor = executor or get_executor("local")
-    markers = executor.run(task, shards, out, seed, desc or task.stage)
+    todo = pending(task, shards, out)
+    todo_ids = {s.id for s in todo}
+    markers = [read_json(marker_path(out, task.stage, s.id)) for s in shards if s.id not in todo_ids]
+    if todo:
+        executor = executor or get_executor("local")
+        markers += executor.run(task, todo, out, seed, desc or task.stage)
     return merge_shards(out, task.stage, markers)
 
 

@@ -8,22 +8,21 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
-from curate.executors import Executor, pending
-from curate.io import read_json
+from curate.executors import Executor
 from curate.progress import StageProgress
-from curate.shards import Shard, ShardTask, execute_shard, marker_path
+from curate.shards import Shard, ShardTask, execute_shard
 
 _WORKER_TASK: ShardTask | None = None
 
 
 def _init_worker(task: ShardTask) -> None:
     global _WORKER_TASK
-    task.setup()
     _WORKER_TASK = task
 
 
 def _run_in_worker(shard: Shard, out: str, seed: int) -> dict[str, Any]:
     assert _WORKER_TASK is not None, "worker not initialised"
+    _WORKER_TASK.setup()  # here, not in the initializer: a UserError then reaches the driver as itself
     return execute_shard(_WORKER_TASK, shard, Path(out), seed)
 
 
@@ -44,27 +43,17 @@ class LocalExecutor(Executor):
 
     def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
             desc: str) -> list[dict[str, Any]]:
-        """Run pending shards; completed ones are read from their markers."""
-        todo = pending(task, shards, out)
-        done_ids = {s.id for s in shards} - {s.id for s in todo}
-        markers = [read_json(marker_path(out, task.stage, sid)) for sid in sorted(done_ids)]
-        if not todo:
-            return markers
-        total = sum(task.shard_items(s) for s in todo)
-        with StageProgress(desc, total, unit=task.unit) as bar:
-            if self.workers == 1 or len(todo) == 1:
+        """Run the shards here, or in worker processes; return their markers."""
+        markers = []
+        with StageProgress(desc, sum(task.shard_items(s) for s in shards), unit=task.unit) as bar:
+            if self.workers == 1 or len(shards) == 1:
                 task.setup()
-                for shard in todo:
-                    reported = [0]
-
-                    def advance(n: int, _r: list[int] = reported) -> None:
-                        _r[0] += n
-                        bar.advance(n)
-
-                    markers.append(execute_shard(task, shard, out, seed, progress=advance))
-                    bar.advance(max(task.shard_items(shard) - reported[0], 0))
+                for shard in shards:
+                    before = bar.done
+                    markers.append(execute_shard(task, shard, out, seed, progress=bar.advance))
+                    bar.advance(max(task.shard_items(shard) - (bar.done - before), 0))
             else:
-                markers.extend(self._pool(task, todo, out, seed, bar))
+                markers.extend(self._pool(task, shards, out, seed, bar))
         return markers
 
     def _pool(self, task: ShardTask, todo: Sequence[Shard], out: Path, seed: int,
@@ -75,9 +64,13 @@ class LocalExecutor(Executor):
                                  initializer=_init_worker, initargs=(task,)) as pool:
             futures: dict[Future, Shard] = {pool.submit(_run_in_worker, s, str(out), seed): s for s in todo}
             remaining = set(futures)
-            while remaining:
-                finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    results.append(fut.result())
-                    bar.advance(task.shard_items(futures[fut]))
+            try:
+                while remaining:
+                    finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        results.append(fut.result())
+                        bar.advance(task.shard_items(futures[fut]))
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)  # stop at the first error: queued shards never start
+                raise
         return results

@@ -44,8 +44,7 @@ from typing import Any
 import numpy as np
 
 from curate.errors import UserError
-from curate.executors import Executor, pending
-from curate.io import read_json
+from curate.executors import Executor
 from curate.progress import StageProgress, console
 from curate.shards import Shard, ShardTask, execute_shard, marker_path
 
@@ -215,17 +214,13 @@ class RayExecutor(Executor):
     # ------------------------------------------------------------------ running
     def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
             desc: str) -> list[dict[str, Any]]:
-        """Run pending shards on Ray; completed ones are read from their markers."""
+        """Run the shards on Ray (the driver reads their markers back); return their markers."""
         out = Path(out).resolve()
-        todo = pending(task, shards, out)
-        done_ids = {s.id for s in shards} - {s.id for s in todo}
-        markers = [read_json(marker_path(out, task.stage, sid)) for sid in sorted(done_ids)]
         self.timings = {}
-        if not todo:
-            return markers
+        if not shards:
+            return []
         self.connect()
-        markers.extend(self._run_pending(task, todo, out, seed, desc))
-        return markers
+        return self._run_pending(task, shards, out, seed, desc)
 
     def _pool_size(self, n_shards: int) -> int:
         """Actors to start: ``concurrency`` (default: what the cluster holds), at most the cluster's

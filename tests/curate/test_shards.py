@@ -21,14 +21,22 @@ class LengthTask(ShardTask):
 
     stage = "lengths"
 
-    def __init__(self, min_chars: int, log: str | None = None) -> None:
+    def __init__(self, min_chars: int, log: str | None = None, fail_setup: bool = False,
+                 fail_shard: int | None = None) -> None:
         self.min_chars = min_chars
         self.log = log
+        self.fail_setup, self.fail_shard = fail_setup, fail_shard
+
+    def setup(self) -> None:
+        if self.fail_setup:
+            raise UserError("setup failed: the model file is missing")
 
     def settings(self) -> dict:
         return {"min_chars": self.min_chars}
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        if shard.index == self.fail_shard:
+            raise UserError(f"shard {shard.id} cannot be processed")
         if self.log:
             with open(self.log, "a") as fh:
                 fh.write(shard.id + "\n")
@@ -118,3 +126,32 @@ def test_plan_shards_groups_small_files(tmp_path: Path) -> None:
     assert [len(s) for s in shards] == [3, 1]
     with pytest.raises(UserError):
         plan_shards([tmp_path], shard_size=0)
+
+
+def test_other_inputs_are_refused_and_unfinished_runs_can_change(tmp_path: Path) -> None:
+    a = make_input(tmp_path)
+    b = tmp_path / "b.jsonl"
+    b.write_text(a.read_text())
+    run_stage(LengthTask(2), plan_shards([a], shard_size=10), tmp_path / "o", seed=0)
+    with pytest.raises(UserError, match="inputs or shard size"):
+        run_stage(LengthTask(2), plan_shards([b], shard_size=10), tmp_path / "o", seed=0)
+    with pytest.raises(UserError, match="inputs or shard size"):
+        run_stage(LengthTask(2), plan_shards([a], shard_size=7), tmp_path / "o", seed=0)
+    # a run that failed before finishing any shard does not lock the folder to its settings
+    with pytest.raises(UserError, match="setup failed"):
+        run_stage(LengthTask(2, fail_setup=True), plan_shards([a], shard_size=10), tmp_path / "p", seed=0)
+    stats = run_stage(LengthTask(3), plan_shards([a], shard_size=10), tmp_path / "p", seed=0)
+    assert stats.records_in == 23
+
+
+@pytest.mark.slow
+def test_worker_errors_reach_the_driver_as_themselves_and_stop_the_run(tmp_path: Path) -> None:
+    src = make_input(tmp_path, 40)
+    shards = plan_shards([src], shard_size=2)
+    two = get_executor("local", workers=2)
+    with pytest.raises(UserError, match="setup failed"):
+        run_stage(LengthTask(1, fail_setup=True), shards, tmp_path / "s", seed=0, executor=two)
+    with pytest.raises(UserError, match="shard 000000 cannot be processed"):
+        run_stage(LengthTask(1, fail_shard=0), shards, tmp_path / "f", seed=0, executor=two)
+    done = [p for p in (tmp_path / "f" / "_shards" / "lengths").glob("0*.json")]
+    assert len(done) < len(shards) - 1  # queued shards were cancelled, not run to the end
