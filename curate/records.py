@@ -153,14 +153,21 @@ def _messages_of(raw: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
-    n_tags = sum(m["content"].count(IMAGE_TOKEN) for m in messages)
+def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
+    """Check that ``messages`` hold one ``<image>`` per image; when they hold none, put the
+    placeholders (each followed by a newline) at the start of the first user turn.
+
+    Raises:
+        RecordInvalid: ``image_count_mismatch`` (other counts, or images but no user turn).
+    """
+    n_tags = count_placeholders(messages)
     if n_tags == n_images:
         return messages
     if n_tags == 0 and n_images > 0:
-        for m in messages:
+        for i, m in enumerate(messages):
             if m["role"] == "user":
-                m["content"] = (IMAGE_TOKEN + "\n") * n_images + m["content"]
+                messages = list(messages)
+                messages[i] = {**m, "content": (IMAGE_TOKEN + "\n") * n_images + m["content"]}
                 return messages
         raise RecordInvalid("image_count_mismatch", "record has images but no user turn to hold them")
     raise RecordInvalid("image_count_mismatch", f"{n_tags} {IMAGE_TOKEN} placeholders for {n_images} images")
@@ -187,7 +194,7 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else _as_str(source, "source")
     images = _images_of(raw, base_dir)
-    messages = _place_images(_messages_of(raw), len(images))
+    messages = place_images(_messages_of(raw), len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS}
     record.update(id=rid, source=source, images=images, messages=messages)
     return record
