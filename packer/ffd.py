@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packer.plan import EMPTY, TOO_LONG, _check_int, _check_lengths
+from packer.buckets import _check_int, _check_lengths
+from packer.plan import EMPTY, TOO_LONG
 
 
 @dataclass(frozen=True, eq=False)

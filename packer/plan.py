@@ -39,12 +39,14 @@ Conventions:
   never the result. Different seeds give the same multiset of bin *shapes*
   (sorted token counts per bin) in a different bin order, with different records
   of equal length swapped between slots.
+
+The histogram side (input checks, the fill patterns, the grouping by length)
+lives in :mod:`packer.buckets`; the padding baseline the plan is measured
+against in :mod:`packer.padding` (re-exported here).
 """
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -52,6 +54,15 @@ from typing import Any, Callable
 import numpy as np
 
 from curate.errors import UserError
+from packer.buckets import (  # noqa: F401  (_check_int and _check_lengths are shared with packer.ffd)
+    _check_int,
+    _check_lengths,
+    _histogram,
+    _patterns,
+    _shuffle_groups,
+    _stable_group_order,
+)
+from packer.padding import batch_padding_tokens, padding_reduction  # noqa: F401  (re-exported)
 
 TOO_LONG = -1
 """``bin_of`` value of a record longer than ``ctx``."""
@@ -220,174 +231,9 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
     )
 
 
-def batch_padding_tokens(lengths: np.ndarray, *, batch_size: int = 8, seed: int = 0) -> int:
-    """Padding of random batches of ``batch_size`` samples, each padded to its longest.
-
-    The samples are shuffled with ``seed`` and cut into consecutive batches; the
-    last batch may be smaller and is padded to its own longest sample.
-
-    Args:
-        lengths: Token count per sample.
-        batch_size: Samples per batch (>= 1).
-        seed: Seed of the shuffle.
-
-    Returns:
-        Σ over batches of (longest × batch size − Σ lengths).
-    """
-    lengths = _check_lengths(lengths)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    seed = _check_int("seed", seed, 0)
-    n = lengths.shape[0]
-    if n == 0:
-        return 0
-    shuffled = lengths[np.random.default_rng([seed, 2]).permutation(n)]
-    starts = np.arange(0, n, batch_size)
-    longest = np.maximum.reduceat(shuffled, starts)
-    sizes = np.diff(np.append(starts, n))
-    return int((longest * sizes).sum(dtype=np.int64) - shuffled.sum(dtype=np.int64))
-
-
-def padding_reduction(
-    lengths: np.ndarray, plan: PackPlan, *, batch_size: int = 8, seed: int = 0
-) -> float:
-    """How many times less padding the plan has than random padded batches.
-
-    The baseline batches the packed records (too-long and empty records are left
-    out of both sides) at random into batches of ``batch_size``, each padded to
-    its longest sample (see :func:`batch_padding_tokens`); the plan's padding is
-    ``ctx − used`` summed over its bins.
-
-    Edge cases: when the bins have no padding at all the reduction is infinite
-    and ``math.inf`` is returned (a JSON writer should store it as ``null``);
-    when neither side has padding (no records, or e.g. all records of equal
-    length filling every bin exactly) the result is 1.0, nothing to reduce.
-
-    Args:
-        lengths: The token counts the plan was made from.
-        plan: The plan.
-        batch_size: Samples per baseline batch.
-        seed: Seed of the baseline batching.
-
-    Returns:
-        baseline padding / packed padding.
-    """
-    lengths = _check_lengths(lengths)
-    if lengths.shape[0] != plan.bin_of.shape[0]:
-        raise UserError(
-            f"padding_reduction: {lengths.shape[0]} lengths but the plan covers "
-            f"{plan.bin_of.shape[0]} records; pass the lengths the plan was made from"
-        )
-    baseline = batch_padding_tokens(lengths[plan.bin_of >= 0], batch_size=batch_size, seed=seed)
-    packed = plan.padding_tokens
-    if packed == 0:
-        return 1.0 if baseline == 0 else math.inf
-    return baseline / packed
-
-
 # ---------------------------------------------------------------------------
 # Internals
 # ---------------------------------------------------------------------------
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise UserError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise UserError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_lengths(lengths: Any) -> np.ndarray:
-    arr = np.asarray(lengths)
-    if arr.ndim != 1:
-        raise UserError(f"lengths must be a 1-D array of token counts, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr) | (arr != np.floor(arr))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise UserError(f"record {i}: token count {arr[i]!r} is not an integer")
-    elif arr.dtype.kind not in "iu":
-        raise UserError(f"lengths must be integer token counts, got dtype {arr.dtype}")
-    if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
-        raise UserError("token counts do not fit in int64")
-    arr = arr.astype(np.int64, copy=False)
-    neg = arr < 0
-    if neg.any():
-        i = int(np.flatnonzero(neg)[0])
-        raise UserError(f"record {i}: negative token count {int(arr[i])}; token counts are >= 0")
-    return arr
-
-
-def _histogram(key: np.ndarray) -> np.ndarray:
-    """Records per key value (index = value), int64, at least one entry."""
-    if key.size == 0:
-        return np.zeros(1, dtype=np.int64)
-    return np.bincount(key).astype(np.int64, copy=False)
-
-
-def _patterns(
-    vals: list[int], cnts: list[int], ctx: int
-) -> tuple[list[list[int]], list[list[int]], list[int]]:
-    """Greedy longest-first fill on the length histogram, one pattern at a time.
-
-    Args:
-        vals: Sorted distinct lengths (all in 1..ctx).
-        cnts: Records per length.
-        ctx: Capacity.
-
-    Returns:
-        For each pattern: its lengths (decreasing), copies of each, and how many
-        bins use it. Patterns come in the order the greedy made them.
-    """
-    d = len(vals)
-    cnt = [0] + list(cnts)  # rank r (1-based) ↔ vals[r - 1]; rank 0 is "none"
-    # parent[r] leads to the largest rank <= r that still has records (union-find).
-    parent = list(range(d + 1))
-    pat_lens: list[list[int]] = []
-    pat_mults: list[list[int]] = []
-    pat_reps: list[int] = []
-    top = d
-    while True:
-        # Largest rank still available.
-        root = top
-        while parent[root] != root:
-            root = parent[root]
-        top = root
-        if top == 0:
-            break
-        room = ctx
-        hi = top  # ranks 1..hi may still be chosen for this bin
-        ranks: list[int] = []
-        mults: list[int] = []
-        while hi > 0 and room > 0:
-            x = bisect_right(vals, room, 0, hi)
-            root = x
-            while parent[root] != root:
-                root = parent[root]
-            while parent[x] != root:  # path compression
-                parent[x], x = root, parent[x]
-            if root == 0:
-                break
-            length = vals[root - 1]
-            take = min(cnt[root], room // length)
-            ranks.append(root)
-            mults.append(take)
-            room -= take * length
-            hi = root - 1
-        reps = cnt[ranks[0]] // mults[0]
-        for r, m in zip(ranks, mults):
-            if cnt[r] // m < reps:
-                reps = cnt[r] // m
-        for r, m in zip(ranks, mults):
-            cnt[r] -= reps * m
-            if cnt[r] == 0:
-                parent[r] = r - 1
-        pat_lens.append([vals[r - 1] for r in ranks])
-        pat_mults.append(mults)
-        pat_reps.append(reps)
-    return pat_lens, pat_mults, pat_reps
 
 
 def _place(
@@ -464,25 +310,6 @@ def _place(
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(run, [tasks[i::workers] for i in range(workers)]))
     return members, offsets, pat_tok[out_pat]
-
-
-def _stable_group_order(values: np.ndarray, max_value: int) -> np.ndarray:
-    """Stable argsort of non-negative integers below 2**32 (LSD radix, 16-bit digits)."""
-    if max_value < 1 << 16:
-        return np.argsort(values.astype(np.uint16, copy=False), kind="stable")
-    low = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
-    high = np.argsort((values[low] >> 16).astype(np.uint16), kind="stable")
-    return low[high]
-
-
-def _shuffle_groups(order: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> None:
-    """Shuffle, in place, each consecutive run of ``counts[i]`` entries."""
-    ends = np.cumsum(counts).tolist()
-    start = 0
-    for end in ends:
-        if end - start > 1:
-            rng.shuffle(order[start:end])
-        start = end
 
 
 def _scatter(out: np.ndarray, index: np.ndarray, values: np.ndarray, workers: int) -> None:
