@@ -17,6 +17,15 @@ Token ids are rebuilt with the processor and must reproduce the stored counts:
 a disagreement raises :class:`ProcessorDrift` instead of training on shifted
 boundaries. Shards are split over distributed ranks, then over data-loader
 workers, so each packed sequence is read exactly once per epoch.
+
+A compute-balanced pack (``curate pack --balance-compute --dp N``) assigns every
+sequence to a step and a rank, and each of its tars holds one rank's sequences.
+With ``world_size`` > 1 (it must equal the pack's ``dp``), rank ``r`` reads only its
+own tars and yields, in step order (then micro-batch), exactly the sequences
+assigned to it, so ranks are disjoint and every step's cost stays balanced.
+Data-loader workers take turns (worker ``w`` of ``W`` builds the rank's
+sequences ``w, w + W, …``), which keeps that order through a ``DataLoader``; each
+worker reads the rank's tars and skips the sequences of the others.
 """
 
 from __future__ import annotations
@@ -145,6 +154,7 @@ class PackedDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.check = check
         self._builder: PackedSequenceBuilder | None = None
+        self._firsts: dict[str, dict[str, Any] | None] = {}  # first sequence's step/rank/dp per tar
 
     def _dist(self) -> tuple[int, int]:
         if self.rank is not None and self.world_size is not None:
@@ -153,9 +163,36 @@ class PackedDataset(torch.utils.data.IterableDataset):
             return torch.distributed.get_rank(), torch.distributed.get_world_size()
         return 0, 1
 
+    def _balanced(self, rank: int, world: int) -> list[str] | None:
+        """This rank's tars of a compute-balanced pack read by ``world`` > 1 ranks, else ``None``."""
+        if world == 1:
+            return None
+        first = self._first_meta(self.shards[0])
+        if first is None or first.get("step") is None:
+            return None
+        if int(first["dp"]) != world:
+            raise ValueError(f"{self.shards[0]}: packed for --dp {first['dp']} data-parallel ranks, read with "
+                             f"world_size {world}; repack with --dp {world} (or read it with world_size {first['dp']})")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is outside 0..{world - 1}")
+        return [path for path in self.shards if (self._first_meta(path) or {}).get("rank") == rank]
+
+    def _first_meta(self, path: str) -> dict[str, Any] | None:
+        if path not in self._firsts:
+            meta = first_meta(path)
+            self._firsts[path] = None if meta is None else {k: meta.get(k) for k in ("step", "rank", "dp")}
+        return self._firsts[path]
+
     def my_shards(self) -> list[str]:
-        """The shards this rank and data-loader worker reads (rank-major, then worker)."""
+        """The shards this rank and data-loader worker reads (rank-major, then worker).
+
+        For a compute-balanced pack read by several ranks: all of this rank's tars
+        (every worker reads them and keeps its turn of the sequences).
+        """
         rank, world = self._dist()
+        balanced = self._balanced(rank, world)
+        if balanced is not None:
+            return balanced
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         mine = self.shards[rank::world]
@@ -166,14 +203,34 @@ class PackedDataset(torch.utils.data.IterableDataset):
 
         if self._builder is None:
             self._builder = PackedSequenceBuilder(self.processor, check=self.check)
+        rank, world = self._dist()
+        balanced = self._balanced(rank, world) is not None
         mine = self.my_shards()
         if not mine:
             return
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None and balanced else (0, 1)
         dataset = wds.WebDataset(mine, shardshuffle=False, nodesplitter=None, workersplitter=None, empty_check=False)
-        for sample in dataset:
+        for i, sample in enumerate(dataset):
+            if i % workers != worker:
+                continue
             meta = json.loads(sample["json"])
+            if balanced and meta.get("rank") != rank:
+                raise ValueError(f"sequence {meta.get('key')} is assigned to rank {meta.get('rank')}, read by rank {rank}")
             images = [sample[name] for name in meta["image_members"]]
             yield self._builder.build(meta, images)
+
+
+def first_meta(shard: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON of the first packed sequence of a tar (read without reading the rest), or ``None``."""
+    import tarfile
+
+    with tarfile.open(shard, "r|") as tar:
+        for member in tar:
+            if member.name.endswith(".json"):
+                fh = tar.extractfile(member)
+                return json.loads(fh.read()) if fh is not None else None
+    return None
 
 
 def block_causal_mask(cu_seqlens: torch.Tensor, *, dtype: torch.dtype = torch.bool) -> torch.Tensor:

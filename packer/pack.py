@@ -32,7 +32,8 @@ from curate.progress import console
 from curate.shards import DEFAULT_SHARD_SIZE, SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
 from curate.stats import StageStats, run_header
 from packer.lengths import LengthsTask
-from packer.plan import padding_reduction, plan_bins
+from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
+from packer.plan import batch_padding_tokens, plan_bins
 from packer.report import plot_packing
 from packer.writer import PLAN_ARRAYS, ShardWriteTask
 
@@ -91,8 +92,12 @@ def _dedupe(ids: list[str]) -> np.ndarray:
     return keep
 
 
-def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, stats: StageStats) -> dict[str, Any]:
-    """Drop duplicates and too-long records, pack the rest, write the plan files; return plan stats."""
+def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, stats: StageStats,
+              balance: BalanceOptions | None = None) -> dict[str, Any]:
+    """Drop duplicates and too-long records, pack the rest, write the plan files; return plan stats.
+
+    With ``balance``, the bins are laid out in compute-balanced steps (:mod:`packer.balance`).
+    """
     ids = table.column("id").to_pylist()
     sources = table.column("source").to_pylist() if "source" in table.column_names else ["unknown"] * len(ids)
     tokens = table.column("tokens").to_numpy().astype(np.int64)
@@ -110,23 +115,33 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     members = candidates[plan.members]
     for i in members.tolist():
         stats.kept(sources[i])
+    offsets, bin_tokens, extra, columns, balanced = plan.bin_offsets, plan.bin_tokens, {}, {}, None
+    if balance is not None:
+        balanced = balance_table(table, plan.bin_offsets, members, balance, seed=seed)
+        offsets, members, bin_tokens, extra = balanced.bin_offsets, balanced.members, balanced.bin_tokens, plan_arrays(balanced)
+        columns = plan_columns(balanced)
     np_path = out / PLAN_ARRAYS
     np_path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(np_path, "wb") as fh:
-        np.savez(fh, bin_offsets=plan.bin_offsets, members=members, bin_tokens=plan.bin_tokens)
-    bins = np.repeat(np.arange(plan.bins, dtype=np.int64), np.diff(plan.bin_offsets))
+        np.savez(fh, bin_offsets=offsets, members=members, bin_tokens=bin_tokens, **extra)
+    n_bins = int(bin_tokens.shape[0])
+    bins = np.repeat(np.arange(n_bins, dtype=np.int64), np.diff(offsets))
     write_parquet(out / "plan.parquet", pa.table({"bin": pa.array(bins, pa.int64()),
                                                   "id": pa.array([ids[i] for i in members.tolist()], pa.string()),
-                                                  "tokens": pa.array(tokens[members], pa.int32())}))
-    reduction = padding_reduction(tokens[candidates], plan, batch_size=8, seed=seed)
+                                                  "tokens": pa.array(tokens[members], pa.int32()),
+                                                  **{k: v[bins] for k, v in columns.items()}}))
+    padding = n_bins * ctx - plan.packed_tokens
+    baseline = batch_padding_tokens(tokens[candidates][plan.bin_of >= 0], batch_size=8, seed=seed)
+    reduction = (1.0 if baseline == 0 else math.inf) if padding == 0 else baseline / padding
     counted = tokens[candidates]  # every counted sample, the too long ones included (for the plot)
     return {
-        "bins": plan.bins, "lower_bound_bins": plan.lower_bound_bins,
-        "bins_over_lower_bound": plan.bins / plan.lower_bound_bins if plan.lower_bound_bins else 1.0,
-        "fill_ratio": plan.fill_ratio, "packed_tokens": plan.packed_tokens,
+        "bins": n_bins, "lower_bound_bins": plan.lower_bound_bins,
+        "bins_over_lower_bound": n_bins / plan.lower_bound_bins if plan.lower_bound_bins else 1.0,
+        "fill_ratio": plan.packed_tokens / (n_bins * ctx) if n_bins else 0.0, "packed_tokens": plan.packed_tokens,
         "padding_reduction": None if math.isinf(reduction) else reduction,
-        "padding_tokens_packed": plan.padding_tokens,
-        "_bin_tokens": plan.bin_tokens, "_lengths": counted,
+        "padding_tokens_packed": padding,
+        **({"balance": balanced.stats} if balanced is not None else {}),
+        "_bin_tokens": bin_tokens, "_lengths": counted, "_balanced": balanced,
     }
 
 
@@ -143,8 +158,13 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
          workers: int = 1, seed: int = 0, shard_size: int = DEFAULT_SHARD_SIZE,
          sequences_per_shard: int = DEFAULT_SEQUENCES_PER_SHARD, verify_fraction: float = 0.01,
          exact: bool = False, lengths: str | os.PathLike[str] | None = None, plan_only: bool = False,
-         executor: Executor | None = None, trust_remote_code: bool = False, plot: bool = True) -> dict[str, Any]:
+         executor: Executor | None = None, trust_remote_code: bool = False, plot: bool = True,
+         balance_compute: bool = False, dp: int | None = None, micro_batches: int | None = None,
+         cost_model: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Pack records into sequences of at most ``ctx`` tokens; see the module docstring.
+
+    ``balance_compute`` (with ``dp``, optional ``micro_batches`` and ``cost_model``)
+    lays the bins out in steps of equal compute per rank (:mod:`packer.balance`).
 
     Returns:
         The content written to ``OUT/stats.json``.
@@ -160,6 +180,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
         raise UserError("--processor is required to count tokens (a processor folder or hub id)")
     if not inputs and not plan_only:
         raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
+    balance = balance_options(balance_compute, dp, micro_batches, cost_model)
     out.mkdir(parents=True, exist_ok=True)
     _check_ctx(out, ctx)
     executor = executor or get_executor("local", workers=workers)
@@ -196,7 +217,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
 
     t0 = time.perf_counter()
     planned = StageStats()
-    plan_stats = plan_step(table, ctx, out, seed=seed, workers=workers, stats=planned)
+    plan_stats = plan_step(table, ctx, out, seed=seed, workers=workers, stats=planned, balance=balance)
+    balanced = plan_stats.pop("_balanced")
     total = total.then(planned)
     timings["plan"] = time.perf_counter() - t0
 
@@ -204,8 +226,10 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
     if not plan_only:
         t0 = time.perf_counter()
         bins = plan_stats["bins"]
-        out_shards = [Shard(k, meta=(lo, min(lo + sequences_per_shard, bins)), size=min(lo + sequences_per_shard, bins) - lo)
-                      for k, lo in enumerate(range(0, bins, sequences_per_shard))]
+        bounds = [0, bins] if balanced is None else balanced.layout.rank_starts().tolist()  # a tar holds one rank
+        ranges = [(lo, min(lo + sequences_per_shard, hi)) for lo_r, hi in zip(bounds[:-1], bounds[1:])
+                  for lo in range(lo_r, hi, sequences_per_shard)]
+        out_shards = [Shard(k, meta=r, size=r[1] - r[0]) for k, r in enumerate(ranges)]
         writer = ShardWriteTask(str(out), ctx=ctx, processor=fingerprint or "", store_dir=str(store_dir))
         write_stats = run_stage(writer, out_shards, out, executor=executor, seed=seed, desc="write shards",
                                 settings={**writer.settings(), "plan": _file_hash(out / PLAN_ARRAYS)})
@@ -220,7 +244,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
         **run_header("pack", seed=seed, settings={"ctx": ctx, "processor": fingerprint, "processor_path": processor,
                                                   "min_pixels": min_pixels,
                                                   "max_pixels": max_pixels, "exact": exact,
-                                                  "verify_fraction": verify_fraction, "plan_only": plan_only}),
+                                                  "verify_fraction": verify_fraction, "plan_only": plan_only,
+                                                  "balance": balance.settings() if balance else None}),
         "records_in": counts["records_in"], "records_packed": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
         **plan_stats, "sequences": sequences if not plan_only else None,
@@ -232,6 +257,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
     write_parquet(out / "rejects.parquet", total.rejects_table())
     if plot:
         plot_packing(out / "packing.png", counted_lengths, bin_tokens, ctx,
+                     step_ratio=None if balanced is None else balanced.step_ratio,
                      title=f"{counts['records_out']:,} samples → {plan_stats['bins']:,} sequences of ≤{ctx} tokens")
     write_json(out / "stats.json", result)
     return result

@@ -7,7 +7,8 @@ Reads every shard with the ``webdataset`` library and checks, naming each proble
   members listed are present (and nothing else), their headers give the stored grids;
 * the whole: every id appears once, the ids equal the plan's, the number of
   sequences and of packed records equal ``stats.json``;
-* a seeded sample of records re-tokenized with the processor gives the stored counts.
+* a seeded sample of records re-tokenized with the processor gives the stored counts;
+* for a compute-balanced pack, every sequence's step, rank and cost (:mod:`packer.verify_steps`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from curate.errors import UserError
 from curate.images import ImageError, probe
 from curate.io import read_json
 from curate.progress import StageProgress
+from packer.verify_steps import StepRecorder
 
 
 @dataclass
@@ -125,6 +127,8 @@ def verify_pack(out: str | Path, *, processor: str | None = None, sample: int = 
     chosen: list[tuple[str, dict[str, Any], int]] = []
     seen_candidates = 0
     keys: list[str] = []
+    balance = stats["settings"].get("balance")
+    steps = StepRecorder(balance) if balance else None
     with StageProgress("verify shards", len(shards), unit="shards") as bar:
         for shard in shards:
             report.shards += 1
@@ -138,6 +142,8 @@ def verify_pack(out: str | Path, *, processor: str | None = None, sample: int = 
                     keys.append(item["__key__"])
                     report.sequences += 1
                     _check_sequence(meta, item, ctx, report, counter, where)
+                    if steps is not None:
+                        steps.add(shard.name, meta, where, report.add)
                     for i, rid in enumerate(meta.get("ids", [])):
                         ids[rid] += 1
                         report.records += 1
@@ -173,6 +179,8 @@ def verify_pack(out: str | Path, *, processor: str | None = None, sample: int = 
         missing = [i for i in missing if i not in errored]
         if missing or extra:
             report.add(f"shards and plan.parquet disagree: {len(missing)} planned ids missing, {len(extra)} extra")
+    if steps is not None:
+        steps.check(stats, plan_path, bool(stats.get("errored")), report.add)
     if counter is not None:
         for where, meta, i in chosen:
             try:

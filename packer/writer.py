@@ -6,7 +6,9 @@ One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
 * ``<key>.json``: ``ids``, ``sources``, ``tokens`` (per sample), ``cu_seqlens``
   (offsets from 0 to the used length), ``image_grids`` (per image ``[t, h, w]``),
   ``images_per_sample``, ``image_tokens``, ``image_members``, ``messages`` (per sample),
-  ``ctx``, ``processor`` (fingerprint) and ``key``;
+  ``ctx``, ``processor`` (fingerprint) and ``key``; for a compute-balanced plan also
+  ``step``, ``rank``, ``micro``, ``cost`` (training FLOPs of the sequence), ``dp``,
+  ``micro_batches`` and ``steps``;
 * ``<key>.img<j>.<ext>``: the original bytes of the sequence's j-th image (not re-encoded).
 
 Keys are the bin's position in the plan (``%010d``), so sample ids with dots,
@@ -110,6 +112,7 @@ class ShardWriteTask(ShardTask):
                     meta, blobs = self._sequence(b, rows, stats)
                     if not meta["ids"]:
                         continue
+                    meta.update(self._step_of(b))
                     payload = json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8")
                     key = meta["key"]
                     tar.addfile(_tarinfo(f"{key}.json", len(payload)), io.BytesIO(payload))
@@ -119,6 +122,16 @@ class ShardWriteTask(ShardTask):
                     ctx.progress(1)
         stats.extra["sequences"] = sequences
         return stats
+
+    def _step_of(self, b: int) -> dict[str, Any]:
+        """``step``, ``rank``, ``micro``, ``cost``, ``dp``, ``micro_batches``, ``steps`` of a balanced plan's bin."""
+        plan = self._plan
+        if plan is None or "balance" not in plan:
+            return {}
+        dp, micro_batches, steps = (int(v) for v in plan["balance"])
+        return {"step": int(plan["bin_step"][b]), "rank": int(plan["bin_rank"][b]),
+                "micro": int(plan["bin_micro"][b]), "cost": float(plan["bin_cost"][b]),
+                "dp": dp, "micro_batches": micro_batches, "steps": steps}
 
     def _sequence(self, position: int, rows: list[dict[str, Any]],
                   stats: StageStats) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
