@@ -26,9 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from curate.embed import embed  # noqa: E402
-from curate.encoders import load_encoder  # noqa: E402
-from curate.images import decode  # noqa: E402
+from curate.balance.embed import embed  # noqa: E402
+from curate.models.encoders import load_encoder  # noqa: E402
+from curate.core.images import decode  # noqa: E402
 
 
 def make_images(folder: Path, n: int, seed: int = 0) -> Path:

@@ -9,7 +9,7 @@ Both sides use the same model object, the same prompts and images, batch size,
 ``num_return_sequences``, temperature, top-p and ``max_new_tokens``. The bare
 loop is what a user would write: chat template, processor with left padding,
 ``model.generate(do_sample=True, ...)``, ``batch_decode``. The backend adds image
-checks (:func:`curate.images.decode`), per-sample seeded sampling, truncation
+checks (:func:`curate.core.images.decode`), per-sample seeded sampling, truncation
 flags and bookkeeping. The two alternate batch by batch (bare then backend on
 one batch, the other way round on the next), so load from other processes on a
 shared machine hits both alike. Prints prompts/s, answers/s, generated

@@ -2,7 +2,7 @@
 
 Generates N images of varied sizes and aspect ratios (seeded, JPEG and PNG), then
 for each image counts the tokens of a one-image conversation twice: from the
-header (curate.images.probe + the Qwen2-VL rule) and with the full processor on
+header (curate.core.images.probe + the Qwen2-VL rule) and with the full processor on
 the decoded pixels. Prints agreement (must be 100%) and the speed ratio.
 
     .venv/bin/python benchmarks/bench_lengths.py [--n 500] [--quick]
@@ -23,7 +23,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from curate.fixtures.processor import build_tiny_processor  # noqa: E402
-from curate.images import decode, probe  # noqa: E402
+from curate.core.images import decode, probe  # noqa: E402
 from packer.tokens import TokenCounter, _grid  # noqa: E402
 
 

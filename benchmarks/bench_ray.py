@@ -9,7 +9,7 @@ baseline) and with ``--executor ray`` on a local Ray cluster with W actors:
 
 * **pack**: ``curate pack`` (token lengths with the tiny offline processor, the
   plan, the shard writer) on the sample data replicated to N records;
-* **toy**: a CPU-bound :class:`~curate.shards.ShardTask` defined here (a sha256
+* **toy**: a CPU-bound :class:`~curate.core.shards.ShardTask` defined here (a sha256
   chain per record, a fixed amount of work per shard), to show the per-shard cost.
 
 Local and Ray runs alternate (``--rounds``; the best of each is kept, the
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from curate.executors import get_executor, run_stage
-from curate.shards import Shard, ShardContext, ShardTask
-from curate.stats import StageStats
+from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.stats import StageStats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ class ToyTask(ShardTask):
         return {"rounds": self.rounds}
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
-        from curate.io import write_parquet
+        from curate.core.io import write_parquet
         import pyarrow as pa
 
         stats = StageStats()
@@ -71,7 +71,7 @@ class ToyTask(ShardTask):
 
 def make_inputs(folder: Path, n: int) -> list[Path]:
     """The sample data's canonical records replicated to ``n`` records with unique ids (absolute image paths)."""
-    from curate.records import read_records, BadRecord
+    from curate.core.records import read_records, BadRecord
 
     sample = ROOT / "data" / "sample"
     base = [r for r in read_records([sample / "records.jsonl", sample / "llava.jsonl"]) if not isinstance(r, BadRecord)]

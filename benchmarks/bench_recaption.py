@@ -9,9 +9,9 @@ Usage:
 Both sides open the backend (``make_backend``, so model loading counts on both
 sides), send the same requests (keys ``<id>#<lang>``, the default prompts, the
 same sampling settings and seed, hence the same answers), check every answer
-with :func:`curate.caption_checks.check_caption` and ask once more, under the
+with :func:`curate.recaption.checks.check_caption` and ask once more, under the
 key ``<id>#<lang>#retry``, for the answers that fail. The bare loop keeps the
-captions in a list; the stage (:func:`curate.recaption.recaption`, as the CLI
+captions in a list; the stage (:func:`curate.recaption.stage.recaption`, as the CLI
 calls it, into a fresh folder every round) also reads the records, shards,
 journals every answer, and writes captions.parquet, records.jsonl, the rejects
 and stats.json. Sides alternate in order from round to round. Prints
@@ -33,9 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from curate.caption_checks import check_caption  # noqa: E402
+from curate.recaption.checks import check_caption  # noqa: E402
 from curate.generate import GenerationRequest, SamplingParams, make_backend  # noqa: E402
-from curate.recaption import DEFAULT_PROMPTS, RETRY, caption_key, recaption, user_turn  # noqa: E402
+from curate.recaption.stage import DEFAULT_PROMPTS, RETRY, caption_key, recaption, user_turn  # noqa: E402
 
 
 def _records(folder: Path, count: int, seed: int) -> tuple[Path, list[tuple[str, str]]]:

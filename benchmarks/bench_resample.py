@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from curate.tag import TAGS_SCHEMA  # noqa: E402
+from curate.balance.tag import TAGS_SCHEMA  # noqa: E402
 
 _BASELINE = """
 import sys, pyarrow.parquet as pq
@@ -45,7 +45,7 @@ t.column("concepts").combine_chunks().flatten().to_numpy()
 """
 _RESAMPLE = """
 import sys
-from curate.resample import resample
+from curate.balance.resample import resample
 r = resample(sys.argv[1], out=sys.argv[2], fraction=0.2, seed=0)
 print(r["records_selected"], r["balance"]["head_share_before"], r["balance"]["head_share_after"])
 """

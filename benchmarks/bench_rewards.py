@@ -192,7 +192,7 @@ def start_server(workers: int) -> tuple[subprocess.Popen, str]:
     import httpx
 
     port = _free_port()
-    code = f"from curate.serve_rewards import serve; serve('127.0.0.1', {port}, workers={workers})"
+    code = f"from curate.rl.serve import serve; serve('127.0.0.1', {port}, workers={workers})"
     proc = subprocess.Popen([sys.executable, "-c", code])
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -240,7 +240,7 @@ def main() -> None:
     ap.add_argument("--http-workers", type=int, default=2, help="uvicorn server processes")
     args = ap.parse_args()
 
-    from curate.rewards.limits import warm_up
+    from curate.rewards.runtime.limits import warm_up
 
     warm_up(wait=True)
     scale = 1 if args.quick else 5

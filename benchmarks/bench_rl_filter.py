@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from curate.fixtures.sampledata import make_sample_data  # noqa: E402
 from curate.fixtures.tiny_vlm import build_tiny_vlm  # noqa: E402
 from curate.generate import make_backend  # noqa: E402
-from curate.records import read_records  # noqa: E402
+from curate.core.records import read_records  # noqa: E402
 from curate.rewards import score_many, warm_up  # noqa: E402
-from curate.rl_filter import RolloutTask, rl_filter  # noqa: E402
+from curate.rl.filter import RolloutTask, rl_filter  # noqa: E402
 
 
 def rollouts_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:

@@ -29,7 +29,7 @@ import webdataset as wds  # noqa: E402
 from curate.executors import run_stage  # noqa: E402
 from curate.fixtures.processor import build_tiny_processor  # noqa: E402
 from curate.fixtures.sampledata import make_sample_data  # noqa: E402
-from curate.shards import Shard  # noqa: E402
+from curate.core.shards import Shard  # noqa: E402
 from packer.pack import pack  # noqa: E402
 from packer.writer import ShardWriteTask  # noqa: E402
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from packer.cost import CostModel, load_cost_model, table_costs
 from packer.steps import StepLayout, balanced_layout, check_dp, imbalance_stats, rank_loads, step_ratios, token_layout
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ from megatron.energon.errors import FatalSampleError
 from megatron.energon.flavors.webdataset import BaseWebdatasetFactory
 from megatron.energon.flavors.webdataset.config import MAIN_FOLDER_NAME
 
-from curate.errors import UserError
-from curate.io import atomic_open, read_json
+from curate.core.errors import UserError
+from curate.core.io import atomic_open, read_json
 from packer.loader import PackedSequenceBuilder, ProcessorDrift, collate_packed
 from packer.tokens import TokenCounter
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from curate.errors import UserError
-from curate.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, probe
-from curate.io import write_parquet
-from curate.records import BadRecord
-from curate.shards import Shard, ShardContext, ShardTask
-from curate.stats import StageStats
+from curate.core.errors import UserError
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, probe
+from curate.core.io import write_parquet
+from curate.core.records import BadRecord
+from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.stats import StageStats
 from packer.tokens import TokenCounter
 
 LENGTHS_SCHEMA = pa.schema([

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from curate.images import decode
+from curate.core.images import decode
 from packer.rope import mrope_positions, text_positions
 from packer.tokens import TokenCounter
 

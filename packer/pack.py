@@ -1,6 +1,6 @@
 """``curate pack``: exact token lengths → packing plan → WebDataset shards, with stats and a plot.
 
-Steps (each resumable; see ``curate.shards`` for the contract):
+Steps (each resumable; see ``curate.core.shards`` for the contract):
 
 1. **lengths** (per input shard, parallel): :class:`packer.lengths.LengthsTask`,
    merged into ``OUT/lengths.parquet``. Counted lengths are reused when the same
@@ -25,12 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
-from curate.io import atomic_open, dumps_json, read_json, write_json, write_parquet
-from curate.progress import console
-from curate.shards import DEFAULT_SHARD_SIZE, SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
-from curate.stats import StageStats, run_header
+from curate.core.io import atomic_open, dumps_json, read_json, write_json, write_parquet
+from curate.core.progress import console
+from curate.core.shards import DEFAULT_SHARD_SIZE, SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
+from curate.core.stats import StageStats, run_header
 from packer.lengths import LengthsTask
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.plan import batch_padding_tokens, plan_bins
@@ -282,7 +282,7 @@ def _count_by_source(table: pa.Table) -> dict[str, int]:
 
 def _stats_of(folder: Path) -> StageStats:
     """The merged stats of a finished lengths step in another folder."""
-    from curate.shards import merge_shards
+    from curate.core.shards import merge_shards
     markers = [read_json(p) for p in sorted((folder / SHARDS_DIR / "lengths").glob("*.json")) if p.name != "settings.json"]
     return merge_shards(folder, "lengths", markers)
 

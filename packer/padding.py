@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from packer.buckets import _check_int, _check_lengths
 
 if TYPE_CHECKING:

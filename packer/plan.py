@@ -32,7 +32,7 @@ Conventions:
 * A record of 0 tokens cannot be a training sample (it would give an empty
   segment in ``cu_seqlens``): ``bin_of == -2`` and it is listed in
   ``PackPlan.empty``. A negative length is corrupt input and raises
-  :class:`curate.errors.UserError`.
+  :class:`curate.core.errors.UserError`.
 * Within a bin, records are ordered by decreasing length (the order the greedy
   chose them); with varlen attention the order inside a bin does not matter.
 * The plan depends on ``(lengths, ctx, seed)`` only: ``workers`` changes speed,
@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from packer.buckets import (  # noqa: F401  (_check_int and _check_lengths are shared with packer.ffd)
     _check_int,
     _check_lengths,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from curate.io import atomic_open
+from curate.core.io import atomic_open
 
 
 def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: int, *, title: str = "",

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 
 
 @dataclass(frozen=True, eq=False)

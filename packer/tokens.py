@@ -24,8 +24,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from curate.errors import UserError
-from curate.records import IMAGE_TOKEN
+from curate.core.errors import UserError
+from curate.core.records import IMAGE_TOKEN
 
 IGNORE_INDEX = -100
 

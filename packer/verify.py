@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from curate.errors import UserError
-from curate.images import ImageError, probe
-from curate.io import read_json
-from curate.progress import StageProgress
+from curate.core.errors import UserError
+from curate.core.images import ImageError, probe
+from curate.core.io import read_json
+from curate.core.progress import StageProgress
 from packer.verify_steps import StepRecorder
 
 

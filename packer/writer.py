@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.images import read_bytes, ImageError
-from curate.shards import Shard, ShardContext, ShardTask
-from curate.stats import StageStats
+from curate.core.images import read_bytes, ImageError
+from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.stats import StageStats
 
 PLAN_ARRAYS = "_plan/plan.npz"
 
@@ -46,7 +46,7 @@ def open_store(out: Path) -> pa.Table:
         source = pa.memory_map(str(path), "r")
         tables.append(pa.ipc.open_file(source).read_all())
     if not tables:
-        from curate.errors import UserError
+        from curate.core.errors import UserError
         raise UserError(f"{out}: no counted records (_records/*.arrow); run the lengths step first")
     return pa.concat_tables(tables)
 

@@ -1,4 +1,4 @@
-"""Executors run a :class:`~curate.shards.ShardTask` over shards; the task never knows which one.
+"""Executors run a :class:`~curate.core.shards.ShardTask` over shards; the task never knows which one.
 
 * ``local`` (default): in this process (``--workers 1``) or a pool of worker
   processes, each calling ``task.setup()`` once; a progress bar in the driver.
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from curate.errors import UserError
-from curate.io import read_json
-from curate.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards, plan_hash
-from curate.stats import StageStats
+from curate.core.errors import UserError
+from curate.core.io import read_json
+from curate.core.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards, plan_hash
+from curate.core.stats import StageStats
 
 
 class Executor(ABC):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from curate.executors import Executor
-from curate.progress import StageProgress
-from curate.shards import Shard, ShardTask, execute_shard
+from curate.core.progress import StageProgress
+from curate.core.shards import Shard, ShardTask, execute_shard
 
 _WORKER_TASK: ShardTask | None = None
 
@@ -37,7 +37,7 @@ class LocalExecutor(Executor):
 
     def __init__(self, workers: int = 1) -> None:
         if workers < 1:
-            from curate.errors import UserError
+            from curate.core.errors import UserError
             raise UserError(f"--workers must be at least 1, got {workers}")
         self.workers = workers
 

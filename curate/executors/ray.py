@@ -9,7 +9,7 @@ How a stage runs here:
   (``ActorPoolStrategy(size=concurrency)``, one shard in flight per actor,
   ``batch_size=1``); each actor unpickles the task and calls ``task.setup()``
   once (the model, processor or index is loaded once per actor), then runs
-  shards through :func:`curate.shards.execute_shard`: private temp folder,
+  shards through :func:`curate.core.shards.execute_shard`: private temp folder,
   rename into place, marker written last, file names chosen by the task (never
   Ray's). A shard that Ray retries after a lost actor is simply written again;
 * the driver iterates over the results as they stream back (one small marker
@@ -19,7 +19,7 @@ How a stage runs here:
   Ray has nothing to fuse it with; ``batch_size=1`` on one-row blocks means one
   call per shard.
 
-Errors raised by a task (e.g. :class:`~curate.errors.UserError`) are caught in
+Errors raised by a task (e.g. :class:`~curate.core.errors.UserError`) are caught in
 the actor and re-raised on the driver as the same exception, so the CLI prints
 the same one-line message as with the local executor.
 
@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.executors import Executor
-from curate.progress import StageProgress, console
-from curate.shards import Shard, ShardTask, execute_shard, marker_path
+from curate.core.progress import StageProgress, console
+from curate.core.shards import Shard, ShardTask, execute_shard, marker_path
 
 #: Environment variables forwarded to the actors (offline switches and caches), when set on the driver.
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.generate.base import (
     GenerationBackend,
     GenerationRequest,

@@ -12,7 +12,7 @@ Error reasons are short stable strings:
 
 * ``prompt_error:<what>``: the request itself is unusable (``image_count``,
   ``empty``, ``role``, ``ends_with_assistant``, ``template``);
-* ``image_error:<reason>``: an image failed :mod:`curate.images` (``missing_image``,
+* ``image_error:<reason>``: an image failed :mod:`curate.core.images` (``missing_image``,
   ``truncated``, ``not_an_image``, ...);
 * ``http_error:<status>``, ``timeout``, ``connection_error``, ``bad_response``
   (OpenAI-compatible servers, after the retries);
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from curate.records import IMAGE_TOKEN
+from curate.core.records import IMAGE_TOKEN
 
 ROLES = ("system", "user", "assistant")
 

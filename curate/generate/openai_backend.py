@@ -3,7 +3,7 @@
 vLLM, SGLang, ``transformers serve`` and hosted APIs speak
 ``POST {endpoint}/v1/chat/completions``. Images travel as base64 data URLs of
 their original bytes (MIME type from the image header, checked with
-:func:`curate.images.probe` first). Calls run on a bounded thread pool with one
+:func:`curate.core.images.probe` first). Calls run on a bounded thread pool with one
 shared ``httpx`` client.
 
 Retries: timeouts, connection errors, 429 and 5xx answers, and malformed bodies
@@ -38,7 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.generate.base import (
     GenerationBackend,
     GenerationRequest,
@@ -48,7 +48,7 @@ from curate.generate.base import (
     derive_seed,
     error_result,
 )
-from curate.images import DEFAULT_MAX_PIXELS, ImageError, probe, read_bytes
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, probe, read_bytes
 
 MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp", "GIF": "image/gif", "BMP": "image/bmp",
         "TIFF": "image/tiff", "MPO": "image/jpeg"}

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, error_result
 
 REQUIRED = ("id", "response")

@@ -4,7 +4,7 @@ The checkpoint loads with ``AutoProcessor`` and ``AutoModelForImageTextToText``
 (Qwen2-VL, Qwen2.5-VL and the other image-text-to-text models of transformers;
 ``trust_remote_code`` for models that ship their own code). Prompts go through
 the model's own chat template and processor; images are decoded with
-:func:`curate.images.decode`. Several prompts are batched with left padding and
+:func:`curate.core.images.decode`. Several prompts are batched with left padding and
 sampled with ``num_return_sequences``.
 
 Reproducibility: every answer ``i`` of a request has its own random stream,
@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.generate.base import (
     GenerationBackend,
     GenerationRequest,
@@ -37,7 +37,7 @@ from curate.generate.base import (
     derive_seed,
     error_result,
 )
-from curate.images import ImageError, decode
+from curate.core.images import ImageError, decode
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -125,7 +125,7 @@ class TransformersBackend(GenerationBackend):
         batch_size: Prompts per ``generate`` call (rows = prompts × n).
         trust_remote_code: Allow checkpoints that ship their own modelling code.
         chat_template_kwargs: Extra variables for the chat template.
-        max_image_pixels: Decompression-bomb limit for :func:`curate.images.decode`.
+        max_image_pixels: Decompression-bomb limit for :func:`curate.core.images.decode`.
     """
 
     name = "transformers"

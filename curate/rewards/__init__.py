@@ -12,23 +12,23 @@ Public API::
 - :data:`VERIFIERS` maps verifier names to callables ``VERIFIERS[name](record, response)``.
 - :func:`answer_types` lists the accepted ``answer_type`` values.
 - An unknown ``answer_type`` raises :class:`UnknownAnswerType` (a
-  :class:`curate.errors.UserError`); a malformed record raises :class:`RecordError`.
+  :class:`curate.core.errors.UserError`); a malformed record raises :class:`RecordError`.
   Verifier errors and timeouts never raise: they score 0 with ``error`` set.
 - :func:`configure` sets the worker pool used for time-limited work, :func:`warm_up`
   starts it ahead of the first call, :func:`shutdown` stops it; :func:`counters`
   reports calls and errors per reason.
 
 See :mod:`curate.rewards.registry` for the record fields and the weighting, each
-verifier module for its rules, :mod:`curate.rewards.limits` for the time limits,
-:mod:`curate.score` for scoring files (``curate score``) and
-:mod:`curate.serve_rewards` for the HTTP service (``curate serve-rewards``).
+verifier module for its rules, :mod:`curate.rewards.runtime.limits` for the time limits,
+:mod:`curate.rl.score` for scoring files (``curate score``) and
+:mod:`curate.rl.serve` for the HTTP service (``curate serve-rewards``).
 """
 
 from __future__ import annotations
 
 from curate.rewards.boxes import dynamic_iou_threshold, smart_resize
 from curate.rewards.format import format_score
-from curate.rewards.limits import configure, shutdown, warm_up
+from curate.rewards.runtime.limits import configure, shutdown, warm_up
 from curate.rewards.registry import (
     ANSWER_TYPES,
     VERIFIERS,

@@ -21,7 +21,7 @@ are divided by ``a + f``, so every reward is in [0, 1]; there is no bonus term.
 
 Errors: a record that cannot be scored (no ``answer``, an unknown ``answer_type`` or
 verifier, a malformed gold or ``reward`` object) raises :class:`RecordError`
-(:class:`UnknownAnswerType` for unknown types), a :class:`curate.errors.UserError`,
+(:class:`UnknownAnswerType` for unknown types), a :class:`curate.core.errors.UserError`,
 so that callers report it per record. A *response* never raises: verifier errors and
 timeouts give accuracy 0 and reward 0 with ``error`` set (``timeout``,
 ``verifier_error:<ExceptionName>``, ``verifier_crashed``, ``response_too_large``, …).
@@ -36,23 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from curate.rewards import (
-    bbox,
-    boolean,
-    choice,
-    code,
-    critic,
-    detection,
-    html,
-    number,
-    ocr,
-    string,
-    svg,
-)
-from curate.rewards import math as math_verifier
+from curate.rewards.verifiers import bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg
+from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import PROMPT_TYPES, format_score
-from curate.rewards.cache import ResultCache
-from curate.rewards.limits import Outcome, Task, get_pool
+from curate.rewards.runtime.cache import ResultCache
+from curate.rewards.runtime.limits import Outcome, Task, get_pool
 from curate.rewards.result import (
     where,
     Context,

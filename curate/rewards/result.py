@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)

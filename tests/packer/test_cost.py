@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from packer.cost import CostModel, image_patches, load_cost_model, table_costs
 
 TINY = CostModel(lm_hidden=8, lm_layers=2, lm_heads=2, lm_kv_heads=1, lm_head_dim=4, lm_intermediate=16,

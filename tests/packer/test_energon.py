@@ -38,7 +38,7 @@ from megatron.energon.errors import FatalSampleError  # noqa: E402
 from megatron.energon.flavors.webdataset.empty_dataset_error import EmptyDatasetError  # noqa: E402
 
 from curate.cli import main  # noqa: E402
-from curate.errors import UserError  # noqa: E402
+from curate.core.errors import UserError  # noqa: E402
 from packer.energon import (  # noqa: E402
     PackedSequenceSample,
     PackedTaskEncoder,

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import webdataset as wds
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.executors import get_executor
-from curate.records import BadRecord, read_records
+from curate.core.records import BadRecord, read_records
 from packer.pack import pack
 from packer.verify import verify_pack
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from packer.cost import CostModel, table_costs
 from packer.loader import PackedDataset
 from packer.pack import pack

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import packer.plan as plan_mod
-from curate.errors import UserError
+from curate.core.errors import UserError
 from packer.ffd import first_fit_decreasing
 from packer.plan import (
     EMPTY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from packer.balance import balance_bins, balance_options, segment_sums
 from packer.cost import CostModel
 from packer.plan import plan_bins

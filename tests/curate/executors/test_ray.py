@@ -33,9 +33,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from curate.errors import UserError  # noqa: E402
+from curate.core.errors import UserError  # noqa: E402
 from curate.executors import Executor, get_executor, run_stage  # noqa: E402
-from curate.shards import SHARDS_DIR, Shard  # noqa: E402
+from curate.core.shards import SHARDS_DIR, Shard  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -117,7 +117,7 @@ def _embed_inputs(fx: dict[str, Any]) -> list[Path]:
 
 
 def _run_embed(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict[str, Any]:
-    from curate.embed import embed
+    from curate.balance.embed import embed
 
     return embed(_embed_inputs(fx), out=out, model=fx["tiny_clip_spec"], shard_size=16, batch_size=8,
                  executor=executor)
@@ -129,7 +129,7 @@ def _embed_argv(fx: dict[str, Any]) -> list[str]:
 
 
 def _run_tag(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict[str, Any]:
-    from curate.tag import tag
+    from curate.balance.tag import tag
 
     embeddings, concepts = fx["tag_inputs"]
     return tag(embeddings, concepts, out=out, top_k=5, executor=executor, quiet=True)
@@ -166,7 +166,7 @@ def tag_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _run_score(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict[str, Any]:
-    from curate.score import score
+    from curate.rl.score import score
 
     prompts, responses = fx["score_inputs"]
     return score([prompts], responses, out, shard_size=40, executor=executor)
@@ -183,7 +183,7 @@ def score_inputs(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """The sample RL prompts and a responses file: per prompt its true answer and a refusal, plus bad rows."""
     import json
 
-    from curate.records import BadRecord, read_records
+    from curate.core.records import BadRecord, read_records
 
     prompts = sample_data / "rl" / "prompts.jsonl"
     rows = []
@@ -201,7 +201,7 @@ def score_inputs(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def _run_vocab_embed(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict[str, Any]:
-    from curate.vocab_embed import embed_vocab
+    from curate.balance.vocab.embed import embed_vocab
 
     return embed_vocab(fx["small_vocab"], out=out / "concepts.npy", model=fx["tiny_clip_spec"],
                        cache_dir=out / "cache", executor=executor, show_progress=False)
@@ -306,7 +306,7 @@ def shard_markers(out: Path, step: str) -> list[Path]:
 
 def counts(out: Path, step: str) -> list[dict[str, Any]]:
     """Per-shard counts recorded in the markers (timings excluded: they differ run to run)."""
-    from curate.io import read_json
+    from curate.core.io import read_json
 
     result = []
     for path in shard_markers(out, step):
@@ -408,7 +408,7 @@ def test_task_errors_reach_the_driver_unchanged(ray_cluster, tmp_path) -> None:
 
 def test_ray_executor_refuses_missing_gpus(ray_cluster, tmp_path, sample_data, tiny_processor_dir) -> None:
     from packer.lengths import LengthsTask
-    from curate.shards import plan_shards
+    from curate.core.shards import plan_shards
 
     task = LengthsTask(str(tiny_processor_dir))
     shards = plan_shards([sample_data / "llava.jsonl"], 100)

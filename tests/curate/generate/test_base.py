@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.generate import GenerationRequest, GenerationResult, SamplingParams, derive_seed, make_backend, summarize
 from curate.generate.base import GenerationStats, PromptError, content_parts
 

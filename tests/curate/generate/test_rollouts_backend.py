@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.generate import GenerationRequest, make_backend
 from curate.generate.rollouts_backend import RolloutsBackend, natural_key
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from curate.rewards import score
-from curate.rewards.code import netns_prefix, run_program
+from curate.rewards.verifiers.code import netns_prefix, run_program
 
 TESTS = json.dumps({"tests": [{"input": "3", "output": "6"}, {"input": "10", "output": "20"}]})
 

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from curate.rewards import score
-from curate.rewards.cache import ResultCache
-from curate.rewards.limits import Task, WorkerPool
+from curate.rewards.runtime.cache import ResultCache
+from curate.rewards.runtime.limits import Task, WorkerPool
 
-PROBE = "curate.rewards._probe:"
+PROBE = "curate.rewards.runtime._probe:"
 
 
 @pytest.fixture(scope="module")

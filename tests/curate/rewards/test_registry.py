@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from curate.errors import UserError
+from curate.core.errors import UserError
 from curate.rewards import (
     ANSWER_TYPES,
     VERIFIERS,

@@ -1,0 +1,254 @@
+"""``curate embed``: images → L2-normalised float16 embeddings, one file pair per shard.
+
+For every input shard the :class:`EmbedTask` writes
+
+* ``embeddings/<shard>.npy``: ``N×D`` float16, L2-normalised rows;
+* ``embeddings/<shard>.ids.parquet``: columns ``id`` and ``source``, row-aligned with the ``.npy``.
+
+A record's embedding is its image's; a record with several images gets the
+mean of its images' normalised embeddings, normalised again. Records without
+images are dropped (``no_image``); unreadable images are errored with the
+reason of :mod:`curate.core.images` (``missing_image``, ``truncated``, ...), so
+records in = embedded + dropped + errored. Images are decoded and
+preprocessed by a thread pool while the model runs on the previous batch.
+
+Outputs are deterministic: batches are formed from consecutive records of a
+shard, so a rerun (or a resumed run) gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
+from curate.core.errors import UserError
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode
+from curate.core.io import write_json, write_parquet
+from curate.core.records import BadRecord
+from curate.core.shards import DEFAULT_SHARD_SIZE, Shard, ShardContext, ShardTask, plan_shards
+from curate.core.stats import StageStats, run_header
+
+EMBED_DIR = "embeddings"
+IDS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string())])
+DEFAULT_BATCH = 64
+
+
+@dataclass(frozen=True)
+class _Item:
+    rid: str
+    source: str
+    paths: tuple[str, ...]
+
+
+def default_decode_threads() -> int:
+    """Threads decoding images beside the model: the cores, at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+class EmbedTask(ShardTask):
+    """Embeds the images of one shard (see the module docstring)."""
+
+    stage = "embed"
+    unit = "records"
+
+    def __init__(self, model: str = DEFAULT_MODEL, *, precision: str = "fp32", device: str = "auto",
+                 batch_size: int = DEFAULT_BATCH, decode_threads: int | None = None, threads: int | None = None,
+                 max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+        if batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+        if decode_threads is not None and decode_threads < 1:
+            raise UserError(f"--decode-threads must be at least 1, got {decode_threads}")
+        self.model_spec, self.precision, self.device = model, precision, device
+        self.batch_size = batch_size
+        self.decode_threads = decode_threads or default_decode_threads()
+        self.threads = threads
+        self.max_image_pixels = max_image_pixels
+        self.encoder: Encoder | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["encoder"] = None  # loaded again by setup() in each worker
+        return state
+
+    def setup(self) -> None:
+        """Load the model once per worker."""
+        if self.encoder is None:
+            self.encoder = load_encoder(self.model_spec, precision=self.precision, device=self.device,
+                                        threads=self.threads)
+
+    def settings(self) -> dict[str, Any]:
+        """The model fingerprint, precision, batch size and decoding limits change the bytes."""
+        self.setup()
+        assert self.encoder is not None
+        return {"model": self.encoder.fingerprint, "model_spec": self.model_spec, "precision": self.precision,
+                "batch_size": self.batch_size, "max_image_pixels": self.max_image_pixels, "dim": self.encoder.dim,
+                "multi_image": "mean"}
+
+    # ------------------------------------------------------------------
+    def _load(self, item: _Item) -> list[Any]:
+        assert self.encoder is not None
+        return [self.encoder.prepare_image(decode(p, max_pixels=self.max_image_pixels)) for p in item.paths]
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Embed one shard; write its ``.npy`` and ``.ids.parquet``."""
+        self.setup()
+        assert self.encoder is not None
+        stats = StageStats()
+        items: list[_Item] = []
+        for rec in shard.read():
+            if isinstance(rec, BadRecord):
+                stats.seen(rec.source)
+                stats.error(rec.id, rec.source, rec.reason, rec.detail)
+                ctx.progress(1)
+            elif not rec["images"]:
+                stats.seen(rec["source"])
+                stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
+                ctx.progress(1)
+            else:
+                stats.seen(rec["source"])
+                items.append(_Item(rec["id"], rec["source"], tuple(rec["images"])))
+
+        rows: list[np.ndarray] = []
+        kept: list[_Item] = []
+        batch: list[tuple[_Item, list[Any]]] = []
+        n_images = 0
+
+        def flush() -> None:
+            if not batch:
+                return
+            pixels = self.encoder.to_pixels([t for _, ts in batch for t in ts])
+            with stats.timer("model"):
+                feats = self.encoder.encode_images(pixels)
+            start = 0
+            for item, ts in batch:
+                vec = feats[start:start + len(ts)]
+                start += len(ts)
+                if len(ts) > 1:
+                    vec = vec.mean(axis=0, keepdims=True)
+                    vec /= max(float(np.linalg.norm(vec)), 1e-12)
+                rows.append(vec.astype(np.float16))
+                kept.append(item)
+                stats.kept(item.source)
+            ctx.progress(len(batch))
+            batch.clear()
+
+        ahead = 2 * self.batch_size
+        with ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="decode") as pool:
+            pending: deque[tuple[_Item, Future]] = deque()
+            queue = iter(items)
+
+            def fill() -> None:
+                while len(pending) < ahead:
+                    item = next(queue, None)
+                    if item is None:
+                        return
+                    pending.append((item, pool.submit(self._load, item)))
+
+            fill()
+            while pending:
+                item, fut = pending.popleft()
+                fill()
+                t0 = time.perf_counter()
+                try:
+                    tensors = fut.result()
+                except ImageError as exc:
+                    stats.error(item.rid, item.source, exc.reason, exc.detail)
+                    ctx.progress(1)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - a bad image never stops a run
+                    stats.error(item.rid, item.source, "preprocess_failed", f"{type(exc).__name__}: {exc}")
+                    ctx.progress(1)
+                    continue
+                finally:
+                    stats.timings["wait_decode"] = stats.timings.get("wait_decode", 0.0) + time.perf_counter() - t0
+                batch.append((item, tensors))
+                n_images += len(tensors)
+                if sum(len(ts) for _, ts in batch) >= self.batch_size:
+                    flush()
+            flush()
+
+        matrix = np.concatenate(rows) if rows else np.zeros((0, self.encoder.dim), np.float16)
+        out_dir = work / EMBED_DIR
+        out_dir.mkdir(parents=True, exist_ok=True)
+        np.save(out_dir / f"{shard.id}.npy", np.ascontiguousarray(matrix, dtype=np.float16))
+        write_parquet(out_dir / f"{shard.id}.ids.parquet",
+                      pa.table({"id": [i.rid for i in kept], "source": [i.source for i in kept]}, schema=IDS_SCHEMA))
+        stats.extra["images_embedded"] = n_images
+        return stats
+
+
+def plan_hash(shards: Sequence[Shard]) -> str:
+    """A hash of the shard plan (input paths and row ranges), not of file times."""
+    h = hashlib.sha256()
+    for shard in shards:
+        for part in shard.parts:
+            h.update(f"{shard.index}|{part.path}|{part.start}|{part.stop}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def embed(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str], model: str = DEFAULT_MODEL,
+          precision: str = "fp32", device: str = "auto", batch_size: int = DEFAULT_BATCH,
+          shard_size: int = DEFAULT_SHARD_SIZE, decode_threads: int | None = None, threads: int | None = None,
+          executor: Any = None, seed: int = 0, write_stats: bool = True) -> dict[str, Any]:
+    """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; see :func:`run_embed`."""
+    return run_embed(inputs, out=out, model=model, precision=precision, device=device, batch_size=batch_size,
+                     shard_size=shard_size, decode_threads=decode_threads, threads=threads, executor=executor,
+                     seed=seed, write_stats=write_stats)[0]
+
+
+def run_embed(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str], model: str = DEFAULT_MODEL,
+              precision: str = "fp32", device: str = "auto", batch_size: int = DEFAULT_BATCH,
+              shard_size: int = DEFAULT_SHARD_SIZE, decode_threads: int | None = None, threads: int | None = None,
+              executor: Any = None, seed: int = 0, write_stats: bool = True) -> tuple[dict[str, Any], StageStats]:
+    """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; resumable.
+
+    Args:
+        inputs: record files or folders (JSONL, JSON, Parquet).
+        out: output folder (``embeddings/``, ``stats.json``, ``rejects.parquet``).
+        model: open_clip model spec (see :mod:`curate.models.encoders`).
+        precision: ``fp32``, ``bf16`` or ``fp16`` (GPU only).
+        device: ``auto``, ``cpu``, ``cuda``...
+        batch_size: images per forward pass.
+        shard_size: records per shard (one ``.npy`` per shard).
+        decode_threads: threads decoding images beside the model.
+        threads: torch CPU threads per worker (default: torch's choice).
+        executor: a :class:`curate.executors.Executor` (default: local, one worker).
+        seed: recorded (embedding uses no randomness).
+        write_stats: write ``OUT/stats.json`` and ``OUT/rejects.parquet``.
+
+    Returns:
+        The ``stats.json`` content and the merged stats (with the rejects).
+    """
+    from curate.executors import run_stage
+
+    out = Path(out)
+    shards = plan_shards(inputs, shard_size)
+    task = EmbedTask(model, precision=precision, device=device, batch_size=batch_size,
+                     decode_threads=decode_threads, threads=threads)
+    settings = {**task.settings(), "shard_size": shard_size, "plan": plan_hash(shards)}
+    t0 = time.perf_counter()
+    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="embed images", settings=settings)
+    counts = stats.to_dict()
+    result = {
+        **run_header("embed", seed=seed, settings=settings),
+        "records_in": counts["records_in"], "records_embedded": counts["records_out"],
+        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
+        "images_embedded": int(stats.extra.get("images_embedded", 0)), "dim": settings["dim"],
+        "shards": len(shards), "timings": {**counts["timings"], "wall": round(time.perf_counter() - t0, 3)},
+        "outputs": {"embeddings": f"{EMBED_DIR}/", "rejects": "rejects.parquet"},
+    }
+    if write_stats:
+        write_parquet(out / "rejects.parquet", stats.rejects_table())
+        write_json(out / "stats.json", result)
+    return result, stats

@@ -1,0 +1,159 @@
+"""``curate balance``: embed → concept embeddings → tag → resample → report, in one folder.
+
+Layout of ``OUT``::
+
+    embeddings/NNNNNN.npy + .ids.parquet   image embeddings, one pair per input shard (curate embed)
+    concepts.npy + concepts.json           the vocabulary's embeddings (curate vocab embed; cached)
+    tags/NNNNNN.parquet, tags.parquet      top-K concepts per record (curate tag)
+    selection.parquet                      id, source, copies, weight (curate resample)
+    records/                               the selected records, in their input files' layout
+    balance.png                            concept frequency vs rank, before and after
+    rejects.parquet, stats.json            every dropped/errored record with its reason; all counts
+
+Every step resumes: embedding and tagging skip the shards whose completion
+marker exists, the concept embeddings resume chunk by chunk from the cache, and
+resampling (seconds) is redone; a killed run rerun with the same arguments gives
+byte-identical embeddings, tags and selection.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from curate.balance.embed import DEFAULT_BATCH, EMBED_DIR, run_embed
+from curate.models.encoders import DEFAULT_MODEL, load_encoder
+from curate.core.errors import UserError
+from curate.core.io import write_json, write_parquet
+from curate.core.progress import console
+from curate.balance.resample import RECORDS_DIR, run_resample
+from curate.core.shards import DEFAULT_SHARD_SIZE
+from curate.core.stats import StageStats, run_header
+from curate.balance.tag import DEFAULT_NLIST, DEFAULT_NPROBE, DEFAULT_TOP_K, run_tag
+from curate.balance.vocab.embed import DEFAULT_TEXT_BATCH, embed_vocab
+
+DEFAULT_FRACTION = 0.5
+
+
+def _compose(embed_stats: StageStats, tag_stats: StageStats, resample_stats: StageStats) -> StageStats:
+    """One run's counts: records in = selected + dropped + errored across the three steps."""
+    return embed_stats.then(tag_stats).then(resample_stats)
+
+
+def balance(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str],
+            vocab: str | os.PathLike[str], model: str = DEFAULT_MODEL, precision: str = "fp32",
+            device: str = "auto", batch_size: int = DEFAULT_BATCH, text_batch_size: int = DEFAULT_TEXT_BATCH,
+            template: str | None = None, scripts: str = "auto", cache_dir: str | os.PathLike[str] | None = None,
+            top_k: int = DEFAULT_TOP_K, index: str = "flat", nlist: int | None = DEFAULT_NLIST,
+            nprobe: int = DEFAULT_NPROBE, target: int | None = None, fraction: float | None = None,
+            mode: str = "inverse", t: int = 20000, weighting: str = "mean", temperature: float = 1.0,
+            use_k: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, decode_threads: int | None = None,
+            threads: int | None = None, executor: Any = None, seed: int = 0,
+            write_records: bool = True) -> dict[str, Any]:
+    """Run the whole concept-balancing pipeline into ``out`` (see the module docstring).
+
+    Without ``target``/``fraction`` the inverse mode keeps :data:`DEFAULT_FRACTION`
+    of the tagged records. Returns the ``stats.json`` content.
+    """
+    if mode == "inverse" and target is None and fraction is None:
+        fraction = DEFAULT_FRACTION
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not Path(vocab).is_file():
+        raise UserError(f"--vocab {vocab}: no such file (the bundled one is vocab/500k.txt)")
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    console.print("[bold]1/4[/bold] embed images")
+    embed_result, embed_stats = run_embed(inputs, out=out, model=model, precision=precision, device=device,
+                                          batch_size=batch_size, shard_size=shard_size,
+                                          decode_threads=decode_threads, threads=threads, executor=executor,
+                                          seed=seed, write_stats=False)
+    timings["embed"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    console.print("[bold]2/4[/bold] embed the vocabulary")
+    encoder = load_encoder(model, precision=precision, device=device)
+    from curate.executors.local import LocalExecutor
+
+    sharded = executor is not None and not (isinstance(executor, LocalExecutor) and executor.workers == 1)
+    concepts = embed_vocab(vocab, out=out / "concepts.npy", template=template, scripts=scripts,
+                           batch_size=text_batch_size, cache_dir=cache_dir, threads=threads, encoder=encoder,
+                           executor=executor if sharded else None)
+    if concepts["cached"]:
+        console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
+    timings["vocab_embed"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    console.print("[bold]3/4[/bold] tag")
+    tag_result, tag_stats = run_tag(out / EMBED_DIR, out / "concepts.npy", out=out, top_k=top_k, index=index,
+                                    nlist=nlist, nprobe=nprobe, executor=executor, seed=seed, write_stats=False)
+    timings["tag"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    console.print("[bold]4/4[/bold] resample and report")
+    with console.status("resampling"):
+        res_result, res_stats = run_resample(out / "tags.parquet", out=out, target=target, fraction=fraction,
+                                             seed=seed, mode=mode, t=t, weighting=weighting,
+                                             temperature=temperature, use_k=use_k,
+                                             records=inputs if write_records else None,
+                                             vocab=vocab, plot=True, write_stats=False)
+    timings["resample"] = time.perf_counter() - t1
+
+    total = _compose(embed_stats, tag_stats, res_stats)
+    counts = total.to_dict()
+    write_parquet(out / "rejects.parquet", total.rejects_table())
+    settings = {"model": model, "precision": precision, "vocab": str(vocab), "template": template,
+                "scripts": concepts["scripts"], "top_k": top_k, "index": index, "mode": mode,
+                "target": res_result["settings"]["target"], "fraction": fraction,
+                "weighting": weighting, "temperature": temperature, "use_k": use_k,
+                "t": t if mode == "metaclip" else None,
+                "batch_size": batch_size, "shard_size": shard_size}
+    concept_info = {k: concepts[k] for k in ("rows", "dim", "embedded", "skipped", "model", "vocab_sha256",
+                                              "template", "scripts", "cache_dir", "cached")}
+    result: dict[str, Any] = {
+        **run_header("balance", seed=seed, settings=settings),
+        "records_in": counts["records_in"], "records_embedded": embed_result["records_embedded"],
+        "records_tagged": tag_result["records_tagged"], "pool": res_result["pool"],
+        "records_selected": counts["records_out"], "copies_total": res_result["copies_total"],
+        "with_replacement": res_result["with_replacement"],
+        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
+        "concepts": concept_info, "balance": res_result["balance"],
+        **({"ivf": tag_result["ivf"]} if "ivf" in tag_result else {}),
+        **({"records_written": res_result["records_written"]} if "records_written" in res_result else {}),
+        "steps": {"embed": _step(embed_result), "tag": _step(tag_result), "resample": _step(res_result)},
+        "timings": {**{k: round(v, 3) for k, v in timings.items()}, "wall": round(time.perf_counter() - t0, 3)},
+        "outputs": {"embeddings": f"{EMBED_DIR}/", "concepts": "concepts.npy", "tags": "tags.parquet",
+                    "selection": "selection.parquet", "plot": "balance.png", "rejects": "rejects.parquet",
+                    **({"records": f"{RECORDS_DIR}/"} if write_records else {})},
+    }
+    write_json(out / "stats.json", result)
+    return result
+
+
+def _step(result: dict[str, Any]) -> dict[str, Any]:
+    skip = {"stage", "command", "versions", "per_source", "balance", "outputs", "records_written"}
+    return {k: v for k, v in result.items() if k not in skip}
+
+
+def summary_lines(result: dict[str, Any], out: str | os.PathLike[str]) -> list[str]:
+    """The closing lines ``curate balance`` prints."""
+    b = result["balance"]
+    errs = Counter(result["errored"])
+    lines = [
+        f"selected {result['records_selected']:,} of {result['records_in']:,} records "
+        f"({result['records_embedded']:,} embedded, {result['pool']:,} tagged"
+        + (f"; drawn with replacement: {result['copies_total']:,} copies in all)" if result["with_replacement"]
+           else "; drawn without replacement)"),
+        f"concepts covered {b['concepts_covered_before']:,} → {b['concepts_covered_after']:,}; "
+        f"top-1% share {b['head_share_before']:.3f} → {b['head_share_after']:.3f}; "
+        f"normalised entropy {b['normalized_entropy_before']:.3f} → {b['normalized_entropy_after']:.3f}",
+    ]
+    if errs or result["dropped"]:
+        lines.append(f"dropped {dict(result['dropped'])}  errored {dict(errs)}  → {out}/rejects.parquet")
+    lines.append(f"plot: {out}/balance.png   selection: {out}/selection.parquet   stats: {out}/stats.json")
+    return lines

@@ -1,0 +1,110 @@
+"""The long-tail report: concept frequency vs rank before/after resampling, and its statistics.
+
+Definitions (``counts[c]`` = tag occurrences of concept ``c``; before = every
+tagged record once, after = the selection with its copies):
+
+* **covered**: concepts with a non-zero count;
+* **head share**: share of all tag occurrences that fall on the ``h`` most
+  frequent concepts of that distribution, with ``h = ceil(1% × covered before)``
+  (the same ``h`` before and after, so the two figures compare);
+* **normalised entropy**: ``H(p) / ln(V)`` with ``p = counts / Σ counts`` and ``V``
+  the number of concepts that can be tagged (non-zero rows of the concept
+  matrix); 1 means every taggable concept equally often.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from curate.core.io import atomic_open
+
+
+def head_size(counts_before: np.ndarray) -> int:
+    """``h``: 1% of the concepts covered before resampling, at least 1."""
+    covered = int(np.count_nonzero(counts_before))
+    return max(1, math.ceil(0.01 * covered))
+
+
+def distribution_stats(counts: np.ndarray, *, head: int, n_concepts: int) -> dict[str, Any]:
+    """Covered concepts, head share and normalised entropy of one concept distribution."""
+    counts = np.asarray(counts, dtype=np.float64)
+    total = float(counts.sum())
+    covered = int(np.count_nonzero(counts))
+    if total <= 0:
+        return {"occurrences": 0, "covered": 0, "head_share": 0.0, "entropy": 0.0}
+    nz = counts[counts > 0]
+    top = np.partition(nz, len(nz) - min(head, len(nz)))[len(nz) - min(head, len(nz)):] if len(nz) else nz
+    p = nz / total
+    entropy = float(-(p * np.log(p)).sum())
+    norm = math.log(n_concepts) if n_concepts > 1 else 1.0
+    return {"occurrences": int(round(total)), "covered": covered, "head_share": round(float(top.sum()) / total, 6),
+            "entropy": round(entropy / norm, 6)}
+
+
+def compare(before: np.ndarray, after: np.ndarray, n_concepts: int) -> dict[str, Any]:
+    """The report's statistics for both distributions (see the module docstring)."""
+    h = head_size(before)
+    b = distribution_stats(before, head=h, n_concepts=n_concepts)
+    a = distribution_stats(after, head=h, n_concepts=n_concepts)
+    return {
+        "taggable_concepts": int(n_concepts), "head_concepts": h,
+        "concepts_covered_before": b["covered"], "concepts_covered_after": a["covered"],
+        "head_share_before": b["head_share"], "head_share_after": a["head_share"],
+        "normalized_entropy_before": b["entropy"], "normalized_entropy_after": a["entropy"],
+        "tag_occurrences_before": b["occurrences"], "tag_occurrences_after": a["occurrences"],
+    }
+
+
+def top_concepts(counts: np.ndarray, n: int = 10, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """The ``n`` most frequent concepts (ties by index) with their counts and, if known, names."""
+    counts = np.asarray(counts)
+    order = np.lexsort((np.arange(len(counts)), -counts))[:n]
+    rows = []
+    for c in order.tolist():
+        if counts[c] <= 0:
+            break
+        row: dict[str, Any] = {"concept": c, "count": int(counts[c])}
+        if names is not None and c < len(names):
+            row["name"] = names[c]
+        rows.append(row)
+    return rows
+
+
+def plot_balance(path: str | os.PathLike[str], before: np.ndarray, after: np.ndarray, *,
+                 title: str = "", stats: dict[str, Any] | None = None) -> Path:
+    """Write the frequency-vs-rank plot (log-log) of both distributions to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for counts, label, color in ((before, "before", "#c0392b"), (after, "after", "#2471a3")):
+        ranked = np.sort(np.asarray(counts)[np.asarray(counts) > 0])[::-1]
+        if ranked.size:
+            extra = ""
+            if stats:
+                extra = (f": {stats[f'concepts_covered_{label}']:,} concepts, "
+                         f"top 1% share {stats[f'head_share_{label}']:.3f}")
+            # At most ~2,000 log-spaced ranks: the same curve on a log axis, drawn in milliseconds.
+            ranks = np.unique(np.geomspace(1, ranked.size, num=min(ranked.size, 2000)).round().astype(np.int64))
+            ax.loglog(ranks, ranked[ranks - 1], label=label + extra, color=color, lw=1.6)
+    ax.set_xlabel("concept rank")
+    ax.set_ylabel("records tagged with the concept")
+    ax.set_title(title or "Concept frequency before and after balancing")
+    ax.grid(True, which="both", alpha=0.25)
+    if ax.get_lines():
+        ax.legend(loc="upper right", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no tagged records", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path

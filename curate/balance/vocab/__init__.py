@@ -1,0 +1,1 @@
+"""The concept vocabulary: how it is built (sources, filters, PMI bigrams) and embedded (cached per model)."""

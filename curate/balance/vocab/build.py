@@ -1,0 +1,424 @@
+"""Build the concept vocabulary (``vocab/500k.txt``) used to tag images.
+
+Entries come, in this priority order, from the user's word lists, MetaCLIP's
+``metadata.json``, bigrams mined by PMI from a captions file, and wordfreq's
+English and Chinese word lists (interleaved by rank). Every candidate goes
+through the same filters (see :data:`curate.balance.vocab.filters.REASONS` and
+``vocab/README.md``); the first ``size`` accepted entries form the vocabulary.
+There is no randomness: the same inputs and package versions give the same file.
+
+The filters live in :mod:`curate.balance.vocab.filters`, the readers of the sources in
+:mod:`curate.balance.vocab.sources` and the PMI mining in :mod:`curate.balance.vocab.pmi`; this
+module selects the entries, writes the vocabulary and its stats, and reads a
+vocabulary file back (:func:`load_vocab`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from curate.core.errors import UserError
+from curate.core.io import atomic_open
+from curate.balance.vocab.filters import (
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_WORDS,
+    REASONS,
+    check_candidate,
+    entry_script,
+    near_duplicate_key,
+    normalize_entry,
+    script_reason,
+)
+from curate.balance.vocab.pmi import DEFAULT_MIN_BIGRAM_COUNT, DEFAULT_PMI_THRESHOLD, mine_pmi_bigrams
+from curate.balance.vocab.sources import (
+    WORDFREQ_SCRIPTS,
+    check_input_file,
+    read_metaclip_metadata,
+    read_word_list,
+    read_wordfreq,
+)
+
+DEFAULT_SIZE = 500_000
+
+# ---------------------------------------------------------------------------
+# Building the vocabulary
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class VocabResult:
+    """A built vocabulary and its accounting.
+
+    Attributes:
+        entries: The vocabulary, in output order (priority order).
+        entry_sources: The source of each entry (parallel to ``entries``).
+        available: Entries that passed every filter, before the cut to ``size``.
+        read: Candidates read per source.
+        accepted: Candidates accepted per source (before the cut to ``size``).
+        dropped: Per source, candidates dropped per reason (see :data:`REASONS`).
+        kept_per_source: Entries in the vocabulary per source.
+        kept_per_script: Entries in the vocabulary per :func:`entry_script`.
+        bigram_stats: The mining counts when captions were given.
+        params: The parameters of the build.
+    """
+
+    entries: list[str]
+    entry_sources: list[str]
+    available: int
+    read: dict[str, int]
+    accepted: dict[str, int]
+    dropped: dict[str, dict[str, int]]
+    kept_per_source: dict[str, int]
+    kept_per_script: dict[str, int]
+    bigram_stats: dict[str, Any] | None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def stats(self) -> dict[str, Any]:
+        """Return a JSON-serialisable summary (no entries)."""
+        dropped_total: Counter = Counter()
+        for reasons in self.dropped.values():
+            dropped_total.update(reasons)
+        return {
+            "size": len(self.entries),
+            "available": self.available,
+            "cut_by_size": self.available - len(self.entries),
+            "kept_per_script": self.kept_per_script,
+            "kept_per_source": self.kept_per_source,
+            "read_per_source": self.read,
+            "accepted_per_source": self.accepted,
+            "dropped_per_source": self.dropped,
+            "dropped_per_reason": {r: dropped_total[r] for r in REASONS if dropped_total[r]},
+            "bigrams": self.bigram_stats,
+            "params": self.params,
+        }
+
+
+class _Selector:
+    """Applies the filters and the de-duplication in priority order."""
+
+    def __init__(self, *, max_chars: int, max_words: int, keep_single_han: bool, excluded: set[str]) -> None:
+        self.max_chars = max_chars
+        self.max_words = max_words
+        self.keep_single_han = keep_single_han
+        self.excluded = excluded
+        self.texts: set[str] = set()
+        self.keys: set[str] = set()
+        self.entries: list[str] = []
+        self.sources: list[str] = []
+        self.read: Counter = Counter()
+        self.accepted: Counter = Counter()
+        self.dropped: dict[str, Counter] = {}
+
+    def _drop(self, source: str, reason: str) -> bool:
+        self.dropped.setdefault(source, Counter())[reason] += 1
+        return False
+
+    def offer(self, source: str, raw: str, script: str | None = None) -> bool:
+        """Offer one candidate; return whether it was accepted."""
+        self.read[source] += 1
+        reason, text = check_candidate(raw, self.max_chars, self.max_words, self.keep_single_han)
+        if reason:
+            return self._drop(source, reason)
+        if script is not None:
+            text = text.lower()  # wordfreq is lower-case; NFKC can add capitals (™ -> TM)
+            reason = script_reason(text, script)
+            if reason:
+                return self._drop(source, reason)
+        key = near_duplicate_key(text)
+        if key in self.excluded:
+            return self._drop(source, "excluded")
+        if text in self.texts:
+            return self._drop(source, "duplicate")
+        if key in self.keys:
+            return self._drop(source, "near_duplicate")
+        self.texts.add(text)
+        self.keys.add(key)
+        self.entries.append(text)
+        self.sources.append(source)
+        self.accepted[source] += 1
+        return True
+
+    def interleave(self, lists: Sequence[tuple[str, Iterable[str], str]]) -> None:
+        """Accept from several ranked lists in turn, one accepted entry per turn."""
+        active = [(name, iter(items), script) for name, items, script in lists]
+        while active:
+            for item in list(active):
+                name, items, script = item
+                while True:
+                    raw = next(items, None)
+                    if raw is None:
+                        active.remove(item)
+                        break
+                    if self.offer(name, raw, script):
+                        break
+
+
+def _word_list_names(paths: Sequence[Path]) -> list[str]:
+    names = [f"word_list:{Path(p).name}" for p in paths]
+    if len(set(names)) != len(names):
+        names = [f"word_list[{i}]:{Path(p).name}" for i, p in enumerate(paths)]
+    return names
+
+
+def build_vocab(
+    *,
+    size: int = DEFAULT_SIZE,
+    wordfreq_languages: Sequence[str] = ("en", "zh"),
+    word_lists: Sequence[Path] = (),
+    metaclip_metadata: Path | None = None,
+    captions: Path | None = None,
+    caption_field: str = "caption",
+    pmi_threshold: float = DEFAULT_PMI_THRESHOLD,
+    min_bigram_count: int = DEFAULT_MIN_BIGRAM_COUNT,
+    max_bigrams: int | None = None,
+    exclude: Sequence[Path] = (),
+    max_chars: int = DEFAULT_MAX_CHARS,
+    max_words: int = DEFAULT_MAX_WORDS,
+    keep_single_han: bool = True,
+) -> VocabResult:
+    """Build a vocabulary of exactly ``size`` unique, filtered entries.
+
+    Candidates are taken in this priority order, and the first ``size`` that
+    pass the filters and are not (near-)duplicates of an earlier one are kept,
+    in that order: each word list (in the order given, lines in file order);
+    MetaCLIP's metadata (in file order); PMI bigrams from ``captions`` (by
+    count, then PMI); wordfreq's lists for ``wordfreq_languages``, interleaved
+    one accepted entry per language in turn, each in wordfreq's rank order.
+    Nothing is random.
+
+    Args:
+        size: Number of entries (exactly).
+        wordfreq_languages: wordfreq lists to use, among ``en`` and ``zh``; empty
+            for none.
+        word_lists: User word lists, one entry per line, UTF-8.
+        metaclip_metadata: MetaCLIP's ``metadata.json`` (a JSON list of strings).
+        captions: Captions file to mine PMI bigrams from.
+        caption_field: Caption field of a JSONL captions file.
+        pmi_threshold: Minimum PMI (base 2) of a mined bigram.
+        min_bigram_count: Minimum count of a mined bigram.
+        max_bigrams: Most bigrams offered (the most frequent); ``None`` for all.
+        exclude: Word lists of entries never to include (matched by near-duplicate key).
+        max_chars: Longest entry kept, in characters.
+        max_words: Most space-separated words in an entry.
+        keep_single_han: Keep one-character Han entries (猫 cat, 树 tree).
+
+    Returns:
+        The vocabulary and its accounting.
+
+    Raises:
+        UserError: A bad parameter, a missing or malformed file, or a ``size``
+            larger than what the sources give after filtering.
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise UserError(f"--size {size!r}: give a positive whole number of entries")
+    langs = list(wordfreq_languages)
+    for lang in langs:
+        if lang not in WORDFREQ_SCRIPTS:
+            raise UserError(
+                f"--wordfreq-lang {lang}: not supported; use one of {', '.join(sorted(WORDFREQ_SCRIPTS))}"
+            )
+    if len(set(langs)) != len(langs):
+        raise UserError(f"--wordfreq-lang {' '.join(langs)}: a language is given twice")
+    if not math.isfinite(pmi_threshold):
+        raise UserError(f"--pmi-threshold {pmi_threshold}: give a finite number")
+    if min_bigram_count < 1:
+        raise UserError(f"--min-bigram-count {min_bigram_count}: give 1 or more")
+    if max_bigrams is not None and max_bigrams < 0:
+        raise UserError(f"--max-bigrams {max_bigrams}: give 0 or more")
+    if max_chars < 1 or max_words < 1:
+        raise UserError(f"--max-chars {max_chars} / --max-words {max_words}: give 1 or more")
+    # Check every file before any slow work.
+    for path in word_lists:
+        check_input_file(path, "--word-list")
+    for path in exclude:
+        check_input_file(path, "--exclude")
+    if metaclip_metadata is not None:
+        check_input_file(metaclip_metadata, "--metaclip-metadata")
+    if captions is not None:
+        check_input_file(captions, "--captions")
+
+    excluded: set[str] = set()
+    for path in exclude:
+        for line in read_word_list(path, "--exclude"):
+            norm = normalize_entry(line)
+            if norm:
+                excluded.add(near_duplicate_key(norm))
+
+    selector = _Selector(
+        max_chars=max_chars, max_words=max_words, keep_single_han=keep_single_han, excluded=excluded
+    )
+    for name, path in zip(_word_list_names(word_lists), word_lists):
+        for line in read_word_list(path):
+            selector.offer(name, line)
+    if metaclip_metadata is not None:
+        for item in read_metaclip_metadata(metaclip_metadata):
+            selector.offer("metaclip_metadata", item)
+    bigram_stats = None
+    if captions is not None:
+        mined = mine_pmi_bigrams(
+            captions,
+            pmi_threshold=pmi_threshold,
+            min_count=min_bigram_count,
+            caption_field=caption_field,
+            max_bigrams=max_bigrams,
+        )
+        bigram_stats = mined.stats
+        for bigram in mined.bigrams:
+            selector.offer("pmi_bigrams", bigram.text)
+    selector.interleave([(f"wordfreq:{lang}", read_wordfreq(lang), WORDFREQ_SCRIPTS[lang]) for lang in langs])
+
+    available = len(selector.entries)
+    if size > available:
+        per_source = ", ".join(f"{k} {v}" for k, v in selector.accepted.items()) or "none"
+        raise UserError(
+            f"--size {size}: the sources give only {available} entries after filtering ({per_source}); "
+            "lower --size or add sources (--word-list, --metaclip-metadata, --captions)"
+        )
+    entries = selector.entries[:size]
+    sources = selector.sources[:size]
+    params = {
+        "size": size,
+        "wordfreq_languages": langs,
+        "word_lists": [str(p) for p in word_lists],
+        "metaclip_metadata": str(metaclip_metadata) if metaclip_metadata else None,
+        "captions": str(captions) if captions else None,
+        "caption_field": caption_field,
+        "pmi_threshold": pmi_threshold,
+        "min_bigram_count": min_bigram_count,
+        "max_bigrams": max_bigrams,
+        "exclude": [str(p) for p in exclude],
+        "max_chars": max_chars,
+        "max_words": max_words,
+        "keep_single_han": keep_single_han,
+    }
+    script_counts = Counter(entry_script(e) for e in entries)
+    return VocabResult(
+        entries=entries,
+        entry_sources=sources,
+        available=available,
+        read=dict(selector.read),
+        accepted=dict(selector.accepted),
+        dropped={src: {r: c[r] for r in REASONS if c[r]} for src, c in selector.dropped.items()},
+        kept_per_source=dict(Counter(sources)),
+        kept_per_script={s: script_counts[s] for s in ("latin", "cjk", "other")},
+        bigram_stats=bigram_stats,
+        params=params,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Writing and reading vocabulary files
+# ---------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+
+
+def write_vocab(result: VocabResult, path: Path) -> None:
+    """Write the entries, one per line, UTF-8, ending with a newline (atomically).
+
+    Args:
+        result: A built vocabulary.
+        path: The output file.
+    """
+    _atomic_write(Path(path), ("\n".join(result.entries) + "\n").encode("utf-8"))
+
+
+def _versions() -> dict[str, str]:
+    out = {"unicode": unicodedata.unidata_version}
+    for name in ("curate", "wordfreq", "jieba", "regex"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def write_stats(result: VocabResult, path: Path, *, command: str | None = None) -> None:
+    """Write the build's accounting as JSON (see :meth:`VocabResult.stats`).
+
+    Args:
+        result: A built vocabulary.
+        path: The output file.
+        command: The command line that built it, recorded as is.
+    """
+    stats = {"command": command, "versions": _versions(), **result.stats()}
+    text = json.dumps(stats, ensure_ascii=False, indent=2) + "\n"
+    _atomic_write(Path(path), text.encode("utf-8"))
+
+
+def default_stats_path(out: Path) -> Path:
+    """Return where the stats of a vocabulary file go: ``NAME.stats.json`` beside it."""
+    out = Path(out)
+    return out.with_name(out.stem + ".stats.json")
+
+
+def build_vocab_file(
+    out: Path, *, stats_out: Path | None = None, command: str | None = None, **options: Any
+) -> VocabResult:
+    """Build a vocabulary, write it to ``out`` and its stats beside it.
+
+    Args:
+        out: The vocabulary file to write.
+        stats_out: The stats file; default ``NAME.stats.json`` beside ``out``.
+        command: The command line, recorded in the stats.
+        **options: Keyword arguments of :func:`build_vocab`.
+
+    Returns:
+        The built vocabulary.
+    """
+    result = build_vocab(**options)
+    write_vocab(result, out)
+    write_stats(result, stats_out or default_stats_path(out), command=command)
+    return result
+
+
+def summarize(result: VocabResult) -> str:
+    """Return a few lines describing a build, for the command line."""
+    s = result.stats()
+    lines = [
+        f"{s['size']} entries ({', '.join(f'{k} {v}' for k, v in s['kept_per_script'].items())}); "
+        f"{s['available']} available after filtering",
+        "per source: " + ", ".join(f"{k} {v}" for k, v in s["kept_per_source"].items()),
+        "dropped: " + (", ".join(f"{k} {v}" for k, v in s["dropped_per_reason"].items()) or "none"),
+    ]
+    if result.bigram_stats:
+        b = result.bigram_stats
+        lines.append(
+            f"bigrams: {b['bigrams_passing']} of {b['bigrams_min_count']} with count >= {b['min_count']} "
+            f"have PMI >= {b['pmi_threshold']} ({b['tokens']} tokens, {b['captions']} captions)"
+        )
+    return "\n".join(lines)
+
+
+def load_vocab(path: Path) -> list[str]:
+    """Read a vocabulary file and check it: UTF-8, no blank line, no duplicate.
+
+    Args:
+        path: A vocabulary file (one entry per line).
+
+    Returns:
+        The entries; line i (1-based) is entry i - 1.
+
+    Raises:
+        UserError: The file is missing, not UTF-8, or has a blank or repeated line.
+    """
+    lines = read_word_list(path, "--vocab")
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise UserError(f"{path}:{number}: blank line (--vocab); a vocabulary has one entry per line")
+        if line in seen:
+            raise UserError(f"{path}:{number}: repeats line {seen[line]} ({line!r}) (--vocab); entries must be unique")
+        seen[line] = number
+    return lines

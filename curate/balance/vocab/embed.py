@@ -1,0 +1,365 @@
+"""``curate vocab embed``: a vocabulary file → ``V×D`` float16 concept embeddings, cached.
+
+Row ``i`` of the output is line ``i + 1`` of the vocabulary, embedded with the
+model's text tower (optionally through a prompt template such as
+``a photo of {}``) and L2-normalised. Entries in a script the text tower cannot
+read are not embedded as noise: their rows are zero (and :mod:`curate.balance.tag` never
+returns zero rows) and they are counted per script. MetaCLIP 1 (and every model
+with CLIP's English BPE tokenizer) reads Latin script only; ``--scripts all``
+overrides the choice.
+
+Cache: ``CACHE/<key>/`` with ``key`` = hash(model fingerprint, vocabulary hash,
+template, scripts). ``CACHE`` is ``--cache-dir``, else ``$CURATE_CACHE/concepts``,
+else ``~/.cache/curate/concepts``. The vocabulary is embedded in chunks of
+:data:`CHUNK` entries, each saved as ``parts/<chunk>.npy`` as soon as it is done,
+so a killed run resumes at the first missing chunk; the finished matrix is
+``concepts.npy`` + ``meta.json`` there, and a second run only copies it.
+
+Speed: tokenizing (pure Python) runs in a background thread while the model
+embeds the previous chunk; within a chunk texts are sorted by token count so
+that batches are cut after their longest text (see
+:meth:`curate.models.encoders.Encoder.encode_tokens`). ``vocab/500k.txt`` with the tiny
+test CLIP on 2 cores: 26 s on an idle machine (tokenizing the 250K English
+entries is most of it; the 250K Chinese ones are skipped), about 100 s on a busy
+one. A real ViT-B/32 text tower on a CPU takes hours: use a GPU, or let the
+chunks resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
+from curate.core.errors import UserError
+from curate.core.io import atomic_open, read_json, write_json
+from curate.core.progress import StageProgress
+from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.stats import StageStats
+from curate.balance.vocab.build import load_vocab
+from curate.balance.vocab.filters import entry_script
+
+CHUNK = 16384
+DEFAULT_TEXT_BATCH = 1024
+SCRIPT_CHOICES = ("auto", "latin", "latin,cjk", "all")
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where concept embeddings are cached (see the module docstring)."""
+    if cache_dir:
+        return Path(cache_dir)
+    base = os.environ.get("CURATE_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "curate") / "concepts"
+
+
+def file_hash(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_vocab(path: str | os.PathLike[str]) -> list[str]:
+    """Read and check a vocabulary (UTF-8, one entry per line, no blank or repeated line)."""
+    return load_vocab(Path(path))
+
+
+def resolve_scripts(scripts: str, encoder: Encoder) -> tuple[str, ...]:
+    """The scripts to embed: ``auto`` → what the tokenizer reads; ``all`` → every entry."""
+    if scripts not in SCRIPT_CHOICES:
+        raise UserError(f"--scripts {scripts}: use one of {', '.join(SCRIPT_CHOICES)}")
+    if scripts == "auto":
+        return encoder.scripts
+    return tuple(scripts.split(","))
+
+
+def check_template(template: str | None) -> str | None:
+    """A template must hold ``{}`` exactly once (``a photo of {}``)."""
+    if template is None or template == "" or template == "{}":
+        return None
+    if template.count("{}") != 1:
+        raise UserError(f"--template {template!r}: put {{}} exactly once where the concept goes, "
+                        "e.g. 'a photo of {}'")
+    return template
+
+
+def readable_mask(entries: list[str], scripts: tuple[str, ...]) -> tuple[np.ndarray, Counter]:
+    """Which entries the encoder reads, and how many are skipped per script."""
+    if "all" in scripts:
+        return np.ones(len(entries), dtype=bool), Counter()
+    mask = np.zeros(len(entries), dtype=bool)
+    skipped: Counter = Counter()
+    for i, text in enumerate(entries):
+        script = entry_script(text)
+        if script in scripts:
+            mask[i] = True
+        else:
+            skipped[script] += 1
+    return mask, skipped
+
+
+def _embed_chunk(encoder: Encoder, tokens: Any, batch_size: int) -> np.ndarray:
+    """Embed the token rows of one chunk in length-sorted batches; rows back in input order."""
+    import torch
+
+    if tokens.shape[0] == 0:
+        return np.zeros((0, encoder.dim), np.float32)
+    lengths = tokens.argmax(dim=-1) if encoder.info.get("truncate_text") else torch.zeros(tokens.shape[0])
+    order = torch.argsort(lengths, stable=True)
+    out = np.zeros((tokens.shape[0], encoder.dim), np.float32)
+    for lo in range(0, len(order), batch_size):
+        idx = order[lo:lo + batch_size]
+        out[idx.numpy()] = encoder.encode_tokens(tokens[idx])
+    return out
+
+
+def _cpu_threads_beside_tokenizer() -> int:
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def embed_vocab(vocab: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
+                model: str = DEFAULT_MODEL, template: str | None = None, precision: str = "fp32",
+                device: str = "auto", batch_size: int = DEFAULT_TEXT_BATCH, scripts: str = "auto",
+                cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None,
+                encoder: Encoder | None = None, show_progress: bool = True,
+                executor: Any = None) -> dict[str, Any]:
+    """Embed every vocabulary entry (see the module docstring); returns the run's metadata.
+
+    Args:
+        vocab: vocabulary file (one concept per line).
+        out: where to write the ``V×D`` float16 ``.npy`` (a copy of the cached matrix) and its
+            ``.json`` sidecar; None leaves the result in the cache only.
+        model: open_clip model spec.
+        template: prompt template with ``{}``, or None.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (GPU only).
+        device: ``auto``, ``cpu``, ``cuda``...
+        batch_size: texts per forward pass.
+        scripts: ``auto`` (what the tokenizer reads), ``latin``, ``latin,cjk`` or ``all``.
+        cache_dir: cache folder (default: see :func:`cache_root`).
+        threads: torch CPU threads (default: all cores but one, which tokenizes).
+        encoder: an already loaded encoder (overrides model/precision/device).
+        show_progress: show a progress bar.
+        executor: run the chunks as shards of a stage on this executor (``--executor ray``,
+            or local worker processes); None embeds them here, tokenizing the next chunk in a
+            thread while the model embeds the current one. Both give the same bytes.
+
+    Returns:
+        Metadata: ``path`` (the cached matrix), ``out``, ``rows``, ``dim``, ``embedded``,
+        ``skipped`` (per script), ``cached`` (True when nothing was computed), ``key``, ...
+    """
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
+    vocab = Path(vocab)
+    template = check_template(template)
+    entries = read_vocab(vocab)
+    if not entries:
+        raise UserError(f"{vocab}: the vocabulary is empty")
+    enc = encoder or load_encoder(model, precision=precision, device=device)
+    allowed = resolve_scripts(scripts, enc)
+    vhash = file_hash(vocab)
+    key_src = {"model": enc.fingerprint, "vocab": vhash, "template": template, "scripts": list(allowed)}
+    key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
+    folder = cache_root(cache_dir) / key
+    final, meta_path = folder / "concepts.npy", folder / "meta.json"
+    t0 = time.perf_counter()
+    cached = final.is_file() and meta_path.is_file()
+    if cached:
+        meta = read_json(meta_path)
+    else:
+        if executor is None:
+            meta = _compute(entries, enc, allowed, template, folder, batch_size, threads, show_progress)
+        else:
+            meta = _compute_sharded(vocab, enc, allowed, template, folder, batch_size, threads, executor)
+        meta.update({"model": enc.fingerprint, "model_spec": enc.spec, "precision": enc.precision,
+                     "vocab_sha256": vhash, "vocab_path": str(vocab.resolve()), "template": template,
+                     "scripts": list(allowed), "key": key})
+        write_json(meta_path, meta)
+    result = {**meta, "path": str(final), "cached": cached, "cache_dir": str(folder),
+              "seconds": round(time.perf_counter() - t0, 3)}
+    if out is not None:
+        out = Path(out)
+        copy_concepts(final, out)
+        write_json(sidecar_path(out), {k: v for k, v in result.items() if k not in ("seconds", "cached")})
+        result["out"] = str(out)
+    return result
+
+
+def sidecar_path(npy: str | os.PathLike[str]) -> Path:
+    """``concepts.npy`` → ``concepts.json`` (what the matrix holds: model, vocab, skipped...)."""
+    return Path(npy).with_suffix(".json")
+
+
+def copy_concepts(src: Path, dst: Path) -> None:
+    """Put the cached matrix at ``dst`` (hard link when possible, else an atomic copy)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and dst.samefile(src):
+        return
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _compute(entries: list[str], enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
+             batch_size: int, threads: int | None, show_progress: bool) -> dict[str, Any]:
+    """Embed missing chunks into ``folder/parts`` and assemble ``folder/concepts.npy``."""
+    import torch
+
+    parts = folder / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    mask, skipped = readable_mask(entries, allowed)
+    n_chunks = (len(entries) + CHUNK - 1) // CHUNK
+    todo = [c for c in range(n_chunks) if not (parts / f"{c:06d}.npy").is_file()]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads or min(previous, _cpu_threads_beside_tokenizer()))
+
+    def tokenize(c: int) -> tuple[int, np.ndarray, Any]:
+        return (c, *_tokenize_chunk(enc, entries, mask, template, c))
+
+    pending = set(todo)
+    done_rows = sum(min(CHUNK, len(entries) - c * CHUNK) for c in range(n_chunks) if c not in pending)
+    try:
+        with StageProgress("embed concepts", len(entries), unit="concepts", enabled=show_progress) as bar, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool:
+            bar.advance(done_rows)
+            ahead: Future | None = pool.submit(tokenize, todo[0]) if todo else None
+            for k, c in enumerate(todo):
+                assert ahead is not None
+                _, idx, tokens = ahead.result()
+                ahead = pool.submit(tokenize, todo[k + 1]) if k + 1 < len(todo) else None
+                block = _chunk_block(enc, len(entries), c, idx, tokens, batch_size)
+                with atomic_open(parts / f"{c:06d}.npy", "wb") as fh:
+                    np.save(fh, block)
+                bar.advance(block.shape[0])
+    finally:
+        torch.set_num_threads(previous)
+    return _assemble(folder, parts, len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
+
+
+def _tokenize_chunk(enc: Encoder, entries: list[str], mask: np.ndarray, template: str | None,
+                    c: int) -> tuple[np.ndarray, Any]:
+    """Row indices and tokens of the readable entries of chunk ``c``."""
+    import torch
+
+    idx = np.flatnonzero(mask[c * CHUNK:(c + 1) * CHUNK]) + c * CHUNK
+    texts = [entries[i] if template is None else template.replace("{}", entries[i]) for i in idx.tolist()]
+    return idx, enc.tokenize(texts) if texts else torch.zeros((0, 1), dtype=torch.long)
+
+
+def _chunk_block(enc: Encoder, n_entries: int, c: int, idx: np.ndarray, tokens: Any, batch_size: int) -> np.ndarray:
+    """The float16 rows of chunk ``c`` (zero rows for unreadable entries)."""
+    size = min(CHUNK, n_entries - c * CHUNK)
+    block = np.zeros((size, enc.dim), np.float16)
+    block[idx - c * CHUNK] = _embed_chunk(enc, tokens, batch_size).astype(np.float16)
+    return block
+
+
+def _assemble(folder: Path, parts: Path, n_entries: int, dim: int, n_chunks: int, mask: np.ndarray,
+              skipped: Counter, batch_size: int) -> dict[str, Any]:
+    """Concatenate the chunk files into ``folder/concepts.npy``; return the metadata."""
+    final = folder / "concepts.npy"
+    tmp = folder / f".concepts.{os.getpid()}.tmp.npy"
+    matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(n_entries, dim))
+    for c in range(n_chunks):
+        matrix[c * CHUNK:(c + 1) * CHUNK] = np.load(parts / f"{c:06d}.npy")
+    matrix.flush()
+    del matrix
+    os.replace(tmp, final)
+    shutil.rmtree(parts, ignore_errors=True)
+    return {"rows": n_entries, "dim": dim, "embedded": int(mask.sum()),
+            "skipped": dict(sorted(skipped.items())), "skipped_total": int(sum(skipped.values())),
+            "chunk": CHUNK, "batch_size": batch_size}
+
+
+class ConceptChunkTask(ShardTask):
+    """Embeds one chunk of :data:`CHUNK` vocabulary entries (``shard.meta = (chunk,)``) into ``parts/``."""
+
+    stage = "vocab-embed"
+    unit = "concepts"
+
+    def __init__(self, vocab: str, model: str, *, precision: str, device: str, template: str | None,
+                 scripts: tuple[str, ...], batch_size: int, threads: int | None) -> None:
+        self.vocab, self.model, self.precision, self.device = vocab, model, precision, device
+        self.template, self.scripts, self.batch_size, self.threads = template, scripts, batch_size, threads
+        self._state: tuple[Encoder, list[str], np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_state": None}
+
+    def settings(self) -> dict[str, Any]:
+        """The chunks depend on the model, vocabulary, template, scripts and batch size."""
+        return {"model": self.model, "vocab": file_hash(self.vocab), "template": self.template,
+                "scripts": list(self.scripts), "batch_size": self.batch_size, "precision": self.precision}
+
+    def setup(self) -> None:
+        """Load the encoder and the vocabulary once per worker."""
+        if self._state is None:
+            import torch
+
+            enc = load_encoder(self.model, precision=self.precision, device=self.device)
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            entries = read_vocab(self.vocab)
+            self._state = (enc, entries, readable_mask(entries, self.scripts)[0])
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Tokenize and embed one chunk."""
+        self.setup()
+        assert self._state is not None
+        enc, entries, mask = self._state
+        c = int(shard.meta[0])
+        idx, tokens = _tokenize_chunk(enc, entries, mask, self.template, c)
+        block = _chunk_block(enc, len(entries), c, idx, tokens, self.batch_size)
+        path = work / "parts" / f"{c:06d}.npy"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, block)
+        stats = StageStats()
+        stats.seen("vocabulary", block.shape[0])
+        stats.kept("vocabulary", block.shape[0])  # every row is written: embedded, or zero when unreadable
+        stats.extra["embedded"] = len(idx)
+        ctx.progress(block.shape[0])
+        return stats
+
+
+def _compute_sharded(vocab: Path, enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
+                     batch_size: int, threads: int | None, executor: Any) -> dict[str, Any]:
+    """Embed the chunks as shards of a stage on ``executor``, then assemble as :func:`_compute` does."""
+    from curate.executors import run_stage
+
+    entries = read_vocab(vocab)
+    mask, skipped = readable_mask(entries, allowed)
+    n_chunks = (len(entries) + CHUNK - 1) // CHUNK
+    shards = [Shard(c, meta=(c,), size=min(CHUNK, len(entries) - c * CHUNK)) for c in range(n_chunks)]
+    task = ConceptChunkTask(str(vocab.resolve()), enc.spec, precision=enc.precision, device=str(enc.device),
+                            template=template, scripts=allowed, batch_size=batch_size, threads=threads)
+    run_stage(task, shards, folder, executor=executor, seed=0, desc="embed concepts")
+    meta = _assemble(folder, folder / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
+    shutil.rmtree(folder / "_shards", ignore_errors=True)
+    return meta
+
+
+def load_concepts(path: str | os.PathLike[str]) -> np.ndarray:
+    """Load a concept matrix (``V×D``, any float dtype) with a clear error for bad files."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--concepts {path}: no such file; make it with curate vocab embed --vocab FILE --out {path}")
+    try:
+        matrix = np.load(path, mmap_mode="r")
+    except (ValueError, OSError) as exc:
+        raise UserError(f"--concepts {path}: not a .npy matrix ({exc})") from None
+    if matrix.ndim != 2 or matrix.shape[0] == 0 or not np.issubdtype(matrix.dtype, np.floating):
+        raise UserError(f"--concepts {path}: expected a V×D float matrix, got shape {matrix.shape} {matrix.dtype}")
+    return matrix

@@ -1,0 +1,198 @@
+"""Verbs of concept balancing: ``embed``, ``tag``, ``resample``, ``balance`` (curate/balance/)."""
+
+from __future__ import annotations
+
+import click
+
+from curate.cli.group import cli
+from curate.cli.options import executor_options, make_executor, model_options, threads_for
+
+
+@cli.command("embed")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@model_options
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Images per forward pass.")
+@click.option("--decode-threads", type=int, default=None,
+              help="Threads decoding images while the model runs (default: cores, at most 8).")
+@click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per shard (one .npy each).")
+@executor_options
+def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, device: str, threads: int | None,
+              batch_size: int, decode_threads: int | None, shard_size: int, seed: int, workers: int, executor: str,
+              ray_address: str | None) -> None:
+    """Embed the images of records with open_clip (L2-normalised, float16).
+
+    Writes OUT/embeddings/NNNNNN.npy (N×D float16) + NNNNNN.ids.parquet (id, source)
+    per shard, OUT/rejects.parquet (unreadable images, records without image) and
+    OUT/stats.json. A record with several images gets the normalised mean. Reruns
+    resume at the first unfinished shard and give identical bytes.
+
+    \b
+    Examples:
+      curate embed data/*.jsonl --out emb/                       # MetaCLIP ViT-B/32 (hub cache)
+      curate embed data/ --model ViT-B-32-quickgelu:/ckpt/b32_400m.pt --precision bf16 --out emb/
+    """
+    from curate.balance.embed import embed
+    from curate.core.progress import console
+
+    r = embed(list(inputs), out=out, model=model, precision=precision, device=device, batch_size=batch_size,
+              shard_size=shard_size, decode_threads=decode_threads, threads=threads_for(threads, workers),
+              executor=make_executor(executor, workers, ray_address), seed=seed)
+    console.print(f"[bold]embedded[/bold] {r['records_embedded']:,} of {r['records_in']:,} records "
+                  f"({r['images_embedded']:,} images, {r['dim']}-d) in {r['shards']} shards")
+    if r["dropped"] or r["errored"]:
+        console.print(f"dropped {r['dropped']}  errored {r['errored']}  → {out}/rejects.parquet")
+    console.print(f"embeddings: {out}/embeddings/   stats: {out}/stats.json")
+
+
+@cli.command("tag")
+@click.option("--embeddings", required=True, type=click.Path(path_type=str),
+              help="Embeddings folder: curate embed's OUT (or OUT/embeddings), or clip-retrieval's "
+                   "(img_emb/ + metadata/).")
+@click.option("--concepts", required=True, type=click.Path(path_type=str),
+              help="Concept matrix from curate vocab embed.")
+@click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@click.option("--index", type=click.Choice(["flat", "ivf"]), default="flat", show_default=True,
+              help="flat = exact inner product; ivf = FAISS IVF (prints recall@K against exact search).")
+@click.option("--nlist", type=int, default=None,
+              help="IVF lists (default: 4·√V rounded to a power of 2, e.g. 2,048 for 500K concepts).")
+@click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
+@click.option("--recall-sample", type=int, default=1000, show_default=True,
+              help="Embeddings (seeded sample) used to measure IVF recall@K.")
+@click.option("--id-column", default=None,
+              help="Id column of clip-retrieval metadata (default: id, key, image_path or url).")
+@executor_options
+def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nlist: int | None, nprobe: int,
+            recall_sample: int, id_column: str | None, seed: int, workers: int, executor: str,
+            ray_address: str | None) -> None:
+    """Tag every embedding with its top-K nearest concepts (FAISS).
+
+    Writes OUT/tags.parquet (id, source, concepts list<int32> = vocabulary line − 1,
+    scores list<float32>, best first), per-file parts in OUT/tags/ and OUT/stats.json.
+    Zero concept rows (entries the encoder could not read) are never returned.
+
+    \b
+    Examples:
+      curate tag --embeddings emb/ --concepts concepts.npy --top-k 5 --out tagged/
+      curate tag --embeddings clip_retrieval_out/ --concepts concepts.npy --index ivf --nlist 4096 --out tagged/
+    """
+    from curate.core.progress import console
+    from curate.balance.tag import tag
+
+    r = tag(embeddings, concepts, out=out, top_k=top_k, index=index, nlist=nlist, nprobe=nprobe,
+            recall_sample=recall_sample, id_column=id_column, executor=make_executor(executor, workers, ray_address),
+            seed=seed)
+    console.print(f"[bold]tagged[/bold] {r['records_tagged']:,} records with their top {top_k} of "
+                  f"{r['concepts_embedded']:,} concepts ({r['embedding_files']} embedding files, {r['layout']} layout)")
+    console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
+
+
+@cli.command("resample")
+@click.option("--tags", required=True, type=click.Path(path_type=str), help="tags.parquet from curate tag.")
+@click.option("--target", type=int, default=None, help="Records to draw (with replacement beyond the pool).")
+@click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (>1: copies).")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@click.option("--mode", type=click.Choice(["inverse", "metaclip"]), default="inverse", show_default=True,
+              help="inverse = weights from inverse concept frequency; metaclip = keep with p = t / max(count, t).")
+@click.option("--t", "t", type=int, default=20000, show_default=True, help="MetaCLIP's threshold (--mode metaclip).")
+@click.option("--weighting", type=click.Choice(["mean", "max", "sum"]), default="mean", show_default=True,
+              help="How a record's K inverse frequencies combine into its weight.")
+@click.option("--temperature", type=float, default=1.0, show_default=True,
+              help="Exponent τ in freq^-τ: 1 fully inverse, 0 uniform.")
+@click.option("--use-k", type=int, default=None,
+              help="Use only each record's J best tags for frequencies and weights (default: all K).")
+@click.option("--records", multiple=True, type=click.Path(path_type=str),
+              help="Input record files/folders; the selected records are written to OUT/records/ in their layout. "
+                   "Repeatable.")
+@click.option("--vocab", type=click.Path(path_type=str), default=None,
+              help="Vocabulary, to name the top concepts in stats.json.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draw.")
+def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str, mode: str, t: int, weighting: str,
+                 temperature: float, use_k: int | None, records: tuple[str, ...], vocab: str | None,
+                 seed: int) -> None:
+    """Draw a concept-balanced selection of the tagged records.
+
+    Record weight = mean (or max, sum) over its concepts of freq^-τ; the target is
+    drawn without replacement ∝ weight, or with replacement (copies) past the pool.
+    Writes OUT/selection.parquet (id, source, copies, weight), OUT/records/ (with
+    --records), OUT/balance.png (frequency vs rank, before/after) and OUT/stats.json.
+
+    \b
+    Examples:
+      curate resample --tags tagged/tags.parquet --fraction 0.3 --records data/ --out balanced/
+      curate resample --tags tagged/tags.parquet --mode metaclip --t 20000 --out balanced/
+    """
+    from curate.core.progress import console
+    from curate.balance.resample import resample
+
+    r = resample(tags, out=out, target=target, fraction=fraction, seed=seed, mode=mode, t=t, weighting=weighting,
+                 temperature=temperature, use_k=use_k, records=list(records) or None, vocab=vocab)
+    b = r["balance"]
+    console.print(f"[bold]selected[/bold] {r['records_selected']:,} of {r['pool']:,} tagged records "
+                  f"({r['copies_total']:,} copies); concepts covered {b['concepts_covered_before']:,} → "
+                  f"{b['concepts_covered_after']:,}, top-1% share {b['head_share_before']:.3f} → "
+                  f"{b['head_share_after']:.3f}")
+    if "records_written" in r:
+        console.print(f"records: {out}/records/ ({r['records_written']['records']:,} written)")
+    console.print(f"selection: {out}/selection.parquet   plot: {out}/balance.png   stats: {out}/stats.json")
+
+
+@cli.command("balance")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--vocab", required=True, type=click.Path(path_type=str),
+              help="Concept vocabulary (e.g. vocab/500k.txt).")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder (all steps).")
+@model_options
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Images per forward pass.")
+@click.option("--template", default=None, metavar="TEXT", help="Concept prompt template, e.g. 'a photo of {}'.")
+@click.option("--scripts", type=click.Choice(["auto", "latin", "latin,cjk", "all"]), default="auto",
+              show_default=True, help="Vocabulary entries to embed by script (auto: what the tokenizer reads).")
+@click.option("--cache-dir", type=click.Path(path_type=str), default=None,
+              help="Concept embedding cache (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
+@click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
+@click.option("--index", type=click.Choice(["flat", "ivf"]), default="flat", show_default=True, help="FAISS index.")
+@click.option("--nlist", type=int, default=None, help="IVF lists (default: 4·√V rounded to a power of 2).")
+@click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
+@click.option("--target", type=int, default=None, help="Records to draw.")
+@click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (default 0.5).")
+@click.option("--mode", type=click.Choice(["inverse", "metaclip"]), default="inverse", show_default=True,
+              help="Resampling rule.")
+@click.option("--t", "t", type=int, default=20000, show_default=True, help="MetaCLIP's threshold (--mode metaclip).")
+@click.option("--weighting", type=click.Choice(["mean", "max", "sum"]), default="mean", show_default=True,
+              help="How a record's K inverse frequencies combine.")
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="Exponent τ in freq^-τ.")
+@click.option("--use-k", type=int, default=None, help="Resample on each record's J best tags only (default: all K).")
+@click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per embedding shard.")
+@click.option("--no-records", is_flag=True, help="Write selection.parquet only, not the selected records.")
+@executor_options
+def balance_cmd(inputs: tuple[str, ...], vocab: str, out: str, model: str, precision: str, device: str,
+                threads: int | None, batch_size: int, template: str | None, scripts: str, cache_dir: str | None,
+                top_k: int, index: str, nlist: int | None, nprobe: int, target: int | None, fraction: float | None,
+                mode: str, t: int, weighting: str, temperature: float, use_k: int | None, shard_size: int,
+                no_records: bool, seed: int,
+                workers: int, executor: str, ray_address: str | None) -> None:
+    """Concept-balance records: embed → concept embeddings → tag → resample → report.
+
+    Everything goes to OUT (embeddings/, concepts.npy, tags.parquet, selection.parquet,
+    records/, balance.png, rejects.parquet, stats.json). Resumable: rerun the same
+    command after an interruption. Tags are only meaningful with a real MetaCLIP
+    checkpoint; the tiny test model exercises the pipeline.
+
+    \b
+    Examples:
+      curate balance data/*.jsonl --vocab vocab/500k.txt --fraction 0.3 --out balanced/
+      curate balance data/ --vocab vocab/500k.txt --model ViT-B-32-quickgelu:/ckpt/metaclip_b32_400m.pt \\
+          --precision bf16 --top-k 5 --target 2000000 --out balanced/
+    """
+    from curate.balance.pipeline import balance, summary_lines
+    from curate.core.progress import console
+
+    r = balance(list(inputs), out=out, vocab=vocab, model=model, precision=precision, device=device,
+                batch_size=batch_size, template=template, scripts=scripts, cache_dir=cache_dir, top_k=top_k,
+                index=index, nlist=nlist, nprobe=nprobe, target=target, fraction=fraction, mode=mode, t=t,
+                weighting=weighting, temperature=temperature, use_k=use_k, shard_size=shard_size,
+                threads=threads_for(threads, workers), executor=make_executor(executor, workers, ray_address),
+                seed=seed, write_records=not no_records)
+    for line in summary_lines(r, out):
+        console.print(line)

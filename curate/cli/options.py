@@ -1,0 +1,68 @@
+"""Flags and helpers shared by the verbs: executor flags, the executor they make, open_clip model flags."""
+
+from __future__ import annotations
+
+import click
+
+
+def _store_meta(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    ctx.meta[f"curate.{param.name}"] = value
+    return value
+
+
+def executor_options(fn):  # noqa: ANN001, ANN202 - click decorator
+    """Flags shared by every sharded verb: executor, workers, Ray address and resources, seed."""
+    fn = click.option("--cpus-per-actor", type=float, default=None, expose_value=False, callback=_store_meta,
+                      help="With --executor ray: CPUs reserved per actor (default 1; more lets a CPU model use threads).")(fn)
+    fn = click.option("--num-gpus", type=float, default=0.0, expose_value=False, callback=_store_meta,
+                      help="With --executor ray: GPUs per actor for model-holding stages (e.g. 1, or 0.5 to share).")(fn)
+    fn = click.option("--ray-address", default=None, metavar="ADDR",
+                      help="Ray cluster address for --executor ray (default: RAY_ADDRESS, else a local cluster).")(fn)
+    fn = click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                      help="Where shards run: this machine, or a Ray cluster.")(fn)
+    fn = click.option("--workers", type=int, default=1, show_default=True,
+                      help="Worker processes (local) or actors (ray; default there: as many as the cluster holds).")(fn)
+    fn = click.option("--seed", type=int, default=0, show_default=True,
+                      help="Seed of every random choice; the same seed gives the same outputs.")(fn)
+    return fn
+
+
+def make_executor(executor: str, workers: int, ray_address: str | None, **kw):  # noqa: ANN003, ANN202
+    """The executor of a verb's flags (Ray resources come from --num-gpus / --cpus-per-actor)."""
+    from curate.executors import get_executor
+
+    ctx = click.get_current_context(silent=True)
+    if executor == "ray" and ctx is not None:
+        kw.setdefault("num_gpus", ctx.meta.get("curate.num_gpus") or 0.0)
+        if ctx.meta.get("curate.cpus_per_actor") is not None:
+            kw.setdefault("num_cpus", ctx.meta["curate.cpus_per_actor"])
+        if ctx.get_parameter_source("workers") == click.core.ParameterSource.DEFAULT:
+            kw.setdefault("concurrency", None)  # fill the cluster unless --workers was given
+            return get_executor(executor, workers=0, ray_address=ray_address, **kw)
+    return get_executor(executor, workers=workers, ray_address=ray_address, **kw)
+
+
+_MODEL_HELP = ("open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
+               "(ARCH an open_clip name or an ARCH.json beside the file), local-dir:FOLDER or hf-hub:ORG/REPO.")
+
+
+def model_options(fn):  # noqa: ANN001, ANN202 - click decorator
+    """Flags shared by the verbs that run an open_clip model."""
+    fn = click.option("--threads", type=int, default=None,
+                      help="torch CPU threads per worker (default: cores ÷ workers; while embedding "
+                           "the vocabulary, cores − 1 beside the tokenizer thread).")(fn)
+    fn = click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")(fn)
+    fn = click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
+                      help="Model precision; fp16 needs a GPU, bf16 is about 2× faster than fp32 on recent CPUs.")(fn)
+    fn = click.option("--model", default="ViT-B-32-quickgelu:metaclip_400m", show_default=True, metavar="SPEC",
+                      help=_MODEL_HELP)(fn)
+    return fn
+
+
+def threads_for(threads: int | None, workers: int) -> int | None:
+    """torch threads per worker: --threads if given, else the cores shared among several workers."""
+    import os
+
+    if threads is not None or workers <= 1:
+        return threads
+    return max(1, (os.cpu_count() or 1) // workers)

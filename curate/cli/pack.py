@@ -1,0 +1,131 @@
+"""Verbs of sequence packing: ``pack``, ``verify``, ``energon-prepare`` (packer/)."""
+
+from __future__ import annotations
+
+import click
+
+from curate.cli.group import cli
+from curate.cli.options import executor_options, make_executor
+from curate.core.errors import UserError
+
+
+@cli.command("pack")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
+@click.option("--processor", metavar="PROC", help="Processor folder or hub id used by the trainer (AutoProcessor).")
+@click.option("--ctx", type=int, default=8192, show_default=True, help="Tokens per packed sequence.")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@click.option("--min-pixels", type=int, default=None, help="Override the image processor's min_pixels.")
+@click.option("--max-pixels", type=int, default=None, help="Override the image processor's max_pixels.")
+@click.option("--verify-fraction", type=float, default=0.01, show_default=True,
+              help="Share of records (seeded) also run through the full processor; any mismatch stops the run.")
+@click.option("--exact", is_flag=True, help="Run the full processor on every record (decodes every image; slow).")
+@click.option("--lengths", type=click.Path(path_type=str), default=None,
+              help="Reuse token lengths (a lengths.parquet with id, tokens) instead of counting.")
+@click.option("--plan-only", is_flag=True, help="Write plan.parquet and stats.json only, no shards.")
+@click.option("--shard-size", type=int, default=5000, show_default=True, help="Input records per counting shard.")
+@click.option("--sequences-per-shard", type=int, default=256, show_default=True,
+              help="Packed sequences per output tar.")
+@click.option("--trust-remote-code", is_flag=True, help="Allow processors that ship their own code.")
+@click.option("--energon", "energon_split", default=None, metavar="TRAIN,VAL,TEST",
+              help="Also make OUT a Megatron-Energon dataset with this split of the shards, e.g. 1,0,0 "
+                   "(see curate energon-prepare).")
+@executor_options
+def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str, min_pixels: int | None,
+             max_pixels: int | None, verify_fraction: float, exact: bool, lengths: str | None, plan_only: bool,
+             shard_size: int, sequences_per_shard: int, trust_remote_code: bool, energon_split: str | None,
+             seed: int, workers: int, executor: str, ray_address: str | None) -> None:
+    """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
+
+    Token counts are exact for the given processor (image tokens from image
+    headers, Qwen2-VL rule); samples longer than ctx are listed as too_long,
+    never truncated. Outputs in OUT: shards/*.tar, lengths.parquet, plan.parquet,
+    rejects.parquet, stats.json, packing.png.
+
+    \b
+    Examples:
+      curate pack data/*.jsonl --processor lmms-lab/LLaVA-OneVision-1.5-8B-Instruct --ctx 8192 --out packed/
+      curate pack --lengths packed/lengths.parquet --ctx 16384 --plan-only --out plan16k/
+    """
+    from packer.pack import pack
+
+    stats = pack(list(inputs), out=out, ctx=ctx, processor=processor, min_pixels=min_pixels, max_pixels=max_pixels,
+                 workers=workers, seed=seed, shard_size=shard_size, sequences_per_shard=sequences_per_shard,
+                 verify_fraction=verify_fraction, exact=exact, lengths=lengths, plan_only=plan_only,
+                 executor=make_executor(executor, workers, ray_address), trust_remote_code=trust_remote_code)
+    _summary_pack(stats, out)
+    if energon_split and not plan_only:
+        from packer.energon import prepare_energon
+
+        prepare_energon(out, split_ratio=energon_split, workers=workers)
+        click.echo(f"energon dataset: {out} (.nv-meta/, split {energon_split}); check with: energon lint {out}", err=True)
+
+
+def _summary_pack(stats: dict, out: str) -> None:
+    from curate.core.progress import console
+
+    pr = stats.get("padding_reduction")
+    console.print(f"[bold]packed[/bold] {stats['records_packed']:,} of {stats['records_in']:,} records into "
+                  f"{stats['bins']:,} sequences (lower bound {stats['lower_bound_bins']:,}, "
+                  f"fill {stats['fill_ratio']:.3f}, padding reduction {'∞' if pr is None else f'{pr:.1f}×'})")
+    if stats["dropped"] or stats["errored"]:
+        console.print(f"dropped {stats['dropped'] or {}}  errored {stats['errored'] or {}}  → {out}/rejects.parquet")
+    if stats.get("sequences") is not None:
+        console.print(f"shards: {out}/shards/   plot: {out}/packing.png   stats: {out}/stats.json")
+    else:
+        console.print(f"plan: {out}/plan.parquet   plot: {out}/packing.png   stats: {out}/stats.json")
+
+
+@cli.command("verify")
+@click.argument("out", type=click.Path(path_type=str))
+@click.option("--processor", metavar="PROC", default=None,
+              help="Processor to recount tokens with (default: the one recorded in OUT/stats.json).")
+@click.option("--sample", type=int, default=64, show_default=True, help="Records re-tokenized (seeded sample).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def verify_cmd(out: str, processor: str | None, sample: int, seed: int) -> None:
+    """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
+
+    Exits 1 and names each inconsistency when anything is wrong.
+    """
+    from curate.core.progress import console
+    from packer.verify import verify_pack
+
+    report = verify_pack(out, processor=processor, sample=sample, seed=seed)
+    console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
+                  f"{report.images:,} images; recounted {report.recounted} records with the processor")
+    if not report.ok:
+        for problem in report.problems:
+            console.print(f"[red]✗[/red] {problem}")
+        raise SystemExit(1)
+    console.print("[green]✓[/green] all boundaries and counts consistent")
+
+
+@cli.command("energon-prepare")
+@click.argument("out", type=click.Path(path_type=str))
+@click.option("--split-ratio", default="1,0,0", show_default=True, metavar="TRAIN,VAL,TEST",
+              help="Weights of the train/val/test splits; whole shards are assigned, in shard order.")
+@click.option("--workers", type=int, default=1, show_default=True, help="Processes indexing the tars.")
+def energon_prepare_cmd(out: str, split_ratio: str, workers: int) -> None:
+    """Make a curate pack output folder a Megatron-Energon dataset (writes OUT/.nv-meta/).
+
+    Runs Energon's own preparation on OUT/shards/*.tar (index, .info.json, split.yaml)
+    and writes a dataset.yaml + sample_loader.py that load each packed sequence as
+    one packer.energon.PackedSequenceSample; train with packer.energon.PackedTaskEncoder.
+    Rerunning rewrites the metadata.
+
+    \b
+    Examples:
+      curate energon-prepare packed/
+      curate energon-prepare packed/ --split-ratio 98,1,1
+      energon lint packed/ --split-parts train
+    """
+    from curate.core.progress import console
+
+    try:
+        from packer.energon import prepare_energon
+    except ImportError as exc:
+        raise UserError(f"energon-prepare needs megatron-energon ({exc}); install it: pip install 'curate[energon]'") from None
+    r = prepare_energon(out, split_ratio=split_ratio, workers=workers)
+    splits = ", ".join(f"{k}: {' '.join(v) or '-'}" for k, v in r["splits"].items())
+    console.print(f"[bold]energon dataset[/bold] {r['path']}: {r['sequences']:,} packed sequences in {r['shards']} "
+                  f"shards ({splits})")
+    console.print(f"metadata: {r['path']}/.nv-meta/ ({', '.join(r['files'])})")

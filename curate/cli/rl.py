@@ -1,0 +1,146 @@
+"""Verbs of RL data: ``score``, ``serve-rewards``, ``rl-filter`` (curate/rewards/, curate/rl/)."""
+
+from __future__ import annotations
+
+import click
+
+from curate.cli.group import cli
+from curate.cli.options import executor_options, make_executor
+from curate.core.errors import UserError
+from curate.cli.generate_options import (  # shared flags of the generating verbs
+    backend_kwargs_from_flags,
+    backend_options,
+    sampling_from_flags,
+    sampling_options,
+)
+
+
+@cli.command("score")
+@click.option("--records", "records", multiple=True, required=True, type=click.Path(path_type=str),
+              help="RL records (JSONL/JSON/Parquet, any layout) holding answer, answer_type, prompt_type. Repeatable.")
+@click.option("--responses", required=True, type=click.Path(path_type=str),
+              help="Responses to score: JSONL or Parquet with id and response (several per id allowed, optional sample).")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@click.option("--progress", type=float, default=None,
+              help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
+@click.option("--shard-size", type=int, default=20_000, show_default=True, help="Responses per shard.")
+@executor_options
+def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: float | None, shard_size: int,
+              seed: int, workers: int, executor: str, ray_address: str | None) -> None:
+    """Score model responses with the rule-based verifiers (curate.rewards).
+
+    Writes OUT/scores.parquet (id, sample, source, verifier, accuracy, format, reward,
+    error) and OUT/stats.json broken down per source and per verifier. Responses
+    whose id has no record are kept with the error unknown_id.
+
+    \b
+    Example:
+      curate score --records data/sample/rl/prompts.jsonl --responses rollouts.jsonl --out scored/
+    """
+    from curate.core.progress import console
+    from curate.rl.score import score
+
+    stats = score(list(records), responses, out, progress=progress, seed=seed, shard_size=shard_size,
+                  executor=make_executor(executor, workers, ray_address))
+    o = stats["overall"]
+    mean = "n/a" if o["mean_reward"] is None else f"{o['mean_reward']:.3f}"
+    console.print(f"scored {stats['scored']:,} of {stats['responses_in']:,} responses; mean reward {mean}; "
+                  f"errored {stats['errored'] or {}}")
+    console.print(f"scores: {out}/scores.parquet   stats: {out}/stats.json")
+
+
+@cli.command("serve-rewards")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 to accept remote trainers).")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--workers", type=int, default=1, show_default=True, help="Server processes.")
+@click.option("--pool-workers", type=int, default=None,
+              help="Verifier worker processes per server process (time-limited verifiers; default: CPUs, at most 4).")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | None, log_level: str) -> None:
+    """Serve the reward verifiers over HTTP for RL trainers.
+
+    \b
+    GET  /health
+    POST /score  {"items": [{"record": {...}, "response": "..."}, ...], "progress": null}
+              -> {"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}
+    A malformed request gets HTTP 422 with a readable message.
+    """
+    from curate.rl.serve import serve
+
+    click.echo(f"serving rewards on http://{host}:{port} (POST /score, GET /health); Ctrl-C to stop", err=True)
+    serve(host, port, workers=workers, pool_workers=pool_workers, log_level=log_level)
+
+
+def _band(value: str | None) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in value.split(","))
+    except ValueError:
+        raise UserError(f"--band must be LO,HI (two numbers), got {value!r}") from None
+    return lo, hi
+
+
+@cli.command("rl-filter")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
+@backend_options
+@sampling_options(temperature=1.0, max_new_tokens=1024)
+@click.option("--n", "n", type=int, default=16, show_default=True, help="Answers sampled per prompt (N of pass@N).")
+@click.option("--pass-threshold", type=float, default=None,
+              help="A sample passes when its accuracy reaches this (default 1.0; e.g. 0.5 for IoU rewards).")
+@click.option("--min-gap", type=float, default=None,
+              help="Keep only prompts with pass@N - pass@1 at least this (default 0.0).")
+@click.option("--band", default=None, metavar="LO,HI",
+              help="Keep prompts whose mean reward is strictly inside (LO, HI) (default 0.0,0.6, as the "
+                   "LLaVA-OneVision-1.5-RL filter).")
+@click.option("--thresholds", type=click.Path(path_type=str), default=None,
+              help="YAML/JSON with per-source thresholds (band, min_gap, pass_threshold, metric, inclusive, filter).")
+@click.option("--prompt-style", type=click.Choice(["normal", "think"]), default=None,
+              help="Force a prompt style (default: each record's prompt_type; normal = answer-only).")
+@click.option("--templates", type=click.Path(path_type=str), default=None,
+              help="YAML/JSON {normal: ..., think: ...} prompt templates containing {problem}.")
+@click.option("--progress", "train_progress", type=float, default=None,
+              help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
+@click.option("--shard-size", type=int, default=1000, show_default=True, help="Prompts per shard.")
+@executor_options
+def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: float | None, min_gap: float | None,
+                  band: str | None, thresholds: str | None, prompt_style: str | None, templates: str | None,
+                  train_progress: float | None, shard_size: int, seed: int, workers: int, executor: str,
+                  ray_address: str | None, **flags: object) -> None:
+    """Keep the RL prompts a model solves sometimes but not reliably.
+
+    Samples --n answers per prompt from the model (--model ckpt/, --endpoint URL, or
+    --rollouts FILE), scores them with the rule verifiers (curate.rewards), and keeps
+    a prompt when its mean reward is inside --band and pass@N - pass@1 >= --min-gap.
+    Answers are stored as they arrive: a rerun after a crash only asks for the rest.
+
+    \b
+    Outputs in OUT: kept.jsonl, rollouts.parquet, prompts.parquet, rejects.parquet,
+    stats.json (per source: kept, dropped by reason, mean reward, pass@1, pass@N,
+    response length, truncation, format failures, reflection words), rl_filter.png.
+
+    \b
+    Examples:
+      curate rl-filter data/sample/rl/prompts.jsonl --model ckpt/ --n 16 --out rl/
+      curate rl-filter prompts.jsonl --endpoint http://127.0.0.1:8000/v1 --served-model Qwen2.5-VL-7B --out rl/
+      curate rl-filter prompts.jsonl --rollouts answers.jsonl --band 0.1,0.9 --out rl/
+    """
+    from curate.core.progress import console
+    from curate.rl.filter import rl_filter
+
+    sampling = sampling_from_flags(flags, seed=seed)
+    stats = rl_filter(list(inputs), out, backend=backend_kwargs_from_flags(flags), n=n,
+                      sampling={"temperature": sampling.temperature, "top_p": sampling.top_p,
+                                "max_new_tokens": sampling.max_new_tokens},
+                      prompt_style=prompt_style, templates=templates, thresholds=thresholds,
+                      pass_threshold=pass_threshold, min_gap=min_gap, band=_band(band), progress=train_progress,
+                      seed=seed, shard_size=shard_size, executor=make_executor(executor, workers, ray_address))
+    o = stats["overall"]
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    console.print(f"kept {stats['kept']:,} of {stats['records_in']:,} prompts; dropped {stats['dropped'] or {}}; "
+                  f"errored {stats['errored'] or {}}")
+    console.print(f"mean reward {fmt(o['mean_reward'])}, pass@1 {fmt(o['mean_pass_at_1'])}, "
+                  f"pass@N {fmt(o['mean_pass_at_n'])}, truncation {fmt(o['truncation_rate'])}")
+    console.print(f"kept: {out}/kept.jsonl   report: {out}/rl_filter.png   stats: {out}/stats.json")

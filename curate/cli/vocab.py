@@ -1,0 +1,104 @@
+"""The ``vocab`` group: ``vocab build`` and ``vocab embed`` (curate/balance/vocab/)."""
+
+from __future__ import annotations
+
+import click
+
+from curate.cli.group import cli
+from curate.cli.options import executor_options, make_executor, model_options
+
+
+@cli.group("vocab")
+def vocab_group() -> None:
+    """Build and embed the concept vocabulary used by curate balance."""
+
+
+@vocab_group.command("build")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Vocabulary file to write (one concept per line).")
+@click.option("--size", type=int, default=500_000, show_default=True, help="Number of concepts.")
+@click.option("--word-list", "word_lists", multiple=True, type=click.Path(path_type=str),
+              help="A word list (one entry per line); first priority. Repeatable.")
+@click.option("--metaclip-metadata", type=click.Path(path_type=str), default=None,
+              help="MetaCLIP's metadata.json (a JSON list of strings).")
+@click.option("--captions", type=click.Path(path_type=str), default=None,
+              help="Captions (JSONL with a caption field, or text one per line) to mine bigrams from by PMI.")
+@click.option("--caption-field", default="caption", show_default=True, help="Field holding the caption in JSONL.")
+@click.option("--pmi-threshold", type=float, default=6.0, show_default=True, help="Keep bigrams with PMI (log2) at least this.")
+@click.option("--min-bigram-count", type=int, default=5, show_default=True, help="Keep bigrams seen at least this often.")
+@click.option("--max-bigrams", type=int, default=None, help="At most this many mined bigrams.")
+@click.option("--exclude", multiple=True, type=click.Path(path_type=str), help="Entries never to include (file). Repeatable.")
+@click.option("--wordfreq-lang", "wordfreq_langs", multiple=True, type=click.Choice(["en", "zh"]),
+              help="wordfreq languages to draw from (default: en and zh).")
+@click.option("--no-wordfreq", is_flag=True, help="Do not use wordfreq's word lists.")
+@click.option("--max-chars", type=int, default=50, show_default=True, help="Longest entry in characters.")
+@click.option("--max-words", type=int, default=6, show_default=True, help="Longest entry in words.")
+@click.option("--drop-single-han", is_flag=True, help="Drop single Chinese characters (kept by default: 猫, 狗 are words).")
+@click.option("--stats", "stats_out", type=click.Path(path_type=str), default=None,
+              help="Where to write the build's counts (default: NAME.stats.json beside --out).")
+def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_metadata: str | None,
+                    captions: str | None, caption_field: str, pmi_threshold: float, min_bigram_count: int,
+                    max_bigrams: int | None, exclude: tuple[str, ...], wordfreq_langs: tuple[str, ...],
+                    no_wordfreq: bool, max_chars: int, max_words: int, drop_single_han: bool,
+                    stats_out: str | None) -> None:
+    """Build a concept vocabulary: exactly --size unique entries, English and Chinese.
+
+    Sources in priority order: --word-list files, --metaclip-metadata, bigrams mined
+    by PMI from --captions, then wordfreq's English and Chinese lists interleaved.
+    Numbers, punctuation, clitics and near-duplicates are filtered. The bundled
+    vocab/500k.txt was made with: curate vocab build --size 500000 --out vocab/500k.txt
+    """
+    from curate.core.stats import command_line
+    from curate.balance.vocab.build import build_vocab_file, summarize
+
+    languages = () if no_wordfreq else (wordfreq_langs or ("en", "zh"))
+    from pathlib import Path
+
+    result = build_vocab_file(Path(out), stats_out=Path(stats_out) if stats_out else None, command=command_line(), size=size,
+                              wordfreq_languages=languages, word_lists=[Path(p) for p in word_lists],
+                              metaclip_metadata=Path(metaclip_metadata) if metaclip_metadata else None,
+                              captions=Path(captions) if captions else None, caption_field=caption_field,
+                              pmi_threshold=pmi_threshold, min_bigram_count=min_bigram_count, max_bigrams=max_bigrams,
+                              exclude=[Path(p) for p in exclude], max_chars=max_chars, max_words=max_words,
+                              keep_single_han=not drop_single_han)
+    click.echo(summarize(result))
+
+
+@vocab_group.command("embed")
+@click.option("--vocab", required=True, type=click.Path(path_type=str), help="Vocabulary file (one concept per line).")
+@click.option("--out", required=True, type=click.Path(path_type=str),
+              help="Output .npy (V×D float16, vocabulary line order); a .json beside it says what it holds.")
+@model_options
+@click.option("--template", default=None, metavar="TEXT",
+              help="Prompt template with {} for the concept, e.g. 'a photo of {}' (default: the bare concept).")
+@click.option("--scripts", type=click.Choice(["auto", "latin", "latin,cjk", "all"]), default="auto",
+              show_default=True,
+              help="Entries to embed by script; auto = what the tokenizer reads (CLIP's BPE: latin only). "
+                   "The others get zero rows and are never tagged.")
+@click.option("--batch-size", type=int, default=1024, show_default=True, help="Texts per forward pass.")
+@click.option("--cache-dir", type=click.Path(path_type=str), default=None,
+              help="Cache folder (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
+@executor_options
+def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: str, threads: int | None,
+                    template: str | None, scripts: str, batch_size: int, cache_dir: str | None, seed: int,
+                    workers: int, executor: str, ray_address: str | None) -> None:
+    """Embed a concept vocabulary with the model's text tower (cached, resumable).
+
+    The cache key is the model fingerprint + the vocabulary's hash + template +
+    scripts: a second run only copies the cached matrix. A killed run resumes at
+    the first unfinished chunk of 16,384 entries.
+
+    \b
+    Example:
+      curate vocab embed --vocab vocab/500k.txt --template 'a photo of {}' --out concepts.npy
+    """
+    from curate.core.progress import console
+    from curate.balance.vocab.embed import embed_vocab, sidecar_path
+
+    sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
+    r = embed_vocab(vocab, out=out, model=model, template=template, precision=precision, device=device,
+                    batch_size=batch_size, scripts=scripts, cache_dir=cache_dir, threads=threads,
+                    executor=make_executor(executor, workers, ray_address) if sharded else None)
+    skipped = ", ".join(f"{n:,} {s}" for s, n in r["skipped"].items()) or "none"
+    console.print(f"[bold]{'reused' if r['cached'] else 'embedded'}[/bold] {r['embedded']:,} of {r['rows']:,} "
+                  f"concepts ({r['dim']}-d; skipped: {skipped}) in {r['seconds']:.1f}s")
+    console.print(f"concepts: {out} (+ {sidecar_path(out)})   cache: {r['cache_dir']}")

@@ -1,0 +1,392 @@
+"""Record readers: JSONL, JSON arrays and Parquet, in every layout curate accepts.
+
+Conversion to the canonical form happens here, once, at read time::
+
+    {"id": str, "source": str, "images": [absolute paths],
+     "messages": [{"role": "user"|"assistant"|"system", "content": str}], ...extra fields}
+
+Accepted layouts (see DESIGN.md §1):
+
+* canonical: ``messages`` with ``role``/``content``;
+* LLaVA: ``conversations`` with ``from: human|gpt|system`` and ``value``; ``image`` or ``images``;
+* caption-only: ``caption`` (the user turn is ``<image>\\n`` + :data:`CAPTION_PROMPT`);
+* RL (LLaVA-OneVision-1.5-RL): ``problem`` and ``answer`` (plus ``answer_type``,
+  ``problem_type``, ``prompt_type``, optional ``reward``), kept as extra fields.
+
+Image paths are relative to the input file's folder unless absolute. Every
+``<image>`` placeholder stands for the next image in ``images``; when a record has
+images but no placeholders, they are put at the start of the first user turn.
+
+A record that cannot be converted is not an exception for the run: readers yield
+a :class:`BadRecord` with a stable reason (``malformed_json``, ``not_an_object``,
+``unknown_layout``, ``invalid_field``, ``image_count_mismatch``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from curate.core.errors import UserError
+
+IMAGE_TOKEN = "<image>"
+CAPTION_PROMPT = "Describe the image."
+_ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+             "system": "system", "model": "assistant", "bot": "assistant"}
+_LAYOUT_KEYS = {"id", "source", "image", "images", "messages", "conversations", "caption", "problem"}
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A row that could not become a record: counted and written with its reason."""
+
+    id: str
+    source: str
+    reason: str
+    detail: str
+
+
+class RecordInvalid(Exception):
+    """Raised by :func:`to_canonical` for a row that is not a usable record."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+# ---------------------------------------------------------------------------
+# Canonical conversion
+# ---------------------------------------------------------------------------
+
+def _as_str(value: Any, field: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise RecordInvalid("invalid_field", f"{field} must be a string, got {type(value).__name__}")
+
+
+def _images_of(raw: dict[str, Any], base_dir: Path) -> list[str]:
+    value = raw.get("images", raw.get("image"))
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise RecordInvalid("invalid_field", f"images must be a path or a list of paths, got {type(value).__name__}")
+    out = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            item = item["path"]
+        if not isinstance(item, str) or not item:
+            raise RecordInvalid("invalid_field", "every image must be a non-empty path string")
+        out.append(item if os.path.isabs(item) else os.path.normpath(os.path.join(base_dir, item)))
+    return out
+
+
+def _content_text(content: Any, field: str) -> str:
+    """Flatten OpenAI-style content parts (text / image) to text with <image> placeholders."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text":
+                parts.append(_as_str(part.get("text", ""), field))
+            elif isinstance(part, dict) and part.get("type") in ("image", "image_url"):
+                parts.append(IMAGE_TOKEN)
+            else:
+                raise RecordInvalid("invalid_field", f"{field} has a content part that is neither text nor image")
+        return "".join(parts)
+    if content is None:
+        return ""
+    raise RecordInvalid("invalid_field", f"{field} content must be a string, got {type(content).__name__}")
+
+
+def _messages_of(raw: dict[str, Any]) -> list[dict[str, str]]:
+    if "messages" in raw:
+        turns, role_key, text_key = raw["messages"], "role", "content"
+    elif "conversations" in raw:
+        turns, role_key, text_key = raw["conversations"], "from", "value"
+    elif "caption" in raw:
+        caption = _as_str(raw["caption"], "caption").strip()
+        if not caption:
+            raise RecordInvalid("invalid_field", "caption is empty")
+        prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
+        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
+    elif "problem" in raw:
+        problem = _as_str(raw["problem"], "problem")
+        answer = raw.get("answer", "")
+        answer_text = answer[0] if isinstance(answer, list) and answer else answer
+        return [{"role": "user", "content": problem},
+                {"role": "assistant", "content": _as_str(answer_text if answer_text is not None else "", "answer")}]
+    else:
+        raise RecordInvalid("unknown_layout", "no messages, conversations, caption or problem field")
+    if isinstance(turns, str):  # Parquet users often store the conversation as a JSON string
+        try:
+            turns = json.loads(turns)
+        except json.JSONDecodeError as exc:
+            raise RecordInvalid("invalid_field", f"messages is a string but not JSON: {exc.msg}") from None
+    if not isinstance(turns, list) or not turns:
+        raise RecordInvalid("invalid_field", "messages/conversations must be a non-empty list")
+    out = []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            raise RecordInvalid("invalid_field", f"turn {i} is not an object")
+        role = _ROLE_MAP.get(str(turn.get(role_key, turn.get("role", ""))).lower())
+        if role is None:
+            raise RecordInvalid("invalid_field", f"turn {i} has unknown role {turn.get(role_key)!r}")
+        text = _content_text(turn.get(text_key, turn.get("content")), f"turn {i}")
+        out.append({"role": role, "content": text})
+    return out
+
+
+def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
+    """Check that ``messages`` hold one ``<image>`` per image; when they hold none, put the
+    placeholders (each followed by a newline) at the start of the first user turn.
+
+    Raises:
+        RecordInvalid: ``image_count_mismatch`` (other counts, or images but no user turn).
+    """
+    n_tags = count_placeholders(messages)
+    if n_tags == n_images:
+        return messages
+    if n_tags == 0 and n_images > 0:
+        for i, m in enumerate(messages):
+            if m["role"] == "user":
+                messages = list(messages)
+                messages[i] = {**m, "content": (IMAGE_TOKEN + "\n") * n_images + m["content"]}
+                return messages
+        raise RecordInvalid("image_count_mismatch", "record has images but no user turn to hold them")
+    raise RecordInvalid("image_count_mismatch", f"{n_tags} {IMAGE_TOKEN} placeholders for {n_images} images")
+
+
+def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source: str) -> Record:
+    """Convert one raw row (any accepted layout) to a canonical record.
+
+    Args:
+        raw: the parsed JSON object or Parquet row.
+        base_dir: folder that relative image paths are relative to.
+        fallback_id: id used when the row has none (``<file stem>:<row>``).
+        fallback_source: source used when the row has none (the input file's stem).
+
+    Raises:
+        RecordInvalid: the row is not a usable record (its ``reason`` is stable).
+    """
+    if not isinstance(raw, dict):
+        raise RecordInvalid("not_an_object", f"row is a {type(raw).__name__}, not an object")
+    if not (_LAYOUT_KEYS - {"id", "source", "image", "images"}) & raw.keys():
+        raise RecordInvalid("unknown_layout", "no messages, conversations, caption or problem field")
+    rid = raw.get("id")
+    rid = fallback_id if rid is None or rid == "" else _as_str(rid, "id")
+    source = raw.get("source", raw.get("data_source"))
+    source = fallback_source if source is None or source == "" else _as_str(source, "source")
+    images = _images_of(raw, base_dir)
+    messages = place_images(_messages_of(raw), len(images))
+    record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS}
+    record.update(id=rid, source=source, images=images, messages=messages)
+    return record
+
+
+# ---------------------------------------------------------------------------
+# Input files and their row ranges
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Part:
+    """A contiguous range of rows ``[start, stop)`` of one input file.
+
+    ``offset`` is the byte offset of row ``start`` for JSONL files (so a worker
+    seeks instead of scanning), 0 otherwise.
+    """
+
+    path: str
+    format: str
+    start: int
+    stop: int
+    offset: int = 0
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+def input_format(path: str | os.PathLike[str]) -> str:
+    """The reader for a file, from its suffix; a clear error for anything else."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise UserError(f"{path}: unsupported input type {suffix or '(no suffix)'}; use .jsonl, .json or .parquet")
+    return _SUFFIXES[suffix]
+
+
+def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Resolve input arguments (files or folders) to a sorted, de-duplicated file list."""
+    if not inputs:
+        raise UserError("no input given; pass one or more .jsonl, .json or .parquet files or folders")
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES)
+            if not found:
+                raise UserError(f"{path}: folder holds no .jsonl, .json or .parquet files")
+            files.extend(found)
+        elif path.is_file():
+            input_format(path)
+            files.append(path)
+        else:
+            raise UserError(f"{path}: no such file or folder")
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(r)
+    return unique
+
+
+def _jsonl_line_offsets(path: Path) -> list[int]:
+    """Byte offsets of every line start (the last entry is the file size)."""
+    offsets = [0]
+    pos = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            pos += len(line)
+            offsets.append(pos)
+    if len(offsets) > 1 and offsets[-1] == offsets[-2]:
+        offsets.pop()
+    return offsets
+
+
+def _load_json_array(path: Path) -> list[Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); a .json input must hold one array of records") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
+    if not isinstance(data, list):
+        raise UserError(f"{path}: a .json input must hold an array of records; for one record per line use .jsonl")
+    return data
+
+
+def split_file(path: Path, rows_per_part: int) -> list[Part]:
+    """Split one input file into parts of at most ``rows_per_part`` rows."""
+    fmt = input_format(path)
+    if fmt == "jsonl":
+        offsets = _jsonl_line_offsets(path)
+        n = len(offsets) - 1
+        return [Part(str(path), fmt, s, min(s + rows_per_part, n), offsets[s]) for s in range(0, n, rows_per_part)]
+    if fmt == "json":
+        n = len(_load_json_array(path))
+    else:
+        try:
+            n = pq.ParquetFile(path).metadata.num_rows
+        except Exception as exc:  # pyarrow raises several types for corrupt files
+            raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
+    return [Part(str(path), fmt, s, min(s + rows_per_part, n)) for s in range(0, n, rows_per_part)]
+
+
+def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+    with open(part.path, "rb") as fh:
+        fh.seek(part.offset)
+        for row in range(part.start, part.stop):
+            line = fh.readline()
+            text = line.strip()
+            if not text:
+                yield row, None, "blank"
+                continue
+            try:
+                yield row, json.loads(text), None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                yield row, None, f"malformed_json:{getattr(exc, 'msg', 'not UTF-8')}"
+
+
+def _rows_parquet(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+    pf = pq.ParquetFile(part.path)
+    row = 0
+    for rg in range(pf.num_row_groups):
+        n = pf.metadata.row_group(rg).num_rows
+        if row + n <= part.start:
+            row += n
+            continue
+        if row >= part.stop:
+            break
+        table = pf.read_row_group(rg)
+        lo, hi = max(part.start - row, 0), min(part.stop - row, n)
+        for i, item in enumerate(table.slice(lo, hi - lo).to_pylist()):
+            yield row + lo + i, item, None
+        row += n
+
+
+def iter_rows(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+    """Yield ``(row, raw_object, problem)`` for each row of a part; ``problem`` is None or a reason."""
+    if part.format == "jsonl":
+        yield from _rows_jsonl(part)
+    elif part.format == "json":
+        data = _load_json_array(Path(part.path))
+        for row in range(part.start, min(part.stop, len(data))):
+            yield row, data[row], None
+    else:
+        yield from _rows_parquet(part)
+
+
+def read_part(part: Part, *, with_raw: bool = False) -> Iterator[Any]:
+    """Yield canonical records (or :class:`BadRecord`) for the rows of a part, in file order.
+
+    Blank JSONL lines are not records and are skipped. With ``with_raw`` yield
+    ``(raw row, record or BadRecord)`` pairs (the raw row is None for unparsable lines).
+    """
+    for raw, rec in _read_part(part):
+        yield (raw, rec) if with_raw else rec
+
+
+def _read_part(part: Part) -> Iterator[tuple[Any, Record | BadRecord]]:
+    path = Path(part.path)
+    stem = path.stem
+    for row, raw, problem in iter_rows(part):
+        fallback_id = f"{stem}:{row + 1}" if part.format == "jsonl" else f"{stem}:{row}"
+        if problem == "blank":
+            continue
+        if problem is not None:
+            reason, _, detail = problem.partition(":")
+            yield None, BadRecord(fallback_id, stem, reason, f"{path.name} line {row + 1}: {detail}")
+            continue
+        try:
+            yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=stem)
+        except RecordInvalid as exc:
+            rid = raw.get("id") if isinstance(raw, dict) else None
+            src = raw.get("source") if isinstance(raw, dict) else None
+            where = f"{path.name} line {row + 1}" if part.format == "jsonl" else f"{path.name} row {row}"
+            yield raw, BadRecord(str(rid) if rid not in (None, "") else fallback_id,
+                                 str(src) if isinstance(src, str) and src else stem, exc.reason, f"{where}: {exc.detail}")
+
+
+def read_records(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[Record | BadRecord]:
+    """Read every record of the inputs (files or folders) in order. Convenience for small data and tests."""
+    for path in expand_inputs(inputs):
+        for part in split_file(path, 1 << 62):
+            yield from read_part(part)
+
+
+def message_text(record: Record, role: str) -> str:
+    """All turns of one role joined by newlines (e.g. the captions of a record)."""
+    return "\n".join(m["content"] for m in record["messages"] if m["role"] == role)
+
+
+def count_placeholders(messages: Iterable[dict[str, str]]) -> int:
+    """Number of ``<image>`` placeholders in a conversation."""
+    return sum(m["content"].count(IMAGE_TOKEN) for m in messages)

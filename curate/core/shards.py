@@ -1,0 +1,272 @@
+"""The stage contract: a shard is the unit of work.
+
+A stage is a :class:`ShardTask`: a pure function *shard in → files out + shard
+stats*. An executor (``curate.executors``) runs it over shards. For every shard:
+
+1. if its completion marker ``OUT/_shards/<stage>/<shard>.json`` exists, it is skipped;
+2. the task writes its files into a private work folder under ``OUT/.tmp/``;
+3. the files are renamed into place in ``OUT`` (same relative paths);
+4. the shard's rejects and then its marker (the shard stats) are written last.
+
+A killed run therefore leaves no half-written output under a final name, and a
+rerun redoes exactly the shards without a marker, giving identical bytes.
+Randomness comes from ``seed`` combined with the shard index
+(:meth:`ShardContext.rng`), never from global state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curate.core.errors import UserError
+from curate.core.io import dumps_json, read_json, write_json, write_parquet
+from curate.core.records import BadRecord, Part, expand_inputs, read_part, split_file
+from curate.core.stats import REJECT_SCHEMA, StageStats
+
+DEFAULT_SHARD_SIZE = 5000
+SHARDS_DIR = "_shards"
+TMP_DIR = ".tmp"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A unit of work: row ranges of input files (``parts``), or a stage-defined range (``meta``).
+
+    Input shards hold ``parts`` of at most ``shard_size`` rows. Stages that fan
+    out again after a global step (e.g. shard writing after the packing plan)
+    describe their work in ``meta`` (a tuple of plain values) and ``size``.
+    """
+
+    index: int
+    parts: tuple[Part, ...] = ()
+    meta: tuple[Any, ...] = ()
+    size: int = -1
+
+    @property
+    def id(self) -> str:
+        """Zero-padded shard index used in file names (``000042``)."""
+        return f"{self.index:06d}"
+
+    def __len__(self) -> int:
+        return self.size if self.size >= 0 else sum(len(p) for p in self.parts)
+
+    def read(self, *, with_raw: bool = False):  # noqa: ANN201 - generator of Record | BadRecord
+        """Yield the shard's canonical records (or BadRecord rows) in input order.
+
+        With ``with_raw`` yield ``(raw row, record or BadRecord)`` pairs, for stages
+        that write records back in the input's layout.
+        """
+        for part in self.parts:
+            yield from read_part(part, with_raw=with_raw)
+
+
+def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE) -> list[Shard]:
+    """Split inputs into shards of at most ``shard_size`` rows, in input order.
+
+    Files are split at ``shard_size`` rows; consecutive small pieces of
+    different files share a shard until it is full. The plan depends only on the
+    inputs and ``shard_size``.
+    """
+    if shard_size < 1:
+        raise UserError(f"--shard-size must be at least 1, got {shard_size}")
+    shards: list[Shard] = []
+    current: list[Part] = []
+    rows = 0
+    for path in expand_inputs(inputs):
+        for part in split_file(path, shard_size):
+            if rows + len(part) > shard_size and current:
+                shards.append(Shard(len(shards), tuple(current)))
+                current, rows = [], 0
+            current.append(part)
+            rows += len(part)
+    if current:
+        shards.append(Shard(len(shards), tuple(current)))
+    return shards
+
+
+def plan_hash(shards: Sequence[Shard]) -> str:
+    """A hash of the shard plan: every shard's index, input row ranges, ``meta`` and size."""
+    h = hashlib.sha256()
+    for shard in shards:
+        h.update(f"{shard.index}|{shard.meta!r}|{shard.size}\n".encode())
+        for part in shard.parts:
+            h.update(f"{part.path}|{part.start}|{part.stop}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def inputs_fingerprint(shards: Sequence[Shard]) -> str:
+    """:func:`plan_hash` plus each input file's size and modification time (for caches across runs)."""
+    h = hashlib.sha256(plan_hash(shards).encode())
+    for path in sorted({part.path for shard in shards for part in shard.parts}):
+        st = os.stat(path)
+        h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class ShardContext:
+    """What a task may use besides its shard: the run seed and a progress callback."""
+
+    seed: int
+    progress: Callable[[int], None] = field(default=lambda n: None)
+    #: The run's output folder, for tasks that keep a journal there (e.g. answers as they arrive).
+    out: Path | None = None
+
+    def journal(self, stage: str, shard: Shard) -> Path:
+        """A per-shard file under ``OUT/_journal/<stage>/`` that survives a killed run."""
+        if self.out is None:
+            raise RuntimeError("no output folder in this context")
+        path = self.out / "_journal" / stage / f"{shard.id}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def rng(self, shard: Shard | int, *salt: int) -> np.random.Generator:
+        """A generator seeded by (seed, shard index, *salt): independent of workers and order."""
+        index = shard.index if isinstance(shard, Shard) else int(shard)
+        return np.random.default_rng([self.seed, index, *salt])
+
+
+class ShardTask(ABC):
+    """A stage's per-shard work. Subclasses set ``stage`` and implement :meth:`run`.
+
+    Instances are pickled to worker processes (or Ray actors); heavy state such as
+    a model is created in :meth:`setup`, which each worker calls once.
+    """
+
+    stage: ClassVar[str] = "stage"
+    #: What progress counts (shown next to the bar).
+    unit: ClassVar[str] = "records"
+
+    def setup(self) -> None:
+        """Load models or indexes; called once per worker before any shard."""
+
+    def settings(self) -> dict[str, Any]:
+        """Settings that change the outputs; a rerun with different settings is refused."""
+        return {}
+
+    @abstractmethod
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Process one shard, writing output files under ``work`` (relative paths as in OUT)."""
+
+    def shard_items(self, shard: Shard) -> int:
+        """How many progress units a shard has (records, by default)."""
+        return len(shard)
+
+
+def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
+                     with_raw: bool = False) -> Iterator[Any]:
+    """A shard's readable records, each counted in ``stats`` as seen.
+
+    Rows that are not records (:class:`~curate.core.records.BadRecord`) and ids repeated
+    within the shard are counted as errors (``duplicate_id``) and advance the
+    progress bar here; the caller decides what becomes of every record yielded.
+    With ``with_raw`` yields ``(raw row, record)`` pairs.
+    """
+    seen_ids: set[str] = set()
+    for raw, rec in shard.read(with_raw=True):
+        if isinstance(rec, BadRecord):
+            stats.seen(rec.source)
+            stats.error(rec.id, rec.source, rec.reason, rec.detail)
+            ctx.progress(1)
+            continue
+        stats.seen(rec["source"])
+        if rec["id"] in seen_ids:
+            stats.error(rec["id"], rec["source"], "duplicate_id", "id already seen earlier in the shard")
+            ctx.progress(1)
+            continue
+        seen_ids.add(rec["id"])
+        yield (raw, rec) if with_raw else rec
+
+
+def marker_path(out: Path, stage: str, shard_id: str) -> Path:
+    """The completion marker of one shard of one stage."""
+    return out / SHARDS_DIR / stage / f"{shard_id}.json"
+
+
+def _rejects_rel(stage: str, shard_id: str) -> str:
+    return f"{SHARDS_DIR}/{stage}/{shard_id}.rejects.parquet"
+
+
+def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
+                  progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run one shard under the contract (skip if done; temp folder; rename; marker last).
+
+    Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``.
+    """
+    marker = marker_path(out, task.stage, shard.id)
+    if marker.exists():
+        return read_json(marker)
+    work = out / TMP_DIR / task.stage / f"{shard.id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    work.mkdir(parents=True, exist_ok=False)
+    try:
+        stats = task.run(shard, work, ShardContext(seed=seed, progress=progress or (lambda n: None), out=out))
+        stats.check()
+        write_parquet(work / _rejects_rel(task.stage, shard.id), stats.rejects_table())
+        files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
+        for rel in files:
+            dest = out / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(work / rel, dest)
+        content = {"shard": shard.id, "rows": len(shard), "stats": stats.to_dict(), "files": files}
+        write_json(marker, content)
+        return content
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_settings(out: Path, stage: str, settings: dict[str, Any]) -> None:
+    """Refuse to mix runs: OUT's recorded settings for ``stage`` must equal ``settings``.
+
+    The first run records them in ``OUT/_shards/<stage>/settings.json``.
+    """
+    path = out / SHARDS_DIR / stage / "settings.json"
+    normal = json.loads(dumps_json(settings))
+    if path.exists():
+        recorded = read_json(path)
+        finished = any(p.name != "settings.json" for p in path.parent.glob("*.json"))
+        if recorded != normal and finished:
+            changed = sorted(k for k in set(recorded) | set(normal) if recorded.get(k) != normal.get(k))
+            what = ", ".join("inputs or shard size" if k == "plan" else k for k in changed)
+            raise UserError(f"{out} holds a '{stage}' run with other settings ({what}); "
+                            "use another --out, or delete the folder to start again")
+        if recorded == normal:
+            return
+    write_json(path, normal)  # first run, or no shard finished under the old settings
+
+
+def clean_tmp(out: Path, stage: str) -> None:
+    """Remove work folders left by a killed run of ``stage``."""
+    shutil.rmtree(out / TMP_DIR / stage, ignore_errors=True)
+
+
+def merge_shards(out: Path, stage: str, markers: Sequence[dict[str, Any]]) -> StageStats:
+    """Merge shard stats in shard order; also gathers every shard's rejects."""
+    total = StageStats()
+    tables = []
+    for content in sorted(markers, key=lambda m: m["shard"]):
+        total.merge(StageStats.from_dict(content["stats"]))
+        rej = out / _rejects_rel(stage, content["shard"])
+        if rej.exists():
+            tables.append(pq.read_table(rej))
+    table = pa.concat_tables(tables) if tables else REJECT_SCHEMA.empty_table()
+    total.rejects = list(zip(*[table.column(c).to_pylist() for c in REJECT_SCHEMA.names])) if table.num_rows else []
+    total.check()
+    return total
+
+
+def write_rejects(path: Path, stats: StageStats) -> None:
+    """Write the run's dropped and errored records (id, source, kind, reason, detail)."""
+    write_parquet(path, stats.rejects_table())

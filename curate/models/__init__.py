@@ -1,0 +1,1 @@
+"""Model loaders: open_clip encoders (MetaCLIP by default)."""

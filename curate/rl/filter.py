@@ -1,0 +1,290 @@
+"""``curate rl-filter``, step 1: N sampled answers per RL prompt, scored by the rule verifiers.
+
+Per prompt shard the :class:`RolloutTask` builds one generation request per
+prompt (the problem plus the instruction of its prompt style), asks the backend
+for ``n`` answers, scores every answer with :func:`curate.rewards.score_many`,
+and writes
+
+* ``rollouts/<shard>.parquet``: ``id, sample, response, truncated, accuracy, format, reward, error``;
+* ``prompts/<shard>.parquet``: per prompt its source, answer type, prompt style, the
+  number of samples and passes, accuracy/reward lists, and the generation error if any;
+* ``records/<shard>.jsonl``: the prompts' raw rows (the input's RL layout), for ``kept.jsonl``.
+
+Answers are journaled in ``OUT/_journal/rl-filter/<shard>.jsonl`` as they arrive;
+a rerun after a kill reads the journal and asks the backend only for the prompts
+that have no answers yet (failed prompts are asked again). The selection itself
+(:mod:`curate.rl.selection`) runs on the driver from these files, so thresholds can be
+changed without generating again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curate.core.errors import UserError
+from curate.core.io import write_parquet
+from curate.core.journal import end_line as _end_line
+from curate.core.journal import read_journal as _read_journal
+from curate.core.records import IMAGE_TOKEN, BadRecord
+from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.stats import StageStats
+
+#: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
+DEFAULT_TEMPLATES = {
+    "normal": "{problem}\nPut ONLY your final answer within <answer></answer>.",
+    "think": ("{problem}\nFirst think through the problem step by step inside <think></think>, then give the "
+              "final answer inside <answer></answer>. Use exactly one <think> block followed by one <answer> block."),
+}
+
+ROLLOUT_SCHEMA = pa.schema([
+    ("id", pa.string()), ("sample", pa.int32()), ("response", pa.string()), ("truncated", pa.bool_()),
+    ("accuracy", pa.float64()), ("format", pa.float64()), ("reward", pa.float64()), ("error", pa.string()),
+])
+PROMPT_SCHEMA = pa.schema([
+    ("id", pa.string()), ("source", pa.string()), ("answer_type", pa.string()), ("prompt_type", pa.string()),
+    ("n", pa.int32()), ("accuracy", pa.list_(pa.float64())), ("reward", pa.list_(pa.float64())),
+    ("format", pa.list_(pa.float64())), ("truncated", pa.list_(pa.bool_())),
+    ("response_chars", pa.list_(pa.int32())), ("reflection", pa.list_(pa.bool_())),
+    ("error", pa.string()), ("error_detail", pa.string()),
+])
+REFLECTION_WORDS = ("wait", "however", "re-check", "recheck", "double-check", "double check", "let me verify",
+                    "on second thought", "hmm", "alternatively", "re-evaluate", "reconsider", "actually")
+
+
+def load_templates(path: str | os.PathLike[str] | None) -> dict[str, str]:
+    """The prompt templates: defaults, overridden by a JSON or YAML file ``{normal: ..., think: ...}``."""
+    templates = dict(DEFAULT_TEMPLATES)
+    if path is None:
+        return templates
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"--templates {p}: no such file")
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else __import__("yaml").safe_load(text)
+    except Exception as exc:  # JSON and YAML raise different types
+        raise UserError(f"--templates {p}: cannot parse ({exc})") from None
+    if not isinstance(data, dict) or not set(data) <= set(DEFAULT_TEMPLATES):
+        raise UserError(f"--templates {p}: expected a mapping with keys normal and/or think")
+    for key, value in data.items():
+        if not isinstance(value, str) or "{problem}" not in value:
+            raise UserError(f"--templates {p}: template {key!r} must be a string containing {{problem}}")
+        templates[key] = value
+    return templates
+
+
+def reflection(text: str) -> bool:
+    """Whether a response uses a reflection word ("wait", "however", "re-check", ...) as V-Triune monitors."""
+    low = text.lower()
+    return any(w in low for w in REFLECTION_WORDS)
+
+
+class RolloutTask(ShardTask):
+    """Generates and scores ``n`` answers per prompt of one shard (see the module docstring)."""
+
+    stage = "rl-filter"
+    unit = "prompts"
+
+    def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
+                 prompt_style: str | None = None, templates: dict[str, str] | None = None,
+                 progress: float | None = None) -> None:
+        if n < 1:
+            raise UserError(f"--n must be at least 1, got {n}")
+        if prompt_style not in (None, "normal", "think"):
+            raise UserError(f"--prompt-style must be normal or think, got {prompt_style!r}")
+        self.backend_args = backend
+        self.n = n
+        self.sampling = sampling or {}
+        self.prompt_style = prompt_style
+        self.templates = templates or dict(DEFAULT_TEMPLATES)
+        self.progress = progress
+        self._backend = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_backend": None}
+
+    def setup(self) -> None:
+        """Open the backend (loads a local model once per worker) and start the verifier pool."""
+        if self._backend is None:
+            from curate.generate import make_backend
+            from curate.rewards import warm_up
+            self._backend = make_backend(**self.backend_args)
+            warm_up()
+
+    def settings(self) -> dict[str, Any]:
+        """Answers depend on the backend, n, sampling, prompt style and templates (not the thresholds)."""
+        self.setup()
+        return {"backend": self._backend.describe(), "n": self.n, "sampling": self.sampling,
+                "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress}
+
+    def style_of(self, rec: dict[str, Any]) -> str:
+        """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
+        style = self.prompt_style or str(rec.get("prompt_type") or "normal").lower()
+        return style if style in self.templates else "normal"
+
+    def request(self, rec: dict[str, Any]):  # noqa: ANN201 - GenerationRequest
+        """The generation request of one prompt."""
+        from curate.generate import GenerationRequest, SamplingParams
+
+        problem = rec.get("problem")
+        if not isinstance(problem, str):
+            problem = next((m["content"] for m in rec["messages"] if m["role"] == "user"), "")
+        if rec["images"] and IMAGE_TOKEN not in problem:
+            problem = IMAGE_TOKEN * len(rec["images"]) + "\n" + problem
+        text = self.templates[self.style_of(rec)].replace("{problem}", problem)
+        return GenerationRequest(key=rec["id"], messages=[{"role": "user", "content": text}],
+                                 images=list(rec["images"]), n=self.n, sampling=SamplingParams(**self.sampling))
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Generate (resuming from the journal), score and write one shard."""
+        from curate.rewards import plan as check_record
+
+        self.setup()
+        stats = StageStats()
+        journal_path = ctx.journal(self.stage, shard)
+        done = _read_journal(journal_path)
+        prompts: list[dict[str, Any]] = []
+        raws: list[Any] = []
+        for raw, rec in shard.read(with_raw=True):
+            if isinstance(rec, BadRecord):
+                stats.seen(rec.source)
+                stats.error(rec.id, rec.source, rec.reason, rec.detail)
+                ctx.progress(1)
+                continue
+            stats.seen(rec["source"])
+            try:
+                check_record(rec)
+            except UserError as exc:  # unknown answer type, missing gold...: the record, not the model
+                stats.error(rec["id"], rec["source"], "record_error", str(exc))
+                ctx.progress(1)
+                continue
+            prompts.append(rec)
+            raws.append(raw)
+        todo = [self.request(r) for r in prompts if r["id"] not in done]
+        ctx.progress(len(prompts) - len(todo))
+        if todo:
+            _end_line(journal_path)
+            with open(journal_path, "a", encoding="utf-8") as journal:
+                for _, result in self._backend.stream(todo):
+                    entry = {"key": result.key, "responses": result.responses, "truncated": result.truncated,
+                             "error": result.error, "detail": result.detail}
+                    if result.error is None:
+                        journal.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                        journal.flush()
+                    done[result.key] = entry
+                    ctx.progress(1)
+        self._write(prompts, raws, done, stats, work, shard.id)
+        return stats
+
+    def _write(self, prompts: list[dict[str, Any]], raws: list[Any], done: dict[str, dict[str, Any]],
+               stats: StageStats, work: Path, shard_id: str) -> None:
+        from curate.rewards import score_many
+
+        rollouts: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
+        records_out = []
+        for rec, raw in zip(prompts, raws):
+            entry = done[rec["id"]]
+            responses = entry["responses"] if entry["error"] is None else []
+            results = score_many([(rec, text) for text in responses], progress=self.progress,
+                                 on_record_error="result")
+            truncated = list(entry["truncated"]) + [False] * (len(responses) - len(entry["truncated"]))
+            for j, (text, res) in enumerate(zip(responses, results)):
+                rollouts.append({"id": rec["id"], "sample": j, "response": text, "truncated": bool(truncated[j]),
+                                 "accuracy": res.accuracy, "format": res.format, "reward": res.reward,
+                                 "error": res.error})
+            rows.append({"id": rec["id"], "source": rec["source"], "answer_type": str(rec.get("answer_type")),
+                         "prompt_type": self.style_of(rec), "n": len(responses),
+                         "accuracy": [r.accuracy for r in results], "reward": [r.reward for r in results],
+                         "format": [r.format for r in results], "truncated": [bool(t) for t in truncated[:len(responses)]],
+                         "response_chars": [len(t) for t in responses], "reflection": [reflection(t) for t in responses],
+                         "error": entry["error"] if entry["error"] is not None else (None if responses else "no_responses"),
+                         "error_detail": entry.get("detail") or ""})
+            records_out.append(json.dumps(raw, ensure_ascii=False, sort_keys=True))
+            stats.kept(rec["source"])  # every readable prompt reaches the selection, which decides
+        write_parquet(work / "rollouts" / f"{shard_id}.parquet", pa.Table.from_pylist(rollouts, schema=ROLLOUT_SCHEMA))
+        write_parquet(work / "prompts" / f"{shard_id}.parquet", pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA))
+        path = work / "records" / f"{shard_id}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
+
+
+def rl_filter(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[str, Any], n: int = 16,
+              sampling: dict[str, Any] | None = None, prompt_style: str | None = None,
+              templates: str | os.PathLike[str] | None = None, thresholds: str | os.PathLike[str] | None = None,
+              pass_threshold: float | None = None, min_gap: float | None = None,
+              band: tuple[float, float] | None = None, progress: float | None = None, seed: int = 0,
+              shard_size: int = 1000, executor: Any = None, plot: bool = True) -> dict[str, Any]:
+    """Sample, score and select RL prompts into ``out``; returns the content of ``stats.json``.
+
+    Outputs: ``kept.jsonl`` (kept prompts in their input layout plus ``pass_at_1``,
+    ``pass_at_n``, ``mean_reward``), ``rollouts.parquet``, ``prompts.parquet`` (per
+    prompt metrics and decision), ``rejects.parquet``, ``stats.json``, ``rl_filter.png``.
+    """
+    import pyarrow.parquet as pq
+
+    from curate.executors import run_stage
+    from curate.core.io import atomic_open, write_json
+    from curate.rl.selection import evaluate, load_thresholds, plot_pass_at_1, source_report
+    from curate.core.shards import plan_shards
+    from curate.core.stats import run_header
+
+    out = Path(out)
+    default_th, per_source = load_thresholds(thresholds, {"pass_threshold": pass_threshold, "min_gap": min_gap,
+                                                          "band": list(band) if band else None})
+    sampling = {"seed": seed, **(sampling or {})}
+    task = RolloutTask(backend, n=n, sampling=sampling, prompt_style=prompt_style,
+                       templates=load_templates(templates), progress=progress)
+    shards = plan_shards(inputs, shard_size)
+    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
+    prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]
+    rows = [r for t in prompt_tables for r in t.to_pylist()]
+    raws = [line for s in shards for line in (out / "records" / f"{s.id}.jsonl").read_text(encoding="utf-8").splitlines()]
+    decided = []
+    for row in rows:
+        th = per_source.get(row["source"], default_th)
+        decided.append({**row, **evaluate(row, th)})
+    selection = StageStats()
+    for row in decided:
+        selection.seen(row["source"])
+        if row["decision"] == "kept":
+            selection.kept(row["source"])
+        elif row["decision"] == "dropped":
+            selection.drop(row["id"], row["source"], row["reason"], f"pass@1 {row['pass_at_1']:.3f}, "
+                           f"pass@N {row['pass_at_n']:.3f}, mean reward {row['mean_reward']:.3f}")
+        else:
+            selection.error(row["id"], row["source"], row["reason"], row.get("error_detail") or row["reason"])
+    total = stats.then(selection)
+    with atomic_open(out / "kept.jsonl", "w") as fh:
+        for row, raw in zip(decided, raws):
+            if row["decision"] == "kept":
+                rec = json.loads(raw)
+                rec.update(pass_at_1=row["pass_at_1"], pass_at_n=row["pass_at_n"], mean_reward=row["mean_reward"])
+                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
+    rollout_tables = [pq.read_table(out / "rollouts" / f"{s.id}.parquet") for s in shards]
+    write_parquet(out / "rollouts.parquet", pa.concat_tables(rollout_tables) if rollout_tables
+                  else ROLLOUT_SCHEMA.empty_table())
+    keep_cols = ("id", "source", "answer_type", "prompt_type", "n", "passes", "pass_at_1", "pass_at_n", "gap",
+                 "mean_reward", "reward_std", "reward_sum", "decision", "reason")
+    write_parquet(out / "prompts.parquet", pa.Table.from_pylist([{k: r[k] for k in keep_cols} for r in decided]))
+    write_parquet(out / "rejects.parquet", total.rejects_table())
+    sources = sorted({r["source"] for r in decided})
+    counts = total.to_dict()
+    result = {
+        **run_header("rl-filter", seed=seed, settings={**task.settings(), "thresholds": {
+            "default": default_th.__dict__, "sources": {k: v.__dict__ for k, v in per_source.items()}}}),
+        "records_in": counts["records_in"], "kept": counts["records_out"], "dropped": counts["dropped"],
+        "errored": counts["errored"],
+        "overall": source_report(decided),
+        "per_source": {s: source_report([r for r in decided if r["source"] == s]) for s in sources},
+        "timings": counts["timings"],
+    }
+    if plot:
+        plot_pass_at_1(out / "rl_filter.png", decided, {s: per_source.get(s, default_th) for s in sources})
+    write_json(out / "stats.json", result)
+    return result

@@ -1,0 +1,210 @@
+"""``curate score``: score a file of responses against RL records, sharded and resumable.
+
+Inputs: RL records (any layout :mod:`curate.core.records` reads; ``answer``,
+``answer_type``, ``prompt_type``, ``reward`` are used) and a responses file
+(JSONL or Parquet with ``id`` and ``response``, several rows per id allowed,
+optional ``sample``). The responses file is cut into shards; each shard is
+scored with :func:`curate.rewards.score_many` and written to
+``scores/<shard>.parquet``; the driver merges them into
+
+* ``OUT/scores.parquet``: ``id, sample, source, verifier, accuracy, format, reward, error``
+  (one row per response, in the responses file's order; ``sample`` is the given
+  one or the response's rank among those of its id);
+* ``OUT/stats.json``: responses in, scored, errored per reason (``unknown_id``,
+  ``bad_record``, ``record_error``, ``malformed_response``), and mean accuracy, format
+  and reward with verifier errors (timeouts …) per reason, overall, per source and
+  per verifier;
+* ``OUT/rejects.parquet``: the responses that could not be scored, with the reason.
+
+A response that times out or crashes its verifier is scored 0 with its error: it
+counts as scored, not errored (the model's output is the problem, not the input).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curate.core.errors import UserError
+from curate.executors import Executor, run_stage
+from curate.core.io import write_json, write_parquet
+from curate.core.records import BadRecord, Part, iter_rows, read_records, split_file
+from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.stats import StageStats, run_header
+
+SCHEMA = pa.schema([("id", pa.string()), ("sample", pa.int32()), ("source", pa.string()), ("verifier", pa.string()),
+                    ("accuracy", pa.float64()), ("format", pa.float64()), ("reward", pa.float64()),
+                    ("error", pa.string())])
+UNKNOWN_SOURCE = "(unknown)"
+_BATCH = 1024
+
+
+def load_records(paths: Sequence[str | os.PathLike[str]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Records by id, and the ids of rows that could not be read with their reason."""
+    by_id: dict[str, dict[str, Any]] = {}
+    bad: dict[str, str] = {}
+    for rec in read_records(paths):
+        if isinstance(rec, BadRecord):
+            bad[rec.id] = rec.reason
+        else:
+            by_id[rec["id"]] = rec
+    return by_id, bad
+
+
+class ScoreTask(ShardTask):
+    """Scores one shard of a responses file (``shard.parts`` are row ranges of it)."""
+
+    stage = "score"
+    unit = "responses"
+
+    def __init__(self, records: Sequence[str], *, progress: float | None = None) -> None:
+        self.records = [str(p) for p in records]
+        self.progress = progress
+        self._by_id: dict[str, dict[str, Any]] | None = None
+        self._bad: dict[str, str] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_by_id": None, "_bad": {}}
+
+    def settings(self) -> dict[str, Any]:
+        """Scores depend on the records and the training progress (dynamic IoU threshold)."""
+        return {"records": self.records, "progress": self.progress}
+
+    def setup(self) -> None:
+        """Load the records once per worker and start the verifier pool."""
+        if self._by_id is None:
+            self._by_id, self._bad = load_records(self.records)
+            from curate.rewards import warm_up
+            warm_up()
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Score the shard's responses; write ``scores/<shard>.parquet``."""
+        from curate.rewards import score_many
+
+        self.setup()
+        assert self._by_id is not None
+        stats = StageStats()
+        rows: list[dict[str, Any]] = []
+        pending: list[tuple[int, dict[str, Any], str]] = []
+
+        def flush() -> None:
+            results = score_many([(rec, text) for _, rec, text in pending], progress=self.progress,
+                                 on_record_error="result")
+            for (i, rec, _), result in zip(pending, results):
+                row = rows[i]
+                row.update(verifier=result.verifier, accuracy=result.accuracy, format=result.format,
+                           reward=result.reward, error=result.error)
+                if result.error and result.error.startswith("record_error"):
+                    stats.error(row["id"], row["source"], "record_error", result.error)
+                else:
+                    stats.kept(row["source"])
+            ctx.progress(len(pending))
+            pending.clear()
+
+        for part in shard.parts:
+            for row_no, raw, problem in iter_rows(part):
+                if problem == "blank":
+                    continue
+                rid = str(raw.get("id")) if isinstance(raw, dict) and raw.get("id") is not None else f"row:{row_no}"
+                rec = self._by_id.get(rid)
+                source = str(rec.get("source")) if rec else UNKNOWN_SOURCE
+                stats.seen(source)
+                sample = raw.get("sample") if isinstance(raw, dict) else None
+                row = {"id": rid, "sample": sample if isinstance(sample, int) else None, "source": source,
+                       "verifier": None, "accuracy": 0.0, "format": 0.0, "reward": 0.0, "error": None}
+                rows.append(row)
+                text = raw.get("response") if isinstance(raw, dict) else None
+                if problem is not None or not isinstance(text, str):
+                    row["error"] = "malformed_response"
+                    stats.error(rid, source, "malformed_response",
+                                f"{Path(part.path).name} row {row_no + 1}: {problem or 'no response text'}")
+                elif rec is None:
+                    reason = "bad_record" if rid in self._bad else "unknown_id"
+                    row["error"] = f"{reason}: {self._bad[rid]}" if rid in self._bad else reason
+                    stats.error(rid, source, reason, row["error"])
+                else:
+                    pending.append((len(rows) - 1, rec, text))
+                    if len(pending) >= _BATCH:
+                        flush()
+        if pending:
+            flush()
+        write_parquet(work / "scores" / f"{shard.id}.parquet", pa.Table.from_pylist(rows, schema=SCHEMA))
+        return stats
+
+
+def plan_response_shards(responses: str | os.PathLike[str], shard_size: int) -> list[Shard]:
+    """Shards of a responses file (JSONL or Parquet), ``shard_size`` rows each."""
+    path = Path(responses)
+    if not path.is_file():
+        raise UserError(f"{path}: responses file not found")
+    if path.suffix.lower() not in (".jsonl", ".parquet", ".pq"):
+        raise UserError(f"{path}: responses must be .jsonl or .parquet with columns id and response")
+    if path.suffix.lower() != ".jsonl":
+        names = pq.ParquetFile(path).schema_arrow.names
+        missing = {"id", "response"} - set(names)
+        if missing:
+            raise UserError(f"{path}: responses need the columns id and response (missing {', '.join(sorted(missing))})")
+    parts: list[Part] = split_file(path, shard_size)
+    return [Shard(i, (p,)) for i, p in enumerate(parts)]
+
+
+def _summaries(table: pa.Table) -> dict[str, Any]:
+    def new() -> dict[str, Any]:
+        return {"responses": 0, "scored": 0, "accuracy": 0.0, "format": 0.0, "reward": 0.0, "errors": Counter()}
+
+    overall, per_source, per_verifier = new(), defaultdict(new), defaultdict(new)
+    for row in table.to_pylist():
+        unscorable = row["verifier"] is None and row["error"] is not None
+        for entry in (overall, per_source[row["source"]], per_verifier[row["verifier"] or "(none)"]):
+            entry["responses"] += 1
+            if unscorable or (row["error"] or "").startswith("record_error"):
+                continue
+            entry["scored"] += 1
+            for key in ("accuracy", "format", "reward"):
+                entry[key] += row[key]
+            if row["error"]:
+                entry["errors"][row["error"].split(":")[0]] += 1
+
+    def finish(e: dict[str, Any]) -> dict[str, Any]:
+        n = e["scored"]
+        return {"responses": e["responses"], "scored": n,
+                **{f"mean_{k}": (e[k] / n if n else None) for k in ("accuracy", "format", "reward")},
+                "verifier_errors": dict(sorted(e["errors"].items()))}
+
+    return {"overall": finish(overall), "per_source": {k: finish(v) for k, v in sorted(per_source.items())},
+            "per_verifier": {k: finish(v) for k, v in sorted(per_verifier.items())}}
+
+
+def score(records: Sequence[str | os.PathLike[str]], responses: str | os.PathLike[str], out: str | os.PathLike[str], *,
+          progress: float | None = None, seed: int = 0, shard_size: int = 20_000,
+          executor: Executor | None = None) -> dict[str, Any]:
+    """Score ``responses`` against ``records`` into ``out``; returns the stats written to ``stats.json``."""
+    out = Path(out)
+    if progress is not None and not 0.0 <= progress <= 1.0:
+        raise UserError(f"--progress must be a training fraction within [0, 1], got {progress}")
+    shards = plan_response_shards(responses, shard_size)
+    task = ScoreTask([str(Path(p).resolve()) for p in records], progress=progress)
+    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
+    tables = [pq.read_table(out / "scores" / f"{s.id}.parquet") for s in shards]
+    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    # number the samples of each id in file order where the file gives none
+    rank: dict[str, int] = defaultdict(int)
+    samples = []
+    for rid, sample in zip(table.column("id").to_pylist(), table.column("sample").to_pylist()):
+        samples.append(sample if sample is not None else rank[rid])
+        rank[rid] += 1
+    table = table.set_column(1, "sample", pa.array(samples, pa.int32()))
+    write_parquet(out / "scores.parquet", table)
+    write_parquet(out / "rejects.parquet", stats.rejects_table())
+    counts = stats.to_dict()
+    result = {**run_header("score", seed=seed, settings={**task.settings(), "responses": str(responses)}),
+              "responses_in": counts["records_in"], "scored": counts["records_out"], "errored": counts["errored"],
+              **_summaries(table), "timings": counts["timings"]}
+    write_json(out / "stats.json", result)
+    return result

@@ -1,0 +1,139 @@
+"""HTTP service for the reward verifiers (FastAPI + uvicorn).
+
+Endpoints:
+
+- ``GET /health``: ``{"status": "ok", "verifiers": [...], "answer_types": [...],
+  "workers": n, "counters": {...}}``.
+- ``POST /score``: body ``{"items": [{"record": {...}, "response": "..."}, ...],
+  "progress": null}`` (``progress``, optional, is the training fraction for the dynamic IoU
+  threshold); answer ``{"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}``
+  in the order of the items, equal to :func:`curate.rewards.score` on each item.
+
+A malformed body, or a record that cannot be scored (unknown ``answer_type``, missing
+gold …), gets HTTP 422 with ``{"detail": "<one readable line>", "errors": [...]}``.
+Requests run in a thread pool (64 threads), so concurrent requests are served in
+parallel: the time-limited verifiers run in the shared worker processes, the code
+verifier in its own sandboxes. For more CPU parallelism on the inline verifiers, run
+several server processes (``workers`` > 1).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from curate import rewards
+from curate.rewards.runtime import limits
+
+MAX_ITEMS = 100_000
+THREADS = 64
+
+
+class Item(BaseModel):
+    """One response to score against one record."""
+
+    model_config = ConfigDict(extra="forbid")
+    record: dict[str, Any]
+    response: str
+
+
+class ScoreRequest(BaseModel):
+    """Body of ``POST /score``."""
+
+    model_config = ConfigDict(extra="forbid")
+    items: list[Item] = Field(max_length=MAX_ITEMS)
+    progress: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+def _readable(errors: list[dict[str, Any]]) -> str:
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "; ".join(parts) + more
+
+
+def create_app(*, warm: bool = True) -> FastAPI:
+    """The FastAPI application (``warm`` starts the verifier workers at start-up)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        import anyio.to_thread
+
+        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+        if warm:
+            limits.warm_up(wait=False)
+        yield
+
+    app = FastAPI(title="curate rewards", version="1", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": _readable(errors), "errors": errors})
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "verifiers": sorted(rewards.VERIFIERS),
+            "answer_types": rewards.answer_types(),
+            "workers": limits.get_pool().size,
+            "counters": rewards.counters(),
+        }
+
+    @app.post("/score")
+    def score(body: ScoreRequest) -> Any:
+        items = [(it.record, it.response) for it in body.items]
+        results = rewards.score_many(items, progress=body.progress, on_record_error="result")
+        bad = [{"loc": ["items", i, "record"], "msg": r.error.split(": ", 1)[-1], "type": "record_error"}
+               for i, r in enumerate(results) if r.error and r.error.startswith("record_error")]
+        if bad:
+            return JSONResponse(status_code=422, content={"detail": _readable(bad), "errors": bad})
+        return Response(json.dumps({"results": [r.to_dict() for r in results]}), media_type="application/json")
+
+    return app
+
+
+_app_lock = threading.Lock()
+_app: FastAPI | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``curate.rl.serve.app``: the application, built on first access."""
+    global _app
+    if name == "app":
+        with _app_lock:
+            if _app is None:
+                _app = create_app()
+            return _app
+    raise AttributeError(name)
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, *, workers: int = 1, pool_workers: int | None = None,
+          log_level: str = "warning") -> None:
+    """Run the reward service with uvicorn until interrupted.
+
+    Args:
+        host: Interface to bind (``127.0.0.1`` for local use only).
+        port: TCP port.
+        workers: uvicorn server processes (each with its own verifier worker pool).
+        pool_workers: Verifier worker processes per server process (default: CPUs, at most 4).
+        log_level: uvicorn log level.
+    """
+    import uvicorn
+
+    if pool_workers is not None:
+        limits.configure(workers=pool_workers)
+        import os
+
+        os.environ["CURATE_REWARD_WORKERS"] = str(pool_workers)
+    uvicorn.run("curate.rl.serve:app", host=host, port=port, workers=workers, log_level=log_level)

@@ -1,0 +1,167 @@
+"""``curate resample``: weights, seeded draws, MetaCLIP mode, accounting, records in their layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from curate.core.errors import UserError
+from curate.core.records import read_records
+from curate.balance.resample import draw, read_tags, record_weights, resample
+from curate.balance.tag import TAGS_SCHEMA
+
+
+def _tags(path: Path, concepts: list[list[int]], ids: list[str] | None = None,
+          sources: list[str] | None = None) -> Path:
+    n = len(concepts)
+    ids = ids or [f"r{i}" for i in range(n)]
+    table = pa.table({"id": ids, "source": sources or ["s"] * n, "concepts": concepts,
+                      "scores": [[1.0] * len(c) for c in concepts]}, schema=TAGS_SCHEMA)
+    pq.write_table(table, path)
+    return path
+
+
+def _zipf_tags(path: Path, n: int = 2000, v: int = 200, k: int = 3, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, v + 1) ** 1.2
+    p /= p.sum()
+    concepts = [rng.choice(v, size=k, replace=False, p=p).tolist() for _ in range(n)]
+    return _tags(path, concepts)
+
+
+def test_weights_follow_the_documented_formulas(tmp_path: Path) -> None:
+    arrays = read_tags(_tags(tmp_path / "t.parquet", [[0, 1], [0], [0, 2], []]))
+    counts = np.bincount(arrays.flat, minlength=3)  # concept 0: 3 records, 1: 1, 2: 1
+    assert counts.tolist() == [3, 1, 1]
+    mean = record_weights(arrays, counts, weighting="mean")
+    np.testing.assert_allclose(mean, [(1 / 3 + 1) / 2, 1 / 3, (1 / 3 + 1) / 2, 0.0])
+    np.testing.assert_allclose(record_weights(arrays, counts, weighting="max"), [1.0, 1 / 3, 1.0, 0.0])
+    np.testing.assert_allclose(record_weights(arrays, counts, weighting="sum"), [4 / 3, 1 / 3, 4 / 3, 0.0])
+    half = record_weights(arrays, counts, weighting="mean", temperature=0.5)
+    np.testing.assert_allclose(half, [(3 ** -0.5 + 1) / 2, 3 ** -0.5, (3 ** -0.5 + 1) / 2, 0.0])
+    np.testing.assert_allclose(record_weights(arrays, counts, temperature=0.0), [1, 1, 1, 0])
+
+
+def test_draw_is_proportional_to_weight() -> None:
+    weights = np.array([1.0, 4.0, 0.0, 1.0])
+    hits = np.zeros(4)
+    for s in range(3000):
+        hits += draw(weights, 1, np.random.default_rng(s))
+    assert hits[2] == 0
+    np.testing.assert_allclose(hits / hits.sum(), [1 / 6, 4 / 6, 0, 1 / 6], atol=0.03)
+
+
+def test_same_seed_same_selection(tmp_path: Path) -> None:
+    tags = _zipf_tags(tmp_path / "t.parquet")
+    resample(tags, out=tmp_path / "a", fraction=0.25, seed=7, plot=False)
+    resample(tags, out=tmp_path / "b", fraction=0.25, seed=7, plot=False)
+    resample(tags, out=tmp_path / "c", fraction=0.25, seed=8, plot=False)
+    a = (tmp_path / "a" / "selection.parquet").read_bytes()
+    assert a == (tmp_path / "b" / "selection.parquet").read_bytes()
+    assert a != (tmp_path / "c" / "selection.parquet").read_bytes()
+
+
+def test_without_replacement_below_the_pool(tmp_path: Path) -> None:
+    tags = _zipf_tags(tmp_path / "t.parquet")
+    result = resample(tags, out=tmp_path / "o", target=500, seed=1, plot=False)
+    sel = pq.read_table(tmp_path / "o" / "selection.parquet")
+    assert sel.num_rows == 500 and set(sel.column("copies").to_pylist()) == {1}
+    assert len(set(sel.column("id").to_pylist())) == 500
+    assert not result["with_replacement"] and result["records_selected"] == 500
+    assert result["dropped"]["not_selected"] == 1500
+
+
+def test_with_replacement_past_the_pool_records_copies(tmp_path: Path) -> None:
+    tags = _zipf_tags(tmp_path / "t.parquet", n=300)
+    result = resample(tags, out=tmp_path / "o", fraction=2.5, seed=1, plot=False)
+    sel = pq.read_table(tmp_path / "o" / "selection.parquet")
+    assert sum(sel.column("copies").to_pylist()) == 750 == result["copies_total"]
+    assert result["with_replacement"] and result["max_copies"] > 1
+    # Rare records get more copies than common ones on average.
+    arrays = read_tags(tags)
+    counts = np.bincount(arrays.flat)
+    w = record_weights(arrays, counts)
+    copies = dict(zip(sel.column("id").to_pylist(), sel.column("copies").to_pylist()))
+    got = np.array([copies.get(f"r{i}", 0) for i in range(300)])
+    top, bottom = np.argsort(w)[-60:], np.argsort(w)[:60]
+    assert got[top].mean() > 2 * got[bottom].mean()
+
+
+def test_metaclip_mode_keeps_rare_records_and_thins_frequent_ones(tmp_path: Path) -> None:
+    # 400 records of concept 0 only, 50 records of concept 1 only, 50 with both.
+    concepts = [[0]] * 400 + [[1]] * 50 + [[0, 1]] * 50
+    tags = _tags(tmp_path / "t.parquet", concepts)
+    result = resample(tags, out=tmp_path / "o", mode="metaclip", t=100, seed=3, plot=False)
+    sel = pq.read_table(tmp_path / "o" / "selection.parquet").to_pylist()
+    chosen = {int(r["id"][1:]): r for r in sel}
+    # p(0) = 100/450, p(1) = min(1, 100/100) = 1: every record holding concept 1 is kept.
+    assert all(i in chosen for i in range(400, 500))
+    kept_zero_only = sum(1 for i in range(400) if i in chosen)
+    assert abs(kept_zero_only - 400 * 100 / 450) < 4 * np.sqrt(400 * (100 / 450) * (350 / 450))
+    some_zero_only = next(i for i in range(400) if i in chosen)
+    assert chosen[some_zero_only]["weight"] == pytest.approx(100 / 450)  # weight = keep probability
+    assert chosen[450]["weight"] == pytest.approx(1.0)
+    assert result["copies_total"] == len(sel)
+
+
+def test_duplicates_and_untagged_records_are_accounted(tmp_path: Path) -> None:
+    tags = _tags(tmp_path / "t.parquet", [[0], [1], [0], [], [2]], ids=["a", "b", "a", "c", "d"],
+                 sources=["x", "y", "x", "y", "x"])
+    result = resample(tags, out=tmp_path / "o", target=2, seed=0, plot=False)
+    assert result["records_in"] == 5 and result["pool"] == 3
+    assert result["dropped"] == {"duplicate_id": 1, "no_concept": 1, "not_selected": 1}
+    assert result["per_source"]["x"]["records_in"] == 3 and result["per_source"]["y"]["records_in"] == 2
+    rejects = pq.read_table(tmp_path / "o" / "rejects.parquet").to_pylist()
+    assert {(r["id"], r["reason"]) for r in rejects} == {("a", "duplicate_id"), ("c", "no_concept")}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({}, "exactly one of"),
+    ({"target": 5, "fraction": 0.5}, "exactly one of"),
+    ({"target": 0}, "at least 1"),
+    ({"fraction": -1.0}, "positive"),
+    ({"mode": "metaclip", "target": 3}, "drop --target"),
+    ({"mode": "nope"}, "inverse or metaclip"),
+])
+def test_bad_arguments_are_user_errors(tmp_path: Path, kwargs: dict, match: str) -> None:
+    tags = _tags(tmp_path / "t.parquet", [[0], [1]])
+    with pytest.raises(UserError, match=match):
+        resample(tags, out=tmp_path / "o", **kwargs)
+
+
+def test_missing_tags_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such file"):
+        resample(tmp_path / "none.parquet", out=tmp_path / "o", target=1)
+
+
+def test_selected_records_keep_their_layout_and_images(sample_data: Path, tmp_path: Path) -> None:
+    inputs = [sample_data / "llava.jsonl", sample_data / "captions.jsonl", sample_data / "records.parquet"]
+    records = [r for r in read_records(inputs) if isinstance(r, dict)]
+    seen: set[str] = set()
+    unique = [r for r in records if not (r["id"] in seen or seen.add(r["id"]))]
+    tags = _tags(tmp_path / "t.parquet", [[i % 7] for i in range(len(unique))], ids=[r["id"] for r in unique],
+                 sources=[r["source"] for r in unique])
+    result = resample(tags, out=tmp_path / "o", fraction=1.5, seed=2, records=inputs, plot=False)
+    copies = dict(zip(*[pq.read_table(tmp_path / "o" / "selection.parquet").column(c).to_pylist()
+                        for c in ("id", "copies")]))
+    out = tmp_path / "o" / "records"
+    assert sorted(p.name for p in out.iterdir()) == ["captions.jsonl", "llava.jsonl", "records.parquet"]
+    # Raw layouts are kept: LLaVA rows still have conversations, caption rows a caption.
+    llava_rows = [json.loads(line) for line in (out / "llava.jsonl").read_text().splitlines()]
+    assert llava_rows and all("conversations" in r for r in llava_rows)
+    caption_rows = [json.loads(line) for line in (out / "captions.jsonl").read_text().splitlines()]
+    assert caption_rows and all("caption" in r for r in caption_rows)
+    assert set(pq.read_schema(out / "records.parquet").names) >= set(pq.read_schema(inputs[2]).names)
+    # Every written record reads back, its images exist, and copies got unique ids.
+    written = [r for r in read_records([out]) if isinstance(r, dict)]
+    assert len(written) == sum(copies.values()) == result["records_written"]["records"]
+    assert len({r["id"] for r in written}) == len(written)
+    assert all(Path(p).is_file() for r in written for p in r["images"])
+    base = {r["id"].split("#")[0] for r in written}
+    assert base == set(copies)
+    assert result["records_written"]["selected_not_found"] == 0

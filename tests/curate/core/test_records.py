@@ -1,0 +1,119 @@
+"""Record readers: every accepted layout converts to the canonical form, bad rows become BadRecord."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from curate.core.errors import UserError
+from curate.core.records import BadRecord, CAPTION_PROMPT, expand_inputs, read_records, split_file, to_canonical
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+                    encoding="utf-8")
+    return path
+
+
+def test_canonical_llava_caption_and_rl_layouts(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "source": "coyo", "images": ["img/a.jpg"],
+         "messages": [{"role": "user", "content": "<image>\nDescribe."}, {"role": "assistant", "content": "A cat."}]},
+        {"id": "b", "image": "img/b.jpg",
+         "conversations": [{"from": "human", "value": "What is this?"}, {"from": "gpt", "value": "A dog."}]},
+        {"id": 7, "image": "/abs/c.png", "caption": "A red car.", "source": "laion"},
+        {"id": "d", "images": ["img/d.jpg"], "problem": "How many?", "answer": "3", "answer_type": "number",
+         "prompt_type": "think", "source": "rl"},
+    ]
+    recs = list(read_records([write_jsonl(tmp_path / "in.jsonl", rows)]))
+    assert [r["id"] for r in recs] == ["a", "b", "7", "d"]
+    a, b, c, d = recs
+    assert a["images"] == [str(tmp_path / "img/a.jpg")]
+    assert a["source"] == "coyo" and a["messages"][1] == {"role": "assistant", "content": "A cat."}
+    # LLaVA: roles mapped, source falls back to the file stem, image tag placed in the first user turn
+    assert b["source"] == "in"
+    assert b["messages"] == [{"role": "user", "content": "<image>\nWhat is this?"},
+                             {"role": "assistant", "content": "A dog."}]
+    assert c["images"] == ["/abs/c.png"]
+    assert c["messages"][0]["content"] == f"<image>\n{CAPTION_PROMPT}"
+    assert c["messages"][1]["content"] == "A red car."
+    # RL fields are kept as extra fields
+    assert d["answer"] == "3" and d["answer_type"] == "number" and d["prompt_type"] == "think"
+    assert d["messages"][0]["content"] == "<image>\nHow many?"
+
+
+def test_bad_rows_become_bad_records_with_reasons(tmp_path: Path) -> None:
+    rows = [
+        '{"id": "ok", "caption": "fine"}',
+        '{"id": "broken", "caption": ',
+        '[1, 2]',
+        '{"id": "nolayout", "text": "hello"}',
+        '{"id": "mismatch", "images": ["a.jpg"], "messages": [{"role": "user", "content": "<image><image>"}]}',
+        '{"id": "badrole", "messages": [{"role": "wizard", "content": "x"}]}',
+        '',
+        '{"id": "ok2", "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],'
+        ' "images": ["x.png"]}',
+    ]
+    out = list(read_records([write_jsonl(tmp_path / "bad.jsonl", rows)]))
+    kinds = [(type(r).__name__, r.reason if isinstance(r, BadRecord) else r["id"]) for r in out]
+    assert kinds == [("dict", "ok"), ("BadRecord", "malformed_json"), ("BadRecord", "not_an_object"),
+                     ("BadRecord", "unknown_layout"), ("BadRecord", "image_count_mismatch"),
+                     ("BadRecord", "invalid_field"), ("dict", "ok2")]
+    # a malformed line is named by file and line number
+    assert out[1].id == "bad:2" and "line 2" in out[1].detail
+    assert out[3].id == "nolayout"
+    assert out[6]["messages"][0]["content"] == "<image>hi"
+
+
+def test_parquet_and_json_array_inputs(tmp_path: Path) -> None:
+    msgs = [{"role": "user", "content": "<image>\nQ"}, {"role": "assistant", "content": "A"}]
+    table = pa.table({"id": ["p1", "p2", "p3"], "source": ["s", "s", "t"],
+                      "images": [["i/1.jpg"], ["i/2.jpg"], ["i/3.jpg"]],
+                      "messages": [msgs, msgs, msgs]})
+    pq.write_table(table, tmp_path / "r.parquet", row_group_size=2)
+    pq.write_table(pa.table({"id": ["s1"], "messages": [json.dumps(msgs)], "images": [["i/1.jpg"]]}),
+                   tmp_path / "s.parquet")
+    (tmp_path / "l.json").write_text(json.dumps([{"id": "j1", "image": "x.jpg", "conversations": [
+        {"from": "human", "value": "<image>\nQ"}, {"from": "gpt", "value": "A"}]}]))
+    recs = list(read_records([tmp_path / "r.parquet", tmp_path / "l.json", tmp_path / "s.parquet"]))
+    assert [r["id"] for r in recs] == ["p1", "p2", "p3", "j1", "s1"]
+    assert recs[4]["messages"] == msgs  # a JSON-string messages column is accepted
+    assert recs[0]["images"] == [str(tmp_path / "i/1.jpg")]
+    # parts split at row-group and shard boundaries read back the same rows
+    parts = split_file(tmp_path / "r.parquet", 2)
+    assert [(p.start, p.stop) for p in parts] == [(0, 2), (2, 3)]
+
+
+def test_jsonl_parts_seek_to_their_rows(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "caption": f"caption {i} é"} for i in range(10)]
+    path = write_jsonl(tmp_path / "x.jsonl", rows)
+    parts = split_file(path, 3)
+    assert [(p.start, p.stop) for p in parts] == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    from curate.core.records import read_part
+    ids = [r["id"] for p in parts for r in read_part(p)]
+    assert ids == [f"r{i}" for i in range(10)]
+
+
+def test_user_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such file"):
+        expand_inputs([tmp_path / "missing.jsonl"])
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(UserError, match="unsupported input type .csv"):
+        expand_inputs([tmp_path / "x.csv"])
+    (tmp_path / "obj.json").write_text('{"id": 1}')
+    with pytest.raises(UserError, match="array of records"):
+        split_file(tmp_path / "obj.json", 10)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="holds no"):
+        expand_inputs([tmp_path / "empty"])
+
+
+def test_to_canonical_requires_string_fields() -> None:
+    from curate.core.records import RecordInvalid
+    with pytest.raises(RecordInvalid) as info:
+        to_canonical({"id": "x", "caption": ["a"]}, Path("/"), fallback_id="f", fallback_source="s")
+    assert info.value.reason == "invalid_field"

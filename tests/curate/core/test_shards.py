@@ -1,0 +1,157 @@
+"""The shard contract with a real stage: markers, resume, settings, accounting, workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from curate.core.errors import UserError
+from curate.executors import get_executor, run_stage
+from curate.core.records import BadRecord
+from curate.core.shards import Shard, ShardContext, ShardTask, marker_path, plan_shards
+from curate.core.stats import StageStats
+
+
+class LengthTask(ShardTask):
+    """A small real stage: keeps records whose caption is long enough, with a seeded score."""
+
+    stage = "lengths"
+
+    def __init__(self, min_chars: int, log: str | None = None, fail_setup: bool = False,
+                 fail_shard: int | None = None) -> None:
+        self.min_chars = min_chars
+        self.log = log
+        self.fail_setup, self.fail_shard = fail_setup, fail_shard
+
+    def setup(self) -> None:
+        if self.fail_setup:
+            raise UserError("setup failed: the model file is missing")
+
+    def settings(self) -> dict:
+        return {"min_chars": self.min_chars}
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        if shard.index == self.fail_shard:
+            raise UserError(f"shard {shard.id} cannot be processed")
+        if self.log:
+            with open(self.log, "a") as fh:
+                fh.write(shard.id + "\n")
+        stats = StageStats()
+        rng = ctx.rng(shard)
+        ids, scores = [], []
+        for rec in shard.read():
+            stats.seen(rec.source if isinstance(rec, BadRecord) else rec["source"])
+            if isinstance(rec, BadRecord):
+                stats.error(rec.id, rec.source, rec.reason, rec.detail)
+                continue
+            text = rec["messages"][-1]["content"]
+            if len(text) < self.min_chars:
+                stats.drop(rec["id"], rec["source"], "too_short")
+                continue
+            stats.kept(rec["source"])
+            ids.append(rec["id"])
+            scores.append(float(rng.random()))
+        pq.write_table(pa.table({"id": ids, "score": scores}), work / "out" / f"{shard.id}.parquet"
+                       if (work / "out").mkdir(parents=True, exist_ok=True) is None else None)
+        return stats
+
+
+def make_input(tmp_path: Path, n: int = 23) -> Path:
+    lines = []
+    for i in range(n):
+        if i % 7 == 3:
+            lines.append('{"id": "broken"')
+        else:
+            lines.append(json.dumps({"id": f"r{i}", "source": "a" if i % 2 else "b", "caption": "x" * (i % 5)}))
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_run_accounts_for_every_record_and_resumes(tmp_path: Path) -> None:
+    src = make_input(tmp_path)
+    shards = plan_shards([src], shard_size=5)
+    assert [len(s) for s in shards] == [5, 5, 5, 5, 3]
+    out = tmp_path / "out"
+    log = tmp_path / "calls.txt"
+    stats = run_stage(LengthTask(2, str(log)), shards, out, seed=1)
+    assert stats.records_in == 23
+    assert stats.errored["malformed_json"] == 3 and stats.errored["invalid_field"] == 4
+    assert stats.records_in == stats.records_out + sum(stats.dropped.values()) + sum(stats.errored.values())
+    assert sorted(stats.per_source) == ["a", "b", "in"]  # malformed lines are counted under the file stem
+    first = {p.name: p.read_bytes() for p in sorted((out / "out").iterdir())}
+    assert len(first) == 5
+    # a rerun runs nothing
+    run_stage(LengthTask(2, str(log)), shards, out, seed=1)
+    assert log.read_text().split() == [s.id for s in shards]
+    # a lost marker (as after a kill between rename and marker) redoes only that shard, same bytes
+    marker_path(out, "lengths", "000002").unlink()
+    (out / "out" / "000002.parquet").unlink()
+    run_stage(LengthTask(2, str(log)), shards, out, seed=1)
+    assert log.read_text().split()[-1] == "000002"
+    assert {p.name: p.read_bytes() for p in sorted((out / "out").iterdir())} == first
+    # rejects are written with their reasons
+    rejects = stats.rejects_table().to_pylist()
+    assert {r["reason"] for r in rejects} == {"malformed_json", "too_short", "invalid_field"}  # empty captions
+
+
+def test_other_settings_are_refused(tmp_path: Path) -> None:
+    shards = plan_shards([make_input(tmp_path)], shard_size=10)
+    run_stage(LengthTask(2), shards, tmp_path / "o", seed=0)
+    with pytest.raises(UserError, match="other settings"):
+        run_stage(LengthTask(3), shards, tmp_path / "o", seed=0)
+    with pytest.raises(UserError, match="seed"):
+        run_stage(LengthTask(2), shards, tmp_path / "o", seed=5)
+
+
+@pytest.mark.slow
+def test_worker_processes_give_identical_outputs(tmp_path: Path) -> None:
+    src = make_input(tmp_path, 40)
+    shards = plan_shards([src], shard_size=6)
+    a = run_stage(LengthTask(1), shards, tmp_path / "one", seed=3)
+    b = run_stage(LengthTask(1), shards, tmp_path / "two", seed=3, executor=get_executor("local", workers=2))
+    assert a.to_dict() | {"timings": {}} == b.to_dict() | {"timings": {}}
+    for p in sorted((tmp_path / "one" / "out").iterdir()):
+        assert p.read_bytes() == (tmp_path / "two" / "out" / p.name).read_bytes()
+
+
+def test_plan_shards_groups_small_files(tmp_path: Path) -> None:
+    for i in range(4):
+        (tmp_path / f"f{i}.jsonl").write_text(json.dumps({"id": f"x{i}", "caption": "c"}) + "\n")
+    shards = plan_shards([tmp_path], shard_size=3)
+    assert [len(s) for s in shards] == [3, 1]
+    with pytest.raises(UserError):
+        plan_shards([tmp_path], shard_size=0)
+
+
+def test_other_inputs_are_refused_and_unfinished_runs_can_change(tmp_path: Path) -> None:
+    a = make_input(tmp_path)
+    b = tmp_path / "b.jsonl"
+    b.write_text(a.read_text())
+    run_stage(LengthTask(2), plan_shards([a], shard_size=10), tmp_path / "o", seed=0)
+    with pytest.raises(UserError, match="inputs or shard size"):
+        run_stage(LengthTask(2), plan_shards([b], shard_size=10), tmp_path / "o", seed=0)
+    with pytest.raises(UserError, match="inputs or shard size"):
+        run_stage(LengthTask(2), plan_shards([a], shard_size=7), tmp_path / "o", seed=0)
+    # a run that failed before finishing any shard does not lock the folder to its settings
+    with pytest.raises(UserError, match="setup failed"):
+        run_stage(LengthTask(2, fail_setup=True), plan_shards([a], shard_size=10), tmp_path / "p", seed=0)
+    stats = run_stage(LengthTask(3), plan_shards([a], shard_size=10), tmp_path / "p", seed=0)
+    assert stats.records_in == 23
+
+
+@pytest.mark.slow
+def test_worker_errors_reach_the_driver_as_themselves_and_stop_the_run(tmp_path: Path) -> None:
+    src = make_input(tmp_path, 40)
+    shards = plan_shards([src], shard_size=2)
+    two = get_executor("local", workers=2)
+    with pytest.raises(UserError, match="setup failed"):
+        run_stage(LengthTask(1, fail_setup=True), shards, tmp_path / "s", seed=0, executor=two)
+    with pytest.raises(UserError, match="shard 000000 cannot be processed"):
+        run_stage(LengthTask(1, fail_shard=0), shards, tmp_path / "f", seed=0, executor=two)
+    done = [p for p in (tmp_path / "f" / "_shards" / "lengths").glob("0*.json")]
+    assert len(done) < len(shards) - 1  # queued shards were cancelled, not run to the end
