@@ -86,18 +86,22 @@ def synthetic_samples(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np
     """``(tokens, patches, owner)``: tokens per sample and patches (before the 2x2 merge) per image.
 
     Sample kinds: text-only conversation (15%), photo caption or QA (45%),
-    document QA with 1 page, or 2 for 30% of them (12%), chart QA (13%), 2-4 mixed images (15%).
+    document QA with 1 page, or 2 for 30% of them (12%), chart QA (13%), 2-4 mixed, smaller
+    images (15%).
     """
     rng = np.random.default_rng([seed, 16])
     kind = rng.choice(5, n, p=[.15, .45, .12, .13, .15])
     n_img = np.select([kind == 0, kind == 1, kind == 2, kind == 3],
-                      [0, 1, 1 + (rng.random(n) < 0.3), 1], rng.integers(2, 5, n))
+                      [0, 1, 1 + (rng.random(n) < 0.3), 1], rng.choice([2, 3, 4], n, p=[.6, .3, .1]))
     text_median = np.select([kind == 0, kind == 1, kind == 2, kind == 3], [450.0, 90.0, 220.0, 120.0], 160.0)
     text = np.maximum(8, rng.lognormal(np.log(text_median), 0.9)).astype(np.int64) + 20
     owner = np.repeat(np.arange(n, dtype=np.int64), n_img)
+    multi = kind[owner] == 4
     img_kind = np.select([kind[owner] == 1, kind[owner] == 2, kind[owner] == 3], [0, 1, 2],
                          rng.choice(3, owner.shape[0], p=[.7, .15, .15]))
-    h, w = smart_resize(*_sizes(rng, img_kind))
+    h, w = _sizes(rng, img_kind)
+    shrink = np.where(multi, 0.6, 1.0)  # images of multi-image samples are usually smaller
+    h, w = smart_resize((h * shrink).astype(np.int64), (w * shrink).astype(np.int64))
     patches = (h // 14) * (w // 14)
     image_tokens = np.bincount(owner, weights=patches // 4, minlength=n).astype(np.int64)
     return text + image_tokens, patches, owner
@@ -160,7 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  bins {plan.bins:,} token-only, {bal.bins:,} balanced ({bal.split} split); lower bound "
           f"{plan.lower_bound_bins:,}; bins / lower bound {plan.bins / plan.lower_bound_bins:.6f} token-only, "
           f"{bal.bins / plan.lower_bound_bins:.6f} balanced")
-    print(f"  bin cost CV {bal.stats['bin_cost_cv']:.4f}; steps {bal.layout.steps:,}")
+    lay = bal.layout
+    loads = np.bincount(lay.step * lay.dp + lay.rank, weights=bal.bin_cost).reshape(-1, lay.dp)
+    worst = int(np.argmax(loads.max(axis=1) / loads.mean(axis=1)))
+    print(f"  bin cost CV {bal.stats['bin_cost_cv']:.4f}; steps {lay.steps:,}; the most unbalanced step costs "
+          f"{loads[worst].mean() / loads.mean():.2f}x the mean step (its bins hold "
+          f"{sorted(bal.bin_tokens[lay.step == worst].tolist())} tokens)")
     print(f"  planning time: token-only {token_s:.2f} s, balanced {balanced_s:.2f} s "
           f"(costs + plan + steps) -> ratio {balanced_s / token_s:.2f}x (best of {args.repeat})")
 
