@@ -179,7 +179,9 @@ def balance_options(balance_compute: bool, dp: int | None, micro_batches: int | 
         given = [name for name, v in (("--dp", dp), ("--micro-batches", micro_batches), ("--cost-model", cost_model))
                  if v is not None]
         if given:
-            raise UserError(f"{', '.join(given)} only apply with --balance-compute; add it or drop them")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise UserError(f"{', '.join(given)} only {verb} with --balance-compute; add it or drop "
+                            f"{'it' if len(given) == 1 else 'them'}")
         return None
     if dp is None:
         raise UserError("--balance-compute needs --dp N, the number of data-parallel ranks that train on the pack")

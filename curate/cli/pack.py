@@ -29,10 +29,18 @@ from curate.core.errors import UserError
 @click.option("--energon", "energon_split", default=None, metavar="TRAIN,VAL,TEST",
               help="Also make OUT a Megatron-Energon dataset with this split of the shards, e.g. 1,0,0 "
                    "(see curate energon-prepare).")
+@click.option("--balance-compute", is_flag=True,
+              help="Lay the bins out in training steps of equal compute per data-parallel rank (needs --dp).")
+@click.option("--dp", type=int, default=None, metavar="N", help="Data-parallel ranks that train on the pack.")
+@click.option("--micro-batches", type=int, default=None, metavar="M",
+              help="Packed sequences per rank per step (default 1).")
+@click.option("--cost-model", type=click.Path(path_type=str), default=None, metavar="FILE",
+              help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B).")
 @executor_options
 def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str, min_pixels: int | None,
              max_pixels: int | None, verify_fraction: float, exact: bool, lengths: str | None, plan_only: bool,
              shard_size: int, sequences_per_shard: int, trust_remote_code: bool, energon_split: str | None,
+             balance_compute: bool, dp: int | None, micro_batches: int | None, cost_model: str | None,
              seed: int, workers: int, executor: str, ray_address: str | None) -> None:
     """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
 
@@ -45,13 +53,15 @@ def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str,
     Examples:
       curate pack data/*.jsonl --processor lmms-lab/LLaVA-OneVision-1.5-8B-Instruct --ctx 8192 --out packed/
       curate pack --lengths packed/lengths.parquet --ctx 16384 --plan-only --out plan16k/
+      curate pack data/*.jsonl --processor PROC --out packed/ --balance-compute --dp 64 --micro-batches 2
     """
     from packer.pack import pack
 
     stats = pack(list(inputs), out=out, ctx=ctx, processor=processor, min_pixels=min_pixels, max_pixels=max_pixels,
                  workers=workers, seed=seed, shard_size=shard_size, sequences_per_shard=sequences_per_shard,
                  verify_fraction=verify_fraction, exact=exact, lengths=lengths, plan_only=plan_only,
-                 executor=make_executor(executor, workers, ray_address), trust_remote_code=trust_remote_code)
+                 executor=make_executor(executor, workers, ray_address), trust_remote_code=trust_remote_code,
+                 balance_compute=balance_compute, dp=dp, micro_batches=micro_batches, cost_model=cost_model)
     _summary_pack(stats, out)
     if energon_split and not plan_only:
         from packer.energon import prepare_energon
@@ -67,6 +77,12 @@ def _summary_pack(stats: dict, out: str) -> None:
     console.print(f"[bold]packed[/bold] {stats['records_packed']:,} of {stats['records_in']:,} records into "
                   f"{stats['bins']:,} sequences (lower bound {stats['lower_bound_bins']:,}, "
                   f"fill {stats['fill_ratio']:.3f}, padding reduction {'∞' if pr is None else f'{pr:.1f}×'})")
+    if stats.get("balance"):
+        b = stats["balance"]
+        before, after = b["imbalance"]["token_only"], b["imbalance"]["balanced"]
+        console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {b['micro_batches']} "
+                      f"micro-batches; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
+                      f"idle rank time {before['idle_fraction']:.1%} -> {after['idle_fraction']:.1%}")
     if stats["dropped"] or stats["errored"]:
         console.print(f"dropped {stats['dropped'] or {}}  errored {stats['errored'] or {}}  → {out}/rejects.parquet")
     if stats.get("sequences") is not None:

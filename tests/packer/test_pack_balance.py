@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -131,7 +133,7 @@ def test_plan_only_and_user_errors(balanced, tmp_path) -> None:
     assert again["balance"] == stats["balance"]
     with pytest.raises(UserError, match="needs --dp"):
         pack([], out=tmp_path / "e", ctx=2048, lengths=out / "lengths.parquet", plan_only=True, balance_compute=True)
-    with pytest.raises(UserError, match="only apply with --balance-compute"):
+    with pytest.raises(UserError, match="only applies with --balance-compute"):
         pack([], out=tmp_path / "e", ctx=2048, lengths=out / "lengths.parquet", plan_only=True, dp=2)
     bad = tmp_path / "cost.yaml"
     bad.write_text("lm_layers: many\n")
@@ -139,3 +141,21 @@ def test_plan_only_and_user_errors(balanced, tmp_path) -> None:
         pack([], out=tmp_path / "e", ctx=2048, lengths=out / "lengths.parquet", plan_only=True,
              balance_compute=True, dp=2, cost_model=bad)
     np.testing.assert_array_less(0, plan.column("cost").to_numpy())
+
+
+def test_cli_flags(balanced, tmp_path) -> None:
+    out, _ = balanced
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    base = [sys.executable, "-m", "curate", "pack", "--lengths", str(out / "lengths.parquet"), "--ctx", "2048",
+            "--plan-only"]
+    done = subprocess.run([*base, "--out", str(tmp_path / "c"), "--balance-compute", "--dp", "2", "--micro-batches",
+                           "2", "--seed", "5"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "step imbalance" in done.stdout + done.stderr
+    stats = json.loads((tmp_path / "c" / "stats.json").read_text())
+    assert stats["settings"]["balance"]["micro_batches"] == 2 and stats["balance"]["steps"] >= 1
+    same = pq.read_table(out / "plan.parquet")  # same lengths, seed, dp and micro-batches: the same plan
+    assert pq.read_table(tmp_path / "c" / "plan.parquet").equals(same)
+    bad = subprocess.run([*base, "--out", str(tmp_path / "d"), "--dp", "2"], env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--dp only applies with --balance-compute" in bad.stderr
+    assert "Traceback" not in bad.stderr

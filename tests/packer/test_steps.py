@@ -101,7 +101,7 @@ def test_balance_options() -> None:
     assert (opts.dp, opts.micro_batches, opts.cost_model) == (8, 1, CostModel())
     with pytest.raises(UserError, match="needs --dp"):
         balance_options(True, None, 2, None)
-    with pytest.raises(UserError, match="only apply with --balance-compute"):
+    with pytest.raises(UserError, match="only applies with --balance-compute"):
         balance_options(False, 8, None, None)
     with pytest.raises(UserError, match="--micro-batches must be a positive"):
         balance_options(True, 8, 0, None)
