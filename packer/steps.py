@@ -112,7 +112,8 @@ def balanced_layout(bin_cost: np.ndarray, dp: int, micro_batches: int, *, seed: 
             slot[rows, by_load, j] = groups
             load[rows, by_load] += cost[groups]
     # Shuffle the ranks within each complete step, then the complete steps.
-    slot[:full] = rng.permuted(slot[:full], axis=1)[rng.permutation(full)]
+    ranks = rng.permuted(np.tile(np.arange(dp), (full, 1)), axis=1)  # one permutation of the ranks per step
+    slot[:full] = slot[np.arange(full)[:, None], ranks][rng.permutation(full)]
     rest = ranked[full * per_step:]
     if rest.size:  # the short last step: micro-batch 0 of every rank first, ranks from 0 up
         last = np.full(per_step, -1, dtype=np.int64)

@@ -63,6 +63,17 @@ def test_rank_loads_and_imbalance_by_hand() -> None:
     assert rank_loads(cost, two)[:, 0].tolist() == [5.0, 4.0, 4.0]
 
 
+def test_micro_batches_pair_the_costliest_bin_with_the_least_loaded_rank() -> None:
+    # 50 steps of 2 ranks x 2 micro-batches; strata 101..200 and 1..100 in groups of neighbours such as
+    # {200, 199} and {k, k - 1}: only 200 + (k - 1) and 199 + k balance a step
+    cost = np.arange(1.0, 201.0)
+    layout = balanced_layout(cost, 2, 2, seed=4)
+    check_layout(layout, cost.size)
+    loads = rank_loads(cost, layout)
+    assert (loads[:, 0] == loads[:, 1]).all()
+    assert len({tuple(sorted(cost[layout.order][layout.step == s].tolist())) for s in range(50)}) == 50
+
+
 @pytest.mark.parametrize("dp,m", [(8, 1), (4, 4)])
 def test_balancing_a_token_plan(dp: int, m: int) -> None:
     tokens, cost = vlm_mixture(40_000, seed=dp)
