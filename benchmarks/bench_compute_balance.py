@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dp", type=int, default=8)
     parser.add_argument("--micro-batches", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=3, help="timing runs of each plan (best is kept)")
+    parser.add_argument("--repeat", type=int, default=5, help="timing runs of each plan (best is kept)")
     parser.add_argument("--quick", action="store_true", help="100k samples")
     args = parser.parse_args(argv)
     if args.quick:
@@ -153,13 +153,13 @@ def main(argv: list[str] | None = None) -> None:
     before, after = bal.stats["imbalance"]["token_only"], bal.stats["imbalance"]["balanced"]
     print(f"  {'':22s} {'token-only':>12s} {'balanced':>12s}")
     for key in ("mean", "p99", "max"):
-        print(f"  imbalance {key:12s} {before[key]:12.4f} {after[key]:12.4f}")
-    print(f"  {'idle fraction':22s} {before['idle_fraction']:12.4f} {after['idle_fraction']:12.4f}   "
+        print(f"  imbalance {key:12s} {before[key]:12.5f} {after[key]:12.5f}")
+    print(f"  {'idle fraction':22s} {before['idle_fraction']:12.3%} {after['idle_fraction']:12.3%}   "
           f"(rank-time waiting for the slowest rank)")
-    print(f"  {'mean step idle':22s} {before['mean_step_idle']:12.4f} {after['mean_step_idle']:12.4f}")
+    print(f"  {'mean step idle':22s} {before['mean_step_idle']:12.3%} {after['mean_step_idle']:12.3%}")
     slow_b, slow_a = 1 / (1 - before["idle_fraction"]), 1 / (1 - after["idle_fraction"])
-    print(f"  {'step time / ideal':22s} {slow_b:12.4f} {slow_a:12.4f}   -> {slow_b / slow_a:.3f}x faster epochs")
-    print(f"  p99 distance to 1: token-only {before['p99'] - 1:.4f}, balanced {after['p99'] - 1:.4f} "
+    print(f"  {'step time / ideal':22s} {slow_b:12.5f} {slow_a:12.5f}   -> {slow_b / slow_a:.3f}x faster epochs")
+    print(f"  p99 distance to 1: token-only {before['p99'] - 1:.5f}, balanced {after['p99'] - 1:.5f} "
           f"({(before['p99'] - 1) / max(after['p99'] - 1, 1e-12):.1f}x closer)")
     print(f"  bins {plan.bins:,} token-only, {bal.bins:,} balanced ({bal.split} split); lower bound "
           f"{plan.lower_bound_bins:,}; bins / lower bound {plan.bins / plan.lower_bound_bins:.6f} token-only, "
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     worst = int(np.argmax(loads.max(axis=1) / loads.mean(axis=1)))
     print(f"  bin cost CV {bal.stats['bin_cost_cv']:.4f}; steps {lay.steps:,}; the most unbalanced step costs "
           f"{loads[worst].mean() / loads.mean():.2f}x the mean step (its bins hold "
-          f"{sorted(bal.bin_tokens[lay.step == worst].tolist())} tokens)")
+          f"{sorted(bal.bin_tokens[lay.step == worst].tolist())[:lay.dp]}... tokens: the plan's last, "
+          f"underfilled bins)")
     print(f"  planning time: token-only {token_s:.2f} s, balanced {balanced_s:.2f} s "
           f"(costs + plan + steps) -> ratio {balanced_s / token_s:.2f}x (best of {args.repeat})")
 
