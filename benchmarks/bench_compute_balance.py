@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  {'':22s} {'token-only':>12s} {'balanced':>12s}")
     for key in ("mean", "p99", "max"):
         print(f"  imbalance {key:12s} {before[key]:12.5f} {after[key]:12.5f}")
+    if args.micro_batches > 1:
+        print(f"  {'per micro-batch p99':22s} {before['micro_p99']:12.5f} {after['micro_p99']:12.5f}   "
+              f"(across ranks, for FSDP / ZeRO-3)")
     print(f"  {'idle fraction':22s} {before['idle_fraction']:12.3%} {after['idle_fraction']:12.3%}   "
           f"(rank-time waiting for the slowest rank)")
     print(f"  {'mean step idle':22s} {before['mean_step_idle']:12.3%} {after['mean_step_idle']:12.3%}")

@@ -31,7 +31,16 @@ import pyarrow as pa
 
 from curate.core.errors import UserError
 from packer.cost import CostModel, load_cost_model, table_costs
-from packer.steps import StepLayout, balanced_layout, check_dp, imbalance_stats, rank_loads, step_ratios, token_layout
+from packer.steps import (
+    StepLayout,
+    balanced_layout,
+    check_dp,
+    imbalance_stats,
+    micro_batch_imbalance,
+    rank_loads,
+    step_ratios,
+    token_layout,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,7 +138,7 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
     bin_cost = segment_sums(cost[members], bin_offsets)
     before = token_layout(bin_cost.shape[0], dp, micro_batches)
     before_loads = rank_loads(bin_cost, before)
-    token_stats = imbalance_stats(before_loads)
+    token_stats = {**imbalance_stats(before_loads), **micro_batch_imbalance(bin_cost, before)}
     need = (-bin_cost.shape[0]) % (dp * micro_batches)
     split = 0
     if need:
@@ -138,7 +147,7 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
             bin_cost = segment_sums(cost[members], bin_offsets)
     layout = balanced_layout(bin_cost, dp, micro_batches, seed=seed)
     after_loads = rank_loads(bin_cost, layout)
-    after = imbalance_stats(after_loads)
+    after = {**imbalance_stats(after_loads), **micro_batch_imbalance(bin_cost, layout)}
     offsets, ordered = reorder_bins(bin_offsets, members, layout.order)
     tokens = segment_sums(lengths[ordered].astype(np.float64), offsets).astype(np.int64)
     stats = {"dp": dp, "micro_batches": micro_batches, "steps": layout.steps, "split_bins": split,

@@ -134,6 +134,22 @@ def rank_loads(cost: np.ndarray, layout: StepLayout) -> np.ndarray:
     return flat.reshape(layout.steps, layout.dp)
 
 
+def micro_batch_imbalance(cost: np.ndarray, layout: StepLayout) -> dict[str, float]:
+    """Imbalance of every (step, micro-batch) across ranks: ``micro_mean`` and ``micro_p99``.
+
+    What counts when ranks also meet at every micro-batch (FSDP or ZeRO-3 gather
+    parameters layer by layer in each forward and backward).
+    """
+    cost = np.asarray(cost, dtype=np.float64)[layout.order]
+    slots = layout.steps * layout.micro_batches
+    flat = np.bincount((layout.step * layout.micro_batches + layout.micro) * layout.dp + layout.rank,
+                       weights=cost, minlength=slots * layout.dp)
+    ratio = step_ratios(flat.reshape(slots, layout.dp))
+    if ratio.size == 0:
+        return {"micro_mean": 1.0, "micro_p99": 1.0}
+    return {"micro_mean": float(ratio.mean()), "micro_p99": float(np.percentile(ratio, 99))}
+
+
 def step_ratios(loads: np.ndarray) -> np.ndarray:
     """``max / mean`` rank load of every step with any load (float64)."""
     mean = loads.mean(axis=1)

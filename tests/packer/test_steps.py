@@ -9,7 +9,7 @@ from curate.core.errors import UserError
 from packer.balance import balance_bins, balance_options, segment_sums
 from packer.cost import CostModel
 from packer.plan import plan_bins
-from packer.steps import balanced_layout, imbalance_stats, rank_loads, token_layout
+from packer.steps import balanced_layout, imbalance_stats, micro_batch_imbalance, rank_loads, token_layout
 
 
 def vlm_mixture(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +61,9 @@ def test_rank_loads_and_imbalance_by_hand() -> None:
     assert stats["mean_step_idle"] == pytest.approx(np.mean([1 - 2.5 / 4, 0.0, 1 - 2 / 3]))
     two = token_layout(6, 1, 2)  # one rank, two micro-batches per step: loads are sums
     assert rank_loads(cost, two)[:, 0].tolist() == [5.0, 4.0, 4.0]
+    # 2 ranks x 2 micro-batches: step 0 is micro-batch (4, 1) then (2, 2); step 1 is (3, 1)
+    micro = micro_batch_imbalance(cost, token_layout(6, 2, 2))
+    assert micro["micro_mean"] == pytest.approx(np.mean([4 / 2.5, 1.0, 3 / 2]))
 
 
 def test_micro_batches_pair_the_costliest_bin_with_the_least_loaded_rank() -> None:
@@ -91,6 +94,8 @@ def test_balancing_a_token_plan(dp: int, m: int) -> None:
     assert before["p99"] > 1.05  # the mixture is unbalanced by tokens alone
     assert after["p99"] <= 1.05 and (after["p99"] - 1) * 3 <= before["p99"] - 1
     assert after["idle_fraction"] < before["idle_fraction"] / 3
+    # every micro-batch is balanced across ranks too (ranks meet at each one under FSDP / ZeRO-3)
+    assert after["micro_p99"] <= 1.05 and (after["micro_p99"] - 1) * 3 <= before["micro_p99"] - 1
     # the per-step ratios behind the plot agree with the stats
     assert bal.step_ratio["balanced"].mean() == pytest.approx(after["mean"])
     loads = np.bincount(bal.layout.step * dp + bal.layout.rank, weights=bal.bin_cost).reshape(-1, dp)
