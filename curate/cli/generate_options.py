@@ -44,8 +44,9 @@ def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Version to read from --rollouts when it holds several (default: the latest, natural order)."),
         click.option("--device", default=None, metavar="DEV",
                      help="--model device: auto, cpu, cuda or cuda:N.  [default: auto]"),
-        click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default=None,
-                     help="--model weights dtype (auto: bfloat16 on CUDA, float32 on CPU).  [default: auto]"),
+        click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default=None,
+                     help="--model weights dtype (auto: bfloat16 on CUDA, float32 on CPU; float64: answers independent of "
+                          "the batch).  [default: auto]"),
         click.option("--batch-size", type=int, default=None,
                      help="--model: prompts per generate call (rows = prompts x samples).  [default: 8]"),
         click.option("--trust-remote-code", is_flag=True, default=None,
