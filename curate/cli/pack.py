@@ -80,8 +80,9 @@ def _summary_pack(stats: dict, out: str) -> None:
     if stats.get("balance"):
         b = stats["balance"]
         before, after = b["imbalance"]["token_only"], b["imbalance"]["balanced"]
-        console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {b['micro_batches']} "
-                      f"micro-batches; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
+        mb = b["micro_batches"]
+        console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {mb} "
+                      f"micro-batch{'es' if mb != 1 else ''}; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
                       f"idle rank time {before['idle_fraction']:.1%} -> {after['idle_fraction']:.1%}")
     if stats["dropped"] or stats["errored"]:
         console.print(f"dropped {stats['dropped'] or {}}  errored {stats['errored'] or {}}  → {out}/rejects.parquet")
