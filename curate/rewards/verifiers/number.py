@@ -3,7 +3,8 @@
 Handles signs (ASCII and Unicode minus), decimals (``12.0 == 12``), thousands
 separators (``1,234 == 1234``), scientific notation, and spelled-out small numbers
 (``"seven"``, ``"twenty-one"``) when the answer holds no digits (answers up to 1,000
-characters). Numbers compare
+characters). A number that overflows (``1e999999999``, ``1e400``) or is not finite is
+no number: it never equals a finite gold. Numbers compare
 with a relative tolerance (parameter ``tolerance``, default ``1e-6``, with the same
 absolute floor), so a counting answer must be exact while ``0.30000000000000004``
 equals ``0.3``.
@@ -26,9 +27,10 @@ MAX_WORD_TEXT = 1_000  # spelled-out numbers are looked for in answers up to thi
 _NUMBER = re.compile(
     r"(?<![\w.])([-+\u2212]?)"
     r"((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
-    r"(?:[eE]([-+]?\d{1,4}))?(?![\d])"
+    r"(?:[eE]([-+]?\d+))?(?![\d])"
 )
-_PLAIN = re.compile(r"[-+\u2212]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,4})?")
+_PLAIN = re.compile(r"[-+\u2212]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+MAX_EXPONENT_DIGITS = 6  # beyond ±999999 a float is 0 or overflows; longer exponents are not read
 
 _UNITS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -46,8 +48,17 @@ _WORD_NUMBER = re.compile(
 
 
 def _to_float(sign: str, digits: str, exponent: str | None) -> float | None:
+    """The number's value, or None when it is too long, overflows or is not finite.
+
+    An exponent is read whole (``1e999999999`` is one number that overflows, never
+    ``1`` followed by text), so a non-finite answer never equals a finite gold.
+    """
     if len(digits) > MAX_NUMBER_CHARS:
         return None
+    if exponent and len(exponent.lstrip("+-").lstrip("0")) > MAX_EXPONENT_DIGITS:
+        if not exponent.startswith("-"):
+            return None  # overflows
+        exponent = "-" + "9" * MAX_EXPONENT_DIGITS  # underflows to 0, as float() would
     value = float(digits.replace(",", "") + (f"e{exponent}" if exponent else ""))
     if sign in ("-", "\u2212"):
         value = -value
@@ -102,6 +113,9 @@ def plain_number(text: str) -> float | None:
     if not s or len(s) > MAX_NUMBER_CHARS or not _PLAIN.fullmatch(s):
         return None
     s = s.replace(",", "").replace("\u2212", "-")
+    mantissa, _, exponent = s.lower().partition("e")
+    if exponent and len(exponent.lstrip("+-").lstrip("0")) > MAX_EXPONENT_DIGITS:
+        return None if not exponent.startswith("-") else 0.0
     try:
         value = float(s)
     except ValueError:
