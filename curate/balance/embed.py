@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from curate.balance.config import DEFAULT_BATCH, EmbedConfig
 from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
 from curate.core.errors import UserError
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode
@@ -38,10 +39,10 @@ from curate.core.io import write_json, write_parquet
 from curate.core.records import BadRecord
 from curate.core.shards import DEFAULT_SHARD_SIZE, Shard, ShardContext, ShardTask, plan_shards
 from curate.core.stats import StageStats, run_header
+from curate.core.validate import configure
 
 EMBED_DIR = "embeddings"
 IDS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string())])
-DEFAULT_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -197,42 +198,32 @@ def plan_hash(shards: Sequence[Shard]) -> str:
     return h.hexdigest()[:16]
 
 
-def embed(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str], model: str = DEFAULT_MODEL,
-          precision: str = "fp32", device: str = "auto", batch_size: int = DEFAULT_BATCH,
-          shard_size: int = DEFAULT_SHARD_SIZE, decode_threads: int | None = None, threads: int | None = None,
-          executor: Any = None, seed: int = 0, write_stats: bool = True) -> dict[str, Any]:
+def embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
+          write_stats: bool = True, **settings: Any) -> dict[str, Any]:
     """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; see :func:`run_embed`."""
-    return run_embed(inputs, out=out, model=model, precision=precision, device=device, batch_size=batch_size,
-                     shard_size=shard_size, decode_threads=decode_threads, threads=threads, executor=executor,
-                     seed=seed, write_stats=write_stats)[0]
+    return run_embed(inputs, config, executor=executor, write_stats=write_stats, **settings)[0]
 
 
-def run_embed(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str], model: str = DEFAULT_MODEL,
-              precision: str = "fp32", device: str = "auto", batch_size: int = DEFAULT_BATCH,
-              shard_size: int = DEFAULT_SHARD_SIZE, decode_threads: int | None = None, threads: int | None = None,
-              executor: Any = None, seed: int = 0, write_stats: bool = True) -> tuple[dict[str, Any], StageStats]:
+def run_embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
+              write_stats: bool = True, **settings: Any) -> tuple[dict[str, Any], StageStats]:
     """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; resumable.
 
     Args:
         inputs: record files or folders (JSONL, JSON, Parquet).
-        out: output folder (``embeddings/``, ``stats.json``, ``rejects.parquet``).
-        model: open_clip model spec (see :mod:`curate.models.encoders`).
-        precision: ``fp32``, ``bf16`` or ``fp16`` (GPU only).
-        device: ``auto``, ``cpu``, ``cuda``...
-        batch_size: images per forward pass.
-        shard_size: records per shard (one ``.npy`` per shard).
-        decode_threads: threads decoding images beside the model.
-        threads: torch CPU threads per worker (default: torch's choice).
+        config: the settings (output folder, model, batch and shard sizes...; see :class:`EmbedConfig`).
         executor: a :class:`curate.executors.Executor` (default: local, one worker).
-        seed: recorded (embedding uses no randomness).
         write_stats: write ``OUT/stats.json`` and ``OUT/rejects.parquet``.
+        **settings: fields of :class:`EmbedConfig` (``out=...``), instead of or over ``config``.
 
     Returns:
         The ``stats.json`` content and the merged stats (with the rejects).
     """
     from curate.executors import run_stage
 
-    out = Path(out)
+    config = configure(EmbedConfig, config, **settings)
+    out, shard_size, seed = Path(config.out), config.shard_size, config.seed
+    model, precision, device, batch_size = config.model, config.precision, config.device, config.batch_size
+    decode_threads, threads = config.decode_threads, config.threads
     shards = plan_shards(inputs, shard_size)
     task = EmbedTask(model, precision=precision, device=device, batch_size=batch_size,
                      decode_threads=decode_threads, threads=threads)

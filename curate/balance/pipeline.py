@@ -25,18 +25,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from curate.balance.embed import DEFAULT_BATCH, EMBED_DIR, run_embed
-from curate.models.encoders import DEFAULT_MODEL, load_encoder
-from curate.core.errors import UserError
+from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
+from curate.balance.embed import EMBED_DIR, run_embed
+from curate.models.encoders import load_encoder
 from curate.core.io import write_json, write_parquet
 from curate.core.progress import console
 from curate.balance.resample import RECORDS_DIR, run_resample
-from curate.core.shards import DEFAULT_SHARD_SIZE
 from curate.core.stats import StageStats, run_header
-from curate.balance.tag import DEFAULT_NLIST, DEFAULT_NPROBE, DEFAULT_TOP_K, run_tag
-from curate.balance.vocab.embed import DEFAULT_TEXT_BATCH, embed_vocab
-
-DEFAULT_FRACTION = 0.5
+from curate.balance.tag import run_tag
+from curate.balance.vocab.embed import embed_vocab
 
 
 def _compose(embed_stats: StageStats, tag_stats: StageStats, resample_stats: StageStats) -> StageStats:
@@ -44,64 +41,61 @@ def _compose(embed_stats: StageStats, tag_stats: StageStats, resample_stats: Sta
     return embed_stats.then(tag_stats).then(resample_stats)
 
 
-def balance(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str],
-            vocab: str | os.PathLike[str], model: str = DEFAULT_MODEL, precision: str = "fp32",
-            device: str = "auto", batch_size: int = DEFAULT_BATCH, text_batch_size: int = DEFAULT_TEXT_BATCH,
-            template: str | None = None, scripts: str = "auto", cache_dir: str | os.PathLike[str] | None = None,
-            top_k: int = DEFAULT_TOP_K, index: str = "flat", nlist: int | None = DEFAULT_NLIST,
-            nprobe: int = DEFAULT_NPROBE, target: int | None = None, fraction: float | None = None,
-            mode: str = "inverse", t: int = 20000, weighting: str = "mean", temperature: float = 1.0,
-            use_k: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, decode_threads: int | None = None,
-            threads: int | None = None, executor: Any = None, seed: int = 0,
-            write_records: bool = True) -> dict[str, Any]:
+def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | None = None, *, executor: Any = None,
+            **settings: Any) -> dict[str, Any]:
     """Run the whole concept-balancing pipeline into ``out`` (see the module docstring).
+
+    Args:
+        inputs: record files or folders.
+        config: one config per step (see :class:`BalanceConfig`); every setting is checked
+            before the first image is embedded.
+        executor: a :class:`curate.executors.Executor` (default: local, one worker).
+        **settings: instead of ``config``, the flat settings of :meth:`BalanceConfig.build`
+            (``out=``, ``vocab=``, ``model=``, ``top_k=``...).
 
     Without ``target``/``fraction`` the inverse mode keeps :data:`DEFAULT_FRACTION`
     of the tagged records. Returns the ``stats.json`` content.
     """
-    if mode == "inverse" and target is None and fraction is None:
-        fraction = DEFAULT_FRACTION
-    out = Path(out)
+    if config is None:
+        config = BalanceConfig.build(**settings)
+    elif settings:
+        raise TypeError("balance(): give either a BalanceConfig or settings, not both")
+    out, vocab, seed = config.out, Path(config.vocab.vocab), config.embed.seed
+    e, r = config.embed, config.resample
+    model, precision, batch_size, shard_size = e.model, e.precision, e.batch_size, e.shard_size
+    mode, t, fraction, weighting, temperature, use_k = r.mode, r.t, r.fraction, r.weighting, r.temperature, r.use_k
+    top_k, index, template = config.tag.top_k, config.tag.index, config.vocab.template
+    write_records = config.write_records
     out.mkdir(parents=True, exist_ok=True)
-    if not Path(vocab).is_file():
-        raise UserError(f"--vocab {vocab}: no such file (the bundled one is vocab/500k.txt)")
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
     console.print("[bold]1/4[/bold] embed images")
-    embed_result, embed_stats = run_embed(inputs, out=out, model=model, precision=precision, device=device,
-                                          batch_size=batch_size, shard_size=shard_size,
-                                          decode_threads=decode_threads, threads=threads, executor=executor,
-                                          seed=seed, write_stats=False)
+    embed_result, embed_stats = run_embed(inputs, config.embed, executor=executor, write_stats=False)
     timings["embed"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     console.print("[bold]2/4[/bold] embed the vocabulary")
-    encoder = load_encoder(model, precision=precision, device=device)
+    encoder = load_encoder(model, precision=precision, device=e.device)
     from curate.executors.local import LocalExecutor
 
     sharded = executor is not None and not (isinstance(executor, LocalExecutor) and executor.workers == 1)
-    concepts = embed_vocab(vocab, out=out / "concepts.npy", template=template, scripts=scripts,
-                           batch_size=text_batch_size, cache_dir=cache_dir, threads=threads, encoder=encoder,
-                           executor=executor if sharded else None)
+    concepts = embed_vocab(None, config.vocab, encoder=encoder, executor=executor if sharded else None)
     if concepts["cached"]:
         console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
     timings["vocab_embed"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
     console.print("[bold]3/4[/bold] tag")
-    tag_result, tag_stats = run_tag(out / EMBED_DIR, out / "concepts.npy", out=out, top_k=top_k, index=index,
-                                    nlist=nlist, nprobe=nprobe, executor=executor, seed=seed, write_stats=False)
+    tag_result, tag_stats = run_tag(out / EMBED_DIR, out / "concepts.npy", config.tag, executor=executor,
+                                    write_stats=False)
     timings["tag"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
     console.print("[bold]4/4[/bold] resample and report")
     with console.status("resampling"):
-        res_result, res_stats = run_resample(out / "tags.parquet", out=out, target=target, fraction=fraction,
-                                             seed=seed, mode=mode, t=t, weighting=weighting,
-                                             temperature=temperature, use_k=use_k,
-                                             records=inputs if write_records else None,
-                                             vocab=vocab, plot=True, write_stats=False)
+        res_result, res_stats = run_resample(out / "tags.parquet", config.resample, write_stats=False,
+                                             records=tuple(inputs) if write_records else None)
     timings["resample"] = time.perf_counter() - t1
 
     total = _compose(embed_stats, tag_stats, res_stats)

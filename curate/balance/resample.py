@@ -59,13 +59,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
 from curate.balance.report import compare, plot_balance, top_concepts
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, write_json, write_parquet
 from curate.core.stats import StageStats, run_header
+from curate.core.validate import configure
 
-WEIGHTINGS = ("mean", "max", "sum")
-MODES = ("inverse", "metaclip")
 SELECTION_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("copies", pa.int32()),
                               ("weight", pa.float64())])
 RECORDS_DIR = "records"
@@ -251,58 +251,36 @@ def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copie
     return stats
 
 
-def resample(tags: str | os.PathLike[str], *, out: str | os.PathLike[str], target: int | None = None,
-             fraction: float | None = None, seed: int = 0, mode: str = "inverse", t: int = 20000,
-             weighting: str = "mean", temperature: float = 1.0, use_k: int | None = None,
-             records: Sequence[str | os.PathLike[str]] | None = None, vocab: str | os.PathLike[str] | None = None,
-             plot: bool = True, write_stats: bool = True) -> dict[str, Any]:
+def resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, *, write_stats: bool = True,
+             **settings: Any) -> dict[str, Any]:
     """Select a concept-balanced subset; returns the ``stats.json`` content (see :func:`run_resample`)."""
-    return run_resample(tags, out=out, target=target, fraction=fraction, seed=seed, mode=mode, t=t,
-                        weighting=weighting, temperature=temperature, use_k=use_k, records=records, vocab=vocab,
-                        plot=plot, write_stats=write_stats)[0]
+    return run_resample(tags, config, write_stats=write_stats, **settings)[0]
 
 
-def run_resample(tags: str | os.PathLike[str], *, out: str | os.PathLike[str], target: int | None = None,
-                 fraction: float | None = None, seed: int = 0, mode: str = "inverse", t: int = 20000,
-                 weighting: str = "mean", temperature: float = 1.0, use_k: int | None = None,
-                 records: Sequence[str | os.PathLike[str]] | None = None,
-                 vocab: str | os.PathLike[str] | None = None, plot: bool = True,
-                 write_stats: bool = True) -> tuple[dict[str, Any], StageStats]:
+def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, *, write_stats: bool = True,
+                 **settings: Any) -> tuple[dict[str, Any], StageStats]:
     """Select a concept-balanced subset (see the module docstring).
 
     Args:
         tags: ``tags.parquet`` from ``curate tag``.
-        out: output folder.
-        target: number of records (copies) to draw (``inverse`` mode).
-        fraction: target as a fraction of the tagged pool (> 1 draws with replacement).
-        seed: seed of the draw.
-        mode: ``inverse`` or ``metaclip``.
-        t: MetaCLIP's threshold (``metaclip`` mode).
-        weighting: ``mean``, ``max`` or ``sum`` (``inverse`` mode).
-        temperature: exponent τ of the inverse frequency (``inverse`` mode).
-        use_k: use only each record's ``use_k`` best tags (default: all K).
-        records: the input record files; the selected ones are written to ``OUT/records/``.
-        vocab: the vocabulary file, to name the top concepts in ``stats.json``.
-        plot: write ``balance.png``.
+        config: the settings (see :class:`ResampleConfig`): ``out``, ``target`` (records or copies
+            to draw, ``inverse`` mode) or ``fraction`` (of the tagged pool; > 1 draws with
+            replacement), ``seed``, ``mode`` (``inverse`` or ``metaclip``), ``t`` (MetaCLIP's
+            threshold), ``weighting`` and ``temperature`` (``inverse`` mode), ``use_k`` (use only
+            each record's best tags), ``records`` (input record files: the selected ones are
+            written to ``OUT/records/``), ``vocab`` (to name the top concepts), ``plot``.
         write_stats: write ``stats.json`` and ``rejects.parquet``.
+        **settings: fields of :class:`ResampleConfig`, instead of or over ``config``.
 
     Returns:
         The ``stats.json`` content and the stats (with the rejects).
     """
-    if mode not in MODES:
-        raise UserError(f"--mode {mode}: use inverse or metaclip")
-    if mode == "inverse":
-        if (target is None) == (fraction is None):
-            raise UserError("give exactly one of --target N or --fraction F")
-        if target is not None and target < 1:
-            raise UserError(f"--target must be at least 1, got {target}")
-        if fraction is not None and not fraction > 0:
-            raise UserError(f"--fraction must be positive, got {fraction}")
-        if temperature < 0:
-            raise UserError(f"--temperature must be ≥ 0, got {temperature}")
-    elif target is not None or fraction is not None:
-        raise UserError("--mode metaclip sets the size itself through --t; drop --target/--fraction")
-    out = Path(out)
+    config = configure(ResampleConfig, config, **settings)
+    target, fraction, seed, mode, t = config.target, config.fraction, config.seed, config.mode, config.t
+    weighting, temperature, use_k, vocab, plot = (config.weighting, config.temperature, config.use_k,
+                                                  config.vocab, config.plot)
+    records = list(config.records) if config.records else None
+    out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     arrays = read_tags(tags)

@@ -37,11 +37,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from curate.balance.config import DEFAULT_NLIST, DEFAULT_NPROBE, DEFAULT_TOP_K, TagConfig  # noqa: F401 (re-exported)
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, write_json, write_parquet
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats, run_header
+from curate.core.validate import configure
 from curate.balance.vocab.embed import file_hash, load_concepts, sidecar_path
 
 TAGS_DIR = "tags"
@@ -49,9 +51,6 @@ TAGS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("concept
                          ("scores", pa.list_(pa.float32()))])
 ID_COLUMNS = ("id", "key", "image_path", "url")
 SEARCH_BATCH = 8192
-DEFAULT_TOP_K = 5
-DEFAULT_NLIST: int | None = None  # auto: see auto_nlist()
-DEFAULT_NPROBE = 16
 
 
 @dataclass(frozen=True)
@@ -165,6 +164,10 @@ def concept_matrix(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray
     if key is not None and key in _LOADED_CONCEPTS:
         return _LOADED_CONCEPTS[key]
     full = np.asarray(load_concepts(path), dtype=np.float32)
+    if not np.isfinite(full).all():
+        bad = int((~np.isfinite(full).all(axis=1)).sum())
+        raise UserError(f"--concepts {path}: {bad:,} row(s) hold NaN or infinite values; embed the vocabulary "
+                        "again (curate vocab embed) or with --precision fp32")
     nonzero = np.flatnonzero(full.any(axis=1))
     if nonzero.size == 0:
         raise UserError(f"--concepts {path}: every row is zero (no concept could be embedded); check --scripts")
@@ -402,51 +405,38 @@ def measure_recall(index_file: Path, vectors: np.ndarray, queries: np.ndarray, k
             "speedup": round(t_exact / t_ivf, 2) if t_ivf > 0 else None}
 
 
-def tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str], *, out: str | os.PathLike[str],
-        top_k: int = DEFAULT_TOP_K, index: str = "flat", nlist: int | None = DEFAULT_NLIST,
-        nprobe: int = DEFAULT_NPROBE,
-        recall_sample: int = 1000, id_column: str | None = None, executor: Any = None, seed: int = 0,
-        write_stats: bool = True, quiet: bool = False) -> dict[str, Any]:
+def tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str], config: TagConfig | None = None, *,
+        executor: Any = None, write_stats: bool = True, quiet: bool = False, **settings: Any) -> dict[str, Any]:
     """Tag every embedding with its top-K concepts into ``OUT/tags.parquet``; see :func:`run_tag`."""
-    return run_tag(embeddings, concepts, out=out, top_k=top_k, index=index, nlist=nlist, nprobe=nprobe,
-                   recall_sample=recall_sample, id_column=id_column, executor=executor, seed=seed,
-                   write_stats=write_stats, quiet=quiet)[0]
+    return run_tag(embeddings, concepts, config, executor=executor, write_stats=write_stats, quiet=quiet,
+                   **settings)[0]
 
 
-def run_tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str], *, out: str | os.PathLike[str],
-            top_k: int = DEFAULT_TOP_K, index: str = "flat", nlist: int | None = DEFAULT_NLIST,
-            nprobe: int = DEFAULT_NPROBE, recall_sample: int = 1000, id_column: str | None = None,
-            executor: Any = None, seed: int = 0, write_stats: bool = True,
-            quiet: bool = False) -> tuple[dict[str, Any], StageStats]:
+def run_tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str], config: TagConfig | None = None, *,
+            executor: Any = None, write_stats: bool = True, quiet: bool = False,
+            **settings: Any) -> tuple[dict[str, Any], StageStats]:
     """Tag every embedding with its top-K concepts into ``OUT/tags.parquet``; resumable.
 
     Args:
         embeddings: embeddings folder (curate or clip-retrieval layout).
         concepts: ``V×D`` concept matrix (``.npy``).
-        out: output folder.
-        top_k: concepts per record.
-        index: ``flat`` (exact) or ``ivf``.
-        nlist: IVF lists (``ivf`` only; None: :func:`auto_nlist` of the usable concepts).
-        nprobe: IVF lists searched per query (``ivf`` only).
-        recall_sample: embeddings sampled (seeded) to measure IVF recall@K against exact search.
-        id_column: id column of clip-retrieval metadata (default: first of id, key, image_path, url).
+        config: the settings (see :class:`TagConfig`): ``out``, ``top_k``, ``index`` (``flat`` or
+            ``ivf``), ``nlist`` (None: :func:`auto_nlist` of the usable concepts), ``nprobe``,
+            ``recall_sample`` (embeddings sampled to measure IVF recall@K against exact search),
+            ``id_column`` (of clip-retrieval metadata) and ``seed`` (IVF training, recall sample).
         executor: a :class:`curate.executors.Executor` (default: local, one worker).
-        seed: seed of the IVF training and of the recall sample.
         write_stats: write ``OUT/stats.json``.
         quiet: do not print the recall line.
+        **settings: fields of :class:`TagConfig`, instead of or over ``config``.
 
     Returns:
         The ``stats.json`` content and the merged stats (with the rejects).
     """
     from curate.executors import run_stage
 
-    if top_k < 1:
-        raise UserError(f"--top-k must be at least 1, got {top_k}")
-    if index not in ("flat", "ivf"):
-        raise UserError(f"--index {index}: use flat or ivf")
-    if nprobe < 1:
-        raise UserError(f"--nprobe must be at least 1, got {nprobe}")
-    out = Path(out)
+    config = configure(TagConfig, config, **settings)
+    out, top_k, index, nlist, nprobe = Path(config.out), config.top_k, config.index, config.nlist, config.nprobe
+    recall_sample, id_column, seed = config.recall_sample, config.id_column, config.seed
     out.mkdir(parents=True, exist_ok=True)
     files = find_embeddings(embeddings)
     concepts = Path(concepts)

@@ -1,10 +1,16 @@
 """The ``curate`` command line: one click group, one thin verb per stage.
 
-Each verb parses its flags and calls one function that holds the logic; tests
-and executors call those functions directly. ``group.py`` holds the click group,
-``options.py`` the flags the verbs share, and one module per role holds the verbs
-(they register themselves on the group when imported here). This package is the
-only place in curate that imports click.
+Each verb parses its flags into one typed config per step (``curate/*/config.py``,
+``packer/config.py``; each checks itself on construction) and calls one function
+that holds the logic; tests and executors call those functions directly.
+``group.py`` holds the click group, ``options.py`` the flags the verbs share, and
+one module per role holds the verbs (they register themselves on the group when
+imported here). This package is the only place in curate that imports click.
+
+:func:`main` turns every mistake into one line on stderr and a non-zero exit:
+a :class:`UserError` or a usage error exits 2, an ``OSError`` (an output that
+cannot be written: a file in the way, no space left, permission denied) exits 1
+and names the path.
 """
 
 from __future__ import annotations
@@ -14,24 +20,34 @@ import sys
 import click
 
 from curate.cli import balance, pack, recaption, rl, vocab  # noqa: F401  (registers the verbs)
+from curate.cli.errors import describe_os_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
 
 __all__ = ["cli", "main"]
 
 
+def _fail(message: str, code: int) -> None:
+    click.secho(f"error: {' '.join(message.split())}", fg="red", err=True)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``curate`` console script: user errors print one line and exit 2."""
+    """Entry point of the ``curate`` console script: every mistake prints one line and exits non-zero."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.main(args=argv, prog_name="curate", standalone_mode=False)
+        cli.main(args=args, prog_name="curate", standalone_mode=False)
     except UserError as exc:
-        click.secho(f"error: {exc}", fg="red", err=True)
-        sys.exit(exc.exit_code)
+        _fail(str(exc), exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        _fail(exc.format_message() + where, exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message(), exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        _fail(describe_os_error(exc, args), 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from curate.balance.config import INDEXES, MODES, SCRIPT_CHOICES, WEIGHTINGS
 from curate.cli.group import cli
 from curate.cli.options import executor_options, make_executor, model_options, threads_for
 
@@ -32,12 +33,14 @@ def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, dev
       curate embed data/*.jsonl --out emb/                       # MetaCLIP ViT-B/32 (hub cache)
       curate embed data/ --model ViT-B-32-quickgelu:/ckpt/b32_400m.pt --precision bf16 --out emb/
     """
+    from curate.balance.config import EmbedConfig
     from curate.balance.embed import embed
     from curate.core.progress import console
 
-    r = embed(list(inputs), out=out, model=model, precision=precision, device=device, batch_size=batch_size,
-              shard_size=shard_size, decode_threads=decode_threads, threads=threads_for(threads, workers),
-              executor=make_executor(executor, workers, ray_address), seed=seed)
+    config = EmbedConfig(out=out, model=model, precision=precision, device=device, batch_size=batch_size,
+                         shard_size=shard_size, decode_threads=decode_threads, threads=threads_for(threads, workers),
+                         seed=seed)
+    r = embed(list(inputs), config, executor=make_executor(executor, workers, ray_address))
     console.print(f"[bold]embedded[/bold] {r['records_embedded']:,} of {r['records_in']:,} records "
                   f"({r['images_embedded']:,} images, {r['dim']}-d) in {r['shards']} shards")
     if r["dropped"] or r["errored"]:
@@ -53,7 +56,7 @@ def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, dev
               help="Concept matrix from curate vocab embed.")
 @click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
-@click.option("--index", type=click.Choice(["flat", "ivf"]), default="flat", show_default=True,
+@click.option("--index", type=click.Choice(INDEXES), default="flat", show_default=True,
               help="flat = exact inner product; ivf = FAISS IVF (prints recall@K against exact search).")
 @click.option("--nlist", type=int, default=None,
               help="IVF lists (default: 4·√V rounded to a power of 2, e.g. 2,048 for 500K concepts).")
@@ -77,12 +80,13 @@ def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nl
       curate tag --embeddings emb/ --concepts concepts.npy --top-k 5 --out tagged/
       curate tag --embeddings clip_retrieval_out/ --concepts concepts.npy --index ivf --nlist 4096 --out tagged/
     """
-    from curate.core.progress import console
+    from curate.balance.config import TagConfig
     from curate.balance.tag import tag
+    from curate.core.progress import console
 
-    r = tag(embeddings, concepts, out=out, top_k=top_k, index=index, nlist=nlist, nprobe=nprobe,
-            recall_sample=recall_sample, id_column=id_column, executor=make_executor(executor, workers, ray_address),
-            seed=seed)
+    config = TagConfig(out=out, top_k=top_k, index=index, nlist=nlist, nprobe=nprobe, recall_sample=recall_sample,
+                       id_column=id_column, seed=seed)
+    r = tag(embeddings, concepts, config, executor=make_executor(executor, workers, ray_address))
     console.print(f"[bold]tagged[/bold] {r['records_tagged']:,} records with their top {top_k} of "
                   f"{r['concepts_embedded']:,} concepts ({r['embedding_files']} embedding files, {r['layout']} layout)")
     console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
@@ -93,10 +97,10 @@ def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nl
 @click.option("--target", type=int, default=None, help="Records to draw (with replacement beyond the pool).")
 @click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (>1: copies).")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
-@click.option("--mode", type=click.Choice(["inverse", "metaclip"]), default="inverse", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="inverse", show_default=True,
               help="inverse = weights from inverse concept frequency; metaclip = keep with p = t / max(count, t).")
 @click.option("--t", "t", type=int, default=20000, show_default=True, help="MetaCLIP's threshold (--mode metaclip).")
-@click.option("--weighting", type=click.Choice(["mean", "max", "sum"]), default="mean", show_default=True,
+@click.option("--weighting", type=click.Choice(WEIGHTINGS), default="mean", show_default=True,
               help="How a record's K inverse frequencies combine into its weight.")
 @click.option("--temperature", type=float, default=1.0, show_default=True,
               help="Exponent τ in freq^-τ: 1 fully inverse, 0 uniform.")
@@ -123,11 +127,13 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
       curate resample --tags tagged/tags.parquet --fraction 0.3 --records data/ --out balanced/
       curate resample --tags tagged/tags.parquet --mode metaclip --t 20000 --out balanced/
     """
-    from curate.core.progress import console
+    from curate.balance.config import ResampleConfig
     from curate.balance.resample import resample
+    from curate.core.progress import console
 
-    r = resample(tags, out=out, target=target, fraction=fraction, seed=seed, mode=mode, t=t, weighting=weighting,
-                 temperature=temperature, use_k=use_k, records=list(records) or None, vocab=vocab)
+    config = ResampleConfig(out=out, target=target, fraction=fraction, seed=seed, mode=mode, t=t, weighting=weighting,
+                            temperature=temperature, use_k=use_k, records=records or None, vocab=vocab)
+    r = resample(tags, config)
     b = r["balance"]
     console.print(f"[bold]selected[/bold] {r['records_selected']:,} of {r['pool']:,} tagged records "
                   f"({r['copies_total']:,} copies); concepts covered {b['concepts_covered_before']:,} → "
@@ -146,20 +152,20 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
 @model_options
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Images per forward pass.")
 @click.option("--template", default=None, metavar="TEXT", help="Concept prompt template, e.g. 'a photo of {}'.")
-@click.option("--scripts", type=click.Choice(["auto", "latin", "latin,cjk", "all"]), default="auto",
+@click.option("--scripts", type=click.Choice(SCRIPT_CHOICES), default="auto",
               show_default=True, help="Vocabulary entries to embed by script (auto: what the tokenizer reads).")
 @click.option("--cache-dir", type=click.Path(path_type=str), default=None,
               help="Concept embedding cache (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
 @click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
-@click.option("--index", type=click.Choice(["flat", "ivf"]), default="flat", show_default=True, help="FAISS index.")
+@click.option("--index", type=click.Choice(INDEXES), default="flat", show_default=True, help="FAISS index.")
 @click.option("--nlist", type=int, default=None, help="IVF lists (default: 4·√V rounded to a power of 2).")
 @click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
 @click.option("--target", type=int, default=None, help="Records to draw.")
 @click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (default 0.5).")
-@click.option("--mode", type=click.Choice(["inverse", "metaclip"]), default="inverse", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="inverse", show_default=True,
               help="Resampling rule.")
 @click.option("--t", "t", type=int, default=20000, show_default=True, help="MetaCLIP's threshold (--mode metaclip).")
-@click.option("--weighting", type=click.Choice(["mean", "max", "sum"]), default="mean", show_default=True,
+@click.option("--weighting", type=click.Choice(WEIGHTINGS), default="mean", show_default=True,
               help="How a record's K inverse frequencies combine.")
 @click.option("--temperature", type=float, default=1.0, show_default=True, help="Exponent τ in freq^-τ.")
 @click.option("--use-k", type=int, default=None, help="Resample on each record's J best tags only (default: all K).")
@@ -185,14 +191,16 @@ def balance_cmd(inputs: tuple[str, ...], vocab: str, out: str, model: str, preci
       curate balance data/ --vocab vocab/500k.txt --model ViT-B-32-quickgelu:/ckpt/metaclip_b32_400m.pt \\
           --precision bf16 --top-k 5 --target 2000000 --out balanced/
     """
+    from curate.balance.config import BalanceConfig
     from curate.balance.pipeline import balance, summary_lines
     from curate.core.progress import console
 
-    r = balance(list(inputs), out=out, vocab=vocab, model=model, precision=precision, device=device,
-                batch_size=batch_size, template=template, scripts=scripts, cache_dir=cache_dir, top_k=top_k,
-                index=index, nlist=nlist, nprobe=nprobe, target=target, fraction=fraction, mode=mode, t=t,
-                weighting=weighting, temperature=temperature, use_k=use_k, shard_size=shard_size,
-                threads=threads_for(threads, workers), executor=make_executor(executor, workers, ray_address),
-                seed=seed, write_records=not no_records)
+    config = BalanceConfig.build(out=out, vocab=vocab, model=model, precision=precision, device=device,
+                                 batch_size=batch_size, template=template, scripts=scripts, cache_dir=cache_dir,
+                                 top_k=top_k, index=index, nlist=nlist, nprobe=nprobe, target=target,
+                                 fraction=fraction, mode=mode, t=t, weighting=weighting, temperature=temperature,
+                                 use_k=use_k, shard_size=shard_size, threads=threads_for(threads, workers),
+                                 seed=seed, write_records=not no_records)
+    r = balance(list(inputs), config, executor=make_executor(executor, workers, ray_address))
     for line in summary_lines(r, out):
         console.print(line)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import click
 
+from curate.core import validate as v
+from curate.executors import EXECUTORS
+from curate.models.encoders import PRECISIONS
+
 
 def _store_meta(ctx: click.Context, param: click.Parameter, value: object) -> object:
     ctx.meta[f"curate.{param.name}"] = value
@@ -18,7 +22,7 @@ def executor_options(fn):  # noqa: ANN001, ANN202 - click decorator
                       help="With --executor ray: GPUs per actor for model-holding stages (e.g. 1, or 0.5 to share).")(fn)
     fn = click.option("--ray-address", default=None, metavar="ADDR",
                       help="Ray cluster address for --executor ray (default: RAY_ADDRESS, else a local cluster).")(fn)
-    fn = click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+    fn = click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
                       help="Where shards run: this machine, or a Ray cluster.")(fn)
     fn = click.option("--workers", type=int, default=1, show_default=True,
                       help="Worker processes (local) or actors (ray; default there: as many as the cluster holds).")(fn)
@@ -28,10 +32,18 @@ def executor_options(fn):  # noqa: ANN001, ANN202 - click decorator
 
 
 def make_executor(executor: str, workers: int, ray_address: str | None, **kw):  # noqa: ANN003, ANN202
-    """The executor of a verb's flags (Ray resources come from --num-gpus / --cpus-per-actor)."""
+    """The executor of a verb's flags (Ray resources come from --num-gpus / --cpus-per-actor).
+
+    Raises:
+        UserError: a flag out of range (checked before anything starts).
+    """
     from curate.executors import get_executor
 
+    v.at_least("--workers", workers, 1)
     ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        v.at_least("--num-gpus", ctx.meta.get("curate.num_gpus"), 0)
+        v.above("--cpus-per-actor", ctx.meta.get("curate.cpus_per_actor"), 0)
     if executor == "ray" and ctx is not None:
         kw.setdefault("num_gpus", ctx.meta.get("curate.num_gpus") or 0.0)
         if ctx.meta.get("curate.cpus_per_actor") is not None:
@@ -52,7 +64,7 @@ def model_options(fn):  # noqa: ANN001, ANN202 - click decorator
                       help="torch CPU threads per worker (default: cores ÷ workers; while embedding "
                            "the vocabulary, cores − 1 beside the tokenizer thread).")(fn)
     fn = click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")(fn)
-    fn = click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
+    fn = click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
                       help="Model precision; fp16 needs a GPU, bf16 is about 2× faster than fp32 on recent CPUs.")(fn)
     fn = click.option("--model", default="ViT-B-32-quickgelu:metaclip_400m", show_default=True, metavar="SPEC",
                       help=_MODEL_HELP)(fn)
@@ -63,6 +75,7 @@ def threads_for(threads: int | None, workers: int) -> int | None:
     """torch threads per worker: --threads if given, else the cores shared among several workers."""
     import os
 
+    v.at_least("--threads", threads, 1)
     if threads is not None or workers <= 1:
         return threads
     return max(1, (os.cpu_count() or 1) // workers)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from curate.balance.config import SCRIPT_CHOICES
 from curate.cli.group import cli
 from curate.cli.options import executor_options, make_executor, model_options
 
@@ -70,7 +71,7 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
 @model_options
 @click.option("--template", default=None, metavar="TEXT",
               help="Prompt template with {} for the concept, e.g. 'a photo of {}' (default: the bare concept).")
-@click.option("--scripts", type=click.Choice(["auto", "latin", "latin,cjk", "all"]), default="auto",
+@click.option("--scripts", type=click.Choice(SCRIPT_CHOICES), default="auto",
               show_default=True,
               help="Entries to embed by script; auto = what the tokenizer reads (CLIP's BPE: latin only). "
                    "The others get zero rows and are never tagged.")
@@ -91,13 +92,15 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
     Example:
       curate vocab embed --vocab vocab/500k.txt --template 'a photo of {}' --out concepts.npy
     """
-    from curate.core.progress import console
+    from curate.balance.config import VocabEmbedConfig
     from curate.balance.vocab.embed import embed_vocab, sidecar_path
+    from curate.core.progress import console
 
+    config = VocabEmbedConfig(vocab=vocab, out=out, model=model, template=template, precision=precision,
+                              device=device, batch_size=batch_size, scripts=scripts, cache_dir=cache_dir,
+                              threads=threads)
     sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
-    r = embed_vocab(vocab, out=out, model=model, template=template, precision=precision, device=device,
-                    batch_size=batch_size, scripts=scripts, cache_dir=cache_dir, threads=threads,
-                    executor=make_executor(executor, workers, ray_address) if sharded else None)
+    r = embed_vocab(None, config, executor=make_executor(executor, workers, ray_address) if sharded else None)
     skipped = ", ".join(f"{n:,} {s}" for s, n in r["skipped"].items()) or "none"
     console.print(f"[bold]{'reused' if r['cached'] else 'embedded'}[/bold] {r['embedded']:,} of {r['rows']:,} "
                   f"concepts ({r['dim']}-d; skipped: {skipped}) in {r['seconds']:.1f}s")

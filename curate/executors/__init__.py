@@ -21,6 +21,8 @@ from curate.core.io import read_json
 from curate.core.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards, plan_hash
 from curate.core.stats import StageStats
 
+EXECUTORS = ("local", "ray")
+
 
 class Executor(ABC):
     """Runs shards of a task and returns their completion markers."""

@@ -39,18 +39,18 @@ from typing import Any
 
 import numpy as np
 
-from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
+from curate.balance.config import DEFAULT_TEXT_BATCH, SCRIPT_CHOICES, VocabEmbedConfig, check_template
+from curate.models.encoders import Encoder, load_encoder
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, read_json, write_json
 from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from curate.core.validate import configure
 from curate.balance.vocab.build import load_vocab
 from curate.balance.vocab.filters import entry_script
 
 CHUNK = 16384
-DEFAULT_TEXT_BATCH = 1024
-SCRIPT_CHOICES = ("auto", "latin", "latin,cjk", "all")
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -82,16 +82,6 @@ def resolve_scripts(scripts: str, encoder: Encoder) -> tuple[str, ...]:
     if scripts == "auto":
         return encoder.scripts
     return tuple(scripts.split(","))
-
-
-def check_template(template: str | None) -> str | None:
-    """A template must hold ``{}`` exactly once (``a photo of {}``)."""
-    if template is None or template == "" or template == "{}":
-        return None
-    if template.count("{}") != 1:
-        raise UserError(f"--template {template!r}: put {{}} exactly once where the concept goes, "
-                        "e.g. 'a photo of {}'")
-    return template
 
 
 def readable_mask(entries: list[str], scripts: tuple[str, ...]) -> tuple[np.ndarray, Counter]:
@@ -128,40 +118,33 @@ def _cpu_threads_beside_tokenizer() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
 
 
-def embed_vocab(vocab: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
-                model: str = DEFAULT_MODEL, template: str | None = None, precision: str = "fp32",
-                device: str = "auto", batch_size: int = DEFAULT_TEXT_BATCH, scripts: str = "auto",
-                cache_dir: str | os.PathLike[str] | None = None, threads: int | None = None,
-                encoder: Encoder | None = None, show_progress: bool = True,
-                executor: Any = None) -> dict[str, Any]:
+def embed_vocab(vocab: str | os.PathLike[str] | None = None, config: VocabEmbedConfig | None = None, *,
+                encoder: Encoder | None = None, show_progress: bool = True, executor: Any = None,
+                **settings: Any) -> dict[str, Any]:
     """Embed every vocabulary entry (see the module docstring); returns the run's metadata.
 
     Args:
-        vocab: vocabulary file (one concept per line).
-        out: where to write the ``V×D`` float16 ``.npy`` (a copy of the cached matrix) and its
-            ``.json`` sidecar; None leaves the result in the cache only.
-        model: open_clip model spec.
-        template: prompt template with ``{}``, or None.
-        precision: ``fp32``, ``bf16`` or ``fp16`` (GPU only).
-        device: ``auto``, ``cpu``, ``cuda``...
-        batch_size: texts per forward pass.
-        scripts: ``auto`` (what the tokenizer reads), ``latin``, ``latin,cjk`` or ``all``.
-        cache_dir: cache folder (default: see :func:`cache_root`).
-        threads: torch CPU threads (default: all cores but one, which tokenizes).
+        vocab: vocabulary file (one concept per line); overrides ``config.vocab``.
+        config: the settings (see :class:`VocabEmbedConfig`): ``out`` (where to write the ``V×D``
+            float16 ``.npy``, a copy of the cached matrix, and its ``.json`` sidecar; None leaves
+            the result in the cache only), ``model``, ``template``, ``precision``, ``device``,
+            ``batch_size``, ``scripts``, ``cache_dir`` (default: see :func:`cache_root`) and
+            ``threads`` (default: all cores but one, which tokenizes).
         encoder: an already loaded encoder (overrides model/precision/device).
         show_progress: show a progress bar.
         executor: run the chunks as shards of a stage on this executor (``--executor ray``,
             or local worker processes); None embeds them here, tokenizing the next chunk in a
             thread while the model embeds the current one. Both give the same bytes.
+        **settings: fields of :class:`VocabEmbedConfig`, instead of or over ``config``.
 
     Returns:
         Metadata: ``path`` (the cached matrix), ``out``, ``rows``, ``dim``, ``embedded``,
         ``skipped`` (per script), ``cached`` (True when nothing was computed), ``key``, ...
     """
-    if batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {batch_size}")
-    vocab = Path(vocab)
-    template = check_template(template)
+    config = configure(VocabEmbedConfig, config, vocab=vocab, **settings)
+    vocab, out, batch_size, threads = Path(config.vocab), config.out, config.batch_size, config.threads
+    template, scripts, cache_dir = check_template(config.template), config.scripts, config.cache_dir
+    model, precision, device = config.model, config.precision, config.device
     entries = read_vocab(vocab)
     if not entries:
         raise UserError(f"{vocab}: the vocabulary is empty")

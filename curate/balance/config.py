@@ -1,0 +1,225 @@
+"""The settings of each concept-balancing step, checked on construction.
+
+A verb builds one of these from its flags and passes it down; Python callers may
+build them too (or pass keyword settings to the stage functions, which build
+one). Every ``__post_init__`` refuses a bad value with one line naming the flag,
+before any model loads or any image is embedded.
+
+The choices the CLI offers (``WEIGHTINGS``, ``MODES``, ``INDEXES``,
+``SCRIPT_CHOICES``) are defined here once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from curate.balance.vocab.build import load_vocab
+from curate.core import validate as v
+from curate.core.errors import UserError
+from curate.core.shards import DEFAULT_SHARD_SIZE
+from curate.models.encoders import DEFAULT_MODEL, PRECISIONS
+
+PathLike = str | os.PathLike[str]
+
+DEFAULT_BATCH = 64  # images per forward pass
+DEFAULT_TEXT_BATCH = 1024  # texts per forward pass
+DEFAULT_TOP_K = 5
+DEFAULT_NLIST: int | None = None  # auto: see curate.balance.tag.auto_nlist()
+DEFAULT_NPROBE = 16
+DEFAULT_FRACTION = 0.5  # curate balance without --target/--fraction
+WEIGHTINGS = ("mean", "max", "sum")
+MODES = ("inverse", "metaclip")
+INDEXES = ("flat", "ivf")
+SCRIPT_CHOICES = ("auto", "latin", "latin,cjk", "all")
+
+
+def check_template(template: str | None) -> str | None:
+    """A template must hold ``{}`` exactly once (``a photo of {}``); empty or ``{}`` means none."""
+    if template is None or template == "" or template == "{}":
+        return None
+    if template.count("{}") != 1:
+        raise UserError(f"--template {template!r}: put {{}} exactly once where the concept goes, "
+                        "e.g. 'a photo of {}'")
+    return template
+
+
+def _model(model: str, precision: str, threads: int | None) -> None:
+    if not model:
+        raise UserError("--model: give an open_clip model spec, e.g. ViT-B-32-quickgelu:metaclip_400m")
+    v.one_of("--precision", precision, PRECISIONS)
+    v.at_least("--threads", threads, 1)
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`)."""
+
+    out: PathLike
+    model: str = DEFAULT_MODEL
+    precision: str = "fp32"
+    device: str = "auto"
+    batch_size: int = DEFAULT_BATCH
+    shard_size: int = DEFAULT_SHARD_SIZE
+    decode_threads: int | None = None
+    threads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        v.out_dir("--out", self.out)
+        _model(self.model, self.precision, self.threads)
+        v.at_least("--batch-size", self.batch_size, 1)
+        v.at_least("--shard-size", self.shard_size, 1)
+        v.at_least("--decode-threads", self.decode_threads, 1)
+
+
+@dataclass(frozen=True)
+class VocabEmbedConfig:
+    """Settings of ``curate vocab embed`` (see :func:`curate.balance.vocab.embed.embed_vocab`).
+
+    The vocabulary is read and checked here (it must exist and hold at least one
+    entry), so an unusable one is refused before anything is embedded.
+    """
+
+    vocab: PathLike
+    out: PathLike | None = None
+    model: str = DEFAULT_MODEL
+    template: str | None = None
+    precision: str = "fp32"
+    device: str = "auto"
+    batch_size: int = DEFAULT_TEXT_BATCH
+    scripts: str = "auto"
+    cache_dir: PathLike | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        v.in_file("--vocab", self.vocab)
+        if not load_vocab(Path(self.vocab)):
+            raise UserError(f"--vocab {self.vocab}: the vocabulary is empty; give a file with one concept per line")
+        v.out_file("--out", self.out)
+        v.cache_dir("--cache-dir", self.cache_dir)
+        _model(self.model, self.precision, self.threads)
+        v.at_least("--batch-size", self.batch_size, 1)
+        v.one_of("--scripts", self.scripts, SCRIPT_CHOICES)
+        check_template(self.template)
+
+
+@dataclass(frozen=True)
+class TagConfig:
+    """Settings of ``curate tag`` (see :func:`curate.balance.tag.tag`)."""
+
+    out: PathLike
+    top_k: int = DEFAULT_TOP_K
+    index: str = "flat"
+    nlist: int | None = DEFAULT_NLIST
+    nprobe: int = DEFAULT_NPROBE
+    recall_sample: int = 1000
+    id_column: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        v.out_dir("--out", self.out)
+        v.at_least("--top-k", self.top_k, 1)
+        v.one_of("--index", self.index, INDEXES)
+        v.at_least("--nlist", self.nlist, 1)
+        v.at_least("--nprobe", self.nprobe, 1)
+        v.at_least("--recall-sample", self.recall_sample, 1)
+
+
+@dataclass(frozen=True)
+class ResampleConfig:
+    """Settings of ``curate resample`` (see :func:`curate.balance.resample.resample`)."""
+
+    out: PathLike
+    target: int | None = None
+    fraction: float | None = None
+    seed: int = 0
+    mode: str = "inverse"
+    t: int = 20000
+    weighting: str = "mean"
+    temperature: float = 1.0
+    use_k: int | None = None
+    vocab: PathLike | None = None
+    records: tuple[PathLike, ...] | list[PathLike] | None = None
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        v.out_dir("--out", self.out)
+        for path in self.records or ():
+            v.in_path("--records", path)
+        v.one_of("--mode", self.mode, MODES)
+        v.one_of("--weighting", self.weighting, WEIGHTINGS)
+        if self.mode == "inverse":
+            if (self.target is None) == (self.fraction is None):
+                raise UserError("give exactly one of --target N or --fraction F")
+            v.at_least("--target", self.target, 1)
+            v.above("--fraction", self.fraction, 0.0)
+            v.finite("--temperature", self.temperature)
+            v.at_least("--temperature", self.temperature, 0)
+        elif self.target is not None or self.fraction is not None:
+            raise UserError("--mode metaclip sets the size itself through --t; drop --target/--fraction")
+        v.at_least("--t", self.t, 1)
+        v.at_least("--use-k", self.use_k, 1)
+        v.in_file("--vocab", self.vocab)
+
+
+_SHARED = ("out", "model", "precision", "device", "threads", "seed")
+
+
+@dataclass(frozen=True)
+class BalanceConfig:
+    """Settings of ``curate balance``: one config per step it runs, all in one folder."""
+
+    embed: EmbedConfig
+    vocab: VocabEmbedConfig
+    tag: TagConfig
+    resample: ResampleConfig
+    write_records: bool = True
+
+    @property
+    def out(self) -> Path:
+        """The run's output folder."""
+        return Path(self.embed.out)
+
+    @classmethod
+    def build(cls, *, out: PathLike, vocab: PathLike, write_records: bool = True,
+              text_batch_size: int = DEFAULT_TEXT_BATCH, **settings: Any) -> BalanceConfig:
+        """The step configs from flat settings (the flags of ``curate balance``).
+
+        ``model``, ``precision``, ``device``, ``threads`` and ``seed`` go to every
+        step that has them; ``batch_size`` is the image batch, ``text_batch_size``
+        the vocabulary's; without ``target``/``fraction`` the inverse mode keeps
+        :data:`DEFAULT_FRACTION`.
+
+        Raises:
+            UserError: a bad setting (named by its flag).
+        """
+        v.out_dir("--out", out)
+        if settings.get("mode", "inverse") == "inverse" and settings.get("target") is None \
+                and settings.get("fraction") is None:
+            settings["fraction"] = DEFAULT_FRACTION
+        settings = {k: val for k, val in settings.items() if val is not None}
+        known = set(_SHARED)
+        parts: dict[str, dict[str, Any]] = {}
+        steps = {"embed": EmbedConfig, "vocab": VocabEmbedConfig, "tag": TagConfig, "resample": ResampleConfig}
+        for name, kind in steps.items():
+            names = set(kind.__dataclass_fields__) - {"vocab", "out", "batch_size"}
+            known |= names
+            parts[name] = {k: val for k, val in settings.items() if k in names}
+        known.add("batch_size")
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise TypeError(f"BalanceConfig.build: unknown setting(s) {', '.join(unknown)}")
+        image_batch = settings.get("batch_size", DEFAULT_BATCH)
+        # vocabulary first: an empty or unreadable vocabulary is refused before anything else is checked
+        vocab_cfg = VocabEmbedConfig(vocab=vocab, out=Path(out) / "concepts.npy", batch_size=text_batch_size,
+                                     **parts["vocab"])
+        return cls(embed=EmbedConfig(out=out, batch_size=image_batch, **parts["embed"]), vocab=vocab_cfg,
+                   tag=TagConfig(out=out, **parts["tag"]),
+                   resample=ResampleConfig(out=out, vocab=vocab, **parts["resample"]),
+                   write_records=write_records)
+
+
+__all__ = ["BalanceConfig", "EmbedConfig", "ResampleConfig", "TagConfig", "VocabEmbedConfig"]
