@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from curate.core.discovery import records_files
 from curate.core.errors import UserError
 
 IMAGE_TOKEN = "<image>"
@@ -238,9 +239,9 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES)
+            found = records_files(path, _SUFFIXES)  # skips hidden files and JSON that is not records
             if not found:
-                raise UserError(f"{path}: folder holds no .jsonl, .json or .parquet files")
+                raise UserError(f"{path}: folder holds no .jsonl, .json or .parquet files of records")
             files.extend(found)
         elif path.is_file():
             input_format(path)
