@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curate.core.columns import as_array, counts_by_source, first_occurrences, rows, source_codes
 from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
 from curate.core.io import atomic_open, dumps_json, read_json, write_json, write_parquet
@@ -80,41 +81,36 @@ def _merge_lengths(out: Path) -> pa.Table:
     return table
 
 
-def _dedupe(ids: list[str]) -> np.ndarray:
-    """Boolean mask of first occurrences."""
-    seen: set[str] = set()
-    keep = np.ones(len(ids), dtype=bool)
-    for i, rid in enumerate(ids):
-        if rid in seen:
-            keep[i] = False
-        else:
-            seen.add(rid)
-    return keep
+def _reject(stats: StageStats, kind: str, reason: str, index: np.ndarray, ids: pa.Array, codes: np.ndarray,
+            names: list[str], details: list[str] | str) -> None:
+    """List the rows ``index`` as rejects (only rejected rows become Python objects)."""
+    if len(index):
+        stats.reject_many(kind, reason, rows(ids, index), [names[c] for c in codes[index].tolist()], details)
 
 
 def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, stats: StageStats,
               balance: BalanceOptions | None = None) -> dict[str, Any]:
     """Drop duplicates and too-long records, pack the rest, write the plan files; return plan stats.
 
-    With ``balance``, the bins are laid out in compute-balanced steps (:mod:`packer.balance`).
+    Works on columns (dictionary-encoded ids and sources, numpy masks): only rejected
+    records become Python objects. With ``balance``, the bins are laid out in
+    compute-balanced steps (:mod:`packer.balance`).
     """
-    ids = table.column("id").to_pylist()
-    sources = table.column("source").to_pylist() if "source" in table.column_names else ["unknown"] * len(ids)
+    ids = as_array(table.column("id")).cast(pa.string())
+    codes, names = source_codes(table.column("source") if "source" in table.column_names else None, len(ids))
     tokens = table.column("tokens").to_numpy().astype(np.int64)
-    for src, n in _count_by_source(table).items():
-        stats.seen(src, n)
-    keep = _dedupe(ids)
-    for i in np.flatnonzero(~keep).tolist():
-        stats.error(ids[i], sources[i], "duplicate_id", "id already seen earlier in the input")
+    stats.seen_many(counts_by_source(codes, names))
+    keep = first_occurrences(ids)
+    _reject(stats, "errored", "duplicate_id", np.flatnonzero(~keep), ids, codes, names,
+            "id already seen earlier in the input")
     candidates = np.flatnonzero(keep)
     plan = plan_bins(tokens[candidates], ctx, seed=seed, workers=workers)
-    for i in candidates[plan.too_long].tolist():
-        stats.drop(ids[i], sources[i], "too_long", f"{int(tokens[i])} tokens > ctx {ctx}")
-    for i in candidates[plan.empty].tolist():
-        stats.drop(ids[i], sources[i], "empty", "0 tokens")
+    too_long = candidates[plan.too_long]
+    _reject(stats, "dropped", "too_long", too_long, ids, codes, names,
+            [f"{t} tokens > ctx {ctx}" for t in tokens[too_long].tolist()])
+    _reject(stats, "dropped", "empty", candidates[plan.empty], ids, codes, names, "0 tokens")
     members = candidates[plan.members]
-    for i in members.tolist():
-        stats.kept(sources[i])
+    stats.kept_many(counts_by_source(codes[members], names))
     offsets, bin_tokens, extra, columns, balanced = plan.bin_offsets, plan.bin_tokens, {}, {}, None
     if balance is not None:
         balanced = balance_table(table, plan.bin_offsets, members, balance, seed=seed)
@@ -127,7 +123,7 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     n_bins = int(bin_tokens.shape[0])
     bins = np.repeat(np.arange(n_bins, dtype=np.int64), np.diff(offsets))
     write_parquet(out / "plan.parquet", pa.table({"bin": pa.array(bins, pa.int64()),
-                                                  "id": pa.array([ids[i] for i in members.tolist()], pa.string()),
+                                                  "id": ids.take(pa.array(members, pa.int64())),
                                                   "tokens": pa.array(tokens[members], pa.int32()),
                                                   **{k: v[bins] for k, v in columns.items()}}))
     padding = n_bins * ctx - plan.packed_tokens
@@ -192,9 +188,9 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
     t0 = time.perf_counter()
     if lengths is not None:
         table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=bool(inputs) and not plan_only)
-        for src, n in _count_by_source(table).items():
-            total.seen(src, n)
-            total.kept(src, n)
+        by_source = _count_by_source(table)
+        total.seen_many(by_source)
+        total.kept_many(by_source)
     else:
         shards = plan_shards(inputs, shard_size)
         task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
@@ -272,12 +268,8 @@ def _file_hash(path: Path) -> str:
 
 
 def _count_by_source(table: pa.Table) -> dict[str, int]:
-    if "source" not in table.column_names:
-        return {"unknown": table.num_rows}
-    counts: dict[str, int] = {}
-    for src in table.column("source").to_pylist():
-        counts[src] = counts.get(src, 0) + 1
-    return counts
+    codes, names = source_codes(table.column("source") if "source" in table.column_names else None, table.num_rows)
+    return counts_by_source(codes, names)
 
 
 def _stats_of(folder: Path) -> StageStats:

@@ -26,7 +26,8 @@ def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: i
     fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), dpi=110)
     left, right = axes[0], axes[1]
     if lengths.size:
-        left.hist(lengths, bins=min(80, max(10, int(np.sqrt(lengths.size)))), color="#4c72b0")
+        counts, edges = np.histogram(lengths, bins=min(80, max(10, int(np.sqrt(lengths.size)))))
+        left.stairs(counts, edges, fill=True, color="#4c72b0")  # histogram first: 10M points in one numpy call
         left.axvline(ctx, color="#c44e52", ls="--", lw=1, label=f"ctx {ctx}")
         left.set_yscale("log")
         left.legend(loc="upper right")
@@ -35,7 +36,8 @@ def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: i
     left.set_title(f"sample lengths (n={lengths.size:,})")
     if bin_tokens.size:
         fill = bin_tokens / ctx
-        right.hist(fill, bins=np.linspace(0, 1, 41), color="#55a868")
+        counts, edges = np.histogram(fill, bins=np.linspace(0, 1, 41))
+        right.stairs(counts, edges, fill=True, color="#55a868")
         right.axvline(float(fill.mean()), color="#333333", ls=":", lw=1, label=f"mean fill {fill.mean():.3f}")
         right.legend(loc="upper left")
     right.set_xlabel("bin fill (used tokens / ctx)")

@@ -14,7 +14,7 @@ import shlex
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -74,6 +74,35 @@ class StageStats:
         self.errored[reason] += 1
         self._src(source)["errored"][reason] += 1
         self.rejects.append((rid, source, "errored", reason, detail[:500]))
+
+    def seen_many(self, counts: Mapping[str, int]) -> None:
+        """Count records coming in, ``{source: n}`` at once (bulk form of :meth:`seen`)."""
+        for source, n in counts.items():
+            if n:
+                self.seen(source, int(n))
+
+    def kept_many(self, counts: Mapping[str, int]) -> None:
+        """Count records going out, ``{source: n}`` at once (bulk form of :meth:`kept`)."""
+        for source, n in counts.items():
+            if n:
+                self.kept(source, int(n))
+
+    def reject_many(self, kind: str, reason: str, ids: Sequence[str], sources: Sequence[str],
+                    details: Sequence[str] | str = "") -> None:
+        """Record many dropped (``kind="dropped"``) or errored records with one reason (bulk form).
+
+        ``details`` is one string for all of them or one per record.
+        """
+        if kind not in ("dropped", "errored"):
+            raise ValueError(f"kind must be dropped or errored, got {kind!r}")
+        if not len(ids):
+            return
+        counter = self.dropped if kind == "dropped" else self.errored
+        counter[reason] += len(ids)
+        for source, n in Counter(sources).items():
+            self._src(source)[kind][reason] += n
+        texts = [details[:500]] * len(ids) if isinstance(details, str) else [d[:500] for d in details]
+        self.rejects.extend(zip(ids, sources, [kind] * len(ids), [reason] * len(ids), texts))
 
     @contextmanager
     def timer(self, step: str) -> Iterator[None]:

@@ -1,0 +1,66 @@
+"""Column helpers for driver-side steps: per-source counts and duplicate ids without a Python call per record.
+
+At tens of millions of records a driver holds ids and sources as Arrow arrays and
+works on them with numpy and pyarrow compute (dictionary encoding, ``bincount``),
+so its memory stays near the size of the columns and its time near a read of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One contiguous array (chunks combined)."""
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def source_codes(sources: pa.Array | pa.ChunkedArray | None, n: int) -> tuple[np.ndarray, list[str]]:
+    """Dictionary-encode a source column: ``(code per row, source names)``; nulls and no column are ``unknown``.
+
+    Args:
+        sources: the ``source`` column, or None when the table has none.
+        n: number of rows (used when ``sources`` is None).
+    """
+    if sources is None:
+        return np.zeros(n, np.int32), ["unknown"]
+    arr = pc.fill_null(as_array(sources).cast(pa.string()), "unknown")
+    enc = arr.dictionary_encode()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), enc.dictionary.to_pylist()
+
+
+def counts_by_source(codes: np.ndarray, names: Sequence[str], mask: np.ndarray | None = None) -> dict[str, int]:
+    """``{source: rows}`` over the rows where ``mask`` holds (all rows without a mask); zero counts left out."""
+    picked = codes if mask is None else codes[mask]
+    counts = np.bincount(picked, minlength=len(names))
+    return {name: int(c) for name, c in zip(names, counts.tolist()) if c}
+
+
+def first_occurrences(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Boolean mask of the first occurrence of every id (later repeats are False).
+
+    A stable sort brings equal ids together in input order; a row is a repeat when
+    the id sorted just before it is equal. At 10M ids this is 2-3× faster than
+    hashing them all (``dictionary_encode``), and exact.
+    """
+    ids = as_array(ids)
+    n = len(ids)
+    keep = np.ones(n, dtype=bool)
+    if n < 2:
+        return keep
+    order = pc.sort_indices(ids)  # stable: equal ids keep their input order
+    ordered = ids.take(order)
+    same = pc.equal(ordered.slice(1), ordered.slice(0, n - 1))
+    same = pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+    if same.any():
+        keep[order.to_numpy()[1:][same]] = False
+    return keep
+
+
+def rows(array: pa.Array, index: np.ndarray) -> list:
+    """Python values of the rows ``index`` (only for the few rows that are listed one by one, e.g. rejects)."""
+    return array.take(pa.array(index, pa.int64())).to_pylist() if len(index) else []
