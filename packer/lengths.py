@@ -4,7 +4,8 @@ For each shard the task writes
 
 * ``lengths/<shard>.parquet``: ``id, source, tokens, text_tokens, image_tokens, n_images, image_grids``;
 * ``_records/<shard>.arrow``: the canonical records (messages as JSON, image paths and
-  extensions, image grids), memory-mapped later by the shard writer.
+  extensions, image grids; images carried as bytes in ``image_bytes``, their path empty),
+  memory-mapped later by the shard writer.
 
 Image tokens come from image headers (never decoding pixels) unless ``exact``.
 A seeded ``verify_fraction`` of records is also run through the full processor;
@@ -20,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.errors import UserError
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, probe
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
 from curate.core.io import write_parquet
 from curate.core.records import BadRecord
 from curate.core.shards import Shard, ShardContext, ShardTask
@@ -33,7 +34,7 @@ LENGTHS_SCHEMA = pa.schema([
 ])
 RECORDS_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("messages", pa.string()), ("images", pa.list_(pa.string())),
-    ("image_exts", pa.list_(pa.string())), ("image_grids", pa.list_(pa.list_(pa.int32()))),
+    ("image_bytes", pa.list_(pa.large_binary())), ("image_exts", pa.list_(pa.string())), ("image_grids", pa.list_(pa.list_(pa.int32()))),
     ("image_tokens", pa.list_(pa.int32())), ("tokens", pa.int32()),
 ])
 _BATCH = 256
@@ -128,10 +129,10 @@ class LengthsTask(ShardTask):
     def _prepare(self, rec: dict[str, Any], stats: StageStats) -> dict[str, Any] | None:
         assert self.counter is not None
         grids, tokens, exts = [], [], []
-        for path in rec["images"]:
+        for j, path in enumerate(rec["images"]):
             try:
                 with stats.timer("probe"):
-                    info = probe(path, max_pixels=self.max_image_pixels)
+                    info = probe(path, max_pixels=self.max_image_pixels, label=image_label(path, j))
             except ImageError as exc:
                 stats.error(rec["id"], rec["source"], exc.reason, exc.detail)
                 return None
@@ -139,7 +140,7 @@ class LengthsTask(ShardTask):
                 grid = self.counter.image_grid(info.height, info.width)
                 n = self.counter.image_tokens(info.height, info.width)
             except ValueError as exc:
-                stats.error(rec["id"], rec["source"], "extreme_aspect_ratio", f"{path}: {exc}")
+                stats.error(rec["id"], rec["source"], "extreme_aspect_ratio", f"{image_label(path, j)}: {exc}")
                 return None
             grids.append(list(grid))
             tokens.append(n)
@@ -184,7 +185,9 @@ class LengthsTask(ShardTask):
         store = pa.table({
             "id": lengths["id"], "source": lengths["source"],
             "messages": [json.dumps(r["messages"], ensure_ascii=False) for r in rows],
-            "images": [r["images"] for r in rows], "image_exts": [r["image_exts"] for r in rows],
+            "images": [["" if isinstance(p, bytes) else p for p in r["images"]] for r in rows],
+            "image_bytes": [[p if isinstance(p, bytes) else None for p in r["images"]] for r in rows],
+            "image_exts": [r["image_exts"] for r in rows],
             "image_grids": lengths["image_grids"], "image_tokens": [r["image_tokens"] for r in rows],
             "tokens": lengths["tokens"],
         }, schema=RECORDS_SCHEMA)

@@ -9,7 +9,8 @@ One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
   ``ctx``, ``processor`` (fingerprint) and ``key``; for a compute-balanced plan also
   ``step``, ``rank``, ``micro``, ``cost`` (training FLOPs of the sequence), ``dp``,
   ``micro_batches`` and ``steps``;
-* ``<key>.img<j>.<ext>``: the original bytes of the sequence's j-th image (not re-encoded).
+* ``<key>.img<j>.<ext>``: the original bytes of the sequence's j-th image (not re-encoded), read from
+  its file or taken as they came (Parquet image structs, tar members).
 
 Keys are the bin's position in the plan (``%010d``), so sample ids with dots,
 slashes, spaces or any Unicode live only inside the JSON and round-trip. Tar
@@ -143,8 +144,9 @@ class ShardWriteTask(ShardTask):
             rid, source = rec["id"], rec["source"]
             stats.seen(source)
             paths, exts = rec["images"], rec["image_exts"]
-            try:
-                data = [read_bytes(p) for p in paths]
+            carried = rec.get("image_bytes") or [None] * len(paths)
+            try:  # images carried as bytes are written as they came; paths are read now
+                data = [b if b is not None else read_bytes(p) for p, b in zip(paths, carried)]
             except ImageError as exc:  # changed or deleted since it was counted
                 stats.error(rid, source, "image_vanished", exc.detail)
                 continue

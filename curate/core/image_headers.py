@@ -53,6 +53,16 @@ def read_header(path: str | os.PathLike[str], size: int, fd: int) -> Header | No
     return None
 
 
+def header_of_bytes(data: bytes) -> Header | None:
+    """:func:`read_header` for an image held in memory (bytes from Parquet or a tar member)."""
+    head, tail = data[:HEAD], data[-TAIL:]
+    if head[:3] == b"\xff\xd8\xff":
+        return _jpeg(head, tail)
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return _png(head, tail)
+    return None
+
+
 def _exif_orientation(tiff: bytes) -> int:
     """Orientation tag (0x0112) of IFD0 of TIFF-structured EXIF data; 1 when absent or malformed."""
     if tiff[:6] == b"Exif\x00\x00":  # some writers keep the JPEG-style prefix in a PNG eXIf chunk

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from curate.core.image_headers import Header, read_header
+from curate.core.image_headers import Header, header_of_bytes, read_header
+from curate.core.io import is_url, open_input
 
 #: Images with more pixels than this are refused as decompression bombs
 #: (Pillow's own error threshold; raise it with ``--max-image-pixels``).
@@ -58,10 +59,31 @@ class ImageInfo:
 ImageSource = str | os.PathLike[str] | bytes
 
 
+#: Reasons that mean "these bytes are not a usable image"; for images carried as bytes they are ``bad_image``.
+_BAD_BYTES = frozenset({"not_an_image", "unreadable_image", "empty_file"})
+
+
+def _bytes_reason(exc: ImageError) -> ImageError:
+    return ImageError("bad_image", f"{exc.reason}: {exc.detail}") if exc.reason in _BAD_BYTES else exc
+
+
+def image_label(src: ImageSource, index: int = 0) -> str:
+    """How an image is named in messages: its path, or ``image <index> (<n> bytes)``."""
+    return f"image {index} ({len(src)} bytes)" if isinstance(src, bytes) else str(src)
+
+
 def read_bytes(src: ImageSource) -> bytes:
-    """Read an image file's bytes, mapping file-system failures to :class:`ImageError`."""
+    """Read an image file's bytes (a local path or an fsspec URL), mapping failures to :class:`ImageError`."""
     if isinstance(src, bytes):
         return src
+    if is_url(src):
+        try:
+            with open_input(src) as fh:
+                return fh.read()
+        except FileNotFoundError:
+            raise ImageError("missing_image", str(src)) from None
+        except Exception as exc:  # fsspec back ends raise their own types
+            raise ImageError("unreadable_image", f"{src}: {exc}") from None
     try:
         with open(src, "rb") as fh:
             data = fh.read()
@@ -161,9 +183,17 @@ def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str 
         ImageError: missing, empty, not an image, truncated (end marker absent),
             or a decompression bomb.
     """
-    label = label or (str(src) if not isinstance(src, bytes) else "<bytes>")
+    label = label or image_label(src)
+    if not isinstance(src, bytes) and is_url(src):
+        src = read_bytes(src)
     if isinstance(src, bytes):
-        return _probe_file(io.BytesIO(src), len(src), max_pixels, label)
+        try:
+            fast = header_of_bytes(src) if src else None
+            if fast is not None:
+                return _from_header(fast, len(src), max_pixels, label)
+            return _probe_file(io.BytesIO(src), len(src), max_pixels, label)
+        except ImageError as exc:
+            raise _bytes_reason(exc) from None
     try:
         with open(src, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -232,8 +262,15 @@ def decode(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str
     Raises:
         ImageError: as :func:`probe`, plus ``truncated`` when the pixel data ends early.
     """
-    label = label or (str(src) if not isinstance(src, bytes) else "<bytes>")
+    label = label or image_label(src)
     data = read_bytes(src)
+    try:
+        return _decode(data, max_pixels, label)
+    except ImageError as exc:
+        raise (_bytes_reason(exc) if isinstance(src, bytes) else exc) from None
+
+
+def _decode(data: bytes, max_pixels: int, label: str) -> Image.Image:
     img = _open(data, max_pixels, label)
     try:
         img.load()
@@ -247,12 +284,12 @@ def decode(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str
         raise ImageError(reason, f"{label}: {text}") from None
 
 
-def file_extension(info_format: str, path: str | None = None) -> str:
+def file_extension(info_format: str, path: str | bytes | None = None) -> str:
     """A file extension for an image format (used when storing original bytes)."""
     known = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif"}
     if info_format in known:
         return known[info_format]
-    if path:
+    if path and isinstance(path, str):
         suffix = Path(path).suffix.lower().lstrip(".")
         if suffix.isalnum():
             return suffix

@@ -89,3 +89,97 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Paths that may be fsspec URLs (s3://, gs://, file://...)
+# ---------------------------------------------------------------------------
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an fsspec URL (``scheme://...``) rather than a local path."""
+    text = os.fspath(path) if not isinstance(path, RemotePath) else path.url
+    return "://" in text[:32] and not text.startswith("file://")
+
+
+class RemotePath:
+    """The few ``pathlib`` features the readers use, for an object-store URL (``s3://b/k.parquet``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"RemotePath({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def __lt__(self, other: RemotePath) -> bool:
+        return self.url < other.url
+
+    def __truediv__(self, name: str) -> RemotePath:
+        return RemotePath(f"{self.url}/{name}")
+
+    @property
+    def name(self) -> str:
+        """The last component."""
+        return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def suffix(self) -> str:
+        """The last extension with its dot, or ''."""
+        name = self.name
+        return name[name.rfind("."):] if "." in name.lstrip(".") else ""
+
+    @property
+    def stem(self) -> str:
+        """The name without its last extension."""
+        return self.name[: len(self.name) - len(self.suffix)] if self.suffix else self.name
+
+    @property
+    def parent(self) -> RemotePath:
+        """The containing "folder" (prefix)."""
+        return RemotePath(self.url.rsplit("/", 1)[0])
+
+    def resolve(self) -> RemotePath:
+        """URLs are already absolute."""
+        return self
+
+
+def as_path(path: str | os.PathLike[str]) -> Path | RemotePath:
+    """A :class:`~pathlib.Path` for a local path (``file://`` stripped), a :class:`RemotePath` for a URL."""
+    if isinstance(path, RemotePath):
+        return path
+    text = os.fspath(path)
+    if text.startswith("file://"):
+        return Path(text[len("file://"):])
+    return RemotePath(text) if is_url(text) else Path(text)
+
+
+def url_fs(path: str | os.PathLike[str]) -> tuple[Any, str]:
+    """The fsspec filesystem and in-filesystem path of a URL (credentials from the filesystem's usual env/config)."""
+    import fsspec
+
+    fs, inner = fsspec.core.url_to_fs(str(path))
+    return fs, inner
+
+
+def open_input(path: str | os.PathLike[str], mode: str = "rb") -> IO[Any]:
+    """Open a local file or an fsspec URL for reading."""
+    if is_url(path):
+        fs, inner = url_fs(path)
+        return fs.open(inner, mode)
+    return open(as_path(path), mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def input_size(path: str | os.PathLike[str]) -> int:
+    """Size in bytes of a local file or an object."""
+    if is_url(path):
+        fs, inner = url_fs(path)
+        return int(fs.size(inner))
+    return os.path.getsize(as_path(path))

@@ -33,15 +33,19 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from curate.core.discovery import records_files
 from curate.core.errors import UserError
+from curate.core.formats import normalize_row, wds
+from curate.core.formats.listing import ACCEPTED, list_inputs
+from curate.core.formats.rows import RecordInvalid
+from curate.core.io import as_path, input_size, open_input
 
 IMAGE_TOKEN = "<image>"
 CAPTION_PROMPT = "Describe the image."
 _ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
              "system": "system", "model": "assistant", "bot": "assistant"}
 _LAYOUT_KEYS = {"id", "source", "image", "images", "messages", "conversations", "caption", "problem"}
-_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet",
+             ".tar": "tar"}
 
 Record = dict[str, Any]
 
@@ -56,15 +60,6 @@ class BadRecord:
     detail: str
 
 
-class RecordInvalid(Exception):
-    """Raised by :func:`to_canonical` for a row that is not a usable record."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
 # ---------------------------------------------------------------------------
 # Canonical conversion
 # ---------------------------------------------------------------------------
@@ -75,24 +70,6 @@ def _as_str(value: Any, field: str) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     raise RecordInvalid("invalid_field", f"{field} must be a string, got {type(value).__name__}")
-
-
-def _images_of(raw: dict[str, Any], base_dir: Path) -> list[str]:
-    value = raw.get("images", raw.get("image"))
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)):
-        raise RecordInvalid("invalid_field", f"images must be a path or a list of paths, got {type(value).__name__}")
-    out = []
-    for item in value:
-        if isinstance(item, dict) and isinstance(item.get("path"), str):
-            item = item["path"]
-        if not isinstance(item, str) or not item:
-            raise RecordInvalid("invalid_field", "every image must be a non-empty path string")
-        out.append(item if os.path.isabs(item) else os.path.normpath(os.path.join(base_dir, item)))
-    return out
 
 
 def _content_text(content: Any, field: str) -> str:
@@ -188,13 +165,13 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
     """
     if not isinstance(raw, dict):
         raise RecordInvalid("not_an_object", f"row is a {type(raw).__name__}, not an object")
+    raw, images = normalize_row(raw, base_dir)  # paths or bytes, in every image layout (curate.core.formats)
     if not (_LAYOUT_KEYS - {"id", "source", "image", "images"}) & raw.keys():
         raise RecordInvalid("unknown_layout", "no messages, conversations, caption or problem field")
     rid = raw.get("id")
     rid = fallback_id if rid is None or rid == "" else _as_str(rid, "id")
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else _as_str(source, "source")
-    images = _images_of(raw, base_dir)
     messages = place_images(_messages_of(raw), len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS}
     record.update(id=rid, source=source, images=images, messages=messages)
@@ -225,30 +202,25 @@ class Part:
 
 def input_format(path: str | os.PathLike[str]) -> str:
     """The reader for a file, from its suffix; a clear error for anything else."""
-    suffix = Path(path).suffix.lower()
+    suffix = as_path(path).suffix.lower()
     if suffix not in _SUFFIXES:
-        raise UserError(f"{path}: unsupported input type {suffix or '(no suffix)'}; use .jsonl, .json or .parquet")
+        raise UserError(f"{path}: unsupported input type {suffix or '(no suffix)'}; use {ACCEPTED}")
     return _SUFFIXES[suffix]
 
 
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Resolve input arguments (files or folders) to a sorted, de-duplicated file list."""
+    """Resolve input arguments (files, folders, brace patterns, fsspec URLs) to a sorted, de-duplicated list.
+
+    Local files are :class:`~pathlib.Path`; objects in a bucket are :class:`curate.core.io.RemotePath`.
+    """
     if not inputs:
-        raise UserError("no input given; pass one or more .jsonl, .json or .parquet files or folders")
-    files: list[Path] = []
+        raise UserError(f"no input given; pass one or more {ACCEPTED} files or folders")
+    files = []
     for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            found = records_files(path, _SUFFIXES)  # skips hidden files and JSON that is not records
-            if not found:
-                raise UserError(f"{path}: folder holds no .jsonl, .json or .parquet files of records")
-            files.extend(found)
-        elif path.is_file():
+        for path in list_inputs(item, _SUFFIXES):
             input_format(path)
             files.append(path)
-        else:
-            raise UserError(f"{path}: no such file or folder")
-    seen: set[Path] = set()
+    seen: set[Any] = set()
     unique = []
     for f in files:
         r = f.resolve()
@@ -262,7 +234,7 @@ def _jsonl_line_offsets(path: Path) -> list[int]:
     """Byte offsets of every line start (the last entry is the file size)."""
     offsets = [0]
     pos = 0
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         for line in fh:
             pos += len(line)
             offsets.append(pos)
@@ -273,8 +245,8 @@ def _jsonl_line_offsets(path: Path) -> list[int]:
 
 def _load_json_array(path: Path) -> list[Any]:
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        with open_input(path) as fh:
+            data = json.loads(fh.read())
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); a .json input must hold one array of records") from None
     except UnicodeDecodeError:
@@ -291,18 +263,23 @@ def split_file(path: Path, rows_per_part: int) -> list[Part]:
         offsets = _jsonl_line_offsets(path)
         n = len(offsets) - 1
         return [Part(str(path), fmt, s, min(s + rows_per_part, n), offsets[s]) for s in range(0, n, rows_per_part)]
+    if fmt == "tar":
+        with open_input(path) as fh:
+            offsets, n = wds.count_groups(fh, input_size(path))
+        return [Part(str(path), fmt, s, min(s + rows_per_part, n), offsets[s]) for s in range(0, n, rows_per_part)]
     if fmt == "json":
         n = len(_load_json_array(path))
     else:
         try:
-            n = pq.ParquetFile(path).metadata.num_rows
+            with open_input(path) as fh:
+                n = pq.ParquetFile(fh).metadata.num_rows
         except Exception as exc:  # pyarrow raises several types for corrupt files
             raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
     return [Part(str(path), fmt, s, min(s + rows_per_part, n)) for s in range(0, n, rows_per_part)]
 
 
 def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
-    with open(part.path, "rb") as fh:
+    with open_input(part.path) as fh:
         fh.seek(part.offset)
         for row in range(part.start, part.stop):
             line = fh.readline()
@@ -317,7 +294,19 @@ def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def _rows_parquet(part: Part) -> Iterator[tuple[int, Any, str | None]]:
-    pf = pq.ParquetFile(part.path)
+    with open_input(part.path) as fh:
+        yield from _rows_parquet_file(pq.ParquetFile(fh), part)
+
+
+def _rows_tar(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+    with open_input(part.path) as fh:
+        groups = wds.scan_groups(fh, input_size(part.path), part.offset)
+        for row, group in zip(range(part.start, part.stop), groups):
+            raw, problem = wds.group_row(fh, group)
+            yield row, raw, problem
+
+
+def _rows_parquet_file(pf: pq.ParquetFile, part: Part) -> Iterator[tuple[int, Any, str | None]]:
     row = 0
     for rg in range(pf.num_row_groups):
         n = pf.metadata.row_group(rg).num_rows
@@ -338,9 +327,11 @@ def iter_rows(part: Part) -> Iterator[tuple[int, Any, str | None]]:
     if part.format == "jsonl":
         yield from _rows_jsonl(part)
     elif part.format == "json":
-        data = _load_json_array(Path(part.path))
+        data = _load_json_array(as_path(part.path))
         for row in range(part.start, min(part.stop, len(data))):
             yield row, data[row], None
+    elif part.format == "tar":
+        yield from _rows_tar(part)
     else:
         yield from _rows_parquet(part)
 
@@ -356,7 +347,7 @@ def read_part(part: Part, *, with_raw: bool = False) -> Iterator[Any]:
 
 
 def _read_part(part: Part) -> Iterator[tuple[Any, Record | BadRecord]]:
-    path = Path(part.path)
+    path = as_path(part.path)
     stem = path.stem
     for row, raw, problem in iter_rows(part):
         fallback_id = f"{stem}:{row + 1}" if part.format == "jsonl" else f"{stem}:{row}"
@@ -364,12 +355,14 @@ def _read_part(part: Part) -> Iterator[tuple[Any, Record | BadRecord]]:
             continue
         if problem is not None:
             reason, _, detail = problem.partition(":")
-            yield None, BadRecord(fallback_id, stem, reason, f"{path.name} line {row + 1}: {detail}")
+            where = f"line {row + 1}" if part.format == "jsonl" else f"row {row}"
+            rid = raw.get("id") if isinstance(raw, dict) else None  # a reader may know the id of a bad row
+            yield None, BadRecord(rid or fallback_id, stem, reason, f"{path.name} {where}: {detail}")
             continue
         try:
             yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=stem)
         except RecordInvalid as exc:
-            rid = raw.get("id") if isinstance(raw, dict) else None
+            rid = (raw.get("id") or raw.get("key")) if isinstance(raw, dict) else None  # key: img2dataset
             src = raw.get("source") if isinstance(raw, dict) else None
             where = f"{path.name} line {row + 1}" if part.format == "jsonl" else f"{path.name} row {row}"
             yield raw, BadRecord(str(rid) if rid not in (None, "") else fallback_id,

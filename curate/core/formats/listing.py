@@ -1,0 +1,78 @@
+"""Input arguments to files: local paths, folders, brace patterns and object-store URLs.
+
+An unreachable bucket or missing credentials stop the run before any work, with one line
+naming the URL (:class:`~curate.core.errors.UserError`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Container
+from pathlib import Path
+
+from curate.core.discovery import records_files
+from curate.core.errors import UserError
+from curate.core.formats.wds import expand_braces
+from curate.core.io import RemotePath, as_path, is_url, url_fs
+
+ACCEPTED = ".jsonl, .json, .parquet or .tar"
+
+
+def _remote_error(url: str, exc: BaseException) -> UserError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    name = type(exc).__name__
+    if "credential" in text.lower() or "NoCredentials" in name or "AccessDenied" in text or "Forbidden" in text:
+        hint = "check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS)"
+    else:
+        hint = "check the URL, the endpoint (AWS_ENDPOINT_URL) and the network"
+    return UserError(f"{url}: cannot read ({name}: {text}); {hint}")
+
+
+def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
+    try:
+        fs, inner = url_fs(url)
+        protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+        if fs.isdir(inner):
+            found = sorted(f"{protocol}://{p}" for p in fs.find(inner) if _wanted(p[len(inner):], suffixes))
+            if not found:
+                raise UserError(f"{url}: holds no {ACCEPTED} files")
+            return [RemotePath(p) for p in found]
+        if fs.isfile(inner):
+            return [RemotePath(url)]
+    except UserError:
+        raise
+    except ImportError as exc:
+        raise UserError(f"{url}: no filesystem for this URL ({exc}); install curate[s3] or curate[gcs]") from None
+    except Exception as exc:  # botocore/aiohttp raise many types for unreachable endpoints and bad keys
+        raise _remote_error(url, exc) from None
+    raise UserError(f"{url}: no such object or prefix")
+
+
+def _wanted(rel: str, suffixes: Container[str]) -> bool:
+    parts = [p for p in rel.split("/") if p]
+    return bool(parts) and not any(p.startswith(".") for p in parts) and os.path.splitext(parts[-1])[1].lower() in suffixes
+
+
+def list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | RemotePath]:
+    """The input files one argument stands for (a file, a folder, a brace pattern, a URL or URL prefix).
+
+    Args:
+        item: the argument as given.
+        suffixes: lower-case suffixes of record formats (folders keep only those, hidden paths skipped).
+    """
+    text = os.fspath(item) if not isinstance(item, RemotePath) else item.url
+    expanded = expand_braces(text)
+    if len(expanded) > 1:
+        return [f for one in expanded for f in list_inputs(one, suffixes)]
+    if is_url(text):
+        return list(_remote(text, suffixes))
+    path = as_path(text)
+    assert isinstance(path, Path)
+    if path.is_dir():
+        found = records_files(path, suffixes)  # skips hidden files and JSON that is not records
+        if not found:
+            raise UserError(f"{path}: folder holds no {ACCEPTED} files of records")
+        return list(found)
+    if path.is_file():
+        return [path]
+    raise UserError(f"{path}: no such file or folder")

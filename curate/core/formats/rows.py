@@ -1,0 +1,149 @@
+"""Image columns of a row, in every layout curate reads, to a list of paths or bytes.
+
+Layouts (see the README's Records section):
+
+* paths: ``image``/``images`` holding a path or a list of paths (relative to the input's folder);
+* Hugging Face ``datasets``: the ``Image`` feature is a struct ``{bytes: binary, path: string}``; a
+  column holds one struct or a list of them. ``bytes`` wins over ``path`` (``path`` is then only the
+  original file name); a null or empty struct is ``missing_image``; a null column means no image;
+* Cauldron / FineVision: ``images`` (list of structs) and ``texts``, a list of ``{user, assistant}``
+  turns, become the record's conversation;
+* img2dataset: raw image bytes in a column named like an image extension (``jpg``, ``png``,
+  ``webp``...), the ``key`` column as id when there is no ``id``.
+
+A column that holds something no layout reads as an image is never ignored: the row is errored
+``invalid_image_column`` with a detail naming the column.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+#: Column names (and WebDataset member extensions) that hold raw image bytes.
+IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm"})
+_TEXT_LAYOUTS = frozenset({"messages", "conversations", "caption", "problem"})
+_MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
+
+
+class RecordInvalid(Exception):
+    """Raised for a row that is not a usable record; ``reason`` is stable, ``detail`` says where."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def looks_like_image(data: bytes) -> bool:
+    """Whether bytes start like a common image file (JPEG, PNG, GIF, BMP, TIFF, WEBP)."""
+    return data.startswith(_MAGIC) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
+
+
+def is_url(path: str) -> bool:
+    """Whether a path is an fsspec URL (``s3://``, ``gs://``, ``file://``...)."""
+    return "://" in path[:32]
+
+
+def _resolve(path: str, base_dir: Path | str) -> str:
+    if os.path.isabs(path) or is_url(path):
+        return path
+    base = str(base_dir)
+    if is_url(base):
+        return base.rstrip("/") + "/" + path
+    return os.path.normpath(os.path.join(base, path))
+
+
+def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
+    """One image of column ``column``: an absolute path (or URL), or the image bytes.
+
+    Raises:
+        RecordInvalid: ``missing_image`` (null or empty struct or bytes),
+            ``invalid_image_column`` (anything else that is not a path, bytes or an image struct).
+    """
+    if isinstance(value, str):
+        if not value:
+            raise RecordInvalid("invalid_field", f"column {column!r}: every image must be a non-empty path string")
+        return _resolve(value, base_dir)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        if not len(value):
+            raise RecordInvalid("missing_image", f"column {column!r}: empty image bytes")
+        return bytes(value)
+    if isinstance(value, dict):
+        if not ({"bytes", "path"} & value.keys()):
+            raise RecordInvalid("invalid_image_column",
+                                f"column {column!r}: a struct with fields {sorted(value)} is not an image "
+                                "(expected the datasets Image struct {bytes, path})")
+        data, path = value.get("bytes"), value.get("path")
+        if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
+            return bytes(data)
+        if isinstance(path, str) and path:
+            return _resolve(path, base_dir)
+        raise RecordInvalid("missing_image", f"column {column!r}: image struct without bytes or path")
+    if value is None:
+        raise RecordInvalid("missing_image", f"column {column!r}: null image")
+    raise RecordInvalid("invalid_image_column",
+                        f"column {column!r} holds {type(value).__name__}, not an image path, bytes or {{bytes, path}} struct")
+
+
+def _image_list(value: Any, column: str, base_dir: Path | str) -> list[str | bytes]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [image_item(v, column, base_dir) for v in value]
+    return [image_item(value, column, base_dir)]
+
+
+def _texts_to_messages(texts: Any) -> list[dict[str, str]]:
+    """Cauldron/FineVision ``texts`` (list of ``{user, assistant}``) to canonical messages."""
+    if not isinstance(texts, list) or not texts:
+        raise RecordInvalid("invalid_field", "texts must be a non-empty list of {user, assistant} turns")
+    messages = []
+    for i, turn in enumerate(texts):
+        if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not isinstance(turn.get("assistant"), str):
+            raise RecordInvalid("invalid_field", f"texts[{i}] is not a {{user, assistant}} pair of strings")
+        messages += [{"role": "user", "content": turn["user"]}, {"role": "assistant", "content": turn["assistant"]}]
+    return messages
+
+
+def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, Any], list[str | bytes]]:
+    """The row with its images taken out: ``(row for the text layouts, images)``.
+
+    The returned row has ``messages`` for a Cauldron/FineVision row, no extension-named image
+    columns, and ``id`` from img2dataset's ``key`` when it has none. The input row is not changed.
+
+    Raises:
+        RecordInvalid: see :func:`image_item`; also ``invalid_image_column`` for bytes in a column
+            that no layout reads as an image (they would otherwise be lost silently).
+    """
+    row = raw
+    if "texts" in row and not (_TEXT_LAYOUTS & row.keys()):
+        row = {k: v for k, v in row.items() if k != "texts"}
+        row["messages"] = _texts_to_messages(raw["texts"])
+    if row.get("images") is not None:
+        images = _image_list(row["images"], "images", base_dir)
+    elif row.get("image") is not None:
+        images = _image_list(row["image"], "image", base_dir)
+    else:
+        ext_cols = [k for k in row if isinstance(k, str) and k.lower() in IMAGE_EXTS]
+        images = []
+        if ext_cols:
+            for col in ext_cols:
+                value = row[col]
+                if value is None:
+                    raise RecordInvalid("missing_image", f"column {col!r}: null image bytes (a failed download?)")
+                if not isinstance(value, (bytes, bytearray, memoryview, dict)):
+                    raise RecordInvalid("invalid_image_column",
+                                        f"column {col!r} holds {type(value).__name__}, not image bytes")
+                images.append(image_item(value, col, base_dir))
+            row = {k: v for k, v in row.items() if k not in ext_cols}
+            if row.get("id") in (None, "") and row.get("key") not in (None, ""):
+                row["id"] = row["key"]
+    if not images:
+        for key, value in row.items():
+            if isinstance(value, (bytes, bytearray)) and looks_like_image(bytes(value[:16])):
+                raise RecordInvalid("invalid_image_column",
+                                    f"column {key!r} holds image bytes that no layout reads; name it 'image' "
+                                    "or after its extension ('jpg', 'png', ...)")
+    return row, images
