@@ -23,6 +23,7 @@ from curate.cli import balance, pack, recaption, rl, vocab  # noqa: F401  (regis
 from curate.cli.errors import describe_os_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
+from curate.core.lock import keep_until_exit
 
 __all__ = ["cli", "main"]
 
@@ -35,6 +36,7 @@ def _fail(message: str, code: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``curate`` console script: every mistake prints one line and exits non-zero."""
     args = sys.argv[1:] if argv is None else list(argv)
+    keep_until_exit()  # a verb holds the lock on its --out from its first stage until it exits
     try:
         cli.main(args=args, prog_name="curate", standalone_mode=False)
     except UserError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.io import read_json
+from curate.core.lock import out_lock
 from curate.core.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards, plan_hash
 from curate.core.stats import StageStats
 
@@ -58,20 +59,21 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     Shards whose completion marker exists are not run again. ``settings`` (by
     default ``task.settings()``), the seed and the shard plan (:func:`plan_hash`:
     inputs and row ranges) are recorded on the first run and must match on reruns,
-    so a rerun with other inputs never reuses old shards.
+    so a rerun with other inputs never reuses old shards. The run holds the lock on
+    ``out`` (:mod:`curate.core.lock`), so a second live run into it stops with one line.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    recorded = {"seed": seed, "plan": plan_hash(shards), **(settings if settings is not None else task.settings())}
-    check_settings(out, task.stage, recorded)
-    clean_tmp(out, task.stage)
-    todo = pending(task, shards, out)
-    todo_ids = {s.id for s in todo}
-    markers = [read_json(marker_path(out, task.stage, s.id)) for s in shards if s.id not in todo_ids]
-    if todo:
-        executor = executor or get_executor("local")
-        markers += executor.run(task, todo, out, seed, desc or task.stage)
-    return merge_shards(out, task.stage, markers)
+    with out_lock(out):  # one run per folder (curate.core.lock): a second one stops here with one line
+        recorded = {"seed": seed, "plan": plan_hash(shards), **(settings if settings is not None else task.settings())}
+        check_settings(out, task.stage, recorded)
+        clean_tmp(out, task.stage)
+        todo = pending(task, shards, out)
+        todo_ids = {s.id for s in todo}
+        markers = [read_json(marker_path(out, task.stage, s.id)) for s in shards if s.id not in todo_ids]
+        if todo:
+            executor = executor or get_executor("local")
+            markers += executor.run(task, todo, out, seed, desc or task.stage)
+        return merge_shards(out, task.stage, markers)
 
 
 def pending(task: ShardTask, shards: Sequence[Shard], out: Path) -> list[Shard]:

@@ -1,0 +1,171 @@
+"""One run per output folder: a lock file in ``OUT`` with the holder's pid and host.
+
+:func:`out_lock` (used by :func:`curate.executors.run_stage`, so every stage holds
+it) creates ``OUT/.curate.lock``, takes an exclusive ``flock`` on it and writes the
+holder's pid, host, start time and command into it. The operating system drops a
+``flock`` when its process dies, however it dies, so:
+
+* a second run into a folder whose lock is held stops at once with one line naming
+  the holder (:class:`OutputLocked`, whatever its settings);
+* a lock file left by a killed run is stale: the next run takes it over and says
+  so on stderr, naming the dead holder.
+
+The lock is re-entrant within a process. Library callers hold it for the scope of
+each stage; the command line (:func:`keep_until_exit`) keeps it from the first stage
+until the process ends, so the driver's own steps between stages are covered too.
+The file is removed when the lock is released. Paths with a URL scheme (object
+storage) are not locked.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from curate.core.errors import UserError
+
+LOCK_NAME = ".curate.lock"
+
+
+class OutputLocked(UserError):
+    """Another live run holds the output folder."""
+
+
+@dataclass
+class _Held:
+    fd: int
+    depth: int
+
+
+_HELD: dict[Path, _Held] = {}
+_KEEP = False
+
+
+def keep_until_exit() -> None:
+    """Keep every lock taken from now on until the process exits (the command line's mode)."""
+    global _KEEP
+    _KEEP = True
+
+
+def _describe(info: dict) -> str:
+    parts = [f"pid {info.get('pid', '?')} on host {info.get('host', '?')}"]
+    if info.get("started"):
+        parts.append(f"since {info['started']}")
+    if info.get("command"):
+        parts.append(f"command: {info['command']}")
+    return ", ".join(parts)
+
+
+def _read(fd: int) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = b""
+    while chunk := os.read(fd, 65536):
+        raw += chunk
+    try:
+        info = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _open_locked(path: Path, out: Path) -> int:
+    """An fd of ``path`` holding its exclusive flock; raises OutputLocked when a live process holds it."""
+    for _ in range(10):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = _read(fd)
+            os.close(fd)
+            raise OutputLocked(f"{out} is in use by another curate run ({_describe(info)}); wait for it to "
+                               "finish, or use another --out") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the holder removed the file between our open and our flock: try the new one
+    raise OutputLocked(f"{out}: could not take the lock {path}; another run keeps replacing it")
+
+
+def acquire(out: str | os.PathLike[str]) -> None:
+    """Take (or re-enter) the lock on ``out``, creating the folder; see the module docstring.
+
+    Raises:
+        OutputLocked: a live process (this host or another) holds the lock.
+    """
+    if "://" in str(out):
+        return
+    key = Path(out).resolve()
+    held = _HELD.get(key)
+    if held is not None:
+        held.depth += 1
+        return
+    key.mkdir(parents=True, exist_ok=True)
+    path = key / LOCK_NAME
+    fd = _open_locked(path, Path(out))
+    previous = _read(fd)
+    if previous and previous.get("pid") != os.getpid():
+        print(f"{out}: taking over the lock of a run that is no longer running ({_describe(previous)})",
+              file=sys.stderr)
+    info = {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+    data = json.dumps(info).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    _HELD[key] = _Held(fd, 1)
+
+
+def release(out: str | os.PathLike[str]) -> None:
+    """Leave one level of the lock on ``out``; the last level removes the file (unless kept until exit)."""
+    if "://" in str(out):
+        return
+    key = Path(out).resolve()
+    held = _HELD.get(key)
+    if held is None:
+        return
+    held.depth = max(held.depth - 1, 0)
+    if held.depth == 0 and not _KEEP:
+        _drop(key)
+
+
+def _drop(key: Path) -> None:
+    held = _HELD.pop(key)
+    path = key / LOCK_NAME
+    try:
+        if os.stat(path).st_ino == os.fstat(held.fd).st_ino:
+            os.unlink(path)  # while we still hold the flock: nobody else can be inside
+    except OSError:
+        pass
+    os.close(held.fd)
+
+
+@atexit.register
+def _release_all() -> None:
+    for key in list(_HELD):
+        _drop(key)
+
+
+def held(out: str | os.PathLike[str]) -> bool:
+    """Whether this process holds the lock on ``out``."""
+    return Path(out).resolve() in _HELD
+
+
+@contextmanager
+def out_lock(out: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the lock on ``out`` for a ``with`` block (re-entrant)."""
+    acquire(out)
+    try:
+        yield
+    finally:
+        release(out)

@@ -1,0 +1,89 @@
+"""One run per output folder (issue 11, item 6): two real processes, a live holder and a killed one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from curate.core.lock import LOCK_NAME, OutputLocked, out_lock
+
+ROOT = Path(__file__).resolve().parents[3]
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from curate.core.shards import Shard, ShardTask
+    from curate.core.stats import StageStats
+    from curate.executors import run_stage
+
+    class Wait(ShardTask):
+        stage = "wait"
+        def run(self, shard, work, ctx):
+            Path(sys.argv[2]).write_text("inside")
+            time.sleep(120)
+            return StageStats()
+
+    run_stage(Wait(), [Shard(0, meta=(0,), size=1)], Path(sys.argv[1]))
+""")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def _score(records: Path, responses: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "curate", "score", "--records", str(records), "--responses",
+                           str(responses), "--out", str(out)], capture_output=True, text=True, timeout=120, env=_env())
+
+
+def test_second_run_stops_then_takes_over_a_dead_holders_lock(tmp_path: Path) -> None:
+    records, responses, out = tmp_path / "rl.jsonl", tmp_path / "responses.jsonl", tmp_path / "out"
+    records.write_text("".join(json.dumps({"id": f"p{i}", "problem": "<image>? ", "images": [], "answer": str(i),
+                                           "answer_type": "number"}) + "\n" for i in range(3)))
+    responses.write_text("".join(json.dumps({"id": f"p{i}", "response": f"<answer>{i}</answer>"}) + "\n"
+                                 for i in range(3)))
+    inside = tmp_path / "inside"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out), str(inside)], env=_env())
+    try:
+        deadline = time.monotonic() + 60
+        while not inside.exists():
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder did not start its stage"
+            time.sleep(0.05)
+        lock = json.loads((out / LOCK_NAME).read_text())
+        assert lock["pid"] == holder.pid and lock["host"]
+
+        second = _score(records, responses, out)  # other verb, other settings: refused all the same
+        assert second.returncode == 2, second.stderr
+        lines = [line for line in second.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "Traceback" not in second.stderr
+        assert f"pid {holder.pid}" in lines[0] and "in use" in lines[0] and "--out" in lines[0]
+        assert not (out / "scores.parquet").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+    third = _score(records, responses, out)  # the holder died without releasing: its lock is stale
+    assert third.returncode == 0, third.stderr
+    assert f"taking over the lock of a run that is no longer running (pid {holder.pid}" in third.stderr
+    assert (out / "scores.parquet").exists() and not (out / LOCK_NAME).exists()
+
+
+def test_the_lock_is_reentrant_and_removed_on_release(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    with out_lock(out):
+        with out_lock(out):
+            assert (out / LOCK_NAME).exists()
+        assert json.loads((out / LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert not (out / LOCK_NAME).exists()
+    probe = "import sys; from curate.core.lock import acquire; acquire(sys.argv[1])"
+    with out_lock(out):  # another process meets the lock this one holds
+        proc = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, env=_env(),
+                              timeout=60)
+    assert proc.returncode != 0 and OutputLocked.__name__ in proc.stderr and f"pid {os.getpid()}" in proc.stderr
