@@ -55,21 +55,26 @@ def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: floa
 @click.option("--workers", type=int, default=1, show_default=True, help="Server processes.")
 @click.option("--pool-workers", type=int, default=None,
               help="Verifier worker processes per server process (time-limited verifiers; default: CPUs, at most 4).")
+@click.option("--deadline", type=float, default=300.0, show_default=True,
+              help="Seconds per request; items unfinished by then score 0 with error 'deadline'.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | None, log_level: str) -> None:
+def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | None, deadline: float,
+                      log_level: str) -> None:
     """Serve the reward verifiers over HTTP for RL trainers.
 
     \b
     GET  /health
     POST /score  {"items": [{"record": {...}, "response": "..."}, ...], "progress": null}
               -> {"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}
-    A malformed request gets HTTP 422 with a readable message.
+    A malformed request gets HTTP 422 with a readable message. Items a request has not
+    finished after --deadline seconds score 0 with error "deadline".
     """
-    from curate.rl.serve import serve
+    from curate.rl.serve import check_options, serve
 
+    check_options(port=port, workers=workers, pool_workers=pool_workers, deadline=deadline)
     click.echo(f"serving rewards on http://{host}:{port} (POST /score, GET /health); Ctrl-C to stop", err=True)
-    serve(host, port, workers=workers, pool_workers=pool_workers, log_level=log_level)
+    serve(host, port, workers=workers, pool_workers=pool_workers, log_level=log_level, deadline=deadline)
 
 
 def _band(value: str | None) -> tuple[float, float] | None:

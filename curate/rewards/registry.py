@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 from curate.rewards.verifiers import bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg
 from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import PROMPT_TYPES, format_score
+from curate.rewards.runtime import deadline as _deadline
 from curate.rewards.runtime.cache import ResultCache
 from curate.rewards.runtime.limits import Outcome, Task, get_pool
 from curate.rewards.result import (
@@ -318,7 +319,8 @@ def score_many(items: Sequence[tuple[Mapping[str, Any], str]], *, progress: floa
 
     Inline verifiers run in the caller; isolated work is deduplicated, looked up in a
     result cache, and sent to the worker pool in one batch spread over its workers, so
-    scoring the 16 samples of a prompt costs one round trip.
+    scoring the 16 samples of a prompt costs one round trip. Under a deadline
+    (:func:`curate.rewards.runtime.deadline.deadline_in`) unfinished items get ``error="deadline"``.
 
     Args:
         items: ``(record, response)`` pairs.
@@ -341,6 +343,9 @@ def score_many(items: Sequence[tuple[Mapping[str, Any], str]], *, progress: floa
                 p = plan(record, verifier)
                 plans[id(record)] = p
             text = _coerce(response)
+            if _deadline.passed():
+                results[i] = RewardResult(0.0, 0.0, 0.0, _deadline.DEADLINE, p.verifier.name)
+                continue
             fmt = format_score(text, p.prompt_type) if len(text) <= MAX_RESPONSE_CHARS else 0.0
             out, error = _inline(p, text, progress, record)
         except RecordError as exc:
@@ -376,7 +381,7 @@ def _run_deferred(deferred: list[tuple[int, Plan, float, Deferred]], results: li
         slots.append(len(tasks))
         tasks.append(task)
     try:
-        outcomes = get_pool().run(tasks) if tasks else []
+        outcomes = get_pool().run(tasks, until=_deadline.until()) if tasks else []
     except Exception as exc:  # noqa: BLE001 - the pool itself failed (cannot start, closed): a reason, not a crash
         outcomes = [Outcome(None, f"verifier_unavailable:{type(exc).__name__}") for _ in tasks]
     for task, outcome in zip(tasks, outcomes):

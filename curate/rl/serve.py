@@ -9,6 +9,10 @@ Endpoints:
   threshold); answer ``{"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}``
   in the order of the items, equal to :func:`curate.rewards.score` on each item.
 
+Every request has a deadline (``deadline`` seconds, ``serve-rewards --deadline``, default
+300): items it has not finished by then score 0 with ``error: "deadline"`` (HTTP 200), so a
+batch of looping programs costs the trainer the deadline, never the sum of the limits.
+
 A malformed body, or a record that cannot be scored (unknown ``answer_type``, missing
 gold …), gets HTTP 422 with ``{"detail": "<one readable line>", "errors": [...]}``.
 Requests run in a thread pool (64 threads), so concurrent requests are served in
@@ -20,6 +24,8 @@ several server processes (``workers`` > 1).
 from __future__ import annotations
 
 import json
+import math
+import os
 import threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -30,10 +36,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from curate import rewards
+from curate.core.errors import UserError
 from curate.rewards.runtime import limits
+from curate.rewards.runtime.deadline import deadline_in
 
 MAX_ITEMS = 100_000
 THREADS = 64
+DEFAULT_DEADLINE = 300.0
 
 
 class Item(BaseModel):
@@ -61,8 +70,13 @@ def _readable(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts) + more
 
 
-def create_app(*, warm: bool = True) -> FastAPI:
-    """The FastAPI application (``warm`` starts the verifier workers at start-up)."""
+def create_app(*, warm: bool = True, deadline: float | None = None) -> FastAPI:
+    """The FastAPI application (``warm`` starts the verifier workers at start-up).
+
+    ``deadline``: seconds per request (default: ``CURATE_REWARD_DEADLINE``, else 300).
+    """
+    if deadline is None:
+        deadline = float(os.environ.get("CURATE_REWARD_DEADLINE", DEFAULT_DEADLINE))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,12 +102,14 @@ def create_app(*, warm: bool = True) -> FastAPI:
             "answer_types": rewards.answer_types(),
             "workers": limits.get_pool().size,
             "counters": rewards.counters(),
+            "deadline": deadline,
         }
 
     @app.post("/score")
     def score(body: ScoreRequest) -> Any:
         items = [(it.record, it.response) for it in body.items]
-        results = rewards.score_many(items, progress=body.progress, on_record_error="result")
+        with deadline_in(deadline):
+            results = rewards.score_many(items, progress=body.progress, on_record_error="result")
         bad = [{"loc": ["items", i, "record"], "msg": r.error.split(": ", 1)[-1], "type": "record_error"}
                for i, r in enumerate(results) if r.error and r.error.startswith("record_error")]
         if bad:
@@ -118,8 +134,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+def check_options(*, port: int, workers: int, pool_workers: int | None, deadline: float | None) -> None:
+    """Refuse impossible options with one line each (:class:`UserError`), before anything starts."""
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port}: a TCP port is between 1 and 65535")
+    if workers < 1:
+        raise UserError(f"--workers {workers}: at least 1 server process")
+    if pool_workers is not None and pool_workers < 1:
+        raise UserError(f"--pool-workers {pool_workers}: at least 1 verifier worker process (or leave it out)")
+    if deadline is not None and not (math.isfinite(deadline) and deadline > 0):
+        raise UserError(f"--deadline {deadline}: a positive number of seconds per request")
+
+
 def serve(host: str = "127.0.0.1", port: int = 8000, *, workers: int = 1, pool_workers: int | None = None,
-          log_level: str = "warning") -> None:
+          log_level: str = "warning", deadline: float | None = None) -> None:
     """Run the reward service with uvicorn until interrupted.
 
     Args:
@@ -128,12 +156,17 @@ def serve(host: str = "127.0.0.1", port: int = 8000, *, workers: int = 1, pool_w
         workers: uvicorn server processes (each with its own verifier worker pool).
         pool_workers: Verifier worker processes per server process (default: CPUs, at most 4).
         log_level: uvicorn log level.
+        deadline: Seconds per request (default 300); unfinished items get ``error: "deadline"``.
+
+    Raises:
+        UserError: an impossible option (:func:`check_options`).
     """
+    check_options(port=port, workers=workers, pool_workers=pool_workers, deadline=deadline)
     import uvicorn
 
+    if deadline is not None:
+        os.environ["CURATE_REWARD_DEADLINE"] = repr(float(deadline))  # read by the app in every server process
     if pool_workers is not None:
         limits.configure(workers=pool_workers)
-        import os
-
         os.environ["CURATE_REWARD_WORKERS"] = str(pool_workers)
     uvicorn.run("curate.rl.serve:app", host=host, port=port, workers=workers, log_level=log_level)

@@ -175,8 +175,12 @@ class WorkerPool:
             threading.Thread(target=start, name="curate-reward-warmup", daemon=True).start()
 
     # -- running
-    def run(self, tasks: Sequence[Task]) -> list[Outcome]:
-        """Run ``tasks`` (spread over idle workers); one :class:`Outcome` per task, in order."""
+    def run(self, tasks: Sequence[Task], until: float | None = None) -> list[Outcome]:
+        """Run ``tasks`` (spread over idle workers); one :class:`Outcome` per task, in order.
+
+        ``until`` (``time.monotonic()`` clock): tasks unfinished then get the error ``deadline``.
+        """
+        cap = (lambda t: t) if until is None else (lambda t: min(t, until))
         n = len(tasks)
         results: list[Outcome | None] = [None] * n
         if n == 0:
@@ -209,7 +213,7 @@ class WorkerPool:
                         self._retire(w, workers)
                         continue
                     inflight[w] = deque(chunk)
-                    deadline[w] = time.monotonic() + tasks[chunk[0]].limit
+                    deadline[w] = cap(time.monotonic() + tasks[chunk[0]].limit)
                 if start_failures > 2 * self.size and not inflight:
                     for i in pending:
                         results[i] = Outcome(None, "worker_start_failed")
@@ -248,10 +252,19 @@ class WorkerPool:
                     else:
                         results[key] = Outcome(None, value)
                     if queue:
-                        deadline[w] = time.monotonic() + tasks[queue[0]].limit
+                        deadline[w] = cap(time.monotonic() + tasks[queue[0]].limit)
                     else:
                         del inflight[w], deadline[w]
                 now = time.monotonic()
+                if until is not None and now >= until:  # the caller's deadline: cut everything unfinished
+                    cut = [i for w in list(inflight) for i in inflight[w]] + list(pending)
+                    for w in list(inflight):
+                        del inflight[w]
+                        deadline.pop(w, None)
+                        self._retire(w, workers)  # killed mid-task; its replacement forks in the background
+                    for i in cut:
+                        results[i] = Outcome(None, "deadline")
+                    break
                 for w in [w for w, t in deadline.items() if t <= now]:
                     self._fail(w, "timeout", results, pending, inflight, deadline, workers)
                 for w in [w for w, t in starting.items() if t <= now]:

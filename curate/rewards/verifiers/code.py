@@ -48,6 +48,7 @@ from typing import Any, Mapping
 
 from curate.rewards.extract import extract_answer, last_code_block
 from curate.rewards.result import Context, RecordError, VerifierFailure, param, where
+from curate.rewards.runtime import deadline
 
 MAX_CODE_CHARS = 200_000
 MAX_TESTS = 256
@@ -245,12 +246,17 @@ def verify(response: str, golds: list[Any], params: Mapping[str, Any], ctx: Cont
         mode = "function" if re.search(rf"^\s*def\s+{re.escape(fn_name)}\s*\(", program, re.M) else "stdio"
     if mode not in ("function", "stdio"):
         raise RecordError(f"{where(ctx.record.get('id'))}: code mode {mode!r} is not auto, function or stdio")
+    wall = min(120.0, float(param(params, "wall_seconds", 10)))
+    left = deadline.remaining()  # a caller's deadline (serve-rewards --deadline) cuts the wall limit
+    if left is not None and left < wall:
+        if left <= 0:
+            raise VerifierFailure(deadline.DEADLINE)
+        wall = left
     run = run_program(program, inputs, mode=mode, fn_name=fn_name,
-                      cpu_seconds=min(60.0, float(param(params, "cpu_seconds", 5))),
-                      wall_seconds=min(120.0, float(param(params, "wall_seconds", 10))),
+                      cpu_seconds=min(60.0, float(param(params, "cpu_seconds", 5))), wall_seconds=wall,
                       memory_mb=min(8192, int(param(params, "memory_mb", 512))))
     if run.timed_out:
-        raise VerifierFailure("timeout")
+        raise VerifierFailure(deadline.DEADLINE if deadline.passed() else "timeout")
     passed = sum(1 for got, err, want in zip(run.outputs, run.errors, expected)
                  if got is not None and err is None and _norm_output(got) == _norm_output(want))
     if bool(param(params, "partial", False)):
