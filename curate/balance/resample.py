@@ -376,8 +376,8 @@ def _rebase(value: Any, src_dir: str, dst_dir: str) -> Any:
             absolute = os.path.normpath(os.path.join(os.path.abspath(src_dir), p))
             rel = os.path.relpath(absolute, dst_dir)
             return absolute if rel.startswith("..") else rel
-        if isinstance(p, dict) and isinstance(p.get("path"), str):
-            return {**p, "path": one(p["path"])}
+        if isinstance(p, dict) and isinstance(p.get("path"), str) and not p.get("bytes"):
+            return {**p, "path": one(p["path"])}  # a struct carrying bytes keeps its original file name
         return p
     if isinstance(value, list):
         return [one(v) for v in value]
@@ -405,13 +405,14 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     used: set[str] = set()
     files: dict[str, int] = {}
     for path in expand_inputs(inputs):
-        name = path.name
+        fmt = input_format(path)
+        suffix = ".parquet" if fmt == "tar" else path.suffix  # tars come back as Parquet with image structs
+        name = path.stem + suffix
         k = 2
         while name in used:
-            name = f"{path.stem}-{k}{path.suffix}"
+            name = f"{path.stem}-{k}{suffix}"
             k += 1
         used.add(name)
-        fmt = input_format(path)
         src_dir, dst_dir = str(path.parent), str(folder.resolve())
         rows_out: list[tuple[int, Any]] = []
         for part in split_file(path, 1 << 62):
@@ -442,6 +443,12 @@ def _rebased_row(raw: dict[str, Any], rid: str, copy: int, src_dir: str, dst_dir
 
 def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str, dst_dir: str,
                 source_path: Path) -> int:
+    if fmt == "tar":  # tar members come back as Parquet rows with datasets image structs
+        from curate.core.formats.writeback import records_table
+
+        objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
+        write_parquet(dest, records_table(objs))
+        return len(objs)
     if fmt in ("jsonl", "json"):
         objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
         with atomic_open(dest, "w") as fh:

@@ -83,6 +83,12 @@ def spoken(choices: Iterable[Any]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
+def _elsewhere(path: str | os.PathLike[str]) -> bool:
+    """A URL (s3://, gs://...) or a brace pattern: checked when it is listed, before any work starts."""
+    text = os.fspath(path)
+    return "://" in text[:32] or ("{" in text and "}" in text)
+
+
 def _first_existing(path: Path) -> Path:
     p = path.absolute()
     while not p.exists() and p != p.parent:
@@ -101,6 +107,8 @@ def _writable_below(flag: str, path: Path) -> None:
 
 def out_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An output folder: absent (it will be made) or a writable folder, never a file."""
+    if path is not None and _elsewhere(path):
+        return
     if path is None:
         return
     p = Path(path)
@@ -113,6 +121,8 @@ def out_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def out_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An output file: absent or a file, never a folder; its folder can be made."""
+    if path is not None and _elsewhere(path):
+        return
     if path is None:
         return
     p = Path(path)
@@ -123,6 +133,8 @@ def out_file(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def in_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An input file that exists (``None``: not given)."""
+    if path is not None and _elsewhere(path):
+        return
     if path is None:
         return
     p = Path(path)
@@ -134,6 +146,8 @@ def in_file(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def in_path(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An input file or folder that exists (``None``: not given)."""
+    if path is not None and _elsewhere(path):
+        return
     if path is not None and not Path(path).exists():
         raise UserError(f"{flag} {path}: no such file or folder")
 

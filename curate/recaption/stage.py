@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,6 +47,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.recaption.checks import LANGS, CaptionCheck, CaptionRules, check_caption
+from curate.core.formats.writeback import dumps_record, image_ref, merge_record_lines
 from curate.core.errors import UserError
 from curate.generate.base import derive_seed
 from curate.core.io import write_parquet
@@ -355,7 +355,8 @@ class RecaptionTask(ShardTask):
 
     def _write(self, records: list[tuple[dict[str, Any], list[_Item]]], rows: list[dict[str, Any]],
                work: Path, shard_id: str) -> None:
-        write_parquet(work / "captions" / f"{shard_id}.parquet", pa.Table.from_pylist(rows, schema=CAPTION_SCHEMA))
+        table_rows = [{**r, "image": image_ref(r["image"])} for r in rows]  # bytes travel in records/, not here
+        write_parquet(work / "captions" / f"{shard_id}.parquet", pa.Table.from_pylist(table_rows, schema=CAPTION_SCHEMA))
         lines = []
         for r in rows:
             if r["error"] is not None:
@@ -364,7 +365,7 @@ class RecaptionTask(ShardTask):
                    "messages": [{"role": "user", "content": user_turn(self.prompts[r["lang"]])},
                                 {"role": "assistant", "content": r["caption"]}],
                    "lang": r["lang"], "recaption_of": r["id"], "caption_model": r["model"]}
-            lines.append(json.dumps(out, ensure_ascii=False, sort_keys=True) + "\n")
+            lines.append(dumps_record(out) + "\n")  # image bytes kept (base64 in this shard file)
         path = work / "records" / f"{shard_id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(lines), encoding="utf-8")
@@ -416,7 +417,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[s
     import pyarrow.parquet as pq
 
     from curate.executors import run_stage
-    from curate.core.io import atomic_open, write_json
+    from curate.core.io import write_json
     from curate.core.shards import plan_shards
     from curate.core.stats import run_header
 
@@ -436,10 +437,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[s
     tables = [pq.read_table(out / "captions" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else CAPTION_SCHEMA.empty_table()
     write_parquet(out / "captions.parquet", table)
-    with atomic_open(out / "records.jsonl", "w") as fh:
-        for s in shards:
-            with open(out / "records" / f"{s.id}.jsonl", encoding="utf-8") as part:
-                shutil.copyfileobj(part, fh)
+    records_name = merge_record_lines([out / "records" / f"{s.id}.jsonl" for s in shards], out, "records")
     write_parquet(out / "rejects.parquet", stats.rejects_table())
     rows = table.to_pylist()
     counts = stats.to_dict()
@@ -459,7 +457,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[s
         "extra_images": int(extra.get("extra_images", 0)),
         "generation": {k.split(".", 1)[1]: v for k, v in sorted(extra.items()) if k.startswith("generation.")},
         "timings": counts["timings"],
-        "outputs": {"captions": "captions.parquet", "records": "records.jsonl", "rejects": "rejects.parquet"},
+        "outputs": {"captions": "captions.parquet", "records": records_name, "rejects": "rejects.parquet"},
     }
     write_json(out / "stats.json", result)
     return result

@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from curate.core.formats.writeback import dumps_record, loads_record, write_records
 from curate.core.errors import UserError
 from curate.core.io import write_parquet
 from curate.core.journal import end_line as _end_line
@@ -205,7 +206,7 @@ class RolloutTask(ShardTask):
                          "response_chars": [len(t) for t in responses], "reflection": [reflection(t) for t in responses],
                          "error": entry["error"] if entry["error"] is not None else (None if responses else "no_responses"),
                          "error_detail": entry.get("detail") or ""})
-            records_out.append(json.dumps(raw, ensure_ascii=False, sort_keys=True))
+            records_out.append(dumps_record(raw))  # image bytes kept (base64 in this shard file)
             stats.kept(rec["source"])  # every readable prompt reaches the selection, which decides
         write_parquet(work / "rollouts" / f"{shard_id}.parquet", pa.Table.from_pylist(rollouts, schema=ROLLOUT_SCHEMA))
         write_parquet(work / "prompts" / f"{shard_id}.parquet", pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA))
@@ -223,13 +224,13 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[s
     """Sample, score and select RL prompts into ``out``; returns the content of ``stats.json``.
 
     Outputs: ``kept.jsonl`` (kept prompts in their input layout plus ``pass_at_1``,
-    ``pass_at_n``, ``mean_reward``), ``rollouts.parquet``, ``prompts.parquet`` (per
+    ``pass_at_n``, ``mean_reward``; ``kept.parquet`` with image structs when images are bytes), ``rollouts.parquet``, ``prompts.parquet`` (per
     prompt metrics and decision), ``rejects.parquet``, ``stats.json``, ``rl_filter.png``.
     """
     import pyarrow.parquet as pq
 
     from curate.executors import run_stage
-    from curate.core.io import atomic_open, write_json
+    from curate.core.io import write_json
     from curate.rl.selection import evaluate, load_thresholds, plot_pass_at_1, source_report
     from curate.core.shards import plan_shards
     from curate.core.stats import run_header
@@ -260,12 +261,13 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[s
         else:
             selection.error(row["id"], row["source"], row["reason"], row.get("error_detail") or row["reason"])
     total = stats.then(selection)
-    with atomic_open(out / "kept.jsonl", "w") as fh:
-        for row, raw in zip(decided, raws):
-            if row["decision"] == "kept":
-                rec = json.loads(raw)
-                rec.update(pass_at_1=row["pass_at_1"], pass_at_n=row["pass_at_n"], mean_reward=row["mean_reward"])
-                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
+    kept_rows = []
+    for row, raw in zip(decided, raws):
+        if row["decision"] == "kept":
+            rec = loads_record(raw)
+            rec.update(pass_at_1=row["pass_at_1"], pass_at_n=row["pass_at_n"], mean_reward=row["mean_reward"])
+            kept_rows.append(rec)
+    kept_name = write_records(out, "kept", kept_rows)  # kept.parquet (image structs) when images are bytes
     rollout_tables = [pq.read_table(out / "rollouts" / f"{s.id}.parquet") for s in shards]
     write_parquet(out / "rollouts.parquet", pa.concat_tables(rollout_tables) if rollout_tables
                   else ROLLOUT_SCHEMA.empty_table())
@@ -282,7 +284,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[s
         "errored": counts["errored"],
         "overall": source_report(decided),
         "per_source": {s: source_report([r for r in decided if r["source"] == s]) for s in sources},
-        "timings": counts["timings"],
+        "timings": counts["timings"], "kept_file": kept_name,
     }
     if plot:
         plot_pass_at_1(out / "rl_filter.png", decided, {s: per_source.get(s, default_th) for s in sources})
