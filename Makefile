@@ -1,4 +1,4 @@
-# curate: `make demo` installs and runs the main job on the bundled sample data, offline;
+# curate: `make demo` installs and runs the shipped recipes (curate run) on the bundled sample data, offline;
 # `make test` installs and runs the tests.
 PYTHON ?= python3
 VENV   := .venv
@@ -28,22 +28,14 @@ sample-data: setup
 
 demo: setup
 	$(PY) -m curate.fixtures build-all $(DEMO)/models
-	@echo "== curate pack: exact token counts, packed WebDataset shards =="
-	$(CURATE) pack data/sample/records.jsonl data/sample/llava.jsonl data/sample/captions.jsonl \
-		--processor $(DEMO)/models/processor --ctx 8192 --out $(DEMO)/pack
-	$(CURATE) verify $(DEMO)/pack
-	@echo "== curate balance: concept tags and inverse-frequency resampling (tiny random CLIP: tags are not meaningful) =="
-	$(CURATE) balance data/sample/records.jsonl data/sample/llava.jsonl data/sample/captions.jsonl \
-		--vocab vocab/500k.txt --model local-dir:$(DEMO)/models/clip --cache-dir $(DEMO)/cache --out $(DEMO)/balance
-	@echo "== curate recaption: English and Chinese captions (tiny random VLM: most captions fail the checks) =="
-	$(CURATE) recaption $(DEMO)/balance/records --model $(DEMO)/models/vlm --langs en,zh --max-new-tokens 32 \
-		--out $(DEMO)/recaption
-	@echo "== curate rl-filter: pass@N / pass@1 selection (tiny random VLM) =="
-	$(CURATE) rl-filter data/sample/rl/prompts.jsonl --model $(DEMO)/models/vlm --n 4 --max-new-tokens 32 \
-		--out $(DEMO)/rl-filter
+	@echo "== curate run recipes/llava-ov-midtraining.yaml: balance -> recaption en/zh -> pack at 8192 -> verify =="
+	@echo "   (tiny random models: concept tags are random and most captions fail their checks)"
+	$(CURATE) run recipes/llava-ov-midtraining.yaml --set models=$(DEMO)/models --set cache=$(DEMO)/cache --out $(DEMO)/run
+	@echo "== curate run recipes/rl-selection.yaml: rl-filter (pass@N / pass@1) -> score =="
+	$(CURATE) run recipes/rl-selection.yaml --set models=$(DEMO)/models --out $(DEMO)/rl
 	@echo
-	@echo "demo outputs: $(DEMO)/pack/shards/ and $(DEMO)/pack/packing.png, $(DEMO)/balance/balance.png,"
-	@echo "              $(DEMO)/recaption/captions.parquet, $(DEMO)/rl-filter/rl_filter.png"
+	@echo "reports (open in a browser, no server needed): $(DEMO)/run/report/index.html  $(DEMO)/rl/report/index.html"
+	@echo "recipe settings and versions: $(DEMO)/run/recipe.lock.yaml  $(DEMO)/rl/recipe.lock.yaml"
 
 bench: setup
 	$(PY) benchmarks/run_all.py

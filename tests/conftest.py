@@ -15,6 +15,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tiny models run fastest on one thread, and a shared 2-core machine stays responsive.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Stage verbs write OUT/report/ at their end; tests of the report turn it on where they need it.
+os.environ.setdefault("CURATE_REPORT", "0")
 
 import pathlib
 

@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from curate.cli import balance, pack, recaption, rl, vocab  # noqa: F401  (registers the verbs)
+from curate.cli import balance, pack, recaption, report, rl, run, vocab  # noqa: F401  (registers the verbs)
 from curate.cli.errors import describe_os_error
 from curate.cli.group import cli
 from curate.core.errors import UserError

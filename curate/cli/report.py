@@ -1,0 +1,59 @@
+"""The ``report`` verb (curate/report/), and the report every stage verb writes at its end."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from curate.cli.group import cli
+
+#: Verbs that end by writing OUT/report/ for their --out (set CURATE_REPORT=0 to skip).
+REPORTED_VERBS = frozenset({"embed", "tag", "resample", "balance", "recaption", "rl-filter", "score", "pack"})
+
+
+def report_after(verb: str, params: dict) -> None:
+    """Write the report of a verb's --out once the verb finished (a failure only warns)."""
+    out = params.get("out")
+    if verb not in REPORTED_VERBS or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
+        return
+    if not os.path.exists(os.path.join(str(out), "stats.json")):
+        return
+    from curate.core.progress import console
+    from curate.report import write_report
+
+    try:
+        index = write_report(out)
+    except Exception as exc:  # noqa: BLE001 - the stage's outputs are complete; the report is a view of them
+        console.print(f"[yellow]warning:[/yellow] report not written ({type(exc).__name__}: {exc}); "
+                      f"try: curate report {out}", markup=True)
+        return
+    console.print(f"report: {index}", markup=False, highlight=False)
+
+
+@cli.command("report")
+@click.argument("out", type=click.Path(path_type=str))
+@click.option("--samples", type=int, default=48, show_default=True,
+              help="Samples shown per section (a seeded sample, so huge runs give small reports).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+def report_cmd(out: str, samples: int, seed: int) -> None:
+    """Write OUT/report/: a static HTML site showing what each stage did to the data.
+
+    OUT is a stage's output folder or a curate run folder. Per stage: the funnel
+    (records in, kept, dropped and errored by reason, per source), the plots, browsable
+    samples (concepts with thumbnails, captions side by side, RL prompts with their
+    responses, packed sequences as strips) and the dropped/errored records, filterable
+    by reason and source. Opens from the file system: no server, no network.
+
+    \b
+    Example:
+      curate report demo-out/run && xdg-open demo-out/run/report/index.html
+    """
+    from curate.core.errors import UserError
+    from curate.core.progress import console
+    from curate.report import write_report
+
+    if samples < 1:
+        raise UserError(f"--samples must be at least 1, got {samples}")
+    index = write_report(out, samples=samples, seed=seed)
+    console.print(f"report: {index}", markup=False, highlight=False)

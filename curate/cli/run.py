@@ -1,0 +1,125 @@
+"""The ``run`` verb: a recipe of steps, each one of the verbs below run as its own command (curate/run/)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from curate.cli.group import cli
+from curate.core.errors import UserError
+from curate.run.plan import OptionInfo, VerbInfo
+
+
+@contextlib.contextmanager
+def _as_command(verb: str, argv: list[str]) -> Iterator[None]:
+    """Run with sys.argv set to the step's own command (stats.json records it) and no per-verb report."""
+    saved_argv, saved_report = sys.argv, os.environ.get("CURATE_REPORT")
+    sys.argv = ["curate", verb, *argv]
+    os.environ["CURATE_REPORT"] = "0"  # curate run writes one report for all steps at its end
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        if saved_report is None:
+            os.environ.pop("CURATE_REPORT", None)
+        else:
+            os.environ["CURATE_REPORT"] = saved_report
+
+
+class ClickVerbs:
+    """The verbs as the click commands define them: a recipe step maps onto their flags."""
+
+    def _command(self, verb: str) -> click.Command:
+        cmd = cli.commands.get(verb)
+        if cmd is None:
+            raise UserError(f"unknown verb {verb!r}")
+        return cmd
+
+    def describe(self, verb: str) -> VerbInfo:
+        """Arguments and options of a verb, read from its click command."""
+        cmd = self._command(verb)
+        argument, required, options = None, False, {}
+        for param in cmd.params:
+            if isinstance(param, click.Argument):
+                argument, required = param.name, param.required
+                continue
+            if not isinstance(param, click.Option) or param.name == "help":
+                continue
+            long = [o for o in param.opts if o.startswith("--")] or list(param.opts)
+            info = OptionInfo(flag=long[0], multiple=param.multiple, is_flag=bool(param.is_flag),
+                              is_path=isinstance(param.type, click.Path),
+                              off_flag=param.secondary_opts[0] if param.secondary_opts else None)
+            for name in {*(o.lstrip("-") for o in long), (param.name or "").replace("_", "-")}:
+                if name:
+                    options[name] = info
+        return VerbInfo(argument=argument, argument_required=required, options=options,
+                        writes_out="out" in options)
+
+    def resolve(self, verb: str, argv: list[str]) -> dict[str, Any]:
+        """Parse argv with the verb's parser: every parameter's value, defaults included."""
+        cmd = self._command(verb)
+        try:
+            ctx = cmd.make_context(verb, list(argv), resilient_parsing=False)
+        except click.ClickException as exc:
+            raise UserError(exc.format_message()) from None
+        with ctx:
+            params = dict(ctx.params)
+            params.update({k.split(".", 1)[1]: v for k, v in ctx.meta.items() if k.startswith("curate.")})
+        return params
+
+    def invoke(self, verb: str, argv: list[str]) -> None:
+        """Run ``curate VERB ARGV`` in this process, through the command line's own path."""
+        with _as_command(verb, argv):
+            try:
+                cli.main(args=[verb, *argv], prog_name="curate", standalone_mode=False)
+            except click.ClickException as exc:
+                raise UserError(f"curate {verb}: {exc.format_message()}") from None
+
+
+@cli.command("run")
+@click.argument("recipe", type=click.Path(path_type=str))
+@click.option("--out", type=click.Path(path_type=str), default=None,
+              help="Run folder (default: the recipe's out:). Step N writes OUT/NN-name/.")
+@click.option("--from", "start", default=None, metavar="STEP", help="First step to run; earlier ones must have finished.")
+@click.option("--until", default=None, metavar="STEP", help="Last step to run.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (steps, inputs, outputs, what is skipped); run nothing.")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+              help="Override a variable of the recipe's vars: (repeatable).")
+@click.option("--no-report", is_flag=True, help="Do not write OUT/report/ at the end.")
+def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, dry_run: bool,
+            sets: tuple[str, ...], no_report: bool) -> None:
+    """Run a recipe: an ordered list of steps, each a verb with its options.
+
+    Steps run in order, each as its own command (same flags, checks and outputs as
+    by hand) into OUT/NN-name/. A finished step (stats.json present, settings
+    unchanged) is skipped; a started one resumes; a finished step whose settings
+    changed is refused. OUT/recipe.lock.yaml keeps the recipe, every step's
+    resolved settings and the library versions; OUT/report/index.html shows the data.
+
+    \b
+    Examples:
+      curate run recipes/llava-ov-midtraining.yaml --set models=demo-out/models --out demo-out/run
+      curate run recipes/rl-selection.yaml --dry-run
+      curate run recipes/llava-ov-midtraining.yaml --from pack
+    """
+    from curate.core.progress import console
+    from curate.run.recipe import load_recipe, parse_sets
+    from curate.run.runner import out_folder, run_recipe
+
+    parsed = load_recipe(recipe, parse_sets(sets))
+    folder = out_folder(parsed, out)
+    run_recipe(parsed, folder, ClickVerbs(), start=start, until=until, dry_run=dry_run,
+               echo=lambda line: console.print(line, markup=False, highlight=False))
+    if dry_run:
+        return
+    console.print(f"lock: {folder}/recipe.lock.yaml")
+    if not no_report:
+        from curate.report import write_report
+
+        index = write_report(folder)
+        console.print(f"report: {index}")

@@ -1,0 +1,108 @@
+"""``curate report``: a static HTML site in ``OUT/report/`` showing what each stage did to the data.
+
+It opens from the file system (no server, no network: CSS and script inline,
+thumbnails and plots as files in ``report/assets/``). Per stage: the funnel
+(records in → kept, dropped and errored by reason, per source), its plots, browsable
+samples (a seeded sample of ``samples`` per page, so a report on a huge run stays
+small and fast) and the dropped/errored records, filterable by reason and source.
+
+``OUT`` is a stage folder (it holds a ``stats.json``) or a ``curate run`` folder
+(steps in ``OUT/NN-name/``); the report goes to ``OUT/report/`` either way.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from curate.core.errors import UserError
+from curate.core.io import atomic_open, read_json
+from curate.report.assets import Assets
+from curate.report.funnel import counts, funnel_html, settings_html
+from curate.report.html import Raw, esc, num, page, section, table
+from curate.report.rejects import rejects_html
+from curate.report.stages import PLOTS, samples_html
+
+__all__ = ["find_stages", "write_report"]
+
+_STEP = re.compile(r"^\d{2}-[A-Za-z][A-Za-z0-9_-]*$")
+
+
+def find_stages(out: Path) -> list[tuple[str, Path]]:
+    """(page name, folder) of each stage under ``out``: the folder itself, or its ``NN-name`` steps."""
+    if (out / "stats.json").exists():
+        return [("stage", out)]
+    return [(p.name, p) for p in sorted(out.iterdir()) if p.is_dir() and _STEP.match(p.name)
+            and (p / "stats.json").exists()]
+
+
+def _stage_page(name: str, folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int,
+                nav: list[tuple[str, str]]) -> str:
+    stage = str(stats.get("stage", "?"))
+    parts = [funnel_html(stats)]
+    plots = [assets.copy(folder / p, name) for p in PLOTS.get(stage, ())]
+    plots = [p for p in plots if p]
+    if plots:
+        parts.append(section("Plots", "".join(f'<img class="plot" src="{esc(p)}" alt="plot">' for p in plots), "plots"))
+    parts.append(samples_html(stage, folder, stats, assets, samples, seed))
+    parts.append(rejects_html(folder, samples, seed))
+    parts.append(settings_html(stats))
+    title = f"{name if name != 'stage' else folder.name}: {stage}"
+    return page(title, "".join(p for p in parts if p), nav)
+
+
+def _index(out: Path, stages: list[tuple[str, Path, dict[str, Any]]], nav: list[tuple[str, str]],
+           seconds: float) -> str:
+    rows = []
+    for name, folder, stats in stages:
+        c = counts(stats)
+        rows.append([Raw(f'<a href="{esc(name)}.html">{esc(name)}</a>'), stats.get("stage", "?"), c["in"], c["kept"],
+                     sum(c["dropped"].values()), sum(c["errored"].values()),
+                     ", ".join(f"{k} {v:,}" for k, v in sorted(c["dropped"].items())) or "–",
+                     ", ".join(f"{k} {v:,}" for k, v in sorted(c["errored"].items())) or "–"])
+    inner = table(["step", "stage", "in", "kept", "dropped", "errored", "dropped by reason", "errored by reason"],
+                  rows, numeric={2, 3, 4, 5}, tid="steps")
+    lock = out / "recipe.lock.yaml"
+    extra = f'<p>Recipe settings and versions: <a href="../recipe.lock.yaml">recipe.lock.yaml</a></p>' if lock.exists() else ""
+    return page(f"curate report: {out.name or out}",
+                section("Steps", inner + extra, "steps")
+                + f'<p class="muted">written by curate report in {seconds:.1f}s</p>', nav)
+
+
+def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path:
+    """Write ``OUT/report/`` and return the path of its ``index.html``.
+
+    Args:
+        out: a stage folder or a ``curate run`` folder.
+        samples: samples shown per page section (a seeded sample).
+        seed: seed of the sample.
+
+    Raises:
+        UserError: ``out`` holds no stage output.
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    if not out.is_dir():
+        raise UserError(f"{out}: no such folder; give a stage's --out or a curate run folder")
+    found = find_stages(out)
+    if not found:
+        raise UserError(f"{out}: no stats.json here nor in NN-name/ step folders; run a stage or a recipe first")
+    report = out / "report"
+    tmp = out / ".report.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    assets = Assets(tmp)
+    stages = [(name, folder, read_json(folder / "stats.json")) for name, folder in found]
+    nav = [("index", "index.html")] + [(name if name != "stage" else str(s.get("stage", name)), f"{name}.html")
+                                       for name, _, s in stages]
+    for name, folder, stats in stages:
+        with atomic_open(tmp / f"{name}.html", "w") as fh:
+            fh.write(_stage_page(name, folder, stats, assets, samples, seed, nav))
+    with atomic_open(tmp / "index.html", "w") as fh:
+        fh.write(_index(out, stages, nav, time.perf_counter() - t0))
+    shutil.rmtree(report, ignore_errors=True)
+    tmp.rename(report)
+    return report / "index.html"

@@ -1,0 +1,128 @@
+"""HTML building blocks of the report: escaping, the page shell (inline CSS and JS), tables, the funnel.
+
+Pages are plain HTML rendered here; the only script (inline) filters rows and
+cards on the client by reason, source and free text. Nothing is loaded from the
+network: styles and script are inline, images are files beside the pages.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+CSS = """
+*{box-sizing:border-box}body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2329;
+background:#f6f7f9}header{background:#1f3a5f;color:#fff;padding:10px 24px}header a{color:#cfe0ff;margin-right:14px}
+header h1{font-size:18px;margin:4px 0}main{padding:16px 24px;max-width:1400px}section{background:#fff;
+border:1px solid #dde1e6;border-radius:6px;padding:12px 16px;margin:0 0 16px}h2{font-size:16px;margin:4px 0 10px}
+h3{font-size:14px;margin:10px 0 6px}table{border-collapse:collapse;font-size:13px}td,th{border-bottom:1px solid
+#e5e8ec;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f0f2f5}td.n,th.n{text-align:right;
+font-variant-numeric:tabular-nums}.muted{color:#66707a}.ok{color:#1b7f3b}.bad{color:#b42318}.pill{display:inline-block;
+padding:0 6px;border-radius:9px;background:#eef1f5;margin:1px 2px;font-size:12px}.bar{display:flex;height:22px;
+border-radius:3px;overflow:hidden;min-width:300px;max-width:900px;margin:6px 0}.bar span{display:block;height:100%}
+.kept{background:#3b8c5a}.dropped{background:#e0a526}.errored{background:#c4432d}.cards{display:flex;flex-wrap:wrap;
+gap:10px}.card{border:1px solid #dde1e6;border-radius:6px;padding:8px;width:300px;background:#fff}.card.wide{width:100%}
+.card img{max-width:256px;max-height:256px;display:block;margin:0 auto 6px;background:#eee}.pair{display:grid;
+grid-template-columns:1fr 1fr;gap:8px}.pair div{background:#f7f8fa;padding:6px;border-radius:4px;white-space:pre-wrap;
+word-break:break-word}.filters{margin:6px 0 10px;display:flex;gap:8px;flex-wrap:wrap}.filters input,.filters select{
+font:inherit;padding:2px 6px}.strip{display:flex;height:26px;margin:3px 0;border:1px solid #ccd;border-radius:3px;
+overflow:hidden;background:#fafafa}.strip span{display:flex;height:100%;overflow:hidden;font-size:10px;color:#fff;
+align-items:center;white-space:nowrap;border-right:1px solid #fff}.seg-text{background:#4c78a8}.seg-image{
+background:#9467bd}.seg-pad{background:#d9d9d9 !important;color:#555 !important}pre{white-space:pre-wrap;
+word-break:break-word;margin:2px 0;font-size:12px;background:#f7f8fa;padding:4px}img.plot{max-width:100%;
+border:1px solid #e5e8ec}.hidden{display:none !important}
+"""
+
+JS = """
+(function(){
+  function apply(box){
+    var scope=document.getElementById(box.getAttribute('data-for'));
+    var q=(box.querySelector('input')||{value:''}).value.toLowerCase();
+    var sels=box.querySelectorAll('select');var shown=0;
+    scope.querySelectorAll('[data-row]').forEach(function(el){
+      var ok=!q||el.textContent.toLowerCase().indexOf(q)>=0;
+      sels.forEach(function(s){if(s.value&&el.getAttribute('data-'+s.name)!==s.value){ok=false;}});
+      el.classList.toggle('hidden',!ok);if(ok){shown++;}
+    });
+    var c=box.querySelector('.count');if(c){c.textContent=shown+' shown';}
+  }
+  window.addEventListener('load',function(){
+    document.querySelectorAll('img').forEach(function(i){
+      i.setAttribute('data-loaded',i.complete&&i.naturalWidth>0?i.naturalWidth+'x'+i.naturalHeight:'no');});
+    document.body.setAttribute('data-ready','1');
+  });
+  document.querySelectorAll('.filters').forEach(function(box){
+    box.querySelectorAll('input,select').forEach(function(el){el.addEventListener('input',function(){apply(box);});});
+    apply(box);
+  });
+})();
+"""
+
+
+def esc(value: Any) -> str:
+    """HTML-escape any value (None as an empty string)."""
+    return "" if value is None else html.escape(str(value), quote=True)
+
+
+def num(value: Any) -> str:
+    """A number for display: integers with thousands separators, floats with 3 decimals."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return esc(value)
+
+
+def page(title: str, body: str, nav: list[tuple[str, str]]) -> str:
+    """A complete HTML page with inline CSS and the filter script."""
+    links = "".join(f'<a href="{esc(href)}">{esc(label)}</a>' for label, href in nav)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+            f'content="width=device-width, initial-scale=1"><title>{esc(title)}</title><style>{CSS}</style></head>'
+            f'<body><header><nav>{links}</nav><h1>{esc(title)}</h1></header><main>{body}</main>'
+            f'<script>{JS}</script></body></html>\n')
+
+
+def section(title: str, inner: str, sid: str = "") -> str:
+    """A titled box."""
+    attr = f' id="{esc(sid)}"' if sid else ""
+    return f"<section{attr}><h2>{esc(title)}</h2>{inner}</section>"
+
+
+def table(headers: list[str], rows: list[list[Any]], *, numeric: set[int] | None = None,
+          row_attrs: list[dict[str, str]] | None = None, tid: str = "") -> str:
+    """A table; cells are escaped unless they are :class:`Raw`."""
+    numeric = numeric or set()
+    head = "".join(f'<th{" class=n" if i in numeric else ""}>{esc(h)}</th>' for i, h in enumerate(headers))
+    body = []
+    for r, row in enumerate(rows):
+        attrs = "".join(f' data-{k}="{esc(v)}"' for k, v in (row_attrs[r] if row_attrs else {}).items())
+        cells = "".join(f'<td{" class=n" if i in numeric else ""}>{c if isinstance(c, Raw) else num(c)}</td>'
+                        for i, c in enumerate(row))
+        body.append(f"<tr{attrs}>{cells}</tr>")
+    attr = f' id="{esc(tid)}"' if tid else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+class Raw(str):
+    """Markup that :func:`table` must not escape."""
+
+
+def filters(target: str, selects: dict[str, list[str]], placeholder: str = "search") -> str:
+    """Client-side filter controls for the ``[data-row]`` elements inside element ``target``."""
+    parts = [f'<div class="filters" data-for="{esc(target)}"><input type="search" placeholder="{esc(placeholder)}">']
+    for name, values in selects.items():
+        opts = "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in values)
+        parts.append(f'<select name="{esc(name)}"><option value="">all {esc(name)}s</option>{opts}</select>')
+    parts.append('<span class="count muted"></span></div>')
+    return "".join(parts)
+
+
+def json_block(element_id: str, data: Any) -> str:
+    """Data for scripts, as an inert JSON script element."""
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True).replace("</", "<\\/")
+    return f'<script type="application/json" id="{esc(element_id)}">{text}</script>'

@@ -1,0 +1,305 @@
+"""Planning a recipe run: each step's command line, its folder, and whether it runs, resumes or is skipped.
+
+The planner does not know any verb's flags: it asks a :class:`VerbTable` (given by the
+CLI, which reads them from the click commands) what each verb accepts, so a recipe
+takes exactly the options of the command line, with the same names and checks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from curate.core.errors import UserError
+from curate.run.recipe import Recipe, Step
+
+#: What a step hands to the next one when it is named without a sub-path.
+MAIN_OUTPUT = {"balance": "records", "recaption": "records.jsonl", "rl-filter": "kept.jsonl",
+               "score": "scores.parquet", "pack": "", "verify": ""}
+RUN_DIR = "_run"
+
+
+@dataclass(frozen=True)
+class OptionInfo:
+    """One command-line option of a verb."""
+
+    flag: str  #: e.g. ``--ctx``
+    multiple: bool = False
+    is_flag: bool = False
+    is_path: bool = False
+    off_flag: str | None = None  #: e.g. ``--no-records`` for boolean pairs
+
+
+@dataclass(frozen=True)
+class VerbInfo:
+    """What a verb accepts: its positional argument (if any) and its options by name."""
+
+    argument: str | None
+    argument_required: bool
+    options: dict[str, OptionInfo]
+    writes_out: bool  #: has ``--out``
+
+
+class VerbTable(Protocol):
+    """The verbs as the command line defines them (implemented in curate/cli/run.py)."""
+
+    def describe(self, verb: str) -> VerbInfo:
+        """Arguments and options of ``verb``."""
+
+    def resolve(self, verb: str, argv: list[str]) -> dict[str, Any]:
+        """Parse ``argv`` as the verb would: every parameter's value, defaults included (UserError if invalid)."""
+
+    def invoke(self, verb: str, argv: list[str]) -> None:
+        """Run ``curate VERB ARGV`` in this process."""
+
+
+@dataclass
+class PlannedStep:
+    """A step with its command line and status in this run."""
+
+    step: Step
+    folder: Path
+    argv: list[str]
+    settings: dict[str, Any]
+    depends: list[str] = field(default_factory=list)  #: names of the steps it reads
+    reads: list[str] = field(default_factory=list)  #: paths it reads
+    upstream: dict[str, str] = field(default_factory=dict)  #: step read -> hash of its settings and upstream
+    status: str = "run"  #: run, resume, skip, refuse, not selected
+    why: str = ""
+
+    @property
+    def command(self) -> str:
+        """The equivalent command line."""
+        import shlex
+
+        return shlex.join(["curate", self.step.verb, *self.argv])
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _ref(value: str, step: Step, recipe: Recipe, out: Path, line: int,
+         depends: list[str], reads: list[str]) -> list[str]:
+    """Resolve a recipe input name, a step name or STEP/sub/path (added to ``reads``); others are literal paths."""
+    paths = _resolve(value, step, recipe, out, line, depends)
+    if paths is None:
+        return [value]
+    reads.extend(paths)
+    return paths
+
+
+def _resolve(value: str, step: Step, recipe: Recipe, out: Path, line: int, depends: list[str]) -> list[str] | None:
+    head, slash, rest = value.partition("/")
+    if head in recipe.inputs and head not in {s.name for s in recipe.steps}:
+        paths = recipe.inputs[head]
+        if rest:
+            if len(paths) != 1:
+                raise UserError(f"{recipe.where(line)}: {value!r}: input {head!r} has several paths; "
+                                "name a sub-path of a single-path input only")
+            return [f"{paths[0].rstrip('/')}/{rest}"]
+        return list(paths)
+    target = recipe.step(head)
+    if target is None:
+        return None
+    if target.index >= step.index:
+        cycle = _cycle(recipe, step.name, out)
+        if cycle:
+            raise UserError(f"{recipe.where(step.line)}: steps form a cycle ({' -> '.join(cycle)}); "
+                            "a step can only read the recipe's inputs and earlier steps")
+        raise UserError(f"{recipe.where(line)}: step {step.name!r} reads {head!r}, which comes later in the "
+                        f"recipe; move {step.name!r} after {head!r}")
+    depends.append(head)
+    sub = rest if slash else MAIN_OUTPUT[target.verb]
+    return [str(out / target.folder / sub) if sub else str(out / target.folder)]
+
+
+def _step_refs(step: Step, recipe: Recipe) -> set[str]:
+    names = {s.name for s in recipe.steps}
+    values: list[str] = list(step.inputs)
+    for v in step.options.values():
+        values.extend(str(x) for x in (v if isinstance(v, list) else [v]) if isinstance(x, str))
+    return {v.partition("/")[0] for v in values if v.partition("/")[0] in names}
+
+
+def _cycle(recipe: Recipe, start: str, out: Path) -> list[str]:
+    """A cycle through ``start`` in the steps' references, or []."""
+    graph = {s.name: _step_refs(s, recipe) for s in recipe.steps}
+
+    def walk(node: str, trail: list[str]) -> list[str]:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == start:
+                return trail + [nxt]
+            if nxt not in trail:
+                found = walk(nxt, trail + [nxt])
+                if found:
+                    return found
+        return []
+
+    return walk(start, [start])
+
+
+def _option_args(name: str, value: Any, info: OptionInfo, resolve_path: Any) -> list[str]:
+    if value is None or value is False and info.off_flag is None and info.is_flag:
+        return []
+    if info.is_flag:
+        if not isinstance(value, bool):
+            raise ValueError(f"is an on/off flag: write {name}: true or false")
+        return [info.flag] if value else [info.off_flag]  # type: ignore[list-item]
+    values = value if isinstance(value, list) else [value]
+    if any(isinstance(v, (dict, list)) for v in values):
+        raise ValueError("must be a value or a list of values")
+    strs = ["true" if v is True else "false" if v is False else str(v) for v in values]
+    if info.is_path:
+        strs = [p for s in strs for p in resolve_path(s)]
+    if info.multiple:
+        return [a for s in strs for a in (info.flag, s)]
+    if len(strs) != 1 and not isinstance(value, list):
+        raise ValueError("takes one value")
+    return [info.flag, ",".join(strs)]
+
+
+def plan_step(step: Step, recipe: Recipe, out: Path, verbs: VerbTable) -> PlannedStep:
+    """The command line of one step, checked by the verb's own parser.
+
+    Raises:
+        UserError: an unknown option, a bad value, a missing input or a forward reference,
+            naming the recipe line.
+    """
+    info = verbs.describe(step.verb)
+    depends: list[str] = []
+    folder = out / step.folder
+    argv: list[str] = []
+    reads: list[str] = []
+    if step.inputs:
+        if info.argument is None:
+            raise UserError(f"{recipe.where(step.line)}: {step.verb} takes no input:; give its inputs as options "
+                            f"({', '.join(n for n, o in info.options.items() if o.is_path and n != 'out')})")
+        for value in step.inputs:
+            paths = _ref(value, step, recipe, out, step.input_line or step.line, depends, reads)
+            if paths == [value] and value not in reads and "://" not in value and not Path(value).exists():
+                raise UserError(f"{recipe.where(step.input_line or step.line)}: step {step.name!r} reads {value!r}: no such file, "
+                                f"recipe input ({', '.join(recipe.inputs) or 'none'}) or earlier step")
+            argv.extend(paths)
+    elif info.argument_required:
+        raise UserError(f"{recipe.where(step.line)}: step {step.name!r} needs an input: (a recipe input or an "
+                        "earlier step)")
+    for name, value in step.options.items():
+        line = step.option_lines.get(name, step.line)
+        key = name.replace("_", "-")
+        if key == "out" and info.writes_out:
+            raise UserError(f"{recipe.where(line)}: out is set by curate run (OUT/{step.folder}); remove it")
+        opt = info.options.get(key)
+        if opt is None:
+            raise UserError(f"{recipe.where(line)}: {step.verb} has no option {name!r}; "
+                            f"{_suggest(key, list(info.options))}see curate {step.verb} --help")
+
+        def resolve_path(v: str, _line: int = line) -> list[str]:
+            return _ref(v, step, recipe, out, _line, depends, reads)
+
+        try:
+            argv.extend(_option_args(name, value, opt, resolve_path))
+        except ValueError as exc:
+            raise UserError(f"{recipe.where(line)}: option {name!r} of {step.verb} {exc}") from None
+    if info.writes_out:
+        argv.extend(["--out", str(folder)])
+    try:
+        settings = verbs.resolve(step.verb, argv)
+    except UserError as exc:
+        raise UserError(f"{recipe.where(step.line)}: step {step.name!r}: {exc}") from None
+    return PlannedStep(step=step, folder=folder, argv=argv, settings=json.loads(json.dumps(settings, default=str)),
+                       depends=sorted(set(depends)), reads=reads)
+
+
+def _digest(obj: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _record_path(out: Path, planned: PlannedStep) -> Path:
+    return out / RUN_DIR / f"{planned.step.folder}.json"
+
+
+def _changed(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
+
+
+def plan_run(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None = None,
+             until: str | None = None) -> list[PlannedStep]:
+    """Plan every step and decide its status (run, resume, skip, refuse, not selected).
+
+    Raises:
+        UserError: a bad step, an unknown --from/--until step, a missing recipe input.
+    """
+    names = [s.name for s in recipe.steps]
+    for flag, name in (("--from", start), ("--until", until)):
+        if name is not None and name not in names:
+            raise UserError(f"{flag} {name}: {recipe.path} has no step {name!r} (steps: {', '.join(names)})")
+    lo = names.index(start) if start else 0
+    hi = names.index(until) if until else len(names) - 1
+    if lo > hi:
+        raise UserError(f"--from {start} comes after --until {until} in {recipe.path}; swap them")
+    used = {v.partition("/")[0] for s in recipe.steps[lo:hi + 1] for v in s.inputs}
+    for name, paths in recipe.inputs.items():
+        for p in paths:
+            if "://" not in p and not Path(p).exists() and (name in used or not recipe.steps[lo:hi + 1]):
+                raise UserError(f"{recipe.where(recipe.input_lines[name])}: input {name!r}: {p} does not exist; "
+                                "fix the path (or --set the variable it uses)")
+    planned = [plan_step(s, recipe, out, verbs) for s in recipe.steps]
+    by_name = {p.step.name: p for p in planned}
+    for p in planned:  # a step is stale when a step it reads ran with other settings
+        p.upstream = {d: _digest({"settings": by_name[d].settings, "upstream": by_name[d].upstream})
+                      for d in p.depends}
+    for i, p in enumerate(planned):
+        if not lo <= i <= hi:
+            p.status, p.why = "not selected", ("before --from" if i < lo else "after --until")
+            continue
+        stats = p.folder / "stats.json"
+        record = _record_path(out, p)
+        if stats.exists():
+            recorded = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
+            if recorded is None:
+                p.status, p.why = "refuse", f"{p.folder} holds a finished run not made by this recipe"
+            elif (recorded["verb"], recorded["settings"], recorded.get("upstream") or {}) != (p.step.verb, p.settings,
+                                                                                      p.upstream):
+                what = _changed(recorded["settings"], p.settings) if recorded["verb"] == p.step.verb else ["verb"]
+                what += [f"input from step {d}" for d in sorted(set(recorded.get("upstream") or {}) | set(p.upstream))
+                         if (recorded.get("upstream") or {}).get(d) != p.upstream.get(d)]
+                p.status, p.why = "refuse", f"finished with other settings ({', '.join(what)})"
+            else:
+                p.status, p.why = "skip", "finished, settings unchanged"
+        elif p.folder.exists():
+            p.status, p.why = "resume", "started, not finished"
+    return planned
+
+
+def check_ready(planned: list[PlannedStep], recipe: Recipe, i: int) -> None:
+    """Before step ``i`` runs: every path it reads exists (earlier steps finished).
+
+    Raises:
+        UserError: naming the recipe line of the step and the step it waits for.
+    """
+    p = planned[i]
+    by_name = {q.step.name: q for q in planned}
+    for dep in p.depends:
+        q = by_name[dep]
+        if not (q.folder / "stats.json").exists():
+            raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r} reads step {dep!r} "
+                            f"({q.folder}), which has not finished yet; run without --from, or --from {dep}")
+    for path in p.reads:
+        if "://" not in path and not Path(path).exists():
+            raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r} reads {path}, which does not "
+                            "exist; fix the recipe or run the step that makes it")
+
+
+def write_record(out: Path, p: PlannedStep) -> None:
+    """Remember the settings a step runs with (``OUT/_run/NN-name.json``)."""
+    from curate.core.io import write_json
+
+    write_json(_record_path(out, p), {"verb": p.step.verb, "command": p.command, "settings": p.settings,
+                                         "upstream": p.upstream})

@@ -1,0 +1,263 @@
+"""Reading a recipe: YAML with line numbers, variables, inputs and an ordered list of steps.
+
+A recipe (see ``recipes/*.yaml``)::
+
+    vars:                                  # ${name} anywhere below; override with --set name=value
+      models: demo-out/models
+    out: demo-out/run                      # default of --out
+    inputs:                                # named inputs: a path or a list of paths
+      raw: [data/sample/records.jsonl, data/sample/llava.jsonl]
+    steps:
+      - name: balance                      # optional, default the verb; folder OUT/01-balance
+        verb: balance                      # balance, recaption, rl-filter, score, pack, verify
+        input: raw                         # a recipe input, a step (its main output) or STEP/sub/path
+        options: {vocab: vocab/500k.txt, model: "local-dir:${models}/clip"}
+
+Every mistake raises :class:`~curate.core.errors.UserError` naming ``recipe.yaml:LINE``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from curate.core.errors import UserError
+
+#: Verbs a recipe step may run.
+VERBS = ("balance", "recaption", "rl-filter", "score", "pack", "verify")
+_VAR = re.compile(r"\$\{([^}]*)\}")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_TOP_KEYS = {"vars", "out", "inputs", "steps", "description"}
+_STEP_KEYS = {"name", "verb", "input", "options", "description"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a recipe, as written (variables substituted)."""
+
+    index: int  #: 1-based position in the recipe
+    name: str
+    verb: str
+    inputs: tuple[str, ...]  #: references or paths given as ``input``
+    options: dict[str, Any]  #: option name (as in the CLI, without ``--``) -> value
+    line: int  #: line of the step in the recipe file
+    option_lines: dict[str, int] = field(default_factory=dict)
+    input_line: int = 0  #: line of ``input:`` (0 when absent)
+
+    @property
+    def folder(self) -> str:
+        """The step's output folder name inside OUT, ``NN-name``."""
+        return f"{self.index:02d}-{self.name}"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A parsed recipe."""
+
+    path: Path
+    text: str
+    vars: dict[str, str]
+    out: str | None
+    inputs: dict[str, tuple[str, ...]]
+    input_lines: dict[str, int]
+    steps: tuple[Step, ...]
+
+    def where(self, line: int) -> str:
+        """``recipe.yaml:LINE`` for messages."""
+        return f"{self.path}:{line}"
+
+    def step(self, name: str) -> Step | None:
+        """The step called ``name``, if any."""
+        return next((s for s in self.steps if s.name == name), None)
+
+
+class _LinedDict(dict):
+    line = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key_lines: dict[Any, int] = {}
+
+
+class _LinedList(list):
+    line = 0
+    item_lines: list[int] = []
+
+
+def _compose(text: str, path: Path) -> Any:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise UserError(f"{path}:{line}: not valid YAML ({getattr(exc, 'problem', exc)}); fix the recipe") from None
+    if node is None:
+        raise UserError(f"{path}:1: the recipe is empty; give it inputs and steps (see recipes/)")
+    loader = yaml.SafeLoader("")
+
+    def value(n: yaml.Node) -> Any:
+        if isinstance(n, (yaml.MappingNode, yaml.SequenceNode)):
+            return _walk(n)
+        return loader.construct_object(n, deep=True)
+
+    def _walk(n: yaml.Node) -> Any:
+        if isinstance(n, yaml.MappingNode):
+            out = _LinedDict()
+            out.line = n.start_mark.line + 1
+            for k, v in n.value:
+                key = loader.construct_object(k, deep=True)
+                if key in out:
+                    raise UserError(f"{path}:{k.start_mark.line + 1}: key {key!r} is given twice; keep one")
+                out[key] = value(v)
+                out.key_lines[key] = k.start_mark.line + 1
+            return out
+        items = _LinedList(value(v) for v in n.value)
+        items.line = n.start_mark.line + 1
+        items.item_lines = [v.start_mark.line + 1 for v in n.value]
+        return items
+
+    return value(node)
+
+
+def _substitute(value: Any, variables: dict[str, str], path: Path, line: int) -> Any:
+    """Replace ``${name}`` in every string of ``value`` (messages name the line of the string)."""
+    if isinstance(value, str):
+        def repl(m: re.Match[str]) -> str:
+            name = m.group(1).strip()
+            if name not in variables:
+                known = ", ".join(sorted(variables)) or "none"
+                raise UserError(f"{path}:{line}: unknown variable ${{{name}}} (known: {known}); "
+                                f"define it under vars: or pass --set {name}=VALUE")
+            return variables[name]
+        return _VAR.sub(repl, value)
+    if isinstance(value, _LinedDict):
+        out = _LinedDict()
+        out.line, out.key_lines = value.line, value.key_lines
+        for k, v in value.items():
+            out[k] = _substitute(v, variables, path, value.key_lines.get(k, line))
+        return out
+    if isinstance(value, _LinedList):
+        items = _LinedList(_substitute(v, variables, path, n) for v, n in zip(value, value.item_lines))
+        items.line, items.item_lines = value.line, value.item_lines
+        return items
+    return value
+
+
+def _line(obj: Any, key: Any = None, default: int = 1) -> int:
+    if key is not None and isinstance(obj, _LinedDict):
+        return obj.key_lines.get(key, obj.line or default)
+    return getattr(obj, "line", default) or default
+
+
+def _paths(value: Any, where: str, what: str) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, (str, int, float)) and str(v) for v in items):
+        raise UserError(f"{where}: {what} must be a path, a name or a list of them")
+    return tuple(str(v) for v in items)
+
+
+def parse_sets(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``--set name=value`` pairs as a dict (a pair without ``=`` is a UserError)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name.strip():
+            raise UserError(f"--set {pair!r}: expected NAME=VALUE, e.g. --set models=demo-out/models")
+        out[name.strip()] = value
+    return out
+
+
+def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Recipe:
+    """Read and check a recipe's structure (verbs and references are checked by the planner).
+
+    Args:
+        path: the recipe file (YAML).
+        overrides: ``--set`` values replacing the recipe's ``vars``.
+
+    Raises:
+        UserError: unreadable file, bad YAML, unknown key, bad name, unknown variable.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the recipe ({exc.strerror or exc}); check the path") from None
+    doc = _compose(text, path)
+    if not isinstance(doc, _LinedDict):
+        raise UserError(f"{path}:1: a recipe is a mapping with inputs: and steps: (see recipes/)")
+    for key in doc:
+        if key not in _TOP_KEYS:
+            raise UserError(f"{path}:{_line(doc, key)}: unknown key {key!r}; a recipe has "
+                            f"{', '.join(sorted(_TOP_KEYS))}")
+    raw_vars = doc.get("vars") or _LinedDict()
+    if not isinstance(raw_vars, dict):
+        raise UserError(f"{path}:{_line(doc, 'vars')}: vars must be a mapping name: value")
+    variables = {str(k): "" if v is None else str(v) for k, v in raw_vars.items()}
+    for name in overrides or {}:
+        if name not in variables:
+            known = ", ".join(sorted(variables)) or "none"
+            raise UserError(f"--set {name}=...: {path} has no variable {name!r} (its vars: {known})")
+    variables.update(overrides or {})
+    for name, value in list(variables.items()):  # variables may use earlier variables
+        variables[name] = _substitute(value, {k: v for k, v in variables.items() if k != name}, path,
+                                      _line(raw_vars, name))
+    body = {k: _substitute(v, variables, path, _line(doc, k)) for k, v in doc.items() if k != "vars"}
+
+    raw_inputs = body.get("inputs") or _LinedDict()
+    if not isinstance(raw_inputs, dict):
+        raise UserError(f"{path}:{_line(doc, 'inputs')}: inputs must be a mapping name: path (or list of paths)")
+    inputs: dict[str, tuple[str, ...]] = {}
+    input_lines: dict[str, int] = {}
+    for name, value in raw_inputs.items():
+        where = f"{path}:{_line(raw_inputs, name)}"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise UserError(f"{where}: input name {name!r} must start with a letter (letters, digits, - and _)")
+        inputs[name] = _paths(value, where, f"input {name!r}")
+        input_lines[name] = _line(raw_inputs, name)
+
+    raw_steps = body.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise UserError(f"{path}:{_line(doc, 'steps')}: steps must be a non-empty list of steps (see recipes/)")
+    steps: list[Step] = []
+    for i, raw in enumerate(raw_steps, 1):
+        line = raw_steps.item_lines[i - 1]
+        steps.append(_step(raw, i, line, path, inputs, steps))
+    out = body.get("out")
+    return Recipe(path=path, text=text, vars=variables, out=None if out is None else str(out), inputs=inputs,
+                  input_lines=input_lines, steps=tuple(steps))
+
+
+def _step(raw: Any, index: int, line: int, path: Path, inputs: dict[str, Any], earlier: list[Step]) -> Step:
+    where = f"{path}:{line}"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: a step is a mapping with verb:, input: and options:")
+    for key in raw:
+        if key not in _STEP_KEYS:
+            raise UserError(f"{path}:{_line(raw, key)}: unknown step key {key!r}; a step has "
+                            f"{', '.join(sorted(_STEP_KEYS))} (verb options go under options:)")
+    verb = raw.get("verb")
+    if verb not in VERBS:
+        raise UserError(f"{path}:{_line(raw, 'verb', line)}: unknown verb {verb!r}; a step runs one of "
+                        f"{', '.join(VERBS)}")
+    name = str(raw.get("name") or verb)
+    if not _NAME.match(name):
+        raise UserError(f"{path}:{_line(raw, 'name', line)}: step name {name!r} must start with a letter "
+                        "(letters, digits, - and _)")
+    if name in inputs:
+        raise UserError(f"{path}:{_line(raw, 'name', line)}: step name {name!r} is also an input name; rename one")
+    if any(s.name == name for s in earlier):
+        raise UserError(f"{path}:{_line(raw, 'name', line)}: two steps are called {name!r}; give this one a "
+                        "name: of its own")
+    step_inputs = () if raw.get("input") is None else _paths(raw["input"], f"{path}:{_line(raw, 'input')}", "input")
+    options = raw.get("options") or _LinedDict()
+    if not isinstance(options, dict):
+        raise UserError(f"{path}:{_line(raw, 'options', line)}: options must be a mapping option: value")
+    option_lines = {str(k): _line(options, k, line) for k in options}
+    return Step(index=index, name=name, verb=verb, inputs=step_inputs,
+                options={str(k).lstrip("-"): v for k, v in options.items()}, line=line,
+                input_line=_line(raw, "input", line) if "input" in raw else 0,
+                option_lines={str(k).lstrip("-"): v for k, v in option_lines.items()})

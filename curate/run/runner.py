@@ -1,0 +1,129 @@
+"""Running a recipe: plan, write ``recipe.lock.yaml``, run the steps in order through the verbs.
+
+Each step is the verb's own command (the CLI's parser, checks and stage function),
+run in this process with its output in ``OUT/NN-name/``. A finished step (its
+``stats.json`` present, settings unchanged) is skipped; a started one resumes as the
+verb does; a finished step whose settings changed is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from curate import __version__
+from curate.core.errors import UserError
+from curate.core.io import atomic_open, write_json
+from curate.core.stats import versions
+from curate.run.plan import PlannedStep, VerbTable, check_ready, plan_run, write_record
+from curate.run.recipe import Recipe
+
+LOCK_NAME = "recipe.lock.yaml"
+
+
+def out_folder(recipe: Recipe, out: str | None) -> Path:
+    """``--out``, else the recipe's ``out:``.
+
+    Raises:
+        UserError: neither is given.
+    """
+    chosen = out or recipe.out
+    if not chosen:
+        raise UserError(f"{recipe.path}: no output folder; pass --out OUT or add out: to the recipe")
+    return Path(chosen)
+
+
+def plan_lines(recipe: Recipe, planned: list[PlannedStep], out: Path) -> list[str]:
+    """The plan as text: one block per step (status, reads, writes, command)."""
+    lines = [f"recipe {recipe.path} -> {out}/ ({len(planned)} steps)"]
+    for p in planned:
+        status = p.status if not p.why else f"{p.status} ({p.why})"
+        lines.append(f"{p.step.folder:<16} {p.step.verb:<10} {status}")
+        lines.append(f"    reads:  {', '.join(p.reads) or '-'}")
+        lines.append(f"    writes: {p.folder}/")
+        lines.append(f"    $ {p.command}")
+    return lines
+
+
+def lock_content(recipe: Recipe, planned: list[PlannedStep], out: Path) -> dict[str, Any]:
+    """What ``recipe.lock.yaml`` holds: the recipe, its variables, every step's resolved settings, versions."""
+    return {
+        "recipe": str(recipe.path),
+        "recipe_sha256": hashlib.sha256(recipe.text.encode("utf-8")).hexdigest(),
+        "out": str(out),
+        "curate": __version__,
+        "versions": versions(),
+        "vars": dict(recipe.vars),
+        "inputs": {k: list(v) for k, v in recipe.inputs.items()},
+        "steps": [{"name": p.step.name, "verb": p.step.verb, "folder": str(p.folder), "depends": p.depends,
+                   "command": p.command, "settings": p.settings} for p in planned],
+        "recipe_text": recipe.text,
+    }
+
+
+def write_lock(recipe: Recipe, planned: list[PlannedStep], out: Path) -> Path:
+    """Write ``OUT/recipe.lock.yaml`` (atomically)."""
+    path = out / LOCK_NAME
+    text = yaml.safe_dump(lock_content(recipe, planned, out), sort_keys=False, allow_unicode=True, width=120)
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+def _finish_verify(p: PlannedStep, seconds: float) -> None:
+    """``verify`` writes no folder of its own: record that it passed, as its stats.json."""
+    write_json(p.folder / "stats.json", {"stage": "verify", "command": p.command, "checked": p.reads,
+                                         "ok": True, "versions": versions(), "settings": p.settings,
+                                         "timings": {"total": round(seconds, 6)}})
+
+
+def run_recipe(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None = None,
+               until: str | None = None, dry_run: bool = False,
+               echo: Callable[[str], None] = print) -> list[PlannedStep]:
+    """Run (or with ``dry_run`` only print) a recipe's steps.
+
+    Args:
+        recipe: the parsed recipe.
+        out: the run's folder (steps write ``OUT/NN-name/``).
+        verbs: the verbs of the command line.
+        start: first step to run (``--from``); earlier steps must have finished.
+        until: last step to run (``--until``).
+        dry_run: print the plan, run nothing, write nothing.
+        echo: where progress lines go.
+
+    Returns:
+        The planned steps with their final status.
+
+    Raises:
+        UserError: a bad recipe, a refused step, a step whose input does not exist.
+    """
+    planned = plan_run(recipe, out, verbs, start=start, until=until)
+    if dry_run:
+        for line in plan_lines(recipe, planned, out):
+            echo(line)
+        return planned
+    refused = [p for p in planned if p.status == "refuse"]
+    if refused:
+        p = refused[0]
+        raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {p.folder} {p.why}; "
+                        f"use another --out, or delete {p.folder} to run it again")
+    out.mkdir(parents=True, exist_ok=True)
+    write_lock(recipe, planned, out)
+    for i, p in enumerate(planned):
+        if p.status in ("skip", "not selected"):
+            echo(f"== {p.step.folder}: {p.status} ({p.why})")
+            continue
+        check_ready(planned, recipe, i)
+        echo(f"== {p.step.folder}: {'resuming' if p.status == 'resume' else 'running'} {p.command}")
+        write_record(out, p)
+        t0 = time.perf_counter()
+        verbs.invoke(p.step.verb, p.argv)
+        if p.step.verb == "verify":
+            _finish_verify(p, time.perf_counter() - t0)
+        p.status, p.why = "done", f"{time.perf_counter() - t0:.1f}s"
+    return planned

@@ -1,0 +1,107 @@
+"""Bad recipes: one line naming the recipe line (unknown verb or option, missing input, cycle, input not made yet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from curate.cli.run import ClickVerbs
+from curate.core.errors import UserError
+from curate.run import load_recipe, plan_run, run_recipe
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "caption": "a cat"}\n', encoding="utf-8")
+    path = tmp_path / "r.yaml"
+    path.write_text(text.replace("IN", str(tmp_path / "in.jsonl")), encoding="utf-8")
+    return path
+
+
+def _error(path: Path, **kw) -> str:
+    with pytest.raises(UserError) as info:
+        recipe = load_recipe(path, kw.pop("sets", None))
+        run_recipe(recipe, path.parent / "out", ClickVerbs(), dry_run=kw.pop("dry_run", True), echo=lambda s: None,
+                   **kw)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def _line_of(path: Path, needle: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
+BASE = """inputs:
+  raw: IN
+steps:
+  - verb: pack
+    input: raw
+    options:
+      ctx: 64
+  - verb: verify
+    input: pack
+"""
+
+
+@pytest.mark.parametrize("edit, needle, expect", [
+    (("verb: verify", "verb: verifyy"), "verifyy", "unknown verb 'verifyy'"),
+    (("ctx: 64", "ctxx: 64"), "ctxx", "pack has no option 'ctxx'; did you mean 'ctx'?"),
+    (("ctx: 64", "ctx: many"), "- verb: pack", "'many' is not a valid integer"),
+    (("ctx: 64", "ctx: 64\n      out: elsewhere"), "out: elsewhere", "out is set by curate run"),
+    (("input: pack", "input: packk"), "input: packk", "packk"),
+    (("raw: IN", "raw: /nonexistent/in.jsonl"), "raw:", "does not exist"),
+    (("  - verb: verify\n    input: pack\n", "  - verb: verify\n    input: pack\n    bogus: 1\n"), "bogus",
+     "unknown step key 'bogus'"),
+    (("ctx: 64", "ctx: ${size}"), "ctx: ${size}", "unknown variable ${size}"),
+])
+def test_bad_recipe_names_the_line(tmp_path: Path, edit: tuple[str, str], needle: str, expect: str) -> None:
+    path = _write(tmp_path, BASE.replace(*edit))
+    message = _error(path)
+    assert f"{path}:{_line_of(path, needle)}:" in message, message
+    assert expect in message, message
+
+
+def test_forward_reference_is_named(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE.replace("input: raw", "input: verify").replace("input: pack", "input: raw"))
+    message = _error(path)
+    assert f"{path}:{_line_of(path, 'input: verify')}:" in message and "comes later in the recipe" in message
+
+
+def test_cycle_is_named(tmp_path: Path) -> None:
+    path = _write(tmp_path, """inputs: {raw: IN}
+steps:
+  - name: a
+    verb: pack
+    input: b
+  - name: b
+    verb: pack
+    input: a
+""")
+    message = _error(path)
+    assert f"{path}:3:" in message and "cycle (a -> b -> a)" in message
+
+
+def test_input_not_made_yet_with_from(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE)
+    message = _error(path, start="verify", dry_run=False)
+    assert f"{path}:{_line_of(path, '- verb: verify')}:" in message
+    assert "has not finished yet" in message and "--from pack" in message
+
+
+def test_bad_yaml_and_sets(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE.replace("ctx: 64", "ctx: [64"))
+    assert f"{path}:" in _error(path) and "not valid YAML" in _error(path)
+    path = _write(tmp_path, "vars: {n: 64}\n" + BASE.replace("ctx: 64", "ctx: ${n}"))
+    assert "no variable 'm'" in _error(path, sets={"m": "1"})
+    recipe = load_recipe(path, {"n": "128"})
+    planned = plan_run(recipe, tmp_path / "out", ClickVerbs())
+    assert planned[0].settings["ctx"] == 128 and planned[0].argv[-4:] == ["--ctx", "128", "--out",
+                                                                          str(tmp_path / "out" / "01-pack")]
+    assert planned[1].argv == [str(tmp_path / "out" / "01-pack")] and planned[1].depends == ["pack"]
+
+
+def test_unknown_from_until(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE)
+    assert "has no step 'nope'" in _error(path, start="nope")
+    assert "comes after --until" in _error(path, start="verify", until="pack")

@@ -1,0 +1,92 @@
+"""`curate run` equals the verbs by hand (same bytes), survives SIGKILL, and honours --from/--until/--dry-run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from curate.cli import main
+
+
+def _normal(path: Path) -> Any:
+    """A file's content for comparison: bytes, or for JSON the content without wall times (and without
+    whether the concept embeddings came from the cache, which the by-hand run filled)."""
+    if path.suffix == ".json":
+        def strip(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {k: strip(x) for k, x in v.items() if k not in ("timings", "cached") and not k.endswith("seconds")}
+            return [strip(x) for x in v] if isinstance(v, list) else v
+        return strip(json.loads(path.read_text(encoding="utf-8")))
+    return path.read_bytes()
+
+
+def _tree(folder: Path) -> dict[str, Any]:
+    """Every output file of a step folder (journals and the report excluded)."""
+    return {str(p.relative_to(folder)): _normal(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and not {"_journal", "report"} & set(p.relative_to(folder).parts)}
+
+
+def test_run_equals_verbs_by_hand_after_sigkill(recipe_run) -> None:
+    assert recipe_run.killed_markers >= 1
+    for name in ("01-balance", "02-recaption", "03-pack"):
+        ref, got = _tree(recipe_run.ref / name), _tree(recipe_run.out / name)
+        assert sorted(got) == sorted(ref), name
+        different = [k for k in ref if ref[k] != got[k]]
+        assert not different, f"{name}: {different}"
+        assert any(k.endswith(".parquet") for k in ref) and "stats.json" in ref
+    stats = json.loads((recipe_run.out / "04-verify" / "stats.json").read_text())
+    assert stats["ok"] is True and stats["checked"] == [str(recipe_run.out / "03-pack")]
+    # every step's stats.json records its own command line, as when run by hand
+    for name, argv in recipe_run.by_hand.items():
+        assert json.loads((recipe_run.out / name / "stats.json").read_text())["command"].split()[1:3] == argv[:2]
+
+
+def test_lock_holds_recipe_settings_and_versions(recipe_run) -> None:
+    lock = yaml.safe_load((recipe_run.out / "recipe.lock.yaml").read_text())
+    assert lock["recipe_text"] == recipe_run.recipe.read_text()
+    assert [s["name"] for s in lock["steps"]] == ["balance", "recaption", "pack", "verify"]
+    assert lock["steps"][2]["settings"]["ctx"] == 2048 and lock["steps"][2]["settings"]["verify_fraction"] == 0.01
+    assert lock["steps"][1]["settings"]["langs"] == "en,zh" and lock["steps"][3]["depends"] == ["pack"]
+    assert lock["versions"]["pyarrow"] and lock["curate"]
+    for step in lock["steps"]:
+        assert step["command"].split()[:2] == ["curate", step["verb"]]
+
+
+def test_dry_run_skip_refuse_from_until(recipe_run, tmp_path: Path, capsys) -> None:
+    out, recipe = recipe_run.out, str(recipe_run.recipe)
+    main(["run", recipe, "--out", str(out), "--dry-run"])
+    text = capsys.readouterr().err
+    assert text.count("skip (finished, settings unchanged)") == 4
+    assert f"$ curate pack {out}/02-recaption/records.jsonl --processor" in text
+
+    # a changed setting: the finished step and the one reading it are refused, nothing runs
+    main(["run", recipe, "--out", str(out), "--dry-run", "--set", "ctx=4096"])
+    text = capsys.readouterr().err
+    assert "03-pack          pack       refuse (finished with other settings (ctx))" in text
+    assert "refuse (finished with other settings (input from step pack))" in text
+    before = (out / "03-pack" / "stats.json").read_bytes()
+    with pytest.raises(SystemExit) as info:
+        main(["run", recipe, "--out", str(out), "--set", "ctx=4096"])
+    assert info.value.code == 2
+    assert "recipe.yaml:" in capsys.readouterr().err and (out / "03-pack" / "stats.json").read_bytes() == before
+
+    # --from/--until: rerun only pack into a copy, the steps around it are not touched
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("report"))
+    for p in (copy / "_run").iterdir():  # the copy's commands name the copy's folders
+        p.write_text(p.read_text().replace(str(out), str(copy)))
+    shutil.rmtree(copy / "03-pack")
+    main(["run", recipe, "--out", str(copy), "--from", "pack", "--until", "pack", "--dry-run"])
+    text = capsys.readouterr().err
+    assert "01-balance       balance    not selected (before --from)" in text
+    assert "03-pack          pack       run" in text and "04-verify        verify     not selected (after --until)" in text
+    main(["run", recipe, "--out", str(copy), "--from", "pack", "--until", "pack", "--no-report"])
+    text = capsys.readouterr().err
+    assert "== 03-pack: running curate pack" in text and "== 04-verify" in text and "running curate verify" not in text
+    assert _tree(copy / "03-pack")["plan.parquet"] == _tree(out / "03-pack")["plan.parquet"]
+    assert not (copy / "report").exists()
