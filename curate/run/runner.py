@@ -19,6 +19,7 @@ import yaml
 from curate import __version__
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, write_json
+from curate.core.lock import out_lock
 from curate.core.stats import versions
 from curate.run.plan import PlannedStep, VerbTable, check_ready, plan_run, write_record
 from curate.run.recipe import Recipe
@@ -113,6 +114,13 @@ def run_recipe(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None
         raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {p.folder} {p.why}; "
                         f"use another --out, or delete {p.folder} to run it again")
     out.mkdir(parents=True, exist_ok=True)
+    with out_lock(out):  # one curate run per folder; each step's verb also locks its own folder
+        _run_steps(recipe, planned, out, verbs, echo)
+    return planned
+
+
+def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Path, verbs: VerbTable,
+               echo: Callable[[str], None]) -> None:
     write_lock(recipe, planned, out)
     for i, p in enumerate(planned):
         if p.status in ("skip", "not selected"):
@@ -126,4 +134,3 @@ def run_recipe(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None
         if p.step.verb == "verify":
             _finish_verify(p, time.perf_counter() - t0)
         p.status, p.why = "done", f"{time.perf_counter() - t0:.1f}s"
-    return planned

@@ -134,7 +134,7 @@ def recipe_run(tmp_path_factory: pytest.TempPathFactory, sample_data: Path, tiny
     killed = sum(1 for p in markers.glob("0*.json"))
     assert (out / "01-balance" / "stats.json").exists() and not (out / "02-recaption" / "stats.json").exists()
 
-    from curate.cli import main
+    from curate.cli import cli
 
-    main(["run", str(recipe), "--out", str(out)])
+    cli.main(args=["run", str(recipe), "--out", str(out)], prog_name="curate", standalone_mode=False)
     return RecipeRun(recipe=recipe, out=out, ref=ref, by_hand=by_hand, killed_markers=killed)
