@@ -37,7 +37,7 @@ from curate.core.errors import UserError
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode
 from curate.core.io import write_json, write_parquet
 from curate.core.records import BadRecord
-from curate.core.shards import DEFAULT_SHARD_SIZE, Shard, ShardContext, ShardTask, plan_shards
+from curate.core.shards import Shard, ShardContext, ShardTask, plan_shards
 from curate.core.stats import StageStats, run_header
 from curate.core.validate import configure
 

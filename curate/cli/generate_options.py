@@ -23,6 +23,7 @@ import click
 
 from curate.core.errors import UserError
 from curate.generate.base import SamplingParams
+from curate.generate.checks import DTYPES, check_sampling
 
 BACKEND_FLAGS = ("model", "endpoint", "served_model", "rollouts", "rollouts_version", "device", "dtype",
                  "batch_size", "trust_remote_code", "concurrency", "timeout", "max_retries", "api_key")
@@ -44,7 +45,7 @@ def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Version to read from --rollouts when it holds several (default: the latest, natural order)."),
         click.option("--device", default=None, metavar="DEV",
                      help="--model device: auto, cpu, cuda or cuda:N.  [default: auto]"),
-        click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16", "float64"]), default=None,
+        click.option("--dtype", type=click.Choice(DTYPES), default=None,
                      help="--model weights dtype (auto: bfloat16 on CUDA, float32 on CPU; float64: answers independent of "
                           "the batch).  [default: auto]"),
         click.option("--batch-size", type=int, default=None,
@@ -98,11 +99,18 @@ def sampling_from_flags(flags: dict[str, Any], *, seed: int | None = None) -> Sa
     """:class:`SamplingParams` from ``--temperature``, ``--top-p``, ``--max-new-tokens`` and ``--seed``.
 
     Raises:
-        UserError: a value out of range.
+        UserError: a value out of range, named by its flag.
     """
+    check_sampling({k: flags[k] for k in ("temperature", "top_p", "max_new_tokens")})
     try:
         return SamplingParams(temperature=float(flags["temperature"]), top_p=float(flags["top_p"]),
                               max_new_tokens=int(flags["max_new_tokens"]),
                               seed=int(seed if seed is not None else flags.get("seed", 0)))
     except ValueError as exc:
-        raise UserError(f"sampling settings: {exc}") from None
+        name = str(exc).split(" ", 1)[0]
+        raise UserError(f"--{name.replace('_', '-')}: {exc}") from None
+
+
+def sampling_dict(sampling: SamplingParams) -> dict[str, Any]:
+    """The ``sampling`` setting of a step's config (its seed is the step's ``--seed``)."""
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "max_new_tokens": sampling.max_new_tokens}

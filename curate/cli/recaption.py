@@ -6,8 +6,15 @@ import click
 
 from curate.cli.group import cli
 from curate.cli.options import executor_options, make_executor
-from curate.cli.generate_options import backend_kwargs_from_flags, backend_options, sampling_from_flags, sampling_options
-from curate.recaption.stage import DEFAULT_PROMPTS as _RECAPTION_PROMPTS
+from curate.cli.generate_options import (
+    backend_kwargs_from_flags,
+    backend_options,
+    sampling_dict,
+    sampling_from_flags,
+    sampling_options,
+)
+from curate.recaption.checks import TRUNCATED_POLICIES
+from curate.recaption.config import DEFAULT_PROMPTS as _RECAPTION_PROMPTS
 
 
 @cli.command("recaption")
@@ -24,7 +31,7 @@ from curate.recaption.stage import DEFAULT_PROMPTS as _RECAPTION_PROMPTS
               help="English prompt ('<image>\\n' is put in front unless it holds <image>).")
 @click.option("--prompt-zh", default=_RECAPTION_PROMPTS["zh"], show_default=True, metavar="TEXT",
               help="Chinese prompt ('<image>\\n' is put in front unless it holds <image>).")
-@click.option("--truncated", "truncated_policy", type=click.Choice(["trim", "drop", "keep"]), default="trim",
+@click.option("--truncated", "truncated_policy", type=click.Choice(TRUNCATED_POLICIES), default="trim",
               show_default=True,
               help="Answers that hit --max-new-tokens: cut after the last complete sentence, reject, or keep.")
 @click.option("--shard-size", type=int, default=1000, show_default=True, help="Records per shard.")
@@ -57,17 +64,16 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
       curate recaption balanced/records/ --endpoint http://127.0.0.1:8000/v1 \\
           --served-model Qwen/Qwen2.5-VL-7B-Instruct --mix en=0.76,zh=0.24 --concurrency 64 --out recaptioned/
     """
-    from curate.recaption.checks import CaptionRules
     from curate.core.progress import console
+    from curate.recaption.checks import CaptionRules
+    from curate.recaption.config import RecaptionConfig
     from curate.recaption.stage import recaption
 
-    sampling = sampling_from_flags(flags, seed=seed)
-    stats = recaption(list(inputs), out, backend=backend_kwargs_from_flags(flags), langs=langs, mix=mix,
-                      prompts={"en": prompt_en, "zh": prompt_zh},
-                      sampling={"temperature": sampling.temperature, "top_p": sampling.top_p,
-                                "max_new_tokens": sampling.max_new_tokens},
-                      rules=CaptionRules(truncated=truncated_policy), seed=seed, shard_size=shard_size,
-                      executor=make_executor(executor, workers, ray_address))
+    sampling = sampling_dict(sampling_from_flags(flags, seed=seed))
+    config = RecaptionConfig(out=out, backend=backend_kwargs_from_flags(flags), langs=langs, mix=mix,
+                             prompts={"en": prompt_en, "zh": prompt_zh}, sampling=sampling,
+                             rules=CaptionRules(truncated=truncated_policy), seed=seed, shard_size=shard_size)
+    stats = recaption(list(inputs), config=config, executor=make_executor(executor, workers, ray_address))
     c = stats["captions"]
     console.print(f"captioned {stats['records_out']:,} of {stats['records_in']:,} records: kept {c['kept']:,} of "
                   f"{c['images']:,} captions ({c['retried']:,} retried); failed {c['failed'] or {}}")

@@ -10,9 +10,11 @@ from curate.core.errors import UserError
 from curate.cli.generate_options import (  # shared flags of the generating verbs
     backend_kwargs_from_flags,
     backend_options,
+    sampling_dict,
     sampling_from_flags,
     sampling_options,
 )
+from curate.rl.config import LOG_LEVELS, PROMPT_STYLES
 
 
 @cli.command("score")
@@ -38,10 +40,12 @@ def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: floa
       curate score --records data/sample/rl/prompts.jsonl --responses rollouts.jsonl --out scored/
     """
     from curate.core.progress import console
+    from curate.rl.config import ScoreConfig
     from curate.rl.score import score
 
-    stats = score(list(records), responses, out, progress=progress, seed=seed, shard_size=shard_size,
-                  executor=make_executor(executor, workers, ray_address))
+    config = ScoreConfig(records=records, responses=responses, out=out, progress=progress, seed=seed,
+                         shard_size=shard_size)
+    stats = score(config=config, executor=make_executor(executor, workers, ray_address))
     o = stats["overall"]
     mean = "n/a" if o["mean_reward"] is None else f"{o['mean_reward']:.3f}"
     console.print(f"scored {stats['scored']:,} of {stats['responses_in']:,} responses; mean reward {mean}; "
@@ -58,7 +62,7 @@ def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: floa
 @click.option("--deadline", type=float, default=300.0, show_default=True,
               help="Seconds per request; items unfinished by then score 0 with error 'deadline'.")
 @click.option("--log-level", default="warning", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(LOG_LEVELS))
 def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | None, deadline: float,
                       log_level: str) -> None:
     """Serve the reward verifiers over HTTP for RL trainers.
@@ -70,11 +74,13 @@ def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | No
     A malformed request gets HTTP 422 with a readable message. Items a request has not
     finished after --deadline seconds score 0 with error "deadline".
     """
-    from curate.rl.serve import check_options, serve
+    from curate.rl.config import ServeRewardsConfig
+    from curate.rl.serve import serve
 
-    check_options(port=port, workers=workers, pool_workers=pool_workers, deadline=deadline)
+    config = ServeRewardsConfig(host=host, port=port, workers=workers, pool_workers=pool_workers, log_level=log_level,
+                                deadline=deadline)
     click.echo(f"serving rewards on http://{host}:{port} (POST /score, GET /health); Ctrl-C to stop", err=True)
-    serve(host, port, workers=workers, pool_workers=pool_workers, log_level=log_level, deadline=deadline)
+    serve(config)
 
 
 def _band(value: str | None) -> tuple[float, float] | None:
@@ -102,7 +108,7 @@ def _band(value: str | None) -> tuple[float, float] | None:
                    "LLaVA-OneVision-1.5-RL filter).")
 @click.option("--thresholds", type=click.Path(path_type=str), default=None,
               help="YAML/JSON with per-source thresholds (band, min_gap, pass_threshold, metric, inclusive, filter).")
-@click.option("--prompt-style", type=click.Choice(["normal", "think"]), default=None,
+@click.option("--prompt-style", type=click.Choice(PROMPT_STYLES), default=None,
               help="Force a prompt style (default: each record's prompt_type; normal = answer-only).")
 @click.option("--templates", type=click.Path(path_type=str), default=None,
               help="YAML/JSON {normal: ..., think: ...} prompt templates containing {problem}.")
@@ -133,15 +139,15 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
       curate rl-filter prompts.jsonl --rollouts answers.jsonl --band 0.1,0.9 --out rl/
     """
     from curate.core.progress import console
+    from curate.rl.config import RlFilterConfig
     from curate.rl.filter import rl_filter
 
-    sampling = sampling_from_flags(flags, seed=seed)
-    stats = rl_filter(list(inputs), out, backend=backend_kwargs_from_flags(flags), n=n,
-                      sampling={"temperature": sampling.temperature, "top_p": sampling.top_p,
-                                "max_new_tokens": sampling.max_new_tokens},
-                      prompt_style=prompt_style, templates=templates, thresholds=thresholds,
-                      pass_threshold=pass_threshold, min_gap=min_gap, band=_band(band), progress=train_progress,
-                      seed=seed, shard_size=shard_size, executor=make_executor(executor, workers, ray_address))
+    config = RlFilterConfig(out=out, backend=backend_kwargs_from_flags(flags), n=n,
+                            sampling=sampling_dict(sampling_from_flags(flags, seed=seed)), prompt_style=prompt_style,
+                            templates=templates, thresholds=thresholds, pass_threshold=pass_threshold,
+                            min_gap=min_gap, band=_band(band), progress=train_progress, seed=seed,
+                            shard_size=shard_size)
+    stats = rl_filter(list(inputs), config=config, executor=make_executor(executor, workers, ray_address))
     o = stats["overall"]
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     console.print(f"kept {stats['kept']:,} of {stats['records_in']:,} prompts; dropped {stats['dropped'] or {}}; "

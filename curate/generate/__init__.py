@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from curate.core.errors import UserError
 from curate.generate.base import (
     GenerationBackend,
     GenerationRequest,
@@ -24,6 +23,7 @@ from curate.generate.base import (
     derive_seed,
     summarize,
 )
+from curate.generate.checks import BACKEND_OPTIONS, backend_kind
 
 __all__ = [
     "GenerationBackend",
@@ -36,12 +36,7 @@ __all__ = [
     "summarize",
 ]
 
-_OPTIONS = {
-    "transformers": {"device", "dtype", "batch_size", "trust_remote_code", "chat_template_kwargs", "max_image_pixels"},
-    "openai": {"api_key", "concurrency", "timeout", "max_retries", "backoff", "backoff_max", "n_per_call",
-               "send_seed", "extra_body", "max_image_pixels"},
-    "rollouts": {"rollouts_version"},
-}
+_OPTIONS = BACKEND_OPTIONS  # kept for callers of the old name
 
 
 def make_backend(model: str | None = None, endpoint: str | None = None, served_model: str | None = None,
@@ -68,19 +63,8 @@ def make_backend(model: str | None = None, endpoint: str | None = None, served_m
     Raises:
         UserError: none or several of model/endpoint/rollouts, or a misplaced option.
     """
-    chosen = [name for name, value in (("--model", model), ("--endpoint", endpoint), ("--rollouts", rollouts))
-              if value]
-    if len(chosen) != 1:
-        what = "none was given" if not chosen else f"got {' and '.join(chosen)}"
-        raise UserError(f"give exactly one of --model ckpt/, --endpoint URL or --rollouts FILE ({what})")
-    kind = {"--model": "transformers", "--endpoint": "openai", "--rollouts": "rollouts"}[chosen[0]]
+    kind = backend_kind(model, endpoint, served_model, rollouts, **options)
     options = {k: v for k, v in options.items() if v is not None}
-    if served_model is not None and kind != "openai":
-        raise UserError("--served-model goes with --endpoint")
-    wrong = sorted(set(options) - _OPTIONS[kind])
-    if wrong:
-        flags = ", ".join("--" + w.replace("_", "-") for w in wrong)
-        raise UserError(f"{flags} cannot be used with {chosen[0]} (the {kind} backend)")
     if kind == "transformers":
         from curate.generate.transformers_backend import TransformersBackend
 

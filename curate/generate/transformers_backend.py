@@ -45,9 +45,9 @@ from curate.generate.base import (
     error_result,
 )
 from curate.core.images import ImageError, decode
+from curate.generate.checks import DTYPES
 
 DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 
 
 def resolve_device(device: str) -> str:

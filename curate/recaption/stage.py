@@ -46,23 +46,23 @@ from typing import Any
 
 import pyarrow as pa
 
-from curate.recaption.checks import LANGS, CaptionCheck, CaptionRules, check_caption
+from curate.recaption.checks import LANGS, CaptionCheck, CaptionRules, check_caption  # noqa: F401
+from curate.recaption.config import (  # noqa: F401 (parse_* and DEFAULT_PROMPTS re-exported)
+    DEFAULT_PROMPTS,
+    RecaptionConfig,
+    parse_langs,
+    parse_mix,
+    resolve_prompts,
+)
 from curate.core.formats.writeback import dumps_record, image_ref, merge_record_lines
-from curate.core.errors import UserError
 from curate.generate.base import derive_seed
 from curate.core.io import write_parquet
 from curate.core.journal import JournalWriter, read_journal
 from curate.core.records import IMAGE_TOKEN, BadRecord
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from curate.core.validate import configure
 
-#: Default prompt per language (``--prompt-en``, ``--prompt-zh``); ``<image>\n`` is put in front.
-DEFAULT_PROMPTS = {
-    "en": ("Write a detailed caption for this image in English. Describe the main subjects, their attributes "
-           "and actions, the setting and background, and any text visible in the image. Answer with the "
-           "caption only, as plain text."),
-    "zh": "请用中文为这张图片写一段详细的描述，说明画面中的主要对象及其特征和动作、场景与背景，以及图中可见的文字。只输出描述本身，使用纯文本。",
-}
 RETRY = "#retry"
 CAPTION_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("lang", pa.string()), ("image", pa.string()),
@@ -76,39 +76,6 @@ _OPERATIONAL = ("concurrency", "timeout", "max_retries", "choices_per_call", "ba
 def caption_key(rid: str, lang: str) -> str:
     """The request key (and caption record id) of one record and language: ``<id>#<lang>``."""
     return f"{rid}#{lang}"
-
-
-def parse_langs(text: str | None) -> list[str]:
-    """``"en,zh"`` → ``["en", "zh"]`` (None → both); unknown or repeated languages are a UserError."""
-    if text is None:
-        return list(LANGS)
-    langs = [p.strip().lower() for p in text.split(",") if p.strip()]
-    bad = [lang for lang in langs if lang not in LANGS]
-    if not langs or bad or len(set(langs)) != len(langs):
-        raise UserError(f"--langs {text!r}: give a comma-separated subset of {', '.join(LANGS)} without repeats")
-    return langs
-
-
-def parse_mix(text: str | None) -> dict[str, float] | None:
-    """``"en=0.76,zh=0.24"`` → ``{"en": 0.76, "zh": 0.24}`` (normalised to sum 1); None stays None."""
-    if text is None:
-        return None
-    mix: dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        lang, sep, value = part.partition("=")
-        lang = lang.strip().lower()
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = float("nan")
-        if not sep or lang not in LANGS or lang in mix or not weight >= 0:
-            raise UserError(f"--mix {text!r}: expected LANG=WEIGHT pairs such as en=0.76,zh=0.24 "
-                            f"(languages {', '.join(LANGS)}, weights >= 0)")
-        mix[lang] = weight
-    total = sum(mix.values())
-    if not mix or total <= 0:
-        raise UserError(f"--mix {text!r}: the weights must not all be zero")
-    return {lang: w / total for lang, w in mix.items()}
 
 
 def choose_lang(seed: int, rid: str, mix: dict[str, float]) -> str:
@@ -133,20 +100,6 @@ def choose_lang(seed: int, rid: str, mix: dict[str, float]) -> str:
 def user_turn(prompt: str) -> str:
     """The user turn of a caption request and record: the prompt with one ``<image>`` (first when absent)."""
     return prompt if IMAGE_TOKEN in prompt else f"{IMAGE_TOKEN}\n{prompt}"
-
-
-def resolve_prompts(langs: list[str], prompts: dict[str, str | None] | None) -> dict[str, str]:
-    """The prompt of every language: given ones, else :data:`DEFAULT_PROMPTS`; checked for one ``<image>`` at most."""
-    out = {}
-    for lang in langs:
-        text = (prompts or {}).get(lang)
-        text = DEFAULT_PROMPTS[lang] if text is None else text
-        if not text.strip():
-            raise UserError(f"--prompt-{lang}: the prompt is empty")
-        if text.count(IMAGE_TOKEN) > 1:
-            raise UserError(f"--prompt-{lang}: a caption prompt holds at most one {IMAGE_TOKEN} (one image is captioned)")
-        out[lang] = text
-    return out
 
 
 @dataclass(frozen=True)
@@ -391,26 +344,17 @@ def caption_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def recaption(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[str, Any],
-              langs: list[str] | str | None = None, mix: dict[str, float] | str | None = None,
-              prompts: dict[str, str | None] | None = None, sampling: dict[str, Any] | None = None,
-              rules: CaptionRules | None = None, seed: int = 0, shard_size: int = 1000,
-              executor: Any = None) -> dict[str, Any]:
+def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RecaptionConfig | None = None, *,
+              executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Caption the images of ``inputs`` into ``out``; returns the content of ``stats.json``.
 
     Args:
         inputs: Record files or folders (any accepted layout).
-        out: Output folder.
-        backend: :func:`curate.generate.make_backend` keyword arguments (``model``, ``endpoint``...).
-        langs: Languages (``["en", "zh"]`` or ``"en,zh"``; default both).
-        mix: One caption per record, language drawn with these weights (``{"en": 0.76, "zh": 0.24}``
-            or ``"en=0.76,zh=0.24"``); its languages must match ``langs`` when both are given.
-        prompts: Prompt per language (missing or None: :data:`DEFAULT_PROMPTS`).
-        sampling: ``temperature``, ``top_p``, ``max_new_tokens`` (the seed is ``seed``).
-        rules: Caption check thresholds.
-        seed: Seed of the sampling and of the ``mix`` draw.
-        shard_size: Records per shard.
+        out: Output folder (overrides ``config.out``).
+        config: The settings (see :class:`RecaptionConfig`): backend, languages or mix, prompts,
+            sampling, caption rules, seed, shard size.
         executor: An executor (default: local, one worker).
+        **settings: Fields of :class:`RecaptionConfig`, instead of or over ``config``.
 
     Outputs in ``out``: ``captions.parquet``, ``records.jsonl``, ``rejects.parquet``, ``stats.json``.
     """
@@ -421,18 +365,11 @@ def recaption(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[s
     from curate.core.shards import plan_shards
     from curate.core.stats import run_header
 
-    out = Path(out)
-    lang_list = parse_langs(langs) if isinstance(langs, str) or langs is None else parse_langs(",".join(langs))
-    weights = parse_mix(mix) if isinstance(mix, str) else (parse_mix(",".join(f"{k}={v}" for k, v in mix.items()))
-                                                           if mix else None)
-    if weights is not None:
-        if langs is not None and set(weights) != set(lang_list):
-            raise UserError(f"--mix names {', '.join(weights)} but --langs names {', '.join(lang_list)}; "
-                            "give the same languages (or only --mix)")
-        lang_list = list(weights)
-    task = RecaptionTask(backend, langs=lang_list, mix=weights, prompts=resolve_prompts(lang_list, prompts),
-                         sampling={"seed": seed, **(sampling or {})}, rules=rules)
-    shards = plan_shards(inputs, shard_size)
+    config = configure(RecaptionConfig, config, out=out, **settings)
+    out, seed, lang_list = Path(config.out), config.seed, list(config.langs or ())
+    task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts or {}),
+                         sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules)
+    shards = plan_shards(inputs, config.shard_size)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")
     tables = [pq.read_table(out / "captions" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else CAPTION_SCHEMA.empty_table()

@@ -28,6 +28,8 @@ import pyarrow as pa
 
 from curate.core.formats.writeback import dumps_record, loads_record, write_records
 from curate.core.errors import UserError
+from curate.core.validate import configure
+from curate.rl.config import RlFilterConfig
 from curate.core.io import write_parquet
 from curate.core.journal import end_line as _end_line
 from curate.core.journal import read_journal as _read_journal
@@ -215,33 +217,36 @@ class RolloutTask(ShardTask):
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
 
 
-def rl_filter(inputs: list[str], out: str | os.PathLike[str], *, backend: dict[str, Any], n: int = 16,
-              sampling: dict[str, Any] | None = None, prompt_style: str | None = None,
-              templates: str | os.PathLike[str] | None = None, thresholds: str | os.PathLike[str] | None = None,
-              pass_threshold: float | None = None, min_gap: float | None = None,
-              band: tuple[float, float] | None = None, progress: float | None = None, seed: int = 0,
-              shard_size: int = 1000, executor: Any = None, plot: bool = True) -> dict[str, Any]:
+def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RlFilterConfig | None = None, *,
+              executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Sample, score and select RL prompts into ``out``; returns the content of ``stats.json``.
 
     Outputs: ``kept.jsonl`` (kept prompts in their input layout plus ``pass_at_1``,
     ``pass_at_n``, ``mean_reward``; ``kept.parquet`` with image structs when images are bytes), ``rollouts.parquet``, ``prompts.parquet`` (per
     prompt metrics and decision), ``rejects.parquet``, ``stats.json``, ``rl_filter.png``.
+
+    Args:
+        inputs: RL record files or folders.
+        out: Output folder (overrides ``config.out``).
+        config: The settings (see :class:`RlFilterConfig`), checked before the model loads.
+        executor: An executor (default: local, one worker).
+        **settings: Fields of :class:`RlFilterConfig`, instead of or over ``config``.
     """
     import pyarrow.parquet as pq
 
     from curate.executors import run_stage
     from curate.core.io import write_json
-    from curate.rl.selection import evaluate, load_thresholds, plot_pass_at_1, source_report
+    from curate.rl.selection import evaluate, plot_pass_at_1, source_report
     from curate.core.shards import plan_shards
     from curate.core.stats import run_header
 
-    out = Path(out)
-    default_th, per_source = load_thresholds(thresholds, {"pass_threshold": pass_threshold, "min_gap": min_gap,
-                                                          "band": list(band) if band else None})
-    sampling = {"seed": seed, **(sampling or {})}
-    task = RolloutTask(backend, n=n, sampling=sampling, prompt_style=prompt_style,
-                       templates=load_templates(templates), progress=progress)
-    shards = plan_shards(inputs, shard_size)
+    config = configure(RlFilterConfig, config, out=out, **settings)
+    out, seed, plot = Path(config.out), config.seed, config.plot
+    default_th, per_source = config.selection()
+    sampling = {"seed": seed, **(config.sampling or {})}
+    task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
+                       templates=load_templates(config.templates), progress=config.progress)
+    shards = plan_shards(inputs, config.shard_size)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]
     rows = [r for t in prompt_tables for r in t.to_pylist()]

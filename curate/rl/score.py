@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
+from curate.core.validate import configure
+from curate.rl.config import ScoreConfig
 from curate.executors import Executor, run_stage
 from curate.core.io import write_json, write_parquet
 from curate.core.records import BadRecord, Part, iter_rows, read_records, split_file
@@ -181,13 +183,18 @@ def _summaries(table: pa.Table) -> dict[str, Any]:
             "per_verifier": {k: finish(v) for k, v in sorted(per_verifier.items())}}
 
 
-def score(records: Sequence[str | os.PathLike[str]], responses: str | os.PathLike[str], out: str | os.PathLike[str], *,
-          progress: float | None = None, seed: int = 0, shard_size: int = 20_000,
-          executor: Executor | None = None) -> dict[str, Any]:
-    """Score ``responses`` against ``records`` into ``out``; returns the stats written to ``stats.json``."""
-    out = Path(out)
-    if progress is not None and not 0.0 <= progress <= 1.0:
-        raise UserError(f"--progress must be a training fraction within [0, 1], got {progress}")
+def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: str | os.PathLike[str] | None = None,
+          out: str | os.PathLike[str] | None = None, config: ScoreConfig | None = None, *,
+          executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
+    """Score ``responses`` against ``records`` into ``out``; returns the stats written to ``stats.json``.
+
+    The positional arguments override the fields of ``config`` (see :class:`ScoreConfig`);
+    ``settings`` are further fields (``progress``, ``seed``, ``shard_size``).
+    """
+    config = configure(ScoreConfig, config, records=tuple(records) if records is not None else None,
+                       responses=responses, out=out, **settings)
+    records, responses, out = config.records, config.responses, Path(config.out)
+    progress, seed, shard_size = config.progress, config.seed, config.shard_size
     shards = plan_response_shards(responses, shard_size)
     task = ScoreTask([str(Path(p).resolve()) for p in records], progress=progress)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")

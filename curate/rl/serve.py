@@ -24,7 +24,6 @@ several server processes (``workers`` > 1).
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from contextlib import asynccontextmanager
@@ -36,9 +35,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from curate import rewards
-from curate.core.errors import UserError
+from curate.core.validate import configure
 from curate.rewards.runtime import limits
 from curate.rewards.runtime.deadline import deadline_in
+from curate.rl.config import ServeRewardsConfig
 
 MAX_ITEMS = 100_000
 THREADS = 64
@@ -136,32 +136,26 @@ def __getattr__(name: str) -> Any:
 
 def check_options(*, port: int, workers: int, pool_workers: int | None, deadline: float | None) -> None:
     """Refuse impossible options with one line each (:class:`UserError`), before anything starts."""
-    if not 1 <= port <= 65535:
-        raise UserError(f"--port {port}: a TCP port is between 1 and 65535")
-    if workers < 1:
-        raise UserError(f"--workers {workers}: at least 1 server process")
-    if pool_workers is not None and pool_workers < 1:
-        raise UserError(f"--pool-workers {pool_workers}: at least 1 verifier worker process (or leave it out)")
-    if deadline is not None and not (math.isfinite(deadline) and deadline > 0):
-        raise UserError(f"--deadline {deadline}: a positive number of seconds per request")
+    ServeRewardsConfig(port=port, workers=workers, pool_workers=pool_workers, deadline=deadline)
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, *, workers: int = 1, pool_workers: int | None = None,
-          log_level: str = "warning", deadline: float | None = None) -> None:
+def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
     """Run the reward service with uvicorn until interrupted.
 
     Args:
-        host: Interface to bind (``127.0.0.1`` for local use only).
-        port: TCP port.
-        workers: uvicorn server processes (each with its own verifier worker pool).
-        pool_workers: Verifier worker processes per server process (default: CPUs, at most 4).
-        log_level: uvicorn log level.
-        deadline: Seconds per request (default 300); unfinished items get ``error: "deadline"``.
+        config: The settings (see :class:`ServeRewardsConfig`): ``host`` (``127.0.0.1`` for local
+            use only), ``port``, ``workers`` (uvicorn server processes, each with its own verifier
+            worker pool), ``pool_workers`` (verifier worker processes per server process; default:
+            CPUs, at most 4), ``log_level`` and ``deadline`` (seconds per request, default 300;
+            unfinished items get ``error: "deadline"``).
+        **settings: Fields of :class:`ServeRewardsConfig`, instead of or over ``config``.
 
     Raises:
-        UserError: an impossible option (:func:`check_options`).
+        UserError: an impossible option (checked by :class:`ServeRewardsConfig`).
     """
-    check_options(port=port, workers=workers, pool_workers=pool_workers, deadline=deadline)
+    config = configure(ServeRewardsConfig, config, **settings)
+    host, port, workers, pool_workers, log_level, deadline = (config.host, config.port, config.workers,
+                                                              config.pool_workers, config.log_level, config.deadline)
     import uvicorn
 
     if deadline is not None:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from curate.balance.config import DEFAULT_TEXT_BATCH, SCRIPT_CHOICES, VocabEmbedConfig, check_template
+from curate.balance.config import SCRIPT_CHOICES, VocabEmbedConfig, check_template
 from curate.models.encoders import Encoder, load_encoder
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, read_json, write_json

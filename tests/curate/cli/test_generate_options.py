@@ -47,5 +47,5 @@ def test_flags_for_another_backend_are_refused(tmp_path: Path) -> None:
     kwargs = backend_kwargs_from_flags({"endpoint": "http://127.0.0.1:1", "api_key": "k", "trust_remote_code": False,
                                         "concurrency": 2})
     assert kwargs == {"endpoint": "http://127.0.0.1:1", "api_key": "k", "concurrency": 2}
-    with pytest.raises(UserError, match="top_p"):
+    with pytest.raises(UserError, match="--top-p"):
         sampling_from_flags({"temperature": 1.0, "top_p": 0.0, "max_new_tokens": 5, "seed": 0})

@@ -67,7 +67,7 @@ def test_rerun_is_skipped_and_identical(sample_data, responses, tmp_path) -> Non
 
 
 def test_user_errors(sample_data, tmp_path) -> None:
-    with pytest.raises(UserError, match="not found"):
+    with pytest.raises(UserError, match="--responses .*: no such file"):
         score([sample_data / "rl" / "prompts.jsonl"], tmp_path / "none.jsonl", tmp_path / "o")
     (tmp_path / "r.csv").write_text("id,response\n")
     with pytest.raises(UserError, match="jsonl or .parquet"):

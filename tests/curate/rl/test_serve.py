@@ -46,7 +46,7 @@ def server_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code = f"from curate.rl.serve import serve; serve('127.0.0.1', {port})"
+    code = f"from curate.rl.serve import serve; serve(host='127.0.0.1', port={port})"
     proc = subprocess.Popen([sys.executable, "-c", code])
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90

@@ -1,0 +1,125 @@
+"""The settings of ``curate recaption``, checked on construction (before any model loads).
+
+:class:`RecaptionConfig` parses ``--langs`` and ``--mix``, resolves the prompts and
+checks the backend and sampling settings; :func:`curate.recaption.stage.recaption`
+takes it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from curate.core import validate as v
+from curate.core.errors import UserError
+from curate.core.records import IMAGE_TOKEN
+from curate.generate.checks import check_backend, check_sampling
+from curate.recaption.checks import LANGS, CaptionRules
+
+PathLike = str | os.PathLike[str]
+
+#: Default prompt per language (``--prompt-en``, ``--prompt-zh``); ``<image>\n`` is put in front.
+DEFAULT_PROMPTS = {
+    "en": ("Write a detailed caption for this image in English. Describe the main subjects, their attributes "
+           "and actions, the setting and background, and any text visible in the image. Answer with the "
+           "caption only, as plain text."),
+    "zh": "请用中文为这张图片写一段详细的描述，说明画面中的主要对象及其特征和动作、场景与背景，以及图中可见的文字。只输出描述本身，使用纯文本。",
+}
+def parse_langs(text: str | None) -> list[str]:
+    """``"en,zh"`` → ``["en", "zh"]`` (None → both); unknown or repeated languages are a UserError."""
+    if text is None:
+        return list(LANGS)
+    langs = [p.strip().lower() for p in text.split(",") if p.strip()]
+    bad = [lang for lang in langs if lang not in LANGS]
+    if not langs or bad or len(set(langs)) != len(langs):
+        raise UserError(f"--langs {text!r}: give a comma-separated subset of {', '.join(LANGS)} without repeats")
+    return langs
+
+
+def parse_mix(text: str | None) -> dict[str, float] | None:
+    """``"en=0.76,zh=0.24"`` → ``{"en": 0.76, "zh": 0.24}`` (normalised to sum 1); None stays None."""
+    if text is None:
+        return None
+    mix: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lang, sep, value = part.partition("=")
+        lang = lang.strip().lower()
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not sep or lang not in LANGS or lang in mix or not weight >= 0:
+            raise UserError(f"--mix {text!r}: expected LANG=WEIGHT pairs such as en=0.76,zh=0.24 "
+                            f"(languages {', '.join(LANGS)}, weights >= 0)")
+        mix[lang] = weight
+    total = sum(mix.values())
+    if not mix or total <= 0:
+        raise UserError(f"--mix {text!r}: the weights must not all be zero")
+    return {lang: w / total for lang, w in mix.items()}
+
+
+def resolve_prompts(langs: list[str], prompts: dict[str, str | None] | None) -> dict[str, str]:
+    """The prompt of every language: given ones, else :data:`DEFAULT_PROMPTS`; checked for one ``<image>`` at most."""
+    out = {}
+    for lang in langs:
+        text = (prompts or {}).get(lang)
+        text = DEFAULT_PROMPTS[lang] if text is None else text
+        if not text.strip():
+            raise UserError(f"--prompt-{lang}: the prompt is empty")
+        if text.count(IMAGE_TOKEN) > 1:
+            raise UserError(f"--prompt-{lang}: a caption prompt holds at most one {IMAGE_TOKEN} (one image is captioned)")
+        out[lang] = text
+    return out
+
+
+def _mix_text(mix: Mapping[str, float] | str | None) -> str | None:
+    if mix is None or isinstance(mix, str):
+        return mix
+    return ",".join(f"{k}={w}" for k, w in mix.items())
+
+
+@dataclass(frozen=True)
+class RecaptionConfig:
+    """Settings of ``curate recaption`` (see :func:`curate.recaption.stage.recaption`).
+
+    Attributes:
+        out: Output folder.
+        backend: :func:`curate.generate.make_backend` keyword arguments (``model``, ``endpoint``...).
+        langs: Languages (``["en", "zh"]`` or ``"en,zh"``; default both); a list once built.
+        mix: One caption per record, language drawn with these weights (``{"en": 0.76, "zh": 0.24}``
+            or ``"en=0.76,zh=0.24"``); normalised once built; its languages must match ``langs``.
+        prompts: Prompt per language (missing or None: :data:`DEFAULT_PROMPTS`); resolved once built.
+        sampling: ``temperature``, ``top_p``, ``max_new_tokens`` (the seed is ``seed``).
+        rules: Caption check thresholds.
+        seed: Seed of the sampling and of the ``mix`` draw.
+        shard_size: Records per shard.
+    """
+
+    out: PathLike
+    backend: Mapping[str, Any] = field(default_factory=dict)
+    langs: list[str] | tuple[str, ...] | str | None = None
+    mix: Mapping[str, float] | str | None = None
+    prompts: Mapping[str, str | None] | None = None
+    sampling: Mapping[str, Any] | None = None
+    rules: CaptionRules | None = None
+    seed: int = 0
+    shard_size: int = 1000
+
+    def __post_init__(self) -> None:
+        v.out_dir("--out", self.out)
+        v.at_least("--shard-size", self.shard_size, 1)
+        given = self.langs
+        langs = parse_langs(given if isinstance(given, str) or given is None else ",".join(given))
+        weights = parse_mix(_mix_text(self.mix))
+        if weights is not None:
+            if given is not None and set(weights) != set(langs):
+                raise UserError(f"--mix names {', '.join(weights)} but --langs names {', '.join(langs)}; "
+                                "give the same languages (or only --mix)")
+            langs = list(weights)
+        object.__setattr__(self, "langs", langs)
+        object.__setattr__(self, "mix", weights)
+        object.__setattr__(self, "prompts", resolve_prompts(langs, dict(self.prompts or {})))
+        check_backend(self.backend)
+        check_sampling(self.sampling)

@@ -1,0 +1,137 @@
+"""The settings of the RL verbs (``rl-filter``, ``score``, ``serve-rewards``), checked on construction.
+
+A verb builds one of these from its flags and passes it down; every
+``__post_init__`` refuses a bad value with one line naming the flag before any
+model loads, any response is read or any port is bound. The choices the CLI
+offers (``PROMPT_STYLES``, ``LOG_LEVELS``) are defined once, here or in the
+module they belong to.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from curate.core import validate as v
+from curate.core.errors import UserError
+from curate.generate.checks import check_backend, check_sampling
+from curate.rewards.format import PROMPT_TYPES
+from curate.rl.selection import load_thresholds
+
+PathLike = str | os.PathLike[str]
+
+PROMPT_STYLES = PROMPT_TYPES  # --prompt-style: normal (answer only) or think
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _progress(value: float | None) -> None:
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise UserError(f"--progress must be a training fraction within [0, 1], got {value}")
+
+
+@dataclass(frozen=True)
+class RlFilterConfig:
+    """Settings of ``curate rl-filter`` (see :func:`curate.rl.filter.rl_filter`).
+
+    Attributes:
+        out: Output folder.
+        backend: :func:`curate.generate.make_backend` keyword arguments.
+        n: Answers sampled per prompt.
+        sampling: ``temperature``, ``top_p``, ``max_new_tokens`` (the seed is ``seed``).
+        prompt_style: Force ``normal`` or ``think`` (default: each record's ``prompt_type``).
+        templates: YAML/JSON prompt templates file.
+        thresholds: YAML/JSON per-source thresholds file.
+        pass_threshold, min_gap, band: Default selection thresholds (None: the built-ins).
+        progress: Training progress in [0, 1] for the dynamic IoU threshold.
+        seed: Seed of the sampling.
+        shard_size: Prompts per shard.
+        plot: Write ``rl_filter.png``.
+    """
+
+    out: PathLike
+    backend: Mapping[str, Any] = field(default_factory=dict)
+    n: int = 16
+    sampling: Mapping[str, Any] | None = None
+    prompt_style: str | None = None
+    templates: PathLike | None = None
+    thresholds: PathLike | None = None
+    pass_threshold: float | None = None
+    min_gap: float | None = None
+    band: tuple[float, float] | None = None
+    progress: float | None = None
+    seed: int = 0
+    shard_size: int = 1000
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        v.out_dir("--out", self.out)
+        v.at_least("--n", self.n, 1)
+        if self.prompt_style is not None:
+            v.one_of("--prompt-style", self.prompt_style, PROMPT_STYLES)
+        v.in_file("--templates", self.templates)
+        v.within("--pass-threshold", self.pass_threshold, 0.0, 1.0)
+        v.finite("--min-gap", self.min_gap)
+        if self.band is not None:
+            lo, hi = self.band
+            v.finite("--band", lo)
+            v.finite("--band", hi)
+            if self.thresholds is None and not lo < hi:
+                raise UserError(f"--band {lo},{hi}: give LO,HI with LO < HI, e.g. 0.0,0.6")
+        _progress(self.progress)
+        v.at_least("--shard-size", self.shard_size, 1)
+        self.selection()
+        check_sampling(self.sampling)
+        check_backend(self.backend)
+
+    def selection(self) -> tuple[Any, dict[str, Any]]:
+        """The default and per-source :class:`curate.rl.selection.Thresholds` (reads ``thresholds``)."""
+        return load_thresholds(self.thresholds, {"pass_threshold": self.pass_threshold, "min_gap": self.min_gap,
+                                                 "band": list(self.band) if self.band else None})
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Settings of ``curate score`` (see :func:`curate.rl.score.score`)."""
+
+    records: Sequence[PathLike]
+    responses: PathLike
+    out: PathLike
+    progress: float | None = None
+    seed: int = 0
+    shard_size: int = 20_000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.records, (str, os.PathLike)):
+            object.__setattr__(self, "records", (self.records,))
+        if not self.records:
+            raise UserError("--records: give at least one RL records file")
+        for path in self.records:
+            v.in_path("--records", path)
+        v.in_file("--responses", self.responses)
+        v.out_dir("--out", self.out)
+        _progress(self.progress)
+        v.at_least("--shard-size", self.shard_size, 1)
+
+
+@dataclass(frozen=True)
+class ServeRewardsConfig:
+    """Settings of ``curate serve-rewards`` (see :func:`curate.rl.serve.serve`)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    pool_workers: int | None = None
+    log_level: str = "warning"
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise UserError("--host: give an interface to bind, e.g. 127.0.0.1 or 0.0.0.0")
+        if not 1 <= self.port <= 65535:
+            raise UserError(f"--port {self.port}: a TCP port is between 1 and 65535")
+        v.at_least("--workers", self.workers, 1)
+        v.at_least("--pool-workers", self.pool_workers, 1)
+        v.one_of("--log-level", self.log_level, LOG_LEVELS)
+        v.above("--deadline", self.deadline, 0)
