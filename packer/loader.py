@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from curate.core.images import decode
+from curate.core.threads import cap_threads
 from packer.rope import mrope_positions, text_positions
 from packer.tokens import TokenCounter
 
@@ -143,12 +144,16 @@ class PackedDataset(torch.utils.data.IterableDataset):
         rank, world_size: distributed position; by default read from ``torch.distributed`` when
             initialised, else 0 and 1.
         check: verify processor fingerprint, token counts and image grids (recommended).
+        threads: torch/OpenMP threads of each DataLoader worker (set when the worker starts
+            iterating; 1 by default: W workers × all cores each oversubscribe the machine).
+            The main process is left as it is.
     """
 
     def __init__(self, shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                  processor: str | os.PathLike[str] | TokenCounter, *, rank: int | None = None,
-                 world_size: int | None = None, check: bool = True) -> None:
+                 world_size: int | None = None, check: bool = True, threads: int = 1) -> None:
         super().__init__()
+        self.threads = threads
         self.shards = expand_shards(shards)
         self.processor = processor
         self.rank, self.world_size = rank, world_size
@@ -201,6 +206,8 @@ class PackedDataset(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         import webdataset as wds
 
+        if torch.utils.data.get_worker_info() is not None:
+            cap_threads(self.threads)  # a DataLoader worker: before the processor loads
         if self._builder is None:
             self._builder = PackedSequenceBuilder(self.processor, check=self.check)
         rank, world = self._dist()
@@ -219,6 +226,11 @@ class PackedDataset(torch.utils.data.IterableDataset):
                 raise ValueError(f"sequence {meta.get('key')} is assigned to rank {meta.get('rank')}, read by rank {rank}")
             images = [sample[name] for name in meta["image_members"]]
             yield self._builder.build(meta, images)
+
+
+def worker_init(worker_id: int) -> None:  # noqa: ARG001 - DataLoader's worker_init_fn signature
+    """``DataLoader(worker_init_fn=worker_init)``: one torch/OpenMP thread per data-loader worker."""
+    cap_threads(1)
 
 
 def first_meta(shard: str | os.PathLike[str]) -> dict[str, Any] | None:

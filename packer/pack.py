@@ -32,7 +32,7 @@ from curate.core.io import atomic_open, dumps_json, read_json, write_json, write
 from curate.core.progress import console
 from curate.core.shards import DEFAULT_SHARD_SIZE, SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
 from curate.core.stats import StageStats, run_header
-from packer.lengths import LengthsTask
+from packer.lengths import DEFAULT_VERIFY_SAMPLE, LengthsTask
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.plan import batch_padding_tokens, plan_bins
 from packer.report import plot_packing
@@ -152,12 +152,16 @@ def _check_ctx(out: Path, ctx: int) -> None:
 def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str], ctx: int = 8192,
          processor: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
          workers: int = 1, seed: int = 0, shard_size: int = DEFAULT_SHARD_SIZE,
-         sequences_per_shard: int = DEFAULT_SEQUENCES_PER_SHARD, verify_fraction: float = 0.01,
+         sequences_per_shard: int = DEFAULT_SEQUENCES_PER_SHARD, verify_fraction: float | None = None,
          exact: bool = False, lengths: str | os.PathLike[str] | None = None, plan_only: bool = False,
          executor: Executor | None = None, trust_remote_code: bool = False, plot: bool = True,
          balance_compute: bool = False, dp: int | None = None, micro_batches: int | None = None,
-         cost_model: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+         cost_model: str | os.PathLike[str] | None = None,
+         verify_sample: int | None = DEFAULT_VERIFY_SAMPLE) -> dict[str, Any]:
     """Pack records into sequences of at most ``ctx`` tokens; see the module docstring.
+
+    ``verify_sample`` records (seeded, spread over the shards) are also counted by
+    the full processor; ``verify_fraction`` (older) checks a share of every shard instead.
 
     ``balance_compute`` (with ``dp``, optional ``micro_batches`` and ``cost_model``)
     lays the bins out in steps of equal compute per rank (:mod:`packer.balance`).
@@ -194,10 +198,13 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
     else:
         shards = plan_shards(inputs, shard_size)
         task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
-                           verify_fraction=verify_fraction, trust_remote_code=trust_remote_code)
+                           verify_fraction=verify_fraction, trust_remote_code=trust_remote_code,
+                           verify_sample=verify_sample)
+        task.choose_verified(shards, seed)
         settings = task.settings()
+        check = {"verify_fraction": verify_fraction, "verify_sample": task.verify_sample}
         fingerprint = settings["processor"]
-        key = _lengths_key(shards, {**settings, "seed": seed, "verify_fraction": verify_fraction})
+        key = _lengths_key(shards, {**settings, "seed": seed, **check})
         counted = _find_counted(key, out.resolve())
         if counted is not None:
             console.print(f"reusing token lengths counted in {counted}")
@@ -206,7 +213,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
             write_parquet(out / "lengths.parquet", table)
         else:
             total = run_stage(task, shards, out, executor=executor, seed=seed, desc="count tokens",
-                              settings={**settings, "verify_fraction": verify_fraction})
+                              settings={**settings, **check})
             table = _merge_lengths(out)
             _remember_counted(key, out)
     timings["lengths"] = time.perf_counter() - t0
@@ -240,7 +247,9 @@ def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str
         **run_header("pack", seed=seed, settings={"ctx": ctx, "processor": fingerprint, "processor_path": processor,
                                                   "min_pixels": min_pixels,
                                                   "max_pixels": max_pixels, "exact": exact,
-                                                  "verify_fraction": verify_fraction, "plan_only": plan_only,
+                                                  "verify_fraction": verify_fraction,
+                                                  "verify_sample": None if verify_fraction is not None else verify_sample,
+                                                  "plan_only": plan_only,
                                                   "balance": balance.settings() if balance else None}),
         "records_in": counts["records_in"], "records_packed": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],

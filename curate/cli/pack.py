@@ -16,8 +16,12 @@ from curate.core.errors import UserError
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
 @click.option("--min-pixels", type=int, default=None, help="Override the image processor's min_pixels.")
 @click.option("--max-pixels", type=int, default=None, help="Override the image processor's max_pixels.")
-@click.option("--verify-fraction", type=float, default=0.01, show_default=True,
-              help="Share of records (seeded) also run through the full processor; any mismatch stops the run.")
+@click.option("--verify-sample", type=int, default=1000, show_default=True,
+              help="Records (seeded, spread over shards) also run through the full processor; any mismatch stops "
+                   "the run. 0 turns the check off.")
+@click.option("--verify-fraction", type=float, default=None,
+              help="Older form: a share of every shard checked instead of --verify-sample (1% of 85M records is "
+                   "850K processor runs); prefer --verify-sample.")
 @click.option("--exact", is_flag=True, help="Run the full processor on every record (decodes every image; slow).")
 @click.option("--lengths", type=click.Path(path_type=str), default=None,
               help="Reuse token lengths (a lengths.parquet with id, tokens) instead of counting.")
@@ -38,7 +42,7 @@ from curate.core.errors import UserError
               help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B).")
 @executor_options
 def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str, min_pixels: int | None,
-             max_pixels: int | None, verify_fraction: float, exact: bool, lengths: str | None, plan_only: bool,
+             max_pixels: int | None, verify_sample: int, verify_fraction: float | None, exact: bool, lengths: str | None, plan_only: bool,
              shard_size: int, sequences_per_shard: int, trust_remote_code: bool, energon_split: str | None,
              balance_compute: bool, dp: int | None, micro_batches: int | None, cost_model: str | None,
              seed: int, workers: int, executor: str, ray_address: str | None) -> None:
@@ -57,9 +61,16 @@ def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str,
     """
     from packer.pack import pack
 
+    if verify_fraction is not None:
+        from curate.core.progress import console
+
+        console.print(f"[yellow]note:[/yellow] --verify-fraction {verify_fraction:g} checks that share of every "
+                      "record with the full processor (deprecated; a fixed --verify-sample N costs the same at any "
+                      "corpus size); --verify-sample is ignored")
+
     stats = pack(list(inputs), out=out, ctx=ctx, processor=processor, min_pixels=min_pixels, max_pixels=max_pixels,
                  workers=workers, seed=seed, shard_size=shard_size, sequences_per_shard=sequences_per_shard,
-                 verify_fraction=verify_fraction, exact=exact, lengths=lengths, plan_only=plan_only,
+                 verify_fraction=verify_fraction, verify_sample=verify_sample, exact=exact, lengths=lengths, plan_only=plan_only,
                  executor=make_executor(executor, workers, ray_address), trust_remote_code=trust_remote_code,
                  balance_compute=balance_compute, dp=dp, micro_batches=micro_batches, cost_model=cost_model)
     _summary_pack(stats, out)

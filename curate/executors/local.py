@@ -11,6 +11,7 @@ from typing import Any
 from curate.executors import Executor
 from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardTask, execute_shard
+from curate.core.threads import cap_threads, task_threads, thread_env, torch_threads
 
 _WORKER_TASK: ShardTask | None = None
 
@@ -18,6 +19,7 @@ _WORKER_TASK: ShardTask | None = None
 def _init_worker(task: ShardTask) -> None:
     global _WORKER_TASK
     _WORKER_TASK = task
+    cap_threads(task_threads(task))  # before setup(): torch/OpenMP use what this worker was given
 
 
 def _run_in_worker(shard: Shard, out: str, seed: int) -> dict[str, Any]:
@@ -30,7 +32,8 @@ class LocalExecutor(Executor):
     """Run shards here: sequentially in-process for one worker, else in worker processes.
 
     Worker processes are started with ``spawn`` (safe with torch and threads)
-    and call ``task.setup()`` once each.
+    and call ``task.setup()`` once each, after capping their torch/OpenMP threads
+    to the task's ``threads`` (1 for CPU tasks; see :mod:`curate.core.threads`).
     """
 
     name = "local"
@@ -47,11 +50,12 @@ class LocalExecutor(Executor):
         markers = []
         with StageProgress(desc, sum(task.shard_items(s) for s in shards), unit=task.unit) as bar:
             if self.workers == 1 or len(shards) == 1:
-                task.setup()
-                for shard in shards:
-                    before = bar.done
-                    markers.append(execute_shard(task, shard, out, seed, progress=bar.advance))
-                    bar.advance(max(task.shard_items(shard) - (bar.done - before), 0))
+                with torch_threads(task_threads(task)):
+                    task.setup()
+                    for shard in shards:
+                        before = bar.done
+                        markers.append(execute_shard(task, shard, out, seed, progress=bar.advance))
+                        bar.advance(max(task.shard_items(shard) - (bar.done - before), 0))
             else:
                 markers.extend(self._pool(task, shards, out, seed, bar))
         return markers
@@ -60,7 +64,7 @@ class LocalExecutor(Executor):
               bar: StageProgress) -> list[dict[str, Any]]:
         results = []
         ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx,
+        with thread_env(task_threads(task)), ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx,
                                  initializer=_init_worker, initargs=(task,)) as pool:
             futures: dict[Future, Shard] = {pool.submit(_run_in_worker, s, str(out), seed): s for s in todo}
             remaining = set(futures)

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from curate.core.threads import cap_threads, task_threads
 from curate.core.errors import UserError
 from curate.executors import Executor
 from curate.core.progress import StageProgress, console
@@ -61,10 +62,13 @@ class _ShardRunner:
         out: absolute output folder (shared storage).
         seed: the run seed.
         cwd: the driver's working directory (entered if it exists here).
+        threads: torch/OpenMP threads of the actor (its reserved CPUs by default; None leaves them).
     """
 
-    def __init__(self, task_blob: bytes, out: str, seed: int, cwd: str) -> None:
+    def __init__(self, task_blob: bytes, out: str, seed: int, cwd: str, threads: int | None = 1) -> None:
         from ray import cloudpickle
+
+        cap_threads(threads)  # before the task (and torch) load: the actor uses the CPUs it reserved
 
         self.born = time.time()
         self.out, self.seed = Path(out), seed
@@ -270,7 +274,8 @@ class RayExecutor(Executor):
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         ds = ds.map_batches(
             _ShardRunner, batch_size=1, batch_format="numpy", zero_copy_batch=True,
-            fn_constructor_args=(task_blob, str(out), seed, os.getcwd()),
+            fn_constructor_args=(task_blob, str(out), seed, os.getcwd(),
+                                 task_threads(task, default=max(1, int(resources.get("num_cpus") or 1)))),
             compute=ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
             runtime_env={"env_vars": env} if env else None, **resources)
         where = "a local Ray cluster" if self._started_local else f"Ray cluster {ray.get_runtime_context().gcs_address}"

@@ -1,0 +1,103 @@
+"""Count step of ``curate pack`` (token lengths + the processor check): fixed sample + thread caps vs the old path.
+
+Usage:
+    python benchmarks/bench_count.py            # 100K records, --workers 2
+    python benchmarks/bench_count.py --quick    # 20K records
+
+Writes N seeded records (1 image each, from a pool of 64 JPEGs of 64 to 1,600 px
+per side, captions of varied length) and counts them twice with ``curate pack
+--plan-only`` in child processes at the same ``--workers``, the check on both times:
+
+* old: ``--verify-fraction 0.01`` with ``CURATE_WORKER_THREADS=0`` (workers start
+  torch/OpenMP threads on every core, as before issue 14);
+* new: ``--verify-sample 1000`` with workers capped to 1 thread (the default).
+
+At 100K records both check the same number of records (1% = 1,000), so the ratio
+is the thread caps alone; past 100K the old path's check grows with the corpus
+and the new one does not. Prints records/s of the count step and the ratio (target >= 2x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from curate.fixtures.processor import build_tiny_processor  # noqa: E402
+
+WORDS = "a cat dog red blue sofa tree car street sky person holding small large old new wooden table".split()
+
+
+def make_records(folder: Path, n: int, seed: int = 0) -> Path:
+    """``n`` records over 64 seeded JPEGs; returns the JSONL path."""
+    rng = np.random.default_rng(seed)
+    images = folder / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    names = []
+    for i in range(64):
+        w, h = (int(v) for v in rng.integers(64, 1600, 2))
+        small = rng.integers(0, 255, (max(2, h // 64), max(2, w // 64), 3), dtype=np.uint8)
+        Image.fromarray(small).resize((w, h)).save(images / f"{i}.jpg", quality=85)
+        names.append(f"images/{i}.jpg")
+    path = folder / "records.jsonl"
+    with open(path, "w") as fh:
+        for i in range(n):
+            caption = " ".join(rng.choice(WORDS, int(rng.integers(5, 60))))
+            rec = {"id": f"r{i:08d}", "source": f"s{i % 4}", "images": [names[int(rng.integers(0, 64))]],
+                   "messages": [{"role": "user", "content": "<image>\nDescribe the image."},
+                                {"role": "assistant", "content": caption}]}
+            fh.write(json.dumps(rec) + "\n")
+    return path
+
+
+def count(records: Path, processor: Path, out: Path, workers: int, flags: list[str], env: dict[str, str]) -> dict:
+    """Run the count step in a child process; return its stats.json."""
+    cmd = [sys.executable, "-m", "curate", "pack", str(records), "--processor", str(processor), "--plan-only",
+           "--out", str(out), "--workers", str(workers), "--shard-size", "5000", *flags]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "CURATE_CACHE": str(out / "cache"), **env}
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        full_env.pop(var, None)  # as a user's shell would have it
+    subprocess.run(cmd, cwd=ROOT, env=full_env, check=True, stdout=subprocess.DEVNULL)
+    return json.loads((out / "stats.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    n = 20_000 if args.quick else args.n
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        records = make_records(tmp / "data", n)
+        processor = build_tiny_processor(tmp / "processor")
+        print(f"count step: {n:,} records, --workers {args.workers}; machine: {os.cpu_count()} cores, "
+              f"load average {os.getloadavg()[0]:.1f}")
+        rates = {}
+        for name, flags, env in (("old", ["--verify-fraction", "0.01"], {"CURATE_WORKER_THREADS": "0"}),
+                                 ("new", ["--verify-sample", "1000"], {})):
+            t0 = time.perf_counter()
+            stats = count(records, processor, tmp / name, args.workers, flags, env)
+            seconds = stats["timings"]["lengths"]
+            rates[name] = n / seconds
+            print(f"  {name}: {' '.join(flags)} {env or ''}: count {seconds:.1f} s = {rates[name]:,.0f} records/s, "
+                  f"{stats['verified_records']:,} records checked by the processor "
+                  f"(process {time.perf_counter() - t0:.1f} s)")
+        print(f"  ratio new / old records/s: {rates['new'] / rates['old']:.2f}x  (target >= 2x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Thread caps for worker processes and actors: each uses the threads it was given, not every core.
+
+A worker pool of W processes on a C-core machine, each starting C torch/OpenMP
+threads, oversubscribes the cores C-fold; the processor check of ``curate pack``
+ran 3× slower that way. Executors cap every worker (1 thread by default for CPU
+workers, or the task's ``threads``) before the task's ``setup()``; a task that
+runs a model with more threads sets them itself in ``setup()``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def task_threads(task: Any, default: int = 1) -> int | None:
+    """Threads a worker running ``task`` gets.
+
+    The task's ``threads`` attribute when set; ``None`` (leave the model's own
+    choice) for a model task whose ``threads`` is unset; else ``default``, 1 for
+    CPU workers. ``CURATE_WORKER_THREADS=N`` overrides it for every worker (0: no cap).
+    """
+    forced = os.environ.get("CURATE_WORKER_THREADS")
+    if forced is not None and forced.strip().isdigit():
+        return int(forced) or None  # a number for every worker; 0 leaves threads as the libraries start them
+    if not hasattr(task, "threads"):
+        return max(1, int(default))
+    threads = getattr(task, "threads")
+    return max(1, int(threads)) if threads else None
+
+
+def cap_threads(n: int | None) -> None:
+    """Use ``n`` threads in this process: OpenMP/BLAS variables (for libraries loaded later) and torch, if loaded.
+
+    Sets the variables only where the user did not set them; torch is never imported here.
+    ``None`` leaves everything as it is.
+    """
+    if n is None:
+        return
+    n = max(1, int(n))
+    for var in THREAD_VARS:
+        os.environ.setdefault(var, str(n))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+@contextmanager
+def thread_env(n: int | None) -> Iterator[None]:
+    """Within the block, child processes start with ``n`` OpenMP/BLAS threads (unless the user set them)."""
+    if n is None:
+        yield
+        return
+    saved = {var: os.environ.get(var) for var in THREAD_VARS}
+    for var in THREAD_VARS:
+        if saved[var] is None:
+            os.environ[var] = str(max(1, int(n)))
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Within the block, torch (if loaded) uses ``n`` threads in this process; restored after (None: unchanged)."""
+    torch = sys.modules.get("torch") if n is not None else None
+    previous = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        torch.set_num_threads(max(1, int(n)))
+    try:
+        yield
+    finally:
+        if torch is not None and previous is not None:
+            torch.set_num_threads(previous)
