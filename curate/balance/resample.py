@@ -46,23 +46,21 @@ files (``records/``, when the inputs are given), ``balance.png`` and ``stats.jso
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
 from curate.balance.report import compare, plot_balance, top_concepts
-from curate.core.errors import UserError
-from curate.core.io import atomic_open, write_json, write_parquet
+from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
+from curate.balance.weights import (TagArrays, concept_counts, draw, draw_metaclip, keep_best,  # noqa: F401
+                                    read_tags, record_weights)
+from curate.core.columns import counts_by_source, first_occurrences, rows
+from curate.core.io import write_json, write_parquet
 from curate.core.stats import StageStats, run_header
 from curate.core.validate import configure
 
@@ -72,181 +70,19 @@ RECORDS_DIR = "records"
 _SALT = 0x5E1EC7
 
 
-@dataclass
-class TagArrays:
-    """The tags of every record as flat arrays (record ``i`` has ``flat[offsets[i]:offsets[i+1]]``)."""
-
-    ids: pa.Array
-    sources: pa.Array
-    offsets: np.ndarray
-    flat: np.ndarray
-    taggable: int | None
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Number of tags of each record."""
-        return np.diff(self.offsets)
-
-
-def read_tags(path: str | os.PathLike[str]) -> TagArrays:
-    """Read ``tags.parquet`` (``id``, ``source``, ``concepts``) into flat arrays.
-
-    Raises:
-        UserError: missing file or columns.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"--tags {path}: no such file; make it with curate tag")
-    try:
-        schema = pq.read_schema(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
-        raise UserError(f"--tags {path}: not a readable Parquet file ({exc})") from None
-    missing = {"id", "concepts"} - set(schema.names)
-    if missing:
-        raise UserError(f"--tags {path}: missing column(s) {', '.join(sorted(missing))}; expected id, concepts")
-    cols = ["id", "concepts"] + (["source"] if "source" in schema.names else [])
-    table = pq.read_table(path, columns=cols)
-    ids = table.column("id").combine_chunks().cast(pa.string())
-    sources = (table.column("source").combine_chunks().cast(pa.string()) if "source" in cols
-               else pa.array(["unknown"] * table.num_rows, pa.string()))
-    sources = pc.fill_null(sources, "unknown")
-    concepts = table.column("concepts").combine_chunks()
-    lengths = pc.fill_null(pc.list_value_length(concepts), 0).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = concepts.flatten().to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    if flat.size and flat.min() < 0:
-        raise UserError(f"--tags {path}: negative concept indices")
-    meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
-    taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
-    return TagArrays(ids, sources, offsets, flat, taggable)
-
-
-def keep_best(tags: TagArrays, use_k: int) -> TagArrays:
-    """Keep only the ``use_k`` best tags of every record (lists are best first)."""
-    if use_k < 1:
-        raise UserError(f"--use-k must be at least 1, got {use_k}")
-    lengths = tags.lengths
-    if not lengths.size or lengths.max() <= use_k:
-        return tags
-    position = np.arange(tags.flat.size, dtype=np.int64) - np.repeat(tags.offsets[:-1], lengths)
-    new_lengths = np.minimum(lengths, use_k)
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(new_lengths, out=offsets[1:])
-    return TagArrays(tags.ids, tags.sources, offsets, tags.flat[position < use_k], tags.taggable)
-
-
-def concept_counts(flat: np.ndarray, n: int, per_tag: np.ndarray | None = None) -> np.ndarray:
-    """Occurrences of each concept (optionally weighted per tag, e.g. by copies)."""
-    if per_tag is None:
-        return np.bincount(flat, minlength=n).astype(np.int64)
-    return np.rint(np.bincount(flat, weights=per_tag, minlength=n)).astype(np.int64)
-
-
-def _segments(values: np.ndarray, offsets: np.ndarray, ufunc: np.ufunc, empty: float) -> np.ndarray:
-    """Reduce ``values`` per record with ``ufunc``; records without values get ``empty``."""
-    lengths = np.diff(offsets)
-    out = np.full(len(lengths), empty, dtype=np.float64)
-    nonempty = lengths > 0
-    if values.size:
-        out[nonempty] = ufunc.reduceat(values, offsets[:-1][nonempty])
-    return out
-
-
-def record_weights(tags: TagArrays, counts: np.ndarray, *, weighting: str = "mean",
-                   temperature: float = 1.0) -> np.ndarray:
-    """Inverse-frequency weight of every record (0 for records without tags); see the module docstring."""
-    if weighting not in WEIGHTINGS:
-        raise UserError(f"--weighting {weighting}: use one of {', '.join(WEIGHTINGS)}")
-    per_tag = np.power(counts[tags.flat].astype(np.float64), -float(temperature))
-    if weighting == "max":
-        return _segments(per_tag, tags.offsets, np.maximum, 0.0)
-    total = _segments(per_tag, tags.offsets, np.add, 0.0)
-    if weighting == "sum":
-        return total
-    lengths = tags.lengths
-    return np.divide(total, lengths, out=np.zeros_like(total), where=lengths > 0)
-
-
-def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarray:
-    """Copies per record: ``target`` records without replacement (∝ weight), or with replacement past the pool.
-
-    Records of weight 0 are never drawn.
-    """
-    copies = np.zeros(len(weights), np.int32)
-    pool = np.flatnonzero(weights > 0)
-    if target <= 0 or pool.size == 0:
-        return copies
-    w = weights[pool]
-    if target <= pool.size:
-        keys = rng.standard_exponential(pool.size) / w
-        chosen = np.argpartition(keys, target - 1)[:target] if target < pool.size else np.arange(pool.size)
-        copies[pool[chosen]] = 1
-    else:
-        copies[pool] = rng.multinomial(target, w / w.sum()).astype(np.int32)
-    return copies
-
-
-def draw_metaclip(tags: TagArrays, counts: np.ndarray, t: int, rng: np.random.Generator,
-                  eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """MetaCLIP's rule: returns ``(copies 0/1, keep probability)`` per record."""
-    if t < 1:
-        raise UserError(f"--t must be at least 1, got {t}")
-    p = t / np.maximum(counts[tags.flat].astype(np.float64), float(t))
-    passes = (rng.random(tags.flat.size) < p).astype(np.float64)
-    keep = _segments(passes, tags.offsets, np.maximum, 0.0) > 0
-    with np.errstate(divide="ignore"):
-        miss = _segments(np.log1p(-p), tags.offsets, np.add, 0.0)  # log Π (1 - p); -inf when some p = 1
-    prob = np.where(tags.lengths > 0, -np.expm1(miss), 0.0)
-    keep &= eligible
-    return keep.astype(np.int32), np.where(eligible, prob, 0.0)
-
-
-def _first_occurrences(ids: pa.Array) -> np.ndarray:
-    """Boolean mask of the first occurrence of every id."""
-    encoded = ids.dictionary_encode()
-    if len(encoded.dictionary) == len(ids):
-        return np.ones(len(ids), dtype=bool)
-    # Dictionary codes are numbered in order of first appearance: a row is a first
-    # occurrence exactly when its code exceeds every code before it.
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    previous_max = np.empty_like(codes)
-    previous_max[0] = -1
-    np.maximum.accumulate(codes[:-1], out=previous_max[1:])
-    return codes > previous_max
-
-
 def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copies: np.ndarray) -> StageStats:
     """Counts per source; duplicates and untagged records as rejects, not-selected as a count."""
     stats = StageStats()
-    enc = tags.sources.dictionary_encode()
-    names = enc.dictionary.to_pylist()
-    codes = enc.indices.to_numpy(zero_copy_only=False)
-
-    def by_source(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(codes[mask], minlength=len(names))
-
-    all_rows = by_source(np.ones(len(codes), dtype=bool))
-    selected = by_source(copies > 0)
-    dup = ~first
-    untagged = first & ~has_tags
-    not_selected = by_source(first & has_tags & (copies == 0))
-    for i, name in enumerate(names):
-        if all_rows[i]:
-            stats.seen(name, int(all_rows[i]))
-        if selected[i]:
-            stats.kept(name, int(selected[i]))
-        if not_selected[i]:
-            stats.dropped["not_selected"] += int(not_selected[i])
-            stats._src(name)["dropped"]["not_selected"] += int(not_selected[i])
-    id_list = tags.ids
-    for i in np.flatnonzero(dup).tolist():
-        stats.drop(id_list[i].as_py(), names[codes[i]], "duplicate_id", "id already seen earlier in the tags")
-    for i in np.flatnonzero(untagged).tolist():
-        stats.drop(id_list[i].as_py(), names[codes[i]], "no_concept", "record has no concept tag")
+    codes, names = tags.codes, tags.source_names
+    stats.seen_many(counts_by_source(codes, names))
+    stats.kept_many(counts_by_source(codes, names, copies > 0))
+    for name, n in counts_by_source(codes, names, first & has_tags & (copies == 0)).items():
+        stats.dropped["not_selected"] += n
+        stats._src(name)["dropped"]["not_selected"] += n
+    for mask, reason, detail in ((~first, "duplicate_id", "id already seen earlier in the tags"),
+                                 (first & ~has_tags, "no_concept", "record has no concept tag")):
+        index = np.flatnonzero(mask)
+        stats.reject_many("dropped", reason, rows(tags.ids, index), [names[c] for c in codes[index].tolist()], detail)
     stats.check()
     return stats
 
@@ -290,12 +126,11 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     n_concepts = int(arrays.flat.max()) + 1 if arrays.flat.size else 0
 
     t1 = time.perf_counter()
-    first = _first_occurrences(arrays.ids)
+    first = first_occurrences(arrays.ids)
     has_tags = arrays.lengths > 0
     eligible = first & has_tags
     pool = int(eligible.sum())
-    pool_tags = np.repeat(eligible, arrays.lengths)
-    before = concept_counts(arrays.flat[pool_tags], n_concepts)
+    before = concept_counts(arrays, n_concepts, eligible)
     rng = np.random.default_rng([seed, _SALT])
     if mode == "inverse":
         n_target = target if target is not None else max(1, int(round(fraction * pool)))
@@ -304,12 +139,12 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     else:
         n_target = None
         copies, weights = draw_metaclip(arrays, before, t, rng, eligible)
-    after = concept_counts(arrays.flat, n_concepts, per_tag=np.repeat(copies, arrays.lengths).astype(np.float64))
+    after = concept_counts(arrays, n_concepts, copies)
     timings["select"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
     chosen = np.flatnonzero(copies > 0)
-    selection = pa.table([arrays.ids.take(pa.array(chosen)), arrays.sources.take(pa.array(chosen)),
+    selection = pa.table([arrays.ids.take(pa.array(chosen)), arrays.sources.take(pa.array(chosen)).cast(pa.string()),
                           pa.array(copies[chosen], pa.int32()), pa.array(weights[chosen], pa.float64())],
                          schema=SELECTION_SCHEMA)
     write_parquet(out / "selection.parquet", selection)
@@ -360,110 +195,3 @@ def _vocab_names(vocab: str | os.PathLike[str] | None) -> list[str] | None:
     from curate.balance.vocab.embed import read_vocab
 
     return read_vocab(vocab)
-
-
-# ---------------------------------------------------------------------------
-# Selected records, in the layout of their input files
-# ---------------------------------------------------------------------------
-
-def _rebase(value: Any, src_dir: str, dst_dir: str) -> Any:
-    """Rewrite relative image paths (str, list of str, list of {"path": str}) for a new folder.
-
-    A path under the new folder stays relative; any other becomes absolute.
-    """
-    def one(p: Any) -> Any:
-        if isinstance(p, str) and p and not os.path.isabs(p):
-            absolute = os.path.normpath(os.path.join(os.path.abspath(src_dir), p))
-            rel = os.path.relpath(absolute, dst_dir)
-            return absolute if rel.startswith("..") else rel
-        if isinstance(p, dict) and isinstance(p.get("path"), str) and not p.get("bytes"):
-            return {**p, "path": one(p["path"])}  # a struct carrying bytes keeps its original file name
-        return p
-    if isinstance(value, list):
-        return [one(v) for v in value]
-    return one(value)
-
-
-def copy_id(rid: str, k: int) -> str:
-    """The id of the ``k``-th copy (1-based) of a record drawn several times: ``id``, ``id#2``, ``id#3``..."""
-    return rid if k == 1 else f"{rid}#{k}"
-
-
-def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: pa.Table,
-                           folder: Path) -> dict[str, Any]:
-    """Write each selected record ``copies`` times, in its input file's format and layout.
-
-    Each input file ``NAME`` gives ``folder/NAME`` (same format); relative image
-    paths are rewritten relative to ``folder``; copies after the first get the id
-    ``id#k`` so that ids stay unique. Returns counts per output file.
-    """
-    from curate.core.records import RecordInvalid, expand_inputs, input_format, iter_rows, split_file, to_canonical
-
-    wanted = dict(zip(selection.column("id").to_pylist(), selection.column("copies").to_pylist()))
-    remaining = dict(wanted)
-    folder.mkdir(parents=True, exist_ok=True)
-    used: set[str] = set()
-    files: dict[str, int] = {}
-    for path in expand_inputs(inputs):
-        fmt = input_format(path)
-        suffix = ".parquet" if fmt == "tar" else path.suffix  # tars come back as Parquet with image structs
-        name = path.stem + suffix
-        k = 2
-        while name in used:
-            name = f"{path.stem}-{k}{suffix}"
-            k += 1
-        used.add(name)
-        src_dir, dst_dir = str(path.parent), str(folder.resolve())
-        rows_out: list[tuple[int, Any]] = []
-        for part in split_file(path, 1 << 62):
-            for row, raw, problem in iter_rows(part):
-                if problem is not None:
-                    continue
-                fallback = f"{path.stem}:{row + 1}" if fmt == "jsonl" else f"{path.stem}:{row}"
-                try:
-                    rid = to_canonical(raw, path.parent, fallback_id=fallback, fallback_source=path.stem)["id"]
-                except RecordInvalid:
-                    continue
-                n = remaining.pop(rid, 0)
-                for c in range(1, n + 1):
-                    rows_out.append((c, (rid, raw)))
-        files[name] = _write_rows(folder / name, fmt, rows_out, src_dir, dst_dir, path)
-    return {"files": files, "records": sum(files.values()), "selected_not_found": len(remaining)}
-
-
-def _rebased_row(raw: dict[str, Any], rid: str, copy: int, src_dir: str, dst_dir: str) -> dict[str, Any]:
-    row = dict(raw)
-    for key in ("images", "image"):
-        if key in row and row[key] is not None:
-            row[key] = _rebase(row[key], src_dir, dst_dir)
-    if copy > 1:
-        row["id"] = copy_id(rid, copy)
-    return row
-
-
-def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str, dst_dir: str,
-                source_path: Path) -> int:
-    if fmt == "tar":  # tar members come back as Parquet rows with datasets image structs
-        from curate.core.formats.writeback import records_table
-
-        objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
-        write_parquet(dest, records_table(objs))
-        return len(objs)
-    if fmt in ("jsonl", "json"):
-        objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
-        with atomic_open(dest, "w") as fh:
-            if fmt == "jsonl":
-                for obj in objs:
-                    fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-            else:
-                json.dump(objs, fh, ensure_ascii=False, indent=1)
-                fh.write("\n")
-        return len(objs)
-    schema = pq.read_schema(source_path)
-    objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
-    if "id" not in schema.names and any(c > 1 for c, _ in rows):
-        schema = schema.append(pa.field("id", pa.string()))
-        for obj, (_, (rid, _)) in zip(objs, rows):
-            obj.setdefault("id", rid)
-    write_parquet(dest, pa.Table.from_pylist(objs, schema=schema))
-    return len(objs)

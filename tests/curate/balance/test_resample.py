@@ -165,3 +165,19 @@ def test_selected_records_keep_their_layout_and_images(sample_data: Path, tmp_pa
     base = {r["id"].split("#")[0] for r in written}
     assert base == set(copies)
     assert result["records_written"]["selected_not_found"] == 0
+
+
+@pytest.mark.parametrize("kw", [{"fraction": 0.3}, {"fraction": 1.7, "weighting": "max"}, {"mode": "metaclip", "t": 5}])
+def test_blocks_of_records_change_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kw: dict) -> None:
+    from curate.balance import weights
+
+    concepts = [[i % 7, (i * 3) % 11] if i % 9 else [] for i in range(500)]
+    tags = _tags(tmp_path / "t.parquet", concepts, ids=[f"r{i % 480}" for i in range(500)],
+                 sources=["a" if i % 3 else "b" for i in range(500)])
+    whole = resample(tags, out=tmp_path / "whole", seed=2, plot=False, **kw)
+    monkeypatch.setattr(weights, "BLOCK", 37)  # per-tag temporaries in many small blocks
+    blocks = resample(tags, out=tmp_path / "blocks", seed=2, plot=False, **kw)
+    assert pq.read_table(tmp_path / "whole" / "selection.parquet").equals(
+        pq.read_table(tmp_path / "blocks" / "selection.parquet"))
+    assert whole["balance"] == blocks["balance"] and whole["per_source"] == blocks["per_source"]
+    assert whole["dropped"]["duplicate_id"] == 20 and whole["dropped"]["no_concept"] > 0
