@@ -7,6 +7,13 @@ from typing import Any
 from curate.report.html import Raw, esc, num, section, table
 
 
+_IN = ("records_in", "prompts_in", "responses_in", "responses")
+_OUT = ("records_out", "records_selected", "records_packed", "kept", "scored")
+#: Per-source quality figures shown beside the counts when a stage reports them.
+METRICS = ("mean_reward", "mean_pass_at_1", "mean_pass_at_n", "mean_accuracy", "truncation_rate",
+           "format_failure_rate")
+
+
 def counts(stats: dict[str, Any]) -> dict[str, Any]:
     """In, kept, dropped and errored (by reason) of a stage's stats.
 
@@ -16,11 +23,12 @@ def counts(stats: dict[str, Any]) -> dict[str, Any]:
     """
     dropped = dict(stats.get("dropped") or {})
     errored = dict(stats.get("errored") or {})
-    n_in = stats.get("records_in", stats.get("responses_in"))
-    kept = stats.get("records_out")
+    n_in = next((stats[k] for k in _IN if isinstance(stats.get(k), int)), None)
+    kept = next((stats[k] for k in _OUT if isinstance(stats.get(k), int)), None)
     if kept is None and n_in is not None:
         kept = n_in - sum(dropped.values()) - sum(errored.values())
-    return {"in": n_in, "kept": kept, "dropped": dropped, "errored": errored}
+    unit = "responses" if "responses_in" in stats else "prompts" if "prompts_in" in stats else "records"
+    return {"in": n_in, "kept": kept, "dropped": dropped, "errored": errored, "unit": unit}
 
 
 def _bar(c: dict[str, Any]) -> str:
@@ -38,7 +46,7 @@ def funnel_html(stats: dict[str, Any]) -> str:
     """The funnel section: totals, a bar, reasons, and the per-source table."""
     c = counts(stats)
     n_drop, n_err = sum(c["dropped"].values()), sum(c["errored"].values())
-    head = (f'<p><b data-count="records_in">{num(c["in"])}</b> records in → '
+    head = (f'<p><b data-count="records_in">{num(c["in"])}</b> {c["unit"]} in → '
             f'<b class="ok" data-count="kept">{num(c["kept"])}</b> kept, '
             f'<b data-count="dropped">{num(n_drop)}</b> dropped, '
             f'<b class="bad" data-count="errored">{num(n_err)}</b> errored</p>{_bar(c)}')
@@ -51,13 +59,16 @@ def funnel_html(stats: dict[str, Any]) -> str:
     per_source = stats.get("per_source") or {}
     if per_source:
         rows = []
+        metrics = [m for m in METRICS if any(isinstance(e.get(m), (int, float)) for e in per_source.values())]
         for src, e in sorted(per_source.items()):
             sc = counts(e)
             rows.append([src, sc["in"], sc["kept"],
                          ", ".join(f"{k} {v:,}" for k, v in sorted(sc["dropped"].items())) or "–",
-                         ", ".join(f"{k} {v:,}" for k, v in sorted(sc["errored"].items())) or "–"])
-        inner += "<h3>Per source</h3>" + table(["source", "in", "kept", "dropped", "errored"], rows, numeric={1, 2},
-                                               tid="per-source")
+                         ", ".join(f"{k} {v:,}" for k, v in sorted(sc["errored"].items())) or "–",
+                         *[e.get(m) for m in metrics]])
+        inner += "<h3>Per source</h3>" + table(["source", "in", "kept", "dropped", "errored",
+                                                *[m.replace("_", " ") for m in metrics]], rows,
+                                               numeric={1, 2, *range(5, 5 + len(metrics))}, tid="per-source")
     return section("Funnel", inner, "funnel")
 
 

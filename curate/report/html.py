@@ -52,8 +52,14 @@ JS = """
       i.setAttribute('data-loaded',i.complete&&i.naturalWidth>0?i.naturalWidth+'x'+i.naturalHeight:'no');});
     document.body.setAttribute('data-ready','1');
   });
+  var preset={};  // page.html#reason=empty&q=cat presets the filters (links can be shared)
+  location.hash.replace(/^#/,'').split('&').forEach(function(kv){
+    var i=kv.indexOf('=');if(i>0){preset[decodeURIComponent(kv.slice(0,i))]=decodeURIComponent(kv.slice(i+1));}});
   document.querySelectorAll('.filters').forEach(function(box){
-    box.querySelectorAll('input,select').forEach(function(el){el.addEventListener('input',function(){apply(box);});});
+    box.querySelectorAll('input,select').forEach(function(el){
+      var key=el.tagName==='INPUT'?'q':el.name;
+      if(preset[key]!==undefined){el.value=preset[key];}
+      el.addEventListener('input',function(){apply(box);});});
     apply(box);
   });
 })();

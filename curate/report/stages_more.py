@@ -99,7 +99,9 @@ def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
         table_ = pq.read_table(rollouts_path, filters=[("id", "in", ids)])
         for r in table_.to_pylist():
             rollouts.setdefault(r["id"], []).append(r)
-    records = lookup_records(_inputs_of(stats, "rl-filter") or [], ids)
+    records = lookup_records([str(folder / "records")], ids) if (folder / "records").is_dir() else {}
+    if len(records) < len(ids):  # fall back on the inputs named on the command line
+        records = {**lookup_records(_inputs_of(stats, "rl-filter"), set(ids) - set(records)), **records}
     cards = []
     for p in picks:
         rid = p["id"]
@@ -107,6 +109,7 @@ def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
         raw_user = next((m["content"] for m in rec.get("messages", []) if m["role"] == "user"), "")
         gold = next((m["content"] for m in rec.get("messages", []) if m["role"] == "assistant"), "")
         decision = str(p.get("decision") or ("kept" if p.get("kept") else "dropped"))
+        why = f" ({p['reason']})" if p.get("reason") else ""
         metric = ", ".join(f"{k} {num(p.get(k))}" for k in ("pass_at_1", "pass_at_n", "mean_reward") if k in p)
         rows = [[r.get("sample"), Raw(f"<pre>{esc(r.get('response'))}</pre>"), r.get("accuracy"), r.get("format"),
                  r.get("reward"), r.get("error") or ""]
@@ -116,7 +119,7 @@ def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
             f'<div class="card wide" data-row="1" data-source="{esc(p.get("source"))}" data-decision="{esc(decision)}">'
             f'<div style="display:flex;gap:12px"><div>{_thumb(assets, imgs[0] if imgs else None, rid)}</div>'
             f'<div style="flex:1"><code>{esc(rid)}</code> <span class="pill">{esc(p.get("source"))}</span> '
-            f'<b class="{"ok" if decision == "kept" else "bad"}">{esc(decision)}</b> <span class="muted">{esc(metric)}'
+            f'<b class="{"ok" if decision == "kept" else "bad"}">{esc(decision + why)}</b> <span class="muted">{esc(metric)}'
             f'</span><pre>{esc(raw_user)}</pre><div>gold: <code>{esc(gold)}</code></div></div></div>'
             + table(["#", "response", "accuracy", "format", "reward", "error"], rows, numeric={2, 3, 4}) + "</div>")
     decisions = sorted({str(p.get("decision") or ("kept" if p.get("kept") else "dropped")) for p in picks})

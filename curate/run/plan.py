@@ -17,8 +17,10 @@ from curate.core.errors import UserError
 from curate.run.recipe import Recipe, Step
 
 #: What a step hands to the next one when it is named without a sub-path.
-MAIN_OUTPUT = {"balance": "records", "recaption": "records.jsonl", "rl-filter": "kept.jsonl",
-               "score": "scores.parquet", "pack": "", "verify": ""}
+#: The first one that exists is used (Parquet when the records carry image bytes), else the first.
+MAIN_OUTPUT = {"balance": ("records",), "recaption": ("records.jsonl", "records.parquet"),
+               "rl-filter": ("kept.jsonl", "kept.parquet"), "score": ("scores.parquet",), "pack": ("",),
+               "verify": ("",)}
 RUN_DIR = "_run"
 
 
@@ -114,8 +116,10 @@ def _resolve(value: str, step: Step, recipe: Recipe, out: Path, line: int, depen
         raise UserError(f"{recipe.where(line)}: step {step.name!r} reads {head!r}, which comes later in the "
                         f"recipe; move {step.name!r} after {head!r}")
     depends.append(head)
-    sub = rest if slash else MAIN_OUTPUT[target.verb]
-    return [str(out / target.folder / sub) if sub else str(out / target.folder)]
+    folder = out / target.folder
+    sub = rest if slash else next((c for c in MAIN_OUTPUT[target.verb] if c and (folder / c).exists()),
+                                  MAIN_OUTPUT[target.verb][0])
+    return [str(folder / sub) if sub else str(folder)]
 
 
 def _step_refs(step: Step, recipe: Recipe) -> set[str]:
@@ -215,7 +219,8 @@ def plan_step(step: Step, recipe: Recipe, out: Path, verbs: VerbTable) -> Planne
                        depends=sorted(set(depends)), reads=reads)
 
 
-def _digest(obj: Any) -> str:
+def digest(obj: Any) -> str:
+    """A short hash of a JSON-ready object."""
     import hashlib
 
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
@@ -253,7 +258,7 @@ def plan_run(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None =
     planned = [plan_step(s, recipe, out, verbs) for s in recipe.steps]
     by_name = {p.step.name: p for p in planned}
     for p in planned:  # a step is stale when a step it reads ran with other settings
-        p.upstream = {d: _digest({"settings": by_name[d].settings, "upstream": by_name[d].upstream})
+        p.upstream = {d: digest({"settings": by_name[d].settings, "upstream": by_name[d].upstream})
                       for d in p.depends}
     for i, p in enumerate(planned):
         if not lo <= i <= hi:

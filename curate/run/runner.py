@@ -21,7 +21,7 @@ from curate.core.errors import UserError
 from curate.core.io import atomic_open, write_json
 from curate.core.lock import out_lock
 from curate.core.stats import versions
-from curate.run.plan import PlannedStep, VerbTable, check_ready, plan_run, write_record
+from curate.run.plan import PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step, write_record
 from curate.run.recipe import Recipe
 
 LOCK_NAME = "recipe.lock.yaml"
@@ -76,6 +76,16 @@ def write_lock(recipe: Recipe, planned: list[PlannedStep], out: Path) -> Path:
     return path
 
 
+def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Path, verbs: VerbTable) -> None:
+    """Plan step ``i`` again now that the steps it reads have finished (e.g. records.parquet, not .jsonl)."""
+    fresh = plan_step(planned[i].step, recipe, out, verbs)
+    fresh.status, fresh.why = planned[i].status, planned[i].why
+    by_name = {p.step.name: p for p in planned}
+    fresh.upstream = {d: digest({"settings": by_name[d].settings, "upstream": by_name[d].upstream})
+                      for d in fresh.depends}
+    planned[i] = fresh
+
+
 def _finish_verify(p: PlannedStep, seconds: float) -> None:
     """``verify`` writes no folder of its own: record that it passed, as its stats.json."""
     write_json(p.folder / "stats.json", {"stage": "verify", "command": p.command, "checked": p.reads,
@@ -126,6 +136,8 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Path, verbs: Ver
         if p.status in ("skip", "not selected"):
             echo(f"== {p.step.folder}: {p.status} ({p.why})")
             continue
+        _replan(planned, i, recipe, out, verbs)  # the steps before it made their outputs: name the right files
+        p = planned[i]
         check_ready(planned, recipe, i)
         echo(f"== {p.step.folder}: {'resuming' if p.status == 'resume' else 'running'} {p.command}")
         write_record(out, p)
@@ -134,3 +146,4 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Path, verbs: Ver
         if p.step.verb == "verify":
             _finish_verify(p, time.perf_counter() - t0)
         p.status, p.why = "done", f"{time.perf_counter() - t0:.1f}s"
+        write_lock(recipe, planned, out)
