@@ -56,7 +56,9 @@ def test_lock_holds_recipe_settings_and_versions(recipe_run) -> None:
     lock = yaml.safe_load((recipe_run.out / "recipe.lock.yaml").read_text())
     assert lock["recipe_text"] == recipe_run.recipe.read_text()
     assert [s["name"] for s in lock["steps"]] == ["balance", "recaption", "pack", "verify"]
-    assert lock["steps"][2]["settings"]["ctx"] == 2048 and lock["steps"][2]["settings"]["verify_fraction"] == 0.01
+    assert lock["steps"][2]["settings"]["ctx"] == 2048
+    # every flag of the verb is resolved, defaults included
+    assert set(lock["steps"][2]["settings"]) >= {p.name for p in cli.commands["pack"].params if p.expose_value}
     assert lock["steps"][1]["settings"]["langs"] == "en,zh" and lock["steps"][3]["depends"] == ["pack"]
     assert lock["versions"]["pyarrow"] and lock["curate"]
     for step in lock["steps"]:
