@@ -6,6 +6,7 @@ import click
 
 from curate.balance.config import INDEXES, MODES, SCRIPT_CHOICES, WEIGHTINGS
 from curate.cli.group import cli
+from curate.core.errors import UserError
 from curate.cli.options import executor_options, make_executor, model_options, threads_for
 
 
@@ -49,12 +50,26 @@ def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, dev
 
 
 @cli.command("tag")
-@click.option("--embeddings", required=True, type=click.Path(path_type=str),
+@click.option("--match", "match", type=click.Choice(["embeddings", "text"]), default="embeddings", show_default=True,
+              help="embeddings = nearest concepts of image embeddings (FAISS); text = MetaCLIP's substring "
+                   "matching of each record's text against --vocab (no model, CPU only).")
+@click.option("--embeddings", type=click.Path(path_type=str), default=None,
               help="Embeddings folder: curate embed's OUT (or OUT/embeddings), or clip-retrieval's "
-                   "(img_emb/ + metadata/).")
-@click.option("--concepts", required=True, type=click.Path(path_type=str),
-              help="Concept matrix from curate vocab embed.")
-@click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
+                   "(img_emb/ + metadata/). With --match embeddings.")
+@click.option("--concepts", type=click.Path(path_type=str), default=None,
+              help="Concept matrix from curate vocab embed. With --match embeddings.")
+@click.option("--records", multiple=True, type=click.Path(path_type=str),
+              help="With --match text: record files/folders whose text is matched. Repeatable.")
+@click.option("--vocab", type=click.Path(path_type=str), default=None,
+              help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt).")
+@click.option("--text-field", default=None,
+              help="With --match text: match this raw field (caption, text, alt...) instead of the assistant messages.")
+@click.option("--case-sensitive", is_flag=True,
+              help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
+@click.option("--shard-size", type=int, default=50000, show_default=True,
+              help="With --match text: records per shard.")
+@click.option("--top-k", type=int, default=None,
+              help="Concepts per record (default: 5 with --match embeddings, every match with --match text).")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
 @click.option("--index", type=click.Choice(INDEXES), default="flat", show_default=True,
               help="flat = exact inner product; ivf = FAISS IVF (prints recall@K against exact search).")
@@ -66,23 +81,45 @@ def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, dev
 @click.option("--id-column", default=None,
               help="Id column of clip-retrieval metadata (default: id, key, image_path or url).")
 @executor_options
-def tag_cmd(embeddings: str, concepts: str, top_k: int, out: str, index: str, nlist: int | None, nprobe: int,
-            recall_sample: int, id_column: str | None, seed: int, workers: int, executor: str,
-            ray_address: str | None) -> None:
+def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: tuple[str, ...], vocab: str | None,
+            text_field: str | None, case_sensitive: bool, shard_size: int, top_k: int | None, out: str, index: str,
+            nlist: int | None, nprobe: int, recall_sample: int, id_column: str | None, seed: int, workers: int,
+            executor: str, ray_address: str | None) -> None:
     """Tag every embedding with its top-K nearest concepts (FAISS).
 
     Writes OUT/tags.parquet (id, source, concepts list<int32> = vocabulary line − 1,
     scores list<float32>, best first), per-file parts in OUT/tags/ and OUT/stats.json.
     Zero concept rows (entries the encoder could not read) are never returned.
 
+    With --match text, each record's text is matched against --vocab as MetaCLIP
+    does (substrings at word boundaries; no spaces needed in CJK/Thai text);
+    scores are match counts. The output has the same layout.
+
     \b
     Examples:
       curate tag --embeddings emb/ --concepts concepts.npy --top-k 5 --out tagged/
       curate tag --embeddings clip_retrieval_out/ --concepts concepts.npy --index ivf --nlist 4096 --out tagged/
+      curate tag --match text --records data/ --vocab vocab/500k.txt --workers 8 --out tagged/
     """
     from curate.balance.config import TagConfig
     from curate.balance.tag import tag
     from curate.core.progress import console
+
+    if match == "text":
+        from curate.balance.match import match_text
+
+        if not records or vocab is None or embeddings or concepts:
+            raise UserError("--match text needs --records DATA and --vocab VOCAB (and no --embeddings/--concepts)")
+        r = match_text(list(records), vocab, out=out, text_field=text_field, case_sensitive=case_sensitive,
+                       top_k=top_k, shard_size=shard_size, seed=seed,
+                       executor=make_executor(executor, workers, ray_address))
+        console.print(f"[bold]matched[/bold] {r['records_tagged']:,} records against {r['concepts_embedded']:,} "
+                      f"entries: {r['matches']:,} matches, {r['rows_without_concept']:,} records without any")
+        console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
+        return
+    if embeddings is None or concepts is None:
+        raise UserError("curate tag needs --embeddings EMB and --concepts CONCEPTS.npy (or --match text)")
+    top_k = 5 if top_k is None else top_k
 
     config = TagConfig(out=out, top_k=top_k, index=index, nlist=nlist, nprobe=nprobe, recall_sample=recall_sample,
                        id_column=id_column, seed=seed)

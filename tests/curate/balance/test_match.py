@@ -1,0 +1,105 @@
+"""``curate tag --match text``: MetaCLIP's spacing and word-boundary rules, CJK without spaces, agreement with
+a brute-force matcher, the tags.parquet layout read by resample, sharded runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from curate.balance.match import (TextMatcher, brute_force_counts, match_text, no_space_char, spaced_entry,
+                                  spaced_text)
+from curate.balance.resample import resample
+from curate.executors import get_executor
+
+VOCAB = ["cat", "black cat", "sofa", "red", "猫", "睡觉", "t恤", "on", "c++", "Apple", "apple", "new york"]
+
+
+def test_spacing_rules() -> None:
+    assert spaced_text("A cat,asleep.\tThe\nend") == " A cat , asleep .  The end "
+    assert spaced_entry("cat") == " cat "
+    assert spaced_entry("猫") == "猫"
+    assert spaced_entry("t恤") == " t恤"  # latin start needs a space, CJK end does not
+    assert spaced_entry("c++") == " c++"  # punctuation end: no space needed
+    assert no_space_char("ไ") and no_space_char("，") and not no_space_char("é")
+
+
+def test_word_boundaries_cjk_and_counts() -> None:
+    m = TextMatcher(VOCAB)
+    found = {VOCAB[c]: n for c, n in m.counts("A black cat on a red sofa; the cat sleeps. Category: concatenate").items()}
+    assert found == {"black cat": 1, "cat": 2, "on": 1, "red": 1, "sofa": 1}  # not inside category/concatenate
+    cjk = {VOCAB[c]: n for c, n in m.counts("一只猫在沙发上睡觉，猫很可爱").items()}
+    assert cjk == {"猫": 2, "睡觉": 1}  # no spaces in Chinese text
+    assert {VOCAB[c] for c in m.counts("a T恤 shop")} == {"t恤"}
+    folded = m.counts("APPLE pie")
+    assert set(folded) == {VOCAB.index("Apple"), VOCAB.index("apple")}  # both entries fold to one pattern
+    exact = TextMatcher(VOCAB, case_sensitive=True)
+    assert set(exact.counts("Apple pie")) == {VOCAB.index("Apple")}  # MetaCLIP's comparison
+    concepts, scores = m.match("the cat and the cat near a red sofa", top_k=2)
+    assert concepts == [VOCAB.index("cat"), VOCAB.index("sofa")] and scores == [2.0, 1.0]
+
+
+@pytest.mark.parametrize("case_sensitive", [False, True])
+def test_agrees_with_brute_force(case_sensitive: bool, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    words = ["cat", "Cat", "dog", "red", "sofa", "猫", "狗", "睡觉", "a", "on", "new", "york", ",", ".", "x++",
+             "t恤", "ไทย", "ok!", "\n"]
+    entries = sorted({" ".join(rng.choice(words, int(rng.integers(1, 3)))) for _ in range(80)}) + ["", "  "]
+    texts = ["".join(str(w) + (" " if rng.random() < 0.6 else "") for w in rng.choice(words, 12)) for _ in range(300)]
+    m = TextMatcher(entries, case_sensitive=case_sensitive)
+    m.save(tmp_path / "a.bin")
+    loaded = TextMatcher.load(tmp_path / "a.bin")
+    for text in texts:
+        expect = brute_force_counts(text, entries, case_sensitive=case_sensitive)
+        assert m.counts(text) == expect
+        assert loaded.counts(text) == expect
+
+
+def _records(path: Path, n: int) -> Path:
+    rng = np.random.default_rng(1)
+    words = ["black cat", "sofa", "red", "猫", "a dog", "睡觉", "tree"]
+    with open(path, "w") as fh:
+        for i in range(n):
+            caption = " ".join(rng.choice(words, 3))
+            fh.write(json.dumps({"id": f"r{i}", "source": "s" if i % 2 else "t", "caption": caption,
+                                 "alt": f"an apple {i}"}) + "\n")
+        fh.write("{not json\n")
+    return path
+
+
+def test_match_text_writes_tags_that_resample_reads(tmp_path: Path) -> None:
+    data = _records(tmp_path / "caps.jsonl", 60)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    one = match_text([data], vocab, out=tmp_path / "one", shard_size=25)
+    two = match_text([data], vocab, out=tmp_path / "two", shard_size=25, executor=get_executor("local", workers=2))
+    assert (tmp_path / "one" / "tags.parquet").read_bytes() == (tmp_path / "two" / "tags.parquet").read_bytes()
+    assert one["records_in"] == 61 and one["records_tagged"] == 60 and one["errored"]
+    tags = pq.read_table(tmp_path / "one" / "tags.parquet").to_pylist()
+    m = TextMatcher(VOCAB)
+    rows = [json.loads(line) for line in data.read_text().splitlines()[:60]]
+    for row, tag in zip(rows, tags):
+        assert tag["id"] == row["id"]
+        assert dict(zip(tag["concepts"], tag["scores"])) == {c: float(n) for c, n in m.counts(row["caption"]).items()}
+    field = match_text([data], vocab, out=tmp_path / "alt", text_field="alt", shard_size=25)
+    assert field["matches"] == 120  # "an apple i": Apple and apple (case folded)
+    r = resample(tmp_path / "one" / "tags.parquet", out=tmp_path / "rs", fraction=0.5, seed=0, plot=False)
+    assert r["records_in"] == 60 and r["records_selected"] == 30
+
+
+def test_cli_match_text(tmp_path: Path) -> None:
+    data = _records(tmp_path / "caps.jsonl", 10)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    run = [sys.executable, "-m", "curate", "tag", "--match", "text", "--records", str(data), "--vocab", str(vocab),
+           "--out", str(tmp_path / "o"), "--top-k", "2"]
+    done = subprocess.run(run, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert max(len(c) for c in pq.read_table(tmp_path / "o" / "tags.parquet").column("concepts").to_pylist()) == 2
+    bad = subprocess.run(run[:6] + ["--vocab", str(vocab), "--out", str(tmp_path / "p")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--records" in bad.stderr and "Traceback" not in bad.stderr
