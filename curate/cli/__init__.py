@@ -23,7 +23,7 @@ from curate.cli import balance, pack, recaption, report, rl, run, vocab  # noqa:
 from curate.cli.errors import describe_os_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.core.lock import keep_until_exit
+from curate.core.lock import held_for_command
 
 __all__ = ["cli", "main"]
 
@@ -36,9 +36,9 @@ def _fail(message: str, code: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``curate`` console script: every mistake prints one line and exits non-zero."""
     args = sys.argv[1:] if argv is None else list(argv)
-    keep_until_exit()  # a verb holds the lock on its --out from its first stage until it exits
     try:
-        cli.main(args=args, prog_name="curate", standalone_mode=False)
+        with held_for_command():  # a verb holds the lock on its --out from its first stage to its end
+            cli.main(args=args, prog_name="curate", standalone_mode=False)
     except UserError as exc:
         _fail(str(exc), exc.exit_code)
     except click.exceptions.Abort:

@@ -26,7 +26,8 @@ from curate.generate.base import SamplingParams
 from curate.generate.checks import DTYPES, check_sampling
 
 BACKEND_FLAGS = ("model", "endpoint", "served_model", "rollouts", "rollouts_version", "device", "dtype",
-                 "batch_size", "trust_remote_code", "concurrency", "timeout", "max_retries", "api_key")
+                 "batch_size", "trust_remote_code", "concurrency", "timeout", "max_retries", "api_key",
+                 "max_consecutive_failures")
 SAMPLING_FLAGS = ("temperature", "top_p", "max_new_tokens", "seed")
 
 
@@ -58,6 +59,9 @@ def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="--endpoint: seconds per call before it counts as a timeout.  [default: 600]"),
         click.option("--max-retries", type=int, default=None,
                      help="--endpoint: retries of a call that timed out, lost its connection or got 429/5xx.  [default: 5]"),
+        click.option("--max-consecutive-failures", type=int, default=None,
+                     help="--endpoint: failed calls in a row after which the server is taken for down and the "
+                          "run stops (resumable).  [default: 20]"),
         click.option("--api-key", default=None, envvar="CURATE_API_KEY", show_envvar=True,
                      help="--endpoint: bearer token, if the server needs one."),
     ]

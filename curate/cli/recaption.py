@@ -55,7 +55,8 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
     Outputs in OUT: captions.parquet (id, source, lang, image, caption, model, error,
     detail, attempts, truncated, raw), records.jsonl (one canonical record per kept
     caption, id <id>#<lang>), rejects.parquet, stats.json (per source and language:
-    images, kept, failures by reason, mean caption length; generation counts).
+    images, kept, failures by reason, mean caption length), history.json (generation
+    counts, retries, timings, resumes: how the run went, apart from its results).
 
     \b
     Examples:

@@ -11,8 +11,8 @@ holder's pid, host, start time and command into it. The operating system drops a
   so on stderr, naming the dead holder.
 
 The lock is re-entrant within a process. Library callers hold it for the scope of
-each stage; the command line (:func:`keep_until_exit`) keeps it from the first stage
-until the process ends, so the driver's own steps between stages are covered too.
+each stage; the command line (:func:`held_for_command`) keeps it from the first stage
+until the verb ends, so the driver's own steps between stages are covered too.
 The file is removed when the lock is released. Paths with a URL scheme (object
 storage) are not locked.
 """
@@ -50,10 +50,22 @@ _HELD: dict[Path, _Held] = {}
 _KEEP = False
 
 
-def keep_until_exit() -> None:
-    """Keep every lock taken from now on until the process exits (the command line's mode)."""
+@contextmanager
+def held_for_command() -> Iterator[None]:
+    """Keep every lock taken inside the block until the block ends (the command line's mode).
+
+    A verb then holds its ``--out`` from its first stage to its last line, including the
+    driver's own steps between stages; nested use keeps the outer block's scope.
+    """
     global _KEEP
-    _KEEP = True
+    outer, _KEEP = _KEEP, True
+    try:
+        yield
+    finally:
+        _KEEP = outer
+        if not outer:
+            for key in [k for k, h in _HELD.items() if h.depth == 0]:
+                _drop(key)
 
 
 def _describe(info: dict) -> str:

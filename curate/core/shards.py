@@ -196,6 +196,26 @@ def marker_path(out: Path, stage: str, shard_id: str) -> Path:
     return out / SHARDS_DIR / stage / f"{shard_id}.json"
 
 
+#: ``StageStats.extra`` key: requests of the shard that failed for the server's reasons (timeouts, 5xx...).
+UNANSWERED = "unanswered"
+
+
+def is_complete(marker: Path) -> bool:
+    """Whether a shard is done: its marker exists and it has no :data:`UNANSWERED` requests.
+
+    A shard whose generation requests failed on the server's side is written (so a
+    run reports it) but not complete: a rerun runs it again, and its journal means
+    only the unanswered requests are asked again.
+    """
+    if not marker.exists():
+        return False
+    try:
+        content = read_json(marker)
+    except (OSError, ValueError):
+        return False
+    return not content.get("stats", {}).get("extra", {}).get(UNANSWERED, 0)
+
+
 def _rejects_rel(stage: str, shard_id: str) -> str:
     return f"{SHARDS_DIR}/{stage}/{shard_id}.rejects.parquet"
 
@@ -207,7 +227,7 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
     Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``.
     """
     marker = marker_path(out, task.stage, shard.id)
-    if marker.exists():
+    if is_complete(marker):
         return read_json(marker)
     work = out / TMP_DIR / task.stage / f"{shard.id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True, exist_ok=False)

@@ -19,7 +19,8 @@ from typing import Any
 from curate.core.errors import UserError
 from curate.core.io import read_json
 from curate.core.lock import out_lock
-from curate.core.shards import Shard, ShardTask, check_settings, clean_tmp, marker_path, merge_shards, plan_hash
+from curate.core.shards import (Shard, ShardTask, check_settings, clean_tmp, is_complete, marker_path, merge_shards,
+                                 plan_hash)
 from curate.core.stats import StageStats
 
 EXECUTORS = ("local", "ray")
@@ -78,4 +79,4 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
 
 def pending(task: ShardTask, shards: Sequence[Shard], out: Path) -> list[Shard]:
     """Shards of ``task`` that have no completion marker in ``out``."""
-    return [s for s in shards if not marker_path(out, task.stage, s.id).exists()]
+    return [s for s in shards if not is_complete(marker_path(out, task.stage, s.id))]

@@ -55,7 +55,7 @@ def make_backend(model: str | None = None, endpoint: str | None = None, served_m
             ``trust_remote_code``, ``chat_template_kwargs``, ``max_image_pixels``;
             openai: ``api_key``, ``concurrency``, ``timeout``, ``max_retries``, ``backoff``,
             ``backoff_max``, ``n_per_call``, ``send_seed``, ``extra_body``,
-            ``max_image_pixels``; rollouts: ``rollouts_version``.
+            ``max_image_pixels``, ``max_consecutive_failures``; rollouts: ``rollouts_version``.
 
     Returns:
         The backend (close it, or use it as a context manager).

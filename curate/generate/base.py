@@ -19,6 +19,13 @@ Error reasons are short stable strings:
 * ``generation_error:<Exception>`` (local model);
 * ``no_rollouts`` (rollouts file).
 
+Transient failures (:func:`is_transient`: timeouts, lost connections, 429 and 5xx
+answers, malformed bodies, after the backend's retries) say nothing about the
+prompt: stages never journal them as answers, and a shard that has any is not
+complete, so a rerun asks again. A server that fails ``max_consecutive_failures``
+calls in a row raises :class:`EndpointDown` (the circuit breaker): the run stops
+early with one line and everything answered so far is kept for the rerun.
+
 Seeds: :func:`derive_seed` turns the request's ``sampling.seed`` and ``key``
 (plus a sample index) into independent seeds, so a request's answers depend on
 neither its position nor the other requests of its batch.
@@ -35,9 +42,23 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from curate.core.errors import UserError
 from curate.core.records import IMAGE_TOKEN
 
 ROLES = ("system", "user", "assistant")
+#: Failures of the server, not of the prompt: asked again on a rerun.
+TRANSIENT_ERRORS = ("timeout", "connection_error", "bad_response", "endpoint_down", "http_error:429")
+
+
+def is_transient(reason: str | None) -> bool:
+    """Whether a result's error is the server's (asked again on a rerun), not the prompt's."""
+    return reason is not None and (reason in TRANSIENT_ERRORS or reason.startswith("http_error:5"))
+
+
+class EndpointDown(UserError):
+    """The circuit breaker tripped: the endpoint failed too many calls in a row."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)

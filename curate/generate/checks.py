@@ -14,7 +14,7 @@ from curate.core.errors import UserError
 BACKEND_OPTIONS = {
     "transformers": {"device", "dtype", "batch_size", "trust_remote_code", "chat_template_kwargs", "max_image_pixels"},
     "openai": {"api_key", "concurrency", "timeout", "max_retries", "backoff", "backoff_max", "n_per_call",
-               "send_seed", "extra_body", "max_image_pixels"},
+               "send_seed", "extra_body", "max_image_pixels", "max_consecutive_failures"},
     "rollouts": {"rollouts_version"},
 }
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
@@ -45,6 +45,7 @@ def backend_kind(model: str | None = None, endpoint: str | None = None, served_m
     v.at_least("--concurrency", options.get("concurrency"), 1)
     v.above("--timeout", options.get("timeout"), 0)
     v.at_least("--max-retries", options.get("max_retries"), 0)
+    v.at_least("--max-consecutive-failures", options.get("max_consecutive_failures"), 1)
     if "dtype" in options:
         v.one_of("--dtype", options["dtype"], DTYPES)
     if kind == "openai" and not str(endpoint).startswith(("http://", "https://")):

@@ -12,6 +12,12 @@ are retried up to ``max_retries`` times with exponential backoff and jitter
 A request that still fails carries ``error`` (``timeout``, ``connection_error``,
 ``http_error:<status>``, ``bad_response``) and never raises.
 
+Circuit breaker: every retryable failure of a call counts, every answer resets the
+count; after ``max_consecutive_failures`` failures in a row (default 20) the server
+is taken for down: no more calls are made, the calls in flight end with
+``endpoint_down``, and :meth:`stream` raises :class:`~curate.generate.base.EndpointDown`
+once the answers that did arrive have been yielded.
+
 ``n`` is never trusted: the backend counts the choices that came back and asks
 for the rest (``transformers serve`` answers one choice whatever ``n`` is). Once
 a server has returned fewer choices than asked, later requests are split into
@@ -45,11 +51,13 @@ from curate.generate.base import (
     GenerationResult,
     PromptError,
     content_parts,
+    EndpointDown,
     derive_seed,
     error_result,
 )
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, probe, read_bytes
 
+DEFAULT_MAX_CONSECUTIVE_FAILURES = 20
 MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp", "GIF": "image/gif", "BMP": "image/bmp",
         "TIFF": "image/tiff", "MPO": "image/jpeg"}
 
@@ -148,6 +156,7 @@ class OpenAIBackend(GenerationBackend):
         send_seed: Send a per-call ``seed`` (servers that reject it: set False).
         extra_body: More JSON fields for every call (for example ``{"top_k": 20}`` for vLLM).
         max_image_pixels: Decompression-bomb limit when checking images.
+        max_consecutive_failures: Failed calls in a row after which the server is taken for down.
     """
 
     name = "openai"
@@ -155,10 +164,16 @@ class OpenAIBackend(GenerationBackend):
     def __init__(self, endpoint: str, *, served_model: str | None = None, api_key: str | None = None,
                  concurrency: int = 8, timeout: float = 600.0, max_retries: int = 5, backoff: float = 1.0,
                  backoff_max: float = 60.0, n_per_call: int | None = None, send_seed: bool = True,
-                 extra_body: dict[str, Any] | None = None, max_image_pixels: int | None = None) -> None:
+                 extra_body: dict[str, Any] | None = None, max_image_pixels: int | None = None,
+                 max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES) -> None:
         super().__init__()
         import httpx
 
+        if max_consecutive_failures < 1:
+            raise UserError(f"--max-consecutive-failures {max_consecutive_failures}: must be at least 1")
+        self.max_consecutive_failures = max_consecutive_failures
+        self._failures_in_a_row = 0
+        self._down: str | None = None  # why the breaker tripped
         if concurrency < 1:
             raise UserError(f"--concurrency {concurrency}: must be at least 1")
         if max_retries < 0:
@@ -260,11 +275,16 @@ class OpenAIBackend(GenerationBackend):
         out = _CallOutcome()
         body = self._payload(state, offset, k)
         for attempt in range(self.max_retries + 1):
+            if self._down is not None:
+                out.error, out.detail = "endpoint_down", self._down
+                return out
             out.attempts += 1
             try:
                 out.choices = self._post(body)
+                self._count(None)
                 return out
             except CallFailed as exc:
+                self._count(exc)
                 # final, out of retries, or another call of this request already failed
                 if not exc.retryable or attempt == self.max_retries or state.error is not None:
                     out.error, out.detail = exc.reason, exc.detail
@@ -272,6 +292,17 @@ class OpenAIBackend(GenerationBackend):
                 out.retry_reasons.append(exc.reason)
                 time.sleep(self._delay(attempt, exc.retry_after))
         return out  # pragma: no cover - the loop always returns
+
+    def _count(self, failure: CallFailed | None) -> None:
+        """The circuit breaker's count: retryable failures in a row (an answer, or a 4xx, resets it)."""
+        with self._lock:
+            if failure is None or not failure.retryable:
+                self._failures_in_a_row = 0
+                return
+            self._failures_in_a_row += 1
+            if self._failures_in_a_row >= self.max_consecutive_failures and self._down is None:
+                self._down = (f"{self._failures_in_a_row} calls in a row failed, the last with {failure.reason} "
+                              f"({failure.detail[:120]})")
 
     # -- scheduling ----------------------------------------------------------------
 
@@ -337,6 +368,14 @@ class OpenAIBackend(GenerationBackend):
                 for fut in done:
                     state, offset, k = inflight.pop(fut)
                     yield from self._finish_call(state, offset, k, fut.result(), ready)
+                if self._down is not None:
+                    for fut in wait(list(inflight)).done:  # they stop at their next try
+                        state, offset, k = inflight.pop(fut)
+                        yield from (item for item in self._finish_call(state, offset, k, fut.result(), ready)
+                                    if item[1].error is None)
+                    raise EndpointDown(f"--endpoint {self.endpoint}: the server looks down ({self._down}); "
+                                       "stopped early, every answer so far is kept: rerun the same command "
+                                       "when the server is up")
         finally:
             for fut in inflight:
                 fut.cancel()

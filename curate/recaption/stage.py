@@ -19,7 +19,9 @@ image, server error after the backend's own retries...) are not retried here.
 Resume: every answer is journaled (``OUT/_journal/recaption/<shard>.jsonl``,
 keyed by request key) as soon as it arrives, and the checks are recomputed from
 the journal, so a rerun after a kill never asks for an answer (first or retry)
-it already has. Backend failures are not journaled: a killed shard asks again.
+it already has. Backend failures are not journaled, and a shard with failures of the
+server (timeouts, lost connections, 429/5xx) is not complete: a rerun asks again.
+Generation counters and timings go to ``history.json`` (:mod:`curate.core.history`).
 
 Per shard the task writes ``captions/<shard>.parquet`` (one row per image ×
 language requested) and ``records/<shard>.jsonl`` (one canonical record per kept
@@ -55,11 +57,11 @@ from curate.recaption.config import (  # noqa: F401 (parse_* and DEFAULT_PROMPTS
     resolve_prompts,
 )
 from curate.core.formats.writeback import dumps_record, image_ref, merge_record_lines
-from curate.generate.base import derive_seed
+from curate.generate.base import derive_seed, is_transient
 from curate.core.io import write_parquet
 from curate.core.journal import JournalWriter, read_journal
 from curate.core.records import IMAGE_TOKEN, BadRecord
-from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.shards import UNANSWERED, Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
 from curate.core.validate import configure
 
@@ -234,6 +236,9 @@ class RecaptionTask(ShardTask):
                 self._generate(again, True, done, failed, journal_path, lambda item: None)
         rows = [self._final(it, done, failed, checks) for it in items]
         self._account(records, rows, stats)
+        unanswered = sum(1 for reason, _ in failed.values() if is_transient(reason))
+        if unanswered:  # the server's failures: the shard is not complete, a rerun asks for them again
+            stats.extra[UNANSWERED] = unanswered
         generation = self.backend.stats.reset()
         stats.extra.update({"extra_images": extra_images, **{f"generation.{k}": v for k, v in generation.items()}})
         self._write(records, rows, work, shard.id)
@@ -363,6 +368,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     from curate.executors import run_stage
     from curate.core.io import write_json
     from curate.core.shards import plan_shards
+    from curate.core.history import HISTORY, record_run, split_extra, without_learned
     from curate.core.stats import run_header
 
     config = configure(RecaptionConfig, config, out=out, **settings)
@@ -385,16 +391,22 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
         per_source[source] = {**entry, "captions": {lang: caption_report([r for r in mine if r["lang"] == lang])
                                                     for lang in lang_list}}
     result = {
-        **run_header("recaption", seed=seed, settings={**task.settings(), "backend_described": task.backend.describe()}),
+        **run_header("recaption", seed=seed, settings={**task.settings(),
+                                                       "backend_described": without_learned(task.backend.describe())}),
         "records_in": counts["records_in"], "records_out": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"],
         "captions": caption_report(rows),
         "per_lang": {lang: caption_report([r for r in rows if r["lang"] == lang]) for lang in lang_list},
         "per_source": per_source,
         "extra_images": int(extra.get("extra_images", 0)),
-        "generation": {k.split(".", 1)[1]: v for k, v in sorted(extra.items()) if k.startswith("generation.")},
-        "timings": counts["timings"],
+        "history": HISTORY,
         "outputs": {"captions": "captions.parquet", "records": records_name, "rejects": "rejects.parquet"},
     }
+    record_run(out, "recaption", timings=counts["timings"], generation=split_extra(extra),
+               unanswered=int(extra.get(UNANSWERED, 0)), backend=task.backend.describe())
+    if extra.get(UNANSWERED):
+        from curate.core.progress import console
+        console.print(f"[yellow]{extra[UNANSWERED]} caption requests got no answer from the server (errored: "
+                      f"{counts['errored']}); rerun the same command to ask them again[/yellow]")
     write_json(out / "stats.json", result)
     return result

@@ -12,7 +12,10 @@ and writes
 
 Answers are journaled in ``OUT/_journal/rl-filter/<shard>.jsonl`` as they arrive;
 a rerun after a kill reads the journal and asks the backend only for the prompts
-that have no answers yet (failed prompts are asked again). The selection itself
+that have no answers yet (failed prompts are asked again). A shard with prompts
+the server failed (timeouts, lost connections, 429/5xx after the retries) is written
+but not complete, so a rerun of the same command asks for exactly those again; the
+backend's counters and timings go to ``history.json``, never to ``stats.json``. The selection itself
 (:mod:`curate.rl.selection`) runs on the driver from these files, so thresholds can be
 changed without generating again.
 """
@@ -34,8 +37,9 @@ from curate.core.io import write_parquet
 from curate.core.journal import end_line as _end_line
 from curate.core.journal import read_journal as _read_journal
 from curate.core.records import IMAGE_TOKEN, BadRecord
-from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.shards import UNANSWERED, Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from curate.generate.base import is_transient
 
 #: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
 DEFAULT_TEMPLATES = {
@@ -181,6 +185,10 @@ class RolloutTask(ShardTask):
                         journal.flush()
                     done[result.key] = entry
                     ctx.progress(1)
+        unanswered = sum(1 for r in prompts if is_transient(done[r["id"]]["error"]))
+        if unanswered:  # the server's failures, never journaled: the shard is not complete, a rerun asks again
+            stats.extra[UNANSWERED] = unanswered
+        stats.extra.update({f"generation.{k}": v for k, v in self._backend.stats.reset().items()})
         self._write(prompts, raws, done, stats, work, shard.id)
         return stats
 
@@ -238,6 +246,8 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     from curate.core.io import write_json
     from curate.rl.selection import evaluate, plot_pass_at_1, source_report
     from curate.core.shards import plan_shards
+    from curate.core.history import HISTORY, record_run, split_extra, without_learned
+    from curate.core.progress import console
     from curate.core.stats import run_header
 
     config = configure(RlFilterConfig, config, out=out, **settings)
@@ -280,17 +290,32 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
                  "mean_reward", "reward_std", "reward_sum", "decision", "reason")
     write_parquet(out / "prompts.parquet", pa.Table.from_pylist([{k: r[k] for k in keep_cols} for r in decided]))
     write_parquet(out / "rejects.parquet", total.rejects_table())
-    sources = sorted({r["source"] for r in decided})
     counts = total.to_dict()
+    sources = sorted({r["source"] for r in decided} | set(counts["per_source"]))
+
+    def report(rows: list[dict[str, Any]], entry: dict[str, Any]) -> dict[str, Any]:
+        # records, not only the prompts that reached the selection: unreadable and errored rows count too
+        return {**source_report(rows), "records_in": entry["records_in"], "kept": entry["records_out"],
+                "dropped": entry["dropped"], "errored": entry["errored"]}
+
+    settings = task.settings()
     result = {
-        **run_header("rl-filter", seed=seed, settings={**task.settings(), "thresholds": {
-            "default": default_th.__dict__, "sources": {k: v.__dict__ for k, v in per_source.items()}}}),
+        **run_header("rl-filter", seed=seed, settings={**settings, "backend": without_learned(settings["backend"]),
+                                                       "thresholds": {"default": default_th.__dict__, "sources": {
+                                                           k: v.__dict__ for k, v in per_source.items()}}}),
         "records_in": counts["records_in"], "kept": counts["records_out"], "dropped": counts["dropped"],
         "errored": counts["errored"],
-        "overall": source_report(decided),
-        "per_source": {s: source_report([r for r in decided if r["source"] == s]) for s in sources},
-        "timings": counts["timings"], "kept_file": kept_name,
+        "overall": report(decided, counts),
+        "per_source": {s: report([r for r in decided if r["source"] == s], counts["per_source"].get(s, {
+            "records_in": 0, "records_out": 0, "dropped": {}, "errored": {}})) for s in sources},
+        "kept_file": kept_name, "history": HISTORY,
     }
+    extra = counts.get("extra", {})
+    record_run(out, "rl-filter", timings=counts["timings"], generation=split_extra(extra),
+               unanswered=int(extra.get(UNANSWERED, 0)), backend=task.settings()["backend"])
+    if extra.get(UNANSWERED):
+        console.print(f"[yellow]{extra[UNANSWERED]} prompts got no answer from the server (errored: "
+                      f"{counts['errored']}); rerun the same command to ask them again[/yellow]")
     if plot:
         plot_pass_at_1(out / "rl_filter.png", decided, {s: per_source.get(s, default_th) for s in sources})
     write_json(out / "stats.json", result)

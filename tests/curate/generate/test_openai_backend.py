@@ -269,7 +269,9 @@ def test_server_stopped_mid_run_is_counted_not_raised(tiny_vlm_dir: Path, tmp_pa
         wait_ready(url, timeout=180, proc=proc)
         reqs = [_req(f"k{i}", n=2, images=(photo,), max_new_tokens=4) for i in range(8)]
         got = {}
-        with make_backend(endpoint=url, concurrency=2, max_retries=2, backoff=0.05) as be:
+        # the circuit breaker off (see test_endpoint_failures.py for it): every failure is counted
+        with make_backend(endpoint=url, concurrency=2, max_retries=2, backoff=0.05,
+                          max_consecutive_failures=10_000) as be:
             for index, res in be.stream(reqs):
                 got[index] = res
                 if len(got) == 2:
