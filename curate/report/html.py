@@ -123,7 +123,7 @@ def filters(target: str, selects: dict[str, list[str]], placeholder: str = "sear
     parts = [f'<div class="filters" data-for="{esc(target)}"><input type="search" placeholder="{esc(placeholder)}">']
     for name, values in selects.items():
         opts = "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in values)
-        parts.append(f'<select name="{esc(name)}"><option value="">all {esc(name)}s</option>{opts}</select>')
+        parts.append(f'<select name="{esc(name)}"><option value="">all {esc(name)}{"es" if name.endswith("s") else "s"}</option>{opts}</select>')
     parts.append('<span class="count muted"></span></div>')
     return "".join(parts)
 
