@@ -44,10 +44,10 @@ from megatron.energon.flavors.webdataset.config import MAIN_FOLDER_NAME
 
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, read_json
+from packer.config import SPLITS, parse_split_ratio  # noqa: F401 (parse_split_ratio re-exported)
 from packer.loader import PackedSequenceBuilder, ProcessorDrift, collate_packed
 from packer.tokens import TokenCounter
 
-SPLITS = ("train", "val", "test")
 DATASET_YAML = "dataset.yaml"
 SAMPLE_LOADER_FILE = "sample_loader.py"
 
@@ -146,17 +146,6 @@ def dataset_definition() -> dict[str, Any]:
         # images stay original bytes: the processor decodes them (as packer.loader does)
         "decoder": None,
     }
-
-
-def parse_split_ratio(ratio: str | Sequence[float]) -> tuple[float, float, float]:
-    """``"8,1,1"`` or ``(0.8, 0.1, 0.1)`` → train/val/test weights (not normalised); raises UserError."""
-    try:
-        parts = [float(x) for x in (ratio.split(",") if isinstance(ratio, str) else ratio)]
-    except (TypeError, ValueError):
-        parts = []
-    if len(parts) != 3 or any(p < 0 or p != p for p in parts) or sum(parts) <= 0:
-        raise UserError(f"--split-ratio {ratio!r}: give three non-negative train,val,test weights, e.g. 1,0,0 or 8,1,1")
-    return parts[0], parts[1], parts[2]
 
 
 def split_counts(shards: int, ratio: Sequence[float]) -> list[int]:

@@ -30,15 +30,16 @@ from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
 from curate.core.io import atomic_open, dumps_json, read_json, write_json, write_parquet
 from curate.core.progress import console
-from curate.core.shards import DEFAULT_SHARD_SIZE, SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
+from curate.core.shards import SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
 from curate.core.stats import StageStats, run_header
-from packer.lengths import DEFAULT_VERIFY_SAMPLE, LengthsTask
+from curate.core.validate import configure
+from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
+from packer.lengths import LengthsTask
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.plan import batch_padding_tokens, plan_bins
 from packer.report import plot_packing
 from packer.writer import PLAN_ARRAYS, ShardWriteTask
 
-DEFAULT_SEQUENCES_PER_SHARD = 256
 
 
 def _lengths_index() -> Path:
@@ -149,38 +150,34 @@ def _check_ctx(out: Path, ctx: int) -> None:
                         f"curate pack ... --lengths {out}/lengths.parquet --ctx {ctx} --out NEW_FOLDER")
 
 
-def pack(inputs: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str], ctx: int = 8192,
-         processor: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
-         workers: int = 1, seed: int = 0, shard_size: int = DEFAULT_SHARD_SIZE,
-         sequences_per_shard: int = DEFAULT_SEQUENCES_PER_SHARD, verify_fraction: float | None = None,
-         exact: bool = False, lengths: str | os.PathLike[str] | None = None, plan_only: bool = False,
-         executor: Executor | None = None, trust_remote_code: bool = False, plot: bool = True,
-         balance_compute: bool = False, dp: int | None = None, micro_batches: int | None = None,
-         cost_model: str | os.PathLike[str] | None = None,
-         verify_sample: int | None = DEFAULT_VERIFY_SAMPLE) -> dict[str, Any]:
+def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = None, *,
+         executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
     """Pack records into sequences of at most ``ctx`` tokens; see the module docstring.
 
-    ``verify_sample`` records (seeded, spread over the shards) are also counted by
-    the full processor; ``verify_fraction`` (older) checks a share of every shard instead.
-
-    ``balance_compute`` (with ``dp``, optional ``micro_batches`` and ``cost_model``)
-    lays the bins out in steps of equal compute per rank (:mod:`packer.balance`).
+    Args:
+        inputs: record files or folders (none with ``lengths`` and ``plan_only``).
+        config: the settings (see :class:`PackConfig`), checked before anything is read; its
+            ``balance_compute`` (with ``dp``, optional ``micro_batches`` and ``cost_model``) lays
+            the bins out in steps of equal compute per rank (:mod:`packer.balance`).
+        executor: an executor (default: local, ``config.workers`` processes).
+        **settings: fields of :class:`PackConfig` (``out=``, ``ctx=``...), instead of or over ``config``.
 
     Returns:
         The content written to ``OUT/stats.json``.
     """
-    out = Path(out)
-    if ctx < 1:
-        raise UserError(f"--ctx must be a positive number of tokens, got {ctx}")
-    if sequences_per_shard < 1:
-        raise UserError(f"--sequences-per-shard must be at least 1, got {sequences_per_shard}")
+    config = configure(PackConfig, config, **settings)
+    out, ctx, processor, seed, workers = Path(config.out), config.ctx, config.processor, config.seed, config.workers
+    min_pixels, max_pixels, exact, lengths = config.min_pixels, config.max_pixels, config.exact, config.lengths
+    shard_size, sequences_per_shard, plan_only = config.shard_size, config.sequences_per_shard, config.plan_only
+    verify_fraction, trust_remote_code, plot = config.verify_fraction, config.trust_remote_code, config.plot
+    verify_sample = config.verify_sample
     if not inputs and lengths is None:
         raise UserError("give INPUT files to pack, or --lengths LENGTHS.parquet with --plan-only")
     if inputs and processor is None and lengths is None:
         raise UserError("--processor is required to count tokens (a processor folder or hub id)")
     if not inputs and not plan_only:
         raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
-    balance = balance_options(balance_compute, dp, micro_batches, cost_model)
+    balance = balance_options(config.balance_compute, config.dp, config.micro_batches, config.cost_model)
     out.mkdir(parents=True, exist_ok=True)
     _check_ctx(out, ctx)
     executor = executor or get_executor("local", workers=workers)

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from curate.core.errors import UserError
 from curate.core.images import ImageError, probe
-from curate.core.io import read_json
 from curate.core.progress import StageProgress
+from curate.core.validate import configure
+from packer.config import VerifyConfig, read_pack_stats
 from packer.verify_steps import StepRecorder
 
 
@@ -95,16 +95,19 @@ def _check_sequence(meta: dict[str, Any], sample: dict[str, Any], ctx: int, repo
                        f"for {k} images")
 
 
-def verify_pack(out: str | Path, *, processor: str | None = None, sample: int = 64, seed: int = 0) -> VerifyReport:
-    """Check a ``curate pack`` output folder; see the module docstring."""
+def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = None, **settings: Any) -> VerifyReport:
+    """Check a ``curate pack`` output folder; see the module docstring.
+
+    Args:
+        out: the folder (overrides ``config.out``).
+        config: the settings (see :class:`VerifyConfig`: ``processor``, ``sample``, ``seed``).
+        **settings: fields of :class:`VerifyConfig`, instead of or over ``config``.
+    """
     import webdataset as wds
 
-    out = Path(out)
-    if not (out / "stats.json").exists():
-        raise UserError(f"{out}: no stats.json; is this a finished curate pack output folder?")
-    stats = read_json(out / "stats.json")
-    if stats.get("stage") != "pack":
-        raise UserError(f"{out}/stats.json is from stage {stats.get('stage')!r}, not pack")
+    config = configure(VerifyConfig, config, out=out, **settings)
+    out, processor, sample, seed = Path(config.out), config.processor, config.sample, config.seed
+    stats = read_pack_stats(out)
     ctx = int(stats["settings"]["ctx"])
     processor = processor or stats["settings"].get("processor_path")
     counter = None

@@ -6,6 +6,7 @@ import click
 
 from curate.cli.group import cli
 from curate.cli.options import executor_options, make_executor
+from curate.core import validate as v
 from curate.core.errors import UserError
 
 
@@ -59,6 +60,7 @@ def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str,
       curate pack --lengths packed/lengths.parquet --ctx 16384 --plan-only --out plan16k/
       curate pack data/*.jsonl --processor PROC --out packed/ --balance-compute --dp 64 --micro-batches 2
     """
+    from packer.config import PackConfig
     from packer.pack import pack
 
     if verify_fraction is not None:
@@ -68,11 +70,12 @@ def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str,
                       "record with the full processor (deprecated; a fixed --verify-sample N costs the same at any "
                       "corpus size); --verify-sample is ignored")
 
-    stats = pack(list(inputs), out=out, ctx=ctx, processor=processor, min_pixels=min_pixels, max_pixels=max_pixels,
-                 workers=workers, seed=seed, shard_size=shard_size, sequences_per_shard=sequences_per_shard,
-                 verify_fraction=verify_fraction, verify_sample=verify_sample, exact=exact, lengths=lengths, plan_only=plan_only,
-                 executor=make_executor(executor, workers, ray_address), trust_remote_code=trust_remote_code,
-                 balance_compute=balance_compute, dp=dp, micro_batches=micro_batches, cost_model=cost_model)
+    config = PackConfig(out=out, ctx=ctx, processor=processor, min_pixels=min_pixels, max_pixels=max_pixels,
+                        workers=workers, seed=seed, shard_size=shard_size, sequences_per_shard=sequences_per_shard,
+                        verify_fraction=verify_fraction, verify_sample=verify_sample, exact=exact, lengths=lengths,
+                        plan_only=plan_only, trust_remote_code=trust_remote_code, balance_compute=balance_compute,
+                        dp=dp, micro_batches=micro_batches, cost_model=cost_model, energon=energon_split)
+    stats = pack(list(inputs), config, executor=make_executor(executor, workers, ray_address))
     _summary_pack(stats, out)
     if energon_split and not plan_only:
         from packer.energon import prepare_energon
@@ -115,9 +118,10 @@ def verify_cmd(out: str, processor: str | None, sample: int, seed: int) -> None:
     Exits 1 and names each inconsistency when anything is wrong.
     """
     from curate.core.progress import console
+    from packer.config import VerifyConfig
     from packer.verify import verify_pack
 
-    report = verify_pack(out, processor=processor, sample=sample, seed=seed)
+    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed))
     console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
                   f"{report.images:,} images; recounted {report.recounted} records with the processor")
     if not report.ok:
@@ -152,6 +156,7 @@ def energon_prepare_cmd(out: str, split_ratio: str, workers: int) -> None:
         from packer.energon import prepare_energon
     except ImportError as exc:
         raise UserError(f"energon-prepare needs megatron-energon ({exc}); install it: pip install 'curate[energon]'") from None
+    v.at_least("--workers", workers, 1)
     r = prepare_energon(out, split_ratio=split_ratio, workers=workers)
     splits = ", ".join(f"{k}: {' '.join(v) or '-'}" for k, v in r["splits"].items())
     console.print(f"[bold]energon dataset[/bold] {r['path']}: {r['sequences']:,} packed sequences in {r['shards']} "
