@@ -368,7 +368,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     from curate.executors import run_stage
     from curate.core.io import write_json
     from curate.core.shards import plan_shards
-    from curate.core.history import HISTORY, record_run, split_extra, without_learned
+    from curate.core.history import HISTORY, record_run, shards_done, split_extra, without_learned
     from curate.core.stats import run_header
 
     config = configure(RecaptionConfig, config, out=out, **settings)
@@ -376,6 +376,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts or {}),
                          sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules)
     shards = plan_shards(inputs, config.shard_size)
+    reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")
     tables = [pq.read_table(out / "captions" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else CAPTION_SCHEMA.empty_table()
@@ -402,7 +403,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
         "history": HISTORY,
         "outputs": {"captions": "captions.parquet", "records": records_name, "rejects": "rejects.parquet"},
     }
-    record_run(out, "recaption", timings=counts["timings"], generation=split_extra(extra),
+    record_run(out, "recaption", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),
                unanswered=int(extra.get(UNANSWERED, 0)), backend=task.backend.describe())
     if extra.get(UNANSWERED):
         from curate.core.progress import console

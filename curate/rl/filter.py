@@ -246,7 +246,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     from curate.core.io import write_json
     from curate.rl.selection import evaluate, plot_pass_at_1, source_report
     from curate.core.shards import plan_shards
-    from curate.core.history import HISTORY, record_run, split_extra, without_learned
+    from curate.core.history import HISTORY, record_run, shards_done, split_extra, without_learned
     from curate.core.progress import console
     from curate.core.stats import run_header
 
@@ -257,6 +257,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
                        templates=load_templates(config.templates), progress=config.progress)
     shards = plan_shards(inputs, config.shard_size)
+    reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]
     rows = [r for t in prompt_tables for r in t.to_pylist()]
@@ -311,7 +312,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
         "kept_file": kept_name, "history": HISTORY,
     }
     extra = counts.get("extra", {})
-    record_run(out, "rl-filter", timings=counts["timings"], generation=split_extra(extra),
+    record_run(out, "rl-filter", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),
                unanswered=int(extra.get(UNANSWERED, 0)), backend=task.settings()["backend"])
     if extra.get(UNANSWERED):
         console.print(f"[yellow]{extra[UNANSWERED]} prompts got no answer from the server (errored: "
