@@ -48,9 +48,22 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
     Numbers, punctuation, clitics and near-duplicates are filtered. The bundled
     vocab/500k.txt was made with: curate vocab build --size 500000 --out vocab/500k.txt
     """
-    from curate.core.stats import command_line
     from curate.balance.vocab.build import build_vocab_file, summarize
+    from curate.core import validate as v
+    from curate.core.stats import command_line
 
+    v.out_file("--out", out)
+    v.out_file("--stats", stats_out)
+    v.at_least("--size", size, 1)
+    v.at_least("--max-chars", max_chars, 1)
+    v.at_least("--max-words", max_words, 1)
+    v.at_least("--min-bigram-count", min_bigram_count, 1)
+    v.at_least("--max-bigrams", max_bigrams, 0)
+    v.finite("--pmi-threshold", pmi_threshold)
+    for flag, paths in (("--word-list", word_lists), ("--metaclip-metadata", [metaclip_metadata]),
+                        ("--captions", [captions]), ("--exclude", exclude)):
+        for path in paths:
+            v.in_file(flag, path)
     languages = () if no_wordfreq else (wordfreq_langs or ("en", "zh"))
     from pathlib import Path
 
