@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from curate.core.images import ImageError, decode
 from curate.core.records import BadRecord, expand_inputs, read_part, split_file
@@ -60,6 +62,39 @@ def sample_indices(n: int, k: int, seed: int, salt: int = 0) -> list[int]:
         return list(range(n))
     rng = np.random.default_rng([seed, salt])
     return sorted(int(i) for i in rng.choice(n, size=k, replace=False))
+
+
+#: Tables up to this many rows are read whole; larger ones through a seeded choice of row groups.
+FULL_READ_ROWS = 1_000_000
+
+
+def read_sampled(path: Path, columns: list[str] | None, seed: int, *,
+                 max_rows: int | None = None) -> tuple[pa.Table, int, bool]:
+    """A Parquet table, or for a large one a seeded choice of whole row groups holding about ``max_rows`` rows.
+
+    Returns:
+        (table, rows in the file, whether the table is a sample of row groups).
+    """
+    pf = pq.ParquetFile(path)
+    total = pf.metadata.num_rows
+    max_rows = max_rows or FULL_READ_ROWS
+    if total <= max_rows or pf.num_row_groups <= 1:
+        return pf.read(columns=columns), total, False
+    return pf.read_row_groups(chosen_groups(pf, seed, max_rows), columns=columns), total, True
+
+
+def chosen_groups(pf: pq.ParquetFile, seed: int, max_rows: int | None = None) -> list[int]:
+    """The row groups :func:`read_sampled` reads from a large file (seeded, sorted)."""
+    max_rows = max_rows or FULL_READ_ROWS
+    sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
+    order = np.random.default_rng([seed, 7]).permutation(len(sizes))
+    chosen, rows = [], 0
+    for g in order:
+        chosen.append(int(g))
+        rows += sizes[g]
+        if rows >= max_rows:
+            break
+    return sorted(chosen)
 
 
 def lookup_records(inputs: Sequence[str], ids: Iterable[str] | None = None, *,

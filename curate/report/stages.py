@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate.report.assets import Assets, lookup_records, sample_indices
+from curate.report.assets import Assets, lookup_records, read_sampled, sample_indices
 from curate.report.html import esc, filters, section
 
 #: Plots each stage writes (copied next to the pages).
@@ -47,28 +47,27 @@ def balance_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: i
     tags_path = folder / "tags.parquet"
     if not tags_path.exists():
         return ""
-    tags = pq.read_table(tags_path, columns=["id", "concepts", "scores"])
-    ids = tags.column("id").to_pylist()
-    concepts = tags.column("concepts").to_pylist()
-    scores = tags.column("scores").to_pylist()
-    freq = Counter(c for row in concepts for c in row)
-    if not freq:
+    freq_table, total, partial = read_sampled(tags_path, ["concepts"], seed)
+    counted = pc.value_counts(pc.list_flatten(freq_table.column("concepts")))
+    if not len(counted):
         return ""
+    freq = dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist()))
     ranked = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))
     most, least = ranked[:CONCEPTS_SHOWN], ranked[-CONCEPTS_SHOWN:][::-1]
     records = lookup_records([str(folder / "records")], max_rows=max(20_000, samples * 100)) \
         if (folder / "records").exists() else {}
-    row_of = {rid: i for i, rid in enumerate(ids)}
+    rows = pq.read_table(tags_path, columns=["id", "concepts", "scores"],
+                         filters=[("id", "in", sorted(records))]).to_pylist() if records else []
+    tagged = {r["id"]: r for r in rows}
     shown = [c for c, _ in most + least]
-    names = _vocab_names((stats.get("settings") or {}).get("vocab"), set(shown)
-                         | {c for rid in records if rid in row_of for c in concepts[row_of[rid]]})
+    names = _vocab_names((stats.get("settings") or {}).get("vocab"),
+                         set(shown) | {c for r in rows for c in r["concepts"]})
     by_concept: dict[int, list[str]] = {}
-    for rid in sorted(records):
-        i = row_of.get(rid)
-        if i is not None:
-            for c in concepts[i]:
-                by_concept.setdefault(c, []).append(rid)
+    for rid in sorted(tagged):
+        for c in tagged[rid]["concepts"]:
+            by_concept.setdefault(c, []).append(rid)
     selected = set(_selected_ids(folder))
+    estimated = f" (estimated on {freq_table.num_rows:,} of {total:,} records)" if partial else ""
 
     def block(title: str, items: list[tuple[int, int]], salt: int) -> str:
         out = [f"<h3>{esc(title)}</h3>"]
@@ -77,15 +76,14 @@ def balance_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: i
             picks = [pool[j] for j in sample_indices(len(pool), IMAGES_PER_CONCEPT, seed, salt * 1000 + k)]
             cards = []
             for rid in picks:
-                i = row_of[rid]
                 top = "".join(f'<span class="pill">{esc(names.get(cc, cc))} {s:.3f}</span>'
-                              for cc, s in zip(concepts[i], scores[i]))
+                              for cc, s in zip(tagged[rid]["concepts"], tagged[rid]["scores"]))
                 imgs = records[rid].get("images") or [None]
                 cards.append(f'<div class="card" data-row="1"><div>{_img(assets, imgs[0], rid)}</div>'
                              f'<div><code>{esc(rid)}</code>{" ✓ selected" if rid in selected else ""}</div>'
                              f"<div>{top}</div></div>")
             out.append(f'<p><b>{esc(names.get(c, c))}</b> <span class="muted">concept {c}, tagged on {n:,} '
-                       f'records</span></p><div class="cards">{"".join(cards) or "<p class=muted>no selected record with an image carries it</p>"}</div>')
+                       f'records{estimated}</span></p><div class="cards">{"".join(cards) or "<p class=muted>no selected record with an image carries it</p>"}</div>')
         return "".join(out)
 
     inner = ("<p class=muted>Concept frequency = records tagged with the concept among their top-K. "
@@ -105,8 +103,9 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
     path = folder / "captions.parquet"
     if not path.exists():
         return ""
-    rows = pq.read_table(path, columns=["id", "source", "lang", "image", "caption", "error", "detail",
-                                        "raw"]).to_pylist()
+    table, _, partial = read_sampled(path, ["id", "source", "lang", "image", "caption", "error", "detail", "raw"],
+                                     seed)
+    rows = table.to_pylist()
     by_id: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_id.setdefault(r["id"], []).append(r)
@@ -135,7 +134,8 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
                      f'<span class="pill">{esc(first["source"])}</span>'
                      f'<div class="pair" style="grid-template-columns:repeat({len(langs)},1fr)">{"".join(cols)}'
                      f"</div></div></div></div>")
-    inner = (f"<p class=muted>{len(picks):,} of {len(ids):,} images (a seeded sample). Failed captions show the "
+    of = f"{len(ids):,}" if not partial else f"{len(ids):,} read (a seeded choice of row groups)"
+    inner = (f"<p class=muted>{len(picks):,} of {of} images (a seeded sample). Failed captions show the "
              "reason and the model's raw answer.</p>"
              + filters("caption-cards", {"source": sorted({by_id[r][0]["source"] for r in picks}),
                                          "status": ["kept", "failed"]}, "search captions, ids")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate.report.assets import Assets, lookup_records, sample_indices
+from curate.report.assets import Assets, chosen_groups as _chosen_groups, lookup_records, read_sampled, sample_indices
 from curate.report.html import Raw, esc, filters, num, section, table
 
 
@@ -19,9 +19,12 @@ def pack_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int,
     plan_path = folder / "plan.parquet"
     if not plan_path.exists():
         return ""
-    plan = pq.read_table(plan_path, columns=["bin", "id", "tokens"])
+    plan, total_rows, partial = read_sampled(plan_path, ["bin", "id", "tokens"], seed)
     ctx = int((stats.get("settings") or {}).get("ctx") or stats.get("ctx") or 0)
     bins = pc.unique(plan.column("bin")).to_pylist()
+    if partial:  # a sequence may straddle the row groups read: keep those seen whole
+        whole = _whole_bins(plan_path, seed)
+        bins = [b for b in bins if b in whole]
     bins.sort()
     picks = [bins[i] for i in sample_indices(len(bins), samples, seed)]
     chosen = plan.filter(pc.is_in(plan.column("bin"), pa.array(picks, plan.schema.field("bin").type)))
@@ -59,11 +62,22 @@ def pack_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int,
                       f'{ctx:,} tokens ({used / ctx:.1%}) — {ids}</div><div class="strip">{"".join(spans)}</div></div>')
     legend = ('<p><span class="pill seg-image" style="color:#fff">image tokens</span> <span class="pill seg-text" '
               'style="color:#fff">text tokens</span> <span class="pill seg-pad">padding</span> '
-              f'<span class="muted">{len(picks):,} of {len(bins):,} sequences (a seeded sample); fill ratio '
+              f'<span class="muted">{len(picks):,} of {stats.get("bins") or len(bins):,} sequences (a seeded sample); fill ratio '
               f'{num(stats.get("fill_ratio"))}, padding reduction {num(stats.get("padding_reduction"))}×; hover a '
               "segment for its id and counts.</span></p>")
     return section("Packed sequences", legend + filters("pack-strips", {}, "search ids")
                    + f'<div id="pack-strips">{"".join(strips)}</div>', "samples")
+
+
+def _whole_bins(plan_path: Path, seed: int) -> set[int]:
+    """Bins of the sampled row groups that do not touch a row group's first or last row."""
+    pf = pq.ParquetFile(plan_path)
+    whole: set[int] = set()
+    for g in _chosen_groups(pf, seed):
+        col = pf.read_row_group(g, columns=["bin"]).column("bin")
+        inner = set(pc.unique(col).to_pylist()) - {col[0].as_py(), col[-1].as_py()}
+        whole |= inner
+    return whole
 
 
 def _inputs_of(stats: dict[str, Any], verb: str) -> list[str]:
@@ -90,7 +104,8 @@ def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
     prompts_path, rollouts_path = folder / "prompts.parquet", folder / "rollouts.parquet"
     if not prompts_path.exists():
         return ""
-    prompts = pq.read_table(prompts_path).to_pylist()
+    read, total, _ = read_sampled(prompts_path, None, seed)
+    prompts = read.to_pylist()
     prompts.sort(key=lambda r: str(r["id"]))
     picks = [prompts[i] for i in sample_indices(len(prompts), samples, seed)]
     ids = [p["id"] for p in picks]
@@ -123,7 +138,7 @@ def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
             f'</span><pre>{esc(raw_user)}</pre><div>gold: <code>{esc(gold)}</code></div></div></div>'
             + table(["#", "response", "accuracy", "format", "reward", "error"], rows, numeric={2, 3, 4}) + "</div>")
     decisions = sorted({str(p.get("decision") or ("kept" if p.get("kept") else "dropped")) for p in picks})
-    inner = (f"<p class=muted>{len(picks):,} of {len(prompts):,} prompts (a seeded sample).</p>"
+    inner = (f"<p class=muted>{len(picks):,} of {total:,} prompts (a seeded sample).</p>"
              + filters("rl-cards", {"source": sorted({str(p.get("source")) for p in picks}), "decision": decisions},
                        "search prompts, responses")
              + f'<div id="rl-cards" class="cards">{"".join(cards)}</div>')
@@ -140,9 +155,8 @@ def score_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int
     path = folder / "scores.parquet"
     if not path.exists():
         return ""
-    pf = pq.ParquetFile(path)
-    n = pf.metadata.num_rows
-    rows = pq.read_table(path).take(sample_indices(n, samples, seed)).to_pylist() if n else []
+    read, n, _ = read_sampled(path, None, seed)
+    rows = read.take(sample_indices(read.num_rows, samples, seed)).to_pylist() if read.num_rows else []
     body = [[r.get("id"), r.get("sample"), r.get("source"), r.get("verifier"), r.get("accuracy"), r.get("format"),
              r.get("reward"), r.get("error") or ""] for r in rows]
     attrs = [{"row": "1", "source": str(r.get("source")), "verifier": str(r.get("verifier"))} for r in rows]

@@ -32,9 +32,11 @@ def _normal(path: Path) -> Any:
 
 
 def _tree(folder: Path) -> dict[str, Any]:
-    """Every output file of a step folder (journals, the report and the lock of a live run excluded)."""
+    """Every output file of a step folder; excluded: the logs of runs (journals of answers as they came, the
+    history of runs and resumes), the report and the lock of a live run."""
+    logs = {"_journal", "history.json", "report", ".curate.lock"}
     return {str(p.relative_to(folder)): _normal(p) for p in sorted(folder.rglob("*"))
-            if p.is_file() and not {"_journal", "report", ".curate.lock"} & set(p.relative_to(folder).parts)}
+            if p.is_file() and not logs & set(p.relative_to(folder).parts)}
 
 
 def test_run_equals_verbs_by_hand_after_sigkill(recipe_run) -> None:
