@@ -41,6 +41,7 @@ import torch
 
 from curate.core.images import decode
 from curate.core.threads import cap_threads
+from curate.core.io import is_url
 from packer.rope import mrope_positions, text_positions
 from packer.tokens import TokenCounter
 
@@ -57,18 +58,55 @@ def expand_shards(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[st
     out: list[str] = []
     for item in items:
         item = str(item)
+        if is_url(item):  # a pack output in object storage: only shards whose marker is there
+            out.extend(_remote_shards(item))
+            continue
         if os.path.isdir(item):
             out.extend(sorted(glob.glob(os.path.join(item, "*.tar"))))
             continue
         for pattern in braceexpand.braceexpand(item):
             found = sorted(glob.glob(pattern))
             out.extend(found if found else [pattern])
-    missing = [p for p in out if not os.path.exists(p)]
+    missing = [p for p in out if not is_url(p) and not os.path.exists(p)]
     if missing:
         raise FileNotFoundError(f"no such shard: {missing[0]}")
     if not out:
         raise FileNotFoundError(f"no .tar shards found in {shards}")
     return out
+
+
+def _remote_shards(item: str) -> list[str]:
+    """Tars under a URL (a shard prefix, a tar or a brace pattern) that have their completion marker."""
+    import braceexpand
+
+    from curate.core.io import url_fs
+
+    fs, inner = url_fs(item)
+    scheme = item.split("://", 1)[0]
+    inner = inner.rstrip("/")
+    if "{" in item:
+        tars = [url_fs(u)[1] for u in braceexpand.braceexpand(item)]
+    elif inner.endswith(".tar"):
+        tars = [inner]
+    else:
+        tars = sorted(fs.glob(f"{inner}/*.tar"))
+    by_folder: dict[str, set[str]] = {}
+    kept = []
+    for tar in tars:
+        folder = tar.rsplit("/", 1)[0]
+        root = folder[: -len("/shards")] if folder.endswith("/shards") else folder
+        if root not in by_folder:
+            by_folder[root] = {p.rsplit("/", 1)[-1][:-5] for p in fs.glob(f"{root}/_shards/write/*.json")}
+        stem = tar.rsplit("/", 1)[-1][:-4]
+        if stem in by_folder[root]:
+            kept.append(f"{scheme}://{tar}")
+    return kept
+
+
+def _gopen_fsspec(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> Any:
+    from curate.core.io import open_input
+
+    return open_input(url, mode)
 
 
 class PackedSequenceBuilder:
@@ -217,6 +255,11 @@ class PackedDataset(torch.utils.data.IterableDataset):
             return
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None and balanced else (0, 1)
+        from webdataset.gopen import gopen_schemes
+
+        for url in mine:  # shards in object storage are read through fsspec
+            if is_url(url):
+                gopen_schemes[url.split("://", 1)[0]] = _gopen_fsspec
         dataset = wds.WebDataset(mine, shardshuffle=False, nodesplitter=None, workersplitter=None, empty_check=False)
         for i, sample in enumerate(dataset):
             if i % workers != worker:
@@ -237,7 +280,9 @@ def first_meta(shard: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The JSON of the first packed sequence of a tar (read without reading the rest), or ``None``."""
     import tarfile
 
-    with tarfile.open(shard, "r|") as tar:
+    from curate.core.io import open_input
+
+    with open_input(shard) as fh, tarfile.open(fileobj=fh, mode="r|") as tar:
         for member in tar:
             if member.name.endswith(".json"):
                 fh = tar.extractfile(member)

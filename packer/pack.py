@@ -30,6 +30,7 @@ from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
 from curate.core.io import atomic_open, dumps_json, read_json, write_json, write_parquet
 from curate.core.progress import console
+from curate.core.remote import remote_out
 from curate.core.shards import SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
 from curate.core.stats import StageStats, run_header
 from curate.core.validate import configure
@@ -150,6 +151,7 @@ def _check_ctx(out: Path, ctx: int) -> None:
                         f"curate pack ... --lengths {out}/lengths.parquet --ctx {ctx} --out NEW_FOLDER")
 
 
+@remote_out("out")
 def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = None, *,
          executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
     """Pack records into sequences of at most ``ctx`` tokens; see the module docstring.

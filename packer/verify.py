@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from curate.core.images import ImageError, probe
+from curate.core.remote import local_copy
 from curate.core.progress import StageProgress
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
@@ -105,6 +106,8 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     """
     import webdataset as wds
 
+    if out is not None:
+        out = local_copy(out)  # a pack output in a bucket is read from a local mirror (curate.core.remote)
     config = configure(VerifyConfig, config, out=out, **settings)
     out, processor, sample, seed = Path(config.out), config.processor, config.sample, config.seed
     stats = read_pack_stats(out)

@@ -30,6 +30,7 @@ from curate.balance.embed import EMBED_DIR, run_embed
 from curate.models.encoders import load_encoder
 from curate.core.io import write_json, write_parquet
 from curate.core.progress import console
+from curate.core.remote import remote_out
 from curate.balance.resample import RECORDS_DIR, run_resample
 from curate.core.stats import StageStats, run_header
 from curate.balance.tag import run_tag
@@ -41,6 +42,7 @@ def _compose(embed_stats: StageStats, tag_stats: StageStats, resample_stats: Sta
     return embed_stats.then(tag_stats).then(resample_stats)
 
 
+@remote_out("out")
 def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | None = None, *, executor: Any = None,
             **settings: Any) -> dict[str, Any]:
     """Run the whole concept-balancing pipeline into ``out`` (see the module docstring).

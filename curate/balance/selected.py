@@ -111,7 +111,10 @@ def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str,
                 json.dump(objs, fh, ensure_ascii=False, indent=1)
                 fh.write("\n")
         return len(objs)
-    schema = pq.read_schema(source_path)
+    from curate.core.io import open_input
+
+    with open_input(source_path) as fh:  # a local file or an object in a bucket
+        schema = pq.read_schema(fh)
     objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
     if "id" not in schema.names and any(c > 1 for c, _ in rows):
         schema = schema.append(pa.field("id", pa.string()))

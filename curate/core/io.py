@@ -183,3 +183,14 @@ def input_size(path: str | os.PathLike[str]) -> int:
         fs, inner = url_fs(path)
         return int(fs.size(inner))
     return os.path.getsize(as_path(path))
+
+
+def input_stamp(path: str | os.PathLike[str]) -> str:
+    """``size|version`` of a local file (mtime) or an object (ETag or modification time), for caches."""
+    if is_url(path):
+        fs, inner = url_fs(path)
+        info = fs.info(inner)
+        version = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or ""
+        return f"{int(info.get('size') or 0)}|{version}"
+    st = os.stat(as_path(path))
+    return f"{st.st_size}|{st.st_mtime_ns}"

@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
-from curate.core.io import dumps_json, read_json, write_json, write_parquet
+from curate.core.io import input_stamp, dumps_json, read_json, write_json, write_parquet
+from curate.core.remote import push_shard
 from curate.core.records import BadRecord, Part, expand_inputs, read_part, split_file
 from curate.core.stats import REJECT_SCHEMA, StageStats
 
@@ -111,8 +112,7 @@ def inputs_fingerprint(shards: Sequence[Shard]) -> str:
     """:func:`plan_hash` plus each input file's size and modification time (for caches across runs)."""
     h = hashlib.sha256(plan_hash(shards).encode())
     for path in sorted({part.path for shard in shards for part in shard.parts}):
-        st = os.stat(path)
-        h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        h.update(f"{path}|{input_stamp(path)}\n".encode())  # local files and objects in a bucket
     return h.hexdigest()[:16]
 
 
@@ -242,6 +242,7 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
             os.replace(work / rel, dest)
         content = {"shard": shard.id, "rows": len(shard), "stats": stats.to_dict(), "files": files}
         write_json(marker, content)
+        push_shard(out, files, marker)  # --out in a bucket: outputs first, marker last (curate.core.remote)
         return content
     finally:
         shutil.rmtree(work, ignore_errors=True)

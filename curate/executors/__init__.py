@@ -19,6 +19,7 @@ from typing import Any
 from curate.core.errors import UserError
 from curate.core.io import read_json
 from curate.core.lock import out_lock
+from curate.core.remote import pull_listed
 from curate.core.shards import (Shard, ShardTask, check_settings, clean_tmp, is_complete, marker_path, merge_shards,
                                  plan_hash)
 from curate.core.stats import StageStats
@@ -74,6 +75,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
         if todo:
             executor = executor or get_executor("local")
             markers += executor.run(task, todo, out, seed, desc or task.stage)
+        pull_listed(out, markers)  # --out in a bucket: files of shards that ran on other machines
         return merge_shards(out, task.stage, markers)
 
 

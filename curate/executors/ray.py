@@ -51,7 +51,9 @@ from curate.core.shards import Shard, ShardTask, execute_shard, marker_path
 
 #: Environment variables forwarded to the actors (offline switches and caches), when set on the driver.
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE",
-                 "TORCH_HOME", "CURATE_CACHE", "TOKENIZERS_PARALLELISM")
+                 "TORCH_HOME", "CURATE_CACHE", "TOKENIZERS_PARALLELISM",
+                 # --out in a bucket (curate.core.remote) and the endpoint; credentials come from each node's config
+                 "CURATE_REMOTE_OUT", "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL", "AWS_DEFAULT_REGION")
 
 
 class _ShardRunner:

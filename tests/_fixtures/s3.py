@@ -1,0 +1,66 @@
+"""Session fixture: a real S3-compatible HTTP server (moto in server mode) on 127.0.0.1.
+
+``s3_server`` starts ``python -m moto.server`` on a free loopback port and points s3fs at it
+through the usual environment (``AWS_ENDPOINT_URL``, ``FSSPEC_S3_ENDPOINT_URL``, dummy keys and a
+region), so curate reaches it exactly as it reaches a real bucket. ``bucket`` makes a fresh bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """The endpoint URL of a moto S3 server on loopback (skipped when moto is not installed)."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.1)
+    saved = {k: os.environ.get(k) for k in (*ENV, "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL")}
+    os.environ.update(ENV, AWS_ENDPOINT_URL=url, FSSPEC_S3_ENDPOINT_URL=url)
+    try:
+        yield url
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def bucket(s3_server: str) -> str:
+    """A fresh, empty bucket: ``s3://<name>``."""
+    import s3fs
+
+    name = f"curate-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(name)
+    return f"s3://{name}"

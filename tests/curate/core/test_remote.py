@@ -1,0 +1,156 @@
+"""Inputs and outputs in object storage, against a real S3 server (moto) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from curate.core.errors import UserError
+from curate.core.records import read_records
+from packer.loader import PackedDataset
+from packer.pack import pack
+from packer.verify import verify_pack
+from tests._fixtures.formats import Layouts
+
+SAME = ("shards/*.tar", "lengths/*.parquet", "_records/*.arrow", "plan.parquet", "lengths.parquet")
+
+
+def _fs():
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True)
+
+
+def _upload(bucket: str, layouts: Layouts) -> dict[str, str]:
+    fs = _fs()
+    fs.put_file(str(layouts.hf), f"{bucket}/in/hf.parquet")
+    for tar in sorted(layouts.wds_dir.glob("*.tar")):
+        fs.put_file(str(tar), f"{bucket}/in/wds/{tar.name}")
+    return {"hf": f"{bucket}/in/hf.parquet", "wds": f"{bucket}/in/wds/{{00000..00001}}.tar"}
+
+
+def _objects(url: str, patterns=SAME) -> dict[str, bytes]:
+    fs = _fs()
+    inner = url[len("s3://"):]
+    return {p[len(inner) + 1:]: fs.cat_file(p) for pat in patterns for p in sorted(fs.glob(f"{inner}/{pat}"))}
+
+
+def _local(folder: Path, patterns=SAME) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for pat in patterns for p in sorted(folder.glob(pat))}
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_records_read_from_a_bucket(bucket: str, layouts: Layouts) -> None:
+    urls = _upload(bucket, layouts)
+    for name, url in urls.items():
+        recs = list(read_records([url]))
+        assert [r["images"] for r in recs] == [[it["bytes"]] for it in layouts.items], name
+    assert len(list(read_records([f"{bucket}/in"]))) == 2 * len(layouts.items)  # a prefix is a folder
+
+
+def test_pack_verify_and_load_in_a_bucket(bucket: str, layouts: Layouts, tiny_processor_dir: Path, cache: Path,
+                                          tmp_path: Path) -> None:
+    urls = _upload(bucket, layouts)
+    kw = dict(ctx=1024, processor=str(tiny_processor_dir), seed=2, shard_size=5, sequences_per_shard=3,
+              verify_fraction=0.0, plot=False)
+    remote = pack([urls["hf"]], out=f"{bucket}/packed", **kw)
+    local = pack([layouts.hf], out=tmp_path / "local", **kw)
+    assert remote["records_packed"] == local["records_packed"] == len(layouts.items)
+    objects = _objects(f"{bucket}/packed")
+    assert objects and objects == _local(tmp_path / "local")
+    assert _fs().exists(f"{bucket}/packed/stats.json")
+    report = verify_pack(f"{bucket}/packed", processor=str(tiny_processor_dir))
+    assert not report.problems and report.records == len(layouts.items)
+    ids = [i for item in PackedDataset(f"{bucket}/packed/shards", str(tiny_processor_dir)) for i in item["ids"]]
+    assert sorted(ids) == sorted(it["id"] for it in layouts.items)
+
+
+def test_missing_bucket_is_one_line_before_work(s3_server: str, tiny_processor_dir: Path, layouts: Layouts,
+                                                cache: Path) -> None:
+    with pytest.raises(UserError, match="s3://no-such-bucket-here"):
+        pack([layouts.hf], out="s3://no-such-bucket-here/out", processor=str(tiny_processor_dir))
+    with pytest.raises(UserError, match="s3://no-such-bucket-here/in.parquet"):
+        list(read_records(["s3://no-such-bucket-here/in.parquet"]))
+
+
+@pytest.mark.slow
+def test_balance_in_a_bucket(bucket: str, layouts: Layouts, tiny_clip_spec: str, cache: Path, tmp_path: Path) -> None:
+    from curate.balance.pipeline import balance
+
+    urls = _upload(bucket, layouts)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(sorted({w.lower() for it in layouts.items for w in it["caption"].split()})) + "\n")
+    kw = dict(vocab=vocab, model=tiny_clip_spec, top_k=2, fraction=0.5, shard_size=5, seed=3)
+    balance([urls["hf"]], out=f"{bucket}/bal", cache_dir=tmp_path / "c1", **kw)
+    balance([layouts.hf], out=tmp_path / "bal", cache_dir=tmp_path / "c2", **kw)
+    pats = ("embeddings/*", "tags.parquet", "selection.parquet")
+    assert _objects(f"{bucket}/bal", pats) == _local(tmp_path / "bal", pats)
+    table = pq.read_table(_fs().open(f"{bucket}/bal/records/hf.parquet"))
+    assert table.num_rows == pq.read_table(tmp_path / "bal" / "records" / "hf.parquet").num_rows > 0
+
+
+@pytest.mark.slow
+def test_sigkill_while_packing_into_a_bucket_then_rerun(bucket: str, layouts: Layouts, tiny_processor_dir: Path,
+                                                        tmp_path: Path) -> None:
+    import webdataset as wds
+
+    tar = tmp_path / "many.tar"
+    with wds.TarWriter(str(tar)) as sink:
+        for i in range(60):
+            it = layouts.items[i % len(layouts.items)]
+            sink.write({"__key__": f"k{i:04d}", it["name"].rsplit(".", 1)[-1]: it["bytes"], "txt": it["caption"]})
+    fs = _fs()
+    fs.put_file(str(tar), f"{bucket}/in/many.tar")
+    args = [f"{bucket}/in/many.tar", "--processor", str(tiny_processor_dir), "--ctx", "1024", "--shard-size", "4",
+            "--sequences-per-shard", "4", "--seed", "4", "--verify-fraction", "0"]
+    env = {**os.environ, "CURATE_CACHE": str(tmp_path / "machine-a")}
+    proc = subprocess.Popen([sys.executable, "-m", "curate", "pack", *args, "--out", f"{bucket}/killed"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    markers = f"{bucket[5:]}/killed/_shards/lengths"
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            fs.invalidate_cache()
+            if fs.exists(markers) and sum(p.rsplit("/", 1)[-1][0].isdigit() for p in fs.ls(markers)) >= 3:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.05)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    fs.invalidate_cache()
+    assert not fs.exists(f"{bucket[5:]}/killed/stats.json")
+    # another machine (an empty cache) finishes the run from the markers in the bucket
+    for prefix, machine in (("killed", "machine-b"), ("reference", "machine-c")):  # own caches: no lengths reuse
+        env["CURATE_CACHE"] = str(tmp_path / machine)
+        subprocess.run([sys.executable, "-m", "curate", "pack", *args, "--out", f"{bucket}/{prefix}"], env=env,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed, reference = _objects(f"{bucket}/killed"), _objects(f"{bucket}/reference")
+    assert len(killed) > 10 and killed == reference
+
+
+@pytest.mark.slow
+def test_ray_reads_and_writes_the_bucket(bucket: str, layouts: Layouts, tiny_processor_dir: Path, cache: Path,
+                                         tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    from curate.executors import get_executor
+
+    urls = _upload(bucket, layouts)
+    kw = dict(ctx=1024, processor=str(tiny_processor_dir), seed=2, shard_size=4, sequences_per_shard=2,
+              verify_fraction=0.0, plot=False)
+    pack([urls["wds"]], out=f"{bucket}/ray", executor=get_executor("ray", workers=2), **kw)
+    pack([layouts.wds], out=tmp_path / "local", **kw)
+    objects = _objects(f"{bucket}/ray")
+    assert objects and objects == _local(tmp_path / "local")
