@@ -31,6 +31,7 @@ from curate.core.io import write_parquet
 from curate.core.records import BadRecord
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from packer.tokens import TokenCounter
 
 LENGTHS_SCHEMA = pa.schema([
@@ -59,7 +60,7 @@ class LengthsTask(ShardTask):
     def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
                  exact: bool = False, verify_fraction: float | None = None,
                  max_image_pixels: int = DEFAULT_MAX_PIXELS, trust_remote_code: bool = False,
-                 verify_sample: int | None = DEFAULT_VERIFY_SAMPLE) -> None:
+                 verify_sample: int | None = DEFAULT_VERIFY_SAMPLE, max_chars: int = MAX_RECORD_CHARS) -> None:
         if verify_fraction is not None and not 0.0 <= verify_fraction <= 1.0:
             raise UserError(f"--verify-fraction must be within [0, 1], got {verify_fraction}")
         if verify_sample is not None and verify_sample < 0:
@@ -73,6 +74,7 @@ class LengthsTask(ShardTask):
         self.exact, self.verify_fraction = exact, verify_fraction
         self.max_image_pixels = max_image_pixels
         self.trust_remote_code = trust_remote_code
+        self.max_chars = max_chars  # text beyond it is never rendered nor tokenized (curate.core.textlimits)
         self.counter: TokenCounter | None = None
 
     def choose_verified(self, shards: Sequence[Shard], seed: int) -> int:
@@ -113,7 +115,7 @@ class LengthsTask(ShardTask):
         self.setup()
         assert self.counter is not None
         return {"processor": self.counter.fingerprint, "min_pixels": self.min_pixels, "max_pixels": self.max_pixels,
-                "exact": self.exact, "max_image_pixels": self.max_image_pixels}
+                "exact": self.exact, "max_image_pixels": self.max_image_pixels, "max_chars": self.max_chars}
 
     # -------------------------------------------------------------------------------------
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
@@ -170,6 +172,10 @@ class LengthsTask(ShardTask):
 
     def _prepare(self, rec: dict[str, Any], stats: StageStats) -> dict[str, Any] | None:
         assert self.counter is not None
+        long = over(total_chars(m.get("content") for m in rec["messages"]), self.max_chars, "characters of text")
+        if long:  # bounded before rendering or tokenizing: memory follows the limit, never the row
+            stats.drop(rec["id"], rec["source"], TOO_LONG, long)
+            return None
         grids, tokens, exts = [], [], []
         for j, path in enumerate(rec["images"]):
             try:

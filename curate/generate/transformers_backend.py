@@ -45,6 +45,7 @@ from curate.generate.base import (
     error_result,
 )
 from curate.core.images import ImageError, decode
+from curate.core.textlimits import CHARS_PER_TOKEN_BOUND, MAX_PROMPT_TOKENS, TOO_LONG, over, total_chars
 from curate.generate.checks import DTYPES
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -138,14 +139,20 @@ class TransformersBackend(GenerationBackend):
         trust_remote_code: Allow checkpoints that ship their own modelling code.
         chat_template_kwargs: Extra variables for the chat template.
         max_image_pixels: Decompression-bomb limit for :func:`curate.core.images.decode`.
+        max_prompt_tokens: Longest prompt (template text, image placeholders unexpanded); longer
+            prompts get the error ``too_long`` before the model sees them.
     """
 
     name = "transformers"
 
     def __init__(self, model: str | os.PathLike[str], *, device: str = "auto", dtype: str = "auto",
                  batch_size: int = 8, trust_remote_code: bool = False,
-                 chat_template_kwargs: dict[str, Any] | None = None, max_image_pixels: int | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None, max_image_pixels: int | None = None,
+                 max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> None:
         super().__init__()
+        if max_prompt_tokens < 1:
+            raise UserError(f"--max-prompt-tokens {max_prompt_tokens}: must be at least 1")
+        self.max_prompt_tokens = max_prompt_tokens
         if batch_size < 1:
             raise UserError(f"--batch-size {batch_size}: must be at least 1")
         self.model_path = str(model)
@@ -198,6 +205,10 @@ class TransformersBackend(GenerationBackend):
     def _prepare(self, request: GenerationRequest) -> tuple[str, list[Any]]:
         """Chat-templated text and decoded images; raises PromptError or ImageError."""
         messages = content_parts(request, lambda i: {"type": "image"})
+        chars = total_chars(m.get("content") for m in request.messages)
+        long = over(chars, self.max_prompt_tokens * CHARS_PER_TOKEN_BOUND, "characters of prompt")
+        if long:  # certainly over the token limit: never rendered nor tokenized
+            raise PromptError(TOO_LONG, long)
         images = [decode(p, **({"max_pixels": self.max_image_pixels} if self.max_image_pixels else {}))
                   for p in request.images]
         try:
@@ -205,6 +216,10 @@ class TransformersBackend(GenerationBackend):
                                                       **self.chat_template_kwargs)
         except Exception as exc:  # noqa: BLE001 - jinja raises several types; a bad prompt must not stop the run
             raise PromptError("prompt_error:template", f"{type(exc).__name__}: {exc}") from None
+        long = over(len(self.tokenizer(text, add_special_tokens=False)["input_ids"]), self.max_prompt_tokens,
+                    "prompt tokens")
+        if long:
+            raise PromptError(TOO_LONG, long)
         return text, images
 
     # -- generation -------------------------------------------------------------

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 LANGS = ("en", "zh")
-REASONS = ("truncated", "empty", "garbled", "refusal", "repetition", "language", "too_short")
+REASONS = ("truncated", "empty", "garbled", "refusal", "repetition", "language", "too_short", "too_long")
 TRUNCATED_POLICIES = ("trim", "drop", "keep")
 
 

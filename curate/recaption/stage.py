@@ -63,6 +63,7 @@ from curate.core.journal import JournalWriter, read_journal
 from curate.core.records import IMAGE_TOKEN, BadRecord
 from curate.core.shards import UNANSWERED, Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from curate.core.textlimits import MAX_CAPTION_CHARS, TOO_LONG, over
 from curate.core.validate import configure
 
 RETRY = "#retry"
@@ -184,6 +185,9 @@ class RecaptionTask(ShardTask):
 
     def check(self, entry: dict[str, Any], lang: str) -> CaptionCheck:
         """Check one journaled answer."""
+        long = over(len(entry["text"]), MAX_CAPTION_CHARS, "characters of caption")
+        if long:  # a stored answer of megabytes is never cleaned, split or counted
+            return CaptionCheck("", TOO_LONG, long)
         return check_caption(entry["text"], lang, truncated=bool(entry.get("truncated")), rules=self.rules)
 
     # -- the shard ---------------------------------------------------------------

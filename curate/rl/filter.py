@@ -39,6 +39,7 @@ from curate.core.journal import read_journal as _read_journal
 from curate.core.records import IMAGE_TOKEN, BadRecord
 from curate.core.shards import UNANSWERED, Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
 
 #: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
@@ -99,7 +100,7 @@ class RolloutTask(ShardTask):
 
     def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
                  prompt_style: str | None = None, templates: dict[str, str] | None = None,
-                 progress: float | None = None) -> None:
+                 progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS) -> None:
         if n < 1:
             raise UserError(f"--n must be at least 1, got {n}")
         if prompt_style not in (None, "normal", "think"):
@@ -110,6 +111,7 @@ class RolloutTask(ShardTask):
         self.prompt_style = prompt_style
         self.templates = templates or dict(DEFAULT_TEMPLATES)
         self.progress = progress
+        self.max_prompt_chars = max_prompt_chars
         self._backend = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -127,7 +129,8 @@ class RolloutTask(ShardTask):
         """Answers depend on the backend, n, sampling, prompt style and templates (not the thresholds)."""
         self.setup()
         return {"backend": self._backend.describe(), "n": self.n, "sampling": self.sampling,
-                "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress}
+                "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
+                "max_prompt_chars": self.max_prompt_chars}
 
     def style_of(self, rec: dict[str, Any]) -> str:
         """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
@@ -164,6 +167,12 @@ class RolloutTask(ShardTask):
                 ctx.progress(1)
                 continue
             stats.seen(rec["source"])
+            chars = max(total_chars([rec.get("problem")]), total_chars(m.get("content") for m in rec["messages"]))
+            long = over(chars, self.max_prompt_chars, "characters of prompt")
+            if long:  # refused before any template, tokenizer or model sees it
+                stats.drop(rec["id"], rec["source"], TOO_LONG, long)
+                ctx.progress(1)
+                continue
             try:
                 check_record(rec)
             except UserError as exc:  # unknown answer type, missing gold...: the record, not the model
