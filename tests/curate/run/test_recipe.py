@@ -105,3 +105,18 @@ def test_unknown_from_until(tmp_path: Path) -> None:
     path = _write(tmp_path, BASE)
     assert "has no step 'nope'" in _error(path, start="nope")
     assert "comes after --until" in _error(path, start="verify", until="pack")
+
+
+@pytest.mark.parametrize("name, steps", [("llava-ov-midtraining", ["balance", "recaption", "pack", "verify"]),
+                                         ("rl-selection", ["rl-filter", "score"])])
+def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], tmp_path: Path, monkeypatch) -> None:
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(root)  # the recipes name data/sample and vocab/ from the repository's root
+    lines: list[str] = []
+    recipe = load_recipe(root / "recipes" / f"{name}.yaml", {"models": str(tmp_path / "models")})
+    planned = run_recipe(recipe, tmp_path / "out", ClickVerbs(), dry_run=True, echo=lines.append)
+    assert [p.step.verb for p in planned] == steps and all(p.status == "run" for p in planned)
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+    for p in planned[1:]:
+        assert p.depends == [planned[0].step.name] or p.depends == [planned[planned.index(p) - 1].step.name]
+    assert sum(line.startswith("    $ curate ") for line in lines) == len(steps)
