@@ -192,8 +192,12 @@ def plan_step(step: Step, recipe: Recipe, out: Path, verbs: VerbTable) -> Planne
     elif info.argument_required:
         raise UserError(f"{recipe.where(step.line)}: step {step.name!r} needs an input: (a recipe input or an "
                         "earlier step)")
-    for name, value in step.options.items():
-        line = step.option_lines.get(name, step.line)
+    given = {n.replace("_", "-") for n in step.options}
+    defaults = {n: v for n, v in recipe.defaults.items()
+                if n.replace("_", "-") in info.options and n.replace("_", "-") not in given}
+    lines = {**{n: recipe.default_lines.get(n, step.line) for n in defaults}, **step.option_lines}
+    for name, value in {**defaults, **step.options}.items():
+        line = lines.get(name, step.line)
         key = name.replace("_", "-")
         if key == "out" and info.writes_out:
             raise UserError(f"{recipe.where(line)}: out is set by curate run (OUT/{step.folder}); remove it")
@@ -255,6 +259,11 @@ def plan_run(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None =
             if "://" not in p and not Path(p).exists() and (name in used or not recipe.steps[lo:hi + 1]):
                 raise UserError(f"{recipe.where(recipe.input_lines[name])}: input {name!r}: {p} does not exist; "
                                 "fix the path (or --set the variable it uses)")
+    for name in recipe.defaults:
+        key = name.replace("_", "-")
+        if not any(key in verbs.describe(v).options for v in {s.verb for s in recipe.steps}):
+            raise UserError(f"{recipe.where(recipe.default_lines[name])}: default {name!r} is an option of none of "
+                            f"the recipe's verbs ({', '.join(sorted({s.verb for s in recipe.steps}))}); remove it")
     planned = [plan_step(s, recipe, out, verbs) for s in recipe.steps]
     by_name = {p.step.name: p for p in planned}
     for p in planned:  # a step is stale when a step it reads ran with other settings

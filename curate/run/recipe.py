@@ -7,6 +7,7 @@ A recipe (see ``recipes/*.yaml``)::
     out: demo-out/run                      # default of --out
     inputs:                                # named inputs: a path or a list of paths
       raw: [data/sample/records.jsonl, data/sample/llava.jsonl]
+    defaults: {seed: 0, workers: 2}        # options of every step whose verb has them
     steps:
       - name: balance                      # optional, default the verb; folder OUT/01-balance
         verb: balance                      # balance, recaption, rl-filter, score, pack, verify
@@ -31,7 +32,7 @@ from curate.core.errors import UserError
 VERBS = ("balance", "recaption", "rl-filter", "score", "pack", "verify")
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-_TOP_KEYS = {"vars", "out", "inputs", "steps", "description"}
+_TOP_KEYS = {"vars", "out", "inputs", "defaults", "steps", "description"}
 _STEP_KEYS = {"name", "verb", "input", "options", "description"}
 
 
@@ -65,6 +66,9 @@ class Recipe:
     inputs: dict[str, tuple[str, ...]]
     input_lines: dict[str, int]
     steps: tuple[Step, ...]
+    #: options given to every step whose verb has them (e.g. executor, workers, seed), unless the step sets them
+    defaults: dict[str, Any] = field(default_factory=dict)
+    default_lines: dict[str, int] = field(default_factory=dict)
 
     def where(self, line: int) -> str:
         """``recipe.yaml:LINE`` for messages."""
@@ -226,8 +230,13 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
     for i, raw in enumerate(raw_steps, 1):
         line = raw_steps.item_lines[i - 1]
         steps.append(_step(raw, i, line, path, inputs, steps))
+    raw_defaults = body.get("defaults") or _LinedDict()
+    if not isinstance(raw_defaults, dict):
+        raise UserError(f"{path}:{_line(doc, 'defaults')}: defaults must be a mapping option: value")
+    defaults = {str(k).lstrip("-"): v for k, v in raw_defaults.items()}
+    default_lines = {str(k).lstrip("-"): _line(raw_defaults, k) for k in raw_defaults}
     out = body.get("out")
-    return Recipe(path=path, text=text, vars=variables, out=None if out is None else str(out), inputs=inputs,
+    return Recipe(defaults=defaults, default_lines=default_lines, path=path, text=text, vars=variables, out=None if out is None else str(out), inputs=inputs,
                   input_lines=input_lines, steps=tuple(steps))
 
 

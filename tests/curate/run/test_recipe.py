@@ -120,3 +120,14 @@ def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], t
     for p in planned[1:]:
         assert p.depends == [planned[0].step.name] or p.depends == [planned[planned.index(p) - 1].step.name]
     assert sum(line.startswith("    $ curate ") for line in lines) == len(steps)
+
+
+def test_defaults_apply_to_the_steps_whose_verb_has_them(tmp_path: Path) -> None:
+    path = _write(tmp_path, "defaults:\n  seed: 7\n  sample: 3\n" + BASE.replace("ctx: 64", "ctx: 64\n      seed: 1"))
+    planned = plan_run(load_recipe(path), tmp_path / "out", ClickVerbs())
+    assert planned[0].settings["seed"] == 1  # the step's own value wins
+    assert planned[1].settings["seed"] == 7 and planned[1].settings["sample"] == 3  # verify has both flags
+    assert "--sample" not in planned[0].argv  # pack has no --sample
+    path = _write(tmp_path, "defaults:\n  sead: 7\n" + BASE)
+    message = _error(path)
+    assert f"{path}:2:" in message and "default 'sead' is an option of none" in message
