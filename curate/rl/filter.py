@@ -86,6 +86,24 @@ def load_templates(path: str | os.PathLike[str] | None) -> dict[str, str]:
     return templates
 
 
+def prompt_style_of(rec: dict[str, Any], prompt_style: str | None, templates: dict[str, str]) -> str:
+    """The prompt style of a record: ``prompt_style`` (``--prompt-style``), else its ``prompt_type``, else normal."""
+    style = prompt_style or str(rec.get("prompt_type") or "normal").lower()
+    return style if style in templates else "normal"
+
+
+def prompt_text(rec: dict[str, Any], templates: dict[str, str], style: str) -> str:
+    """The user turn rl-filter sends for a canonical record (also the trainer's prompt, see
+    :mod:`curate.rewards.trainers.kept`): the problem, with ``<image>`` placeholders put in
+    front when it has images but none, inside the template of ``style``."""
+    problem = rec.get("problem")
+    if not isinstance(problem, str):
+        problem = next((m["content"] for m in rec["messages"] if m["role"] == "user"), "")
+    if rec["images"] and IMAGE_TOKEN not in problem:
+        problem = IMAGE_TOKEN * len(rec["images"]) + "\n" + problem
+    return templates[style].replace("{problem}", problem)
+
+
 def reflection(text: str) -> bool:
     """Whether a response uses a reflection word ("wait", "however", "re-check", ...) as V-Triune monitors."""
     low = text.lower()
@@ -134,19 +152,13 @@ class RolloutTask(ShardTask):
 
     def style_of(self, rec: dict[str, Any]) -> str:
         """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
-        style = self.prompt_style or str(rec.get("prompt_type") or "normal").lower()
-        return style if style in self.templates else "normal"
+        return prompt_style_of(rec, self.prompt_style, self.templates)
 
     def request(self, rec: dict[str, Any]):  # noqa: ANN201 - GenerationRequest
         """The generation request of one prompt."""
         from curate.generate import GenerationRequest, SamplingParams
 
-        problem = rec.get("problem")
-        if not isinstance(problem, str):
-            problem = next((m["content"] for m in rec["messages"] if m["role"] == "user"), "")
-        if rec["images"] and IMAGE_TOKEN not in problem:
-            problem = IMAGE_TOKEN * len(rec["images"]) + "\n" + problem
-        text = self.templates[self.style_of(rec)].replace("{problem}", problem)
+        text = prompt_text(rec, self.templates, self.style_of(rec))
         return GenerationRequest(key=rec["id"], messages=[{"role": "user", "content": text}],
                                  images=list(rec["images"]), n=self.n, sampling=SamplingParams(**self.sampling))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ def _dataset():
         "prompt": [{"role": datasets.Value("string"), "content": datasets.Value("string")}],
         "id": datasets.Value("string"), "answer": datasets.Json(), "answer_type": datasets.Value("string"),
         "prompt_type": datasets.Value("string"), "reward": datasets.Json()})
-    return datasets.Dataset.from_list([{**r, "reward": r.get("reward")} for r in rows], features=features)
+    # datasets.Json keeps a str as JSON text: encode the values (as kept_dataset does)
+    rows = [{**r, "answer": json.dumps(r["answer"]), "reward": json.dumps(r.get("reward"))} for r in rows]
+    return datasets.Dataset.from_list(rows, features=features)
 
 
 def test_grpo_two_steps_logs_curate_scores(tiny_lm: Path, tmp_path: Path) -> None:
