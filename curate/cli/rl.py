@@ -71,6 +71,10 @@ def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | No
     GET  /health
     POST /score  {"items": [{"record": {...}, "response": "..."}, ...], "progress": null}
               -> {"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}
+    POST /openrlhf  OpenRLHF's remote reward protocol (--remote_rm_url http://HOST:PORT/openrlhf):
+              {"query": [...], "prompts": [...], "labels": [...]} -> {"rewards", "scores", "extra_logs"}
+              labels: records {"answer", "answer_type", ...} (or their JSON), or bare golds with
+              ?answer_type=TYPE in the URL
     A malformed request gets HTTP 422 with a readable message. Items a request has not
     finished after --deadline seconds score 0 with error "deadline".
     """
@@ -79,7 +83,8 @@ def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | No
 
     config = ServeRewardsConfig(host=host, port=port, workers=workers, pool_workers=pool_workers, log_level=log_level,
                                 deadline=deadline)
-    click.echo(f"serving rewards on http://{host}:{port} (POST /score, GET /health); Ctrl-C to stop", err=True)
+    click.echo(f"serving rewards on http://{host}:{port} (POST /score, POST /openrlhf, GET /health); "
+               "Ctrl-C to stop", err=True)
     serve(config)
 
 

@@ -8,6 +8,12 @@ Endpoints:
   "progress": null}`` (``progress``, optional, is the training fraction for the dynamic IoU
   threshold); answer ``{"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}``
   in the order of the items, equal to :func:`curate.rewards.score` on each item.
+- ``POST /openrlhf`` (alias ``POST /get_reward``): OpenRLHF's remote reward protocol,
+  body ``{"query": [...], "prompts": [...], "labels": [...]}`` (other keys ignored), optional
+  URL parameters ``answer_type``/``prompt_type``/``progress`` for bare-gold labels; answer
+  ``{"rewards": [...], "scores": [...], "extra_logs": {"accuracy": [...], "format": [...],
+  "verifier_error": [...]}, "results": [...]}`` (see :mod:`curate.rewards.trainers.openrlhf`).
+  A label that cannot be scored scores 0 there (a training run must not stop on one row).
 
 Every request has a deadline (``deadline`` seconds, ``serve-rewards --deadline``, default
 300): items it has not finished by then score 0 with ``error: "deadline"`` (HTTP 200), so a
@@ -29,13 +35,14 @@ import threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from curate import rewards
 from curate.core.validate import configure
+from curate.rewards.trainers.openrlhf import ProtocolError, openrlhf_rewards
 from curate.rewards.runtime import limits
 from curate.rewards.runtime.deadline import deadline_in
 from curate.rl.config import ServeRewardsConfig
@@ -59,6 +66,15 @@ class ScoreRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     items: list[Item] = Field(max_length=MAX_ITEMS)
     progress: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class OpenRLHFRequest(BaseModel):
+    """Body of ``POST /openrlhf``: OpenRLHF's remote reward request."""
+
+    model_config = ConfigDict(extra="ignore")
+    query: list[str] = Field(max_length=MAX_ITEMS)
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
 
 
 def _readable(errors: list[dict[str, Any]]) -> str:
@@ -115,6 +131,19 @@ def create_app(*, warm: bool = True, deadline: float | None = None) -> FastAPI:
         if bad:
             return JSONResponse(status_code=422, content={"detail": _readable(bad), "errors": bad})
         return Response(json.dumps({"results": [r.to_dict() for r in results]}), media_type="application/json")
+
+    @app.post("/openrlhf")
+    @app.post("/get_reward")
+    def openrlhf(body: OpenRLHFRequest, answer_type: str | None = None, prompt_type: str | None = None,
+                 progress: float | None = Query(default=None, ge=0.0, le=1.0)) -> Any:
+        try:
+            with deadline_in(deadline):
+                out = openrlhf_rewards(body.query, body.prompts, body.labels, answer_type=answer_type,
+                                       prompt_type=prompt_type, progress=progress)
+        except ProtocolError as exc:
+            err = {"loc": ["body"], "msg": str(exc), "type": "protocol_error"}
+            return JSONResponse(status_code=422, content={"detail": str(exc), "errors": [err]})
+        return Response(json.dumps(out), media_type="application/json")
 
     return app
 
