@@ -20,8 +20,9 @@ Public API::
 
 See :mod:`curate.rewards.registry` for the record fields and the weighting, each
 verifier module for its rules, :mod:`curate.rewards.runtime.limits` for the time limits,
-:mod:`curate.rl.score` for scoring files (``curate score``) and
-:mod:`curate.rl.serve` for the HTTP service (``curate serve-rewards``).
+:mod:`curate.rl.score` for scoring files (``curate score``),
+:mod:`curate.rl.serve` for the HTTP service (``curate serve-rewards``, also OpenRLHF's remote
+reward protocol) and :mod:`curate.rewards.trainers` for the TRL, verl, OpenRLHF and AReaL adapters.
 """
 
 from __future__ import annotations
