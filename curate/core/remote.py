@@ -271,3 +271,16 @@ def cli_args(args: Sequence[str]) -> Iterator[list[str]]:
         if out and out[0] == "verify":
             out = [local_copy(t).as_posix() if not t.startswith("-") and is_url(t) else t for t in out]
         yield out
+
+
+def fetch_shard(out: Path, stage: str, marker: dict[str, Any]) -> None:
+    """Bring one shard that finished elsewhere into a staging folder: its files, then its marker."""
+    url = url_of(out)
+    if url is None:
+        return
+    pull_listed(out, [marker])
+    rel = f"_shards/{stage}/{marker['shard']}.json"
+    if not (out / rel).exists():
+        fs, inner = _fs(url)
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(f"{inner}/{rel}", str(out / rel))

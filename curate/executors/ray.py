@@ -47,6 +47,7 @@ from curate.core.threads import cap_threads, task_threads
 from curate.core.errors import UserError
 from curate.executors import Executor
 from curate.core.progress import StageProgress, console
+from curate.core.remote import fetch_shard
 from curate.core.shards import Shard, ShardTask, execute_shard, marker_path
 
 #: Environment variables forwarded to the actors (offline switches and caches), when set on the driver.
@@ -294,6 +295,7 @@ class RayExecutor(Executor):
                     if "error" in result:
                         _raise_remote(result, by_index[int(row["index"])])
                     marker = result.pop("marker")
+                    fetch_shard(out, task.stage, marker)  # --out in a bucket: bring the shard here (curate.core.remote)
                     if not marker_path(out, task.stage, marker["shard"]).exists():
                         raise UserError(f"shard {marker['shard']} of '{task.stage}' finished on {result['actor']} but "
                                         f"its files are not visible here under {out}: OUT (and the inputs) must be "
