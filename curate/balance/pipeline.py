@@ -27,6 +27,8 @@ from typing import Any
 
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
 from curate.balance.embed import EMBED_DIR, run_embed
+from curate.balance.results import BalanceResult
+from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
 from curate.core.io import write_json, write_parquet
 from curate.core.progress import console
@@ -136,20 +138,20 @@ def _step(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k not in skip}
 
 
-def summary_lines(result: dict[str, Any], out: str | os.PathLike[str]) -> list[str]:
-    """The closing lines ``curate balance`` prints."""
-    b = result["balance"]
-    errs = Counter(result["errored"])
+def summary_lines(result: BalanceResult | dict[str, Any], out: str | os.PathLike[str]) -> list[str]:
+    """The closing lines ``curate balance`` prints (from the typed result or the ``stats.json`` content)."""
+    r = result if isinstance(result, BalanceResult) else from_stats(BalanceResult, result)
+    b = r.balance
     lines = [
-        f"selected {result['records_selected']:,} of {result['records_in']:,} records "
-        f"({result['records_embedded']:,} embedded, {result['pool']:,} tagged"
-        + (f"; drawn with replacement: {result['copies_total']:,} copies in all)" if result["with_replacement"]
+        f"selected {r.records_selected:,} of {r.records_in:,} records "
+        f"({r.records_embedded:,} embedded, {r.pool:,} tagged"
+        + (f"; drawn with replacement: {r.copies_total:,} copies in all)" if r.with_replacement
            else "; drawn without replacement)"),
-        f"concepts covered {b['concepts_covered_before']:,} → {b['concepts_covered_after']:,}; "
-        f"top-1% share {b['head_share_before']:.3f} → {b['head_share_after']:.3f}; "
-        f"normalised entropy {b['normalized_entropy_before']:.3f} → {b['normalized_entropy_after']:.3f}",
+        f"concepts covered {b.concepts_covered_before:,} → {b.concepts_covered_after:,}; "
+        f"top-1% share {b.head_share_before:.3f} → {b.head_share_after:.3f}; "
+        f"normalised entropy {b.normalized_entropy_before:.3f} → {b.normalized_entropy_after:.3f}",
     ]
-    if errs or result["dropped"]:
-        lines.append(f"dropped {dict(result['dropped'])}  errored {dict(errs)}  → {out}/rejects.parquet")
+    if r.rejected:
+        lines.append(f"dropped {dict(r.dropped)}  errored {dict(Counter(r.errored))}  → {out}/rejects.parquet")
     lines.append(f"plot: {out}/balance.png   selection: {out}/selection.parquet   stats: {out}/stats.json")
     return lines

@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from curate.balance.config import INDEXES, MODES, SCRIPT_CHOICES, WEIGHTINGS
+from curate.balance.results import BalanceResult, EmbedResult, ResampleResult, TagResult
+from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
 from curate.cli.options import executor_options, make_executor, model_options, threads_for
@@ -41,11 +43,11 @@ def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, dev
     config = EmbedConfig(out=out, model=model, precision=precision, device=device, batch_size=batch_size,
                          shard_size=shard_size, decode_threads=decode_threads, threads=threads_for(threads, workers),
                          seed=seed)
-    r = embed(list(inputs), config, executor=make_executor(executor, workers, ray_address))
-    console.print(f"[bold]embedded[/bold] {r['records_embedded']:,} of {r['records_in']:,} records "
-                  f"({r['images_embedded']:,} images, {r['dim']}-d) in {r['shards']} shards")
-    if r["dropped"] or r["errored"]:
-        console.print(f"dropped {r['dropped']}  errored {r['errored']}  → {out}/rejects.parquet")
+    r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
+    console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
+                  f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
+    if r.rejected:
+        console.print(f"dropped {r.dropped}  errored {r.errored}  → {out}/rejects.parquet")
     console.print(f"embeddings: {out}/embeddings/   stats: {out}/stats.json")
 
 
@@ -123,9 +125,9 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
 
     config = TagConfig(out=out, top_k=top_k, index=index, nlist=nlist, nprobe=nprobe, recall_sample=recall_sample,
                        id_column=id_column, seed=seed)
-    r = tag(embeddings, concepts, config, executor=make_executor(executor, workers, ray_address))
-    console.print(f"[bold]tagged[/bold] {r['records_tagged']:,} records with their top {top_k} of "
-                  f"{r['concepts_embedded']:,} concepts ({r['embedding_files']} embedding files, {r['layout']} layout)")
+    r = from_stats(TagResult, tag(embeddings, concepts, config, executor=make_executor(executor, workers, ray_address)))
+    console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {top_k} of "
+                  f"{r.concepts_embedded:,} concepts ({r.embedding_files} embedding files, {r.layout} layout)")
     console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
 
 
@@ -170,14 +172,14 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
 
     config = ResampleConfig(out=out, target=target, fraction=fraction, seed=seed, mode=mode, t=t, weighting=weighting,
                             temperature=temperature, use_k=use_k, records=records or None, vocab=vocab)
-    r = resample(tags, config)
-    b = r["balance"]
-    console.print(f"[bold]selected[/bold] {r['records_selected']:,} of {r['pool']:,} tagged records "
-                  f"({r['copies_total']:,} copies); concepts covered {b['concepts_covered_before']:,} → "
-                  f"{b['concepts_covered_after']:,}, top-1% share {b['head_share_before']:.3f} → "
-                  f"{b['head_share_after']:.3f}")
-    if "records_written" in r:
-        console.print(f"records: {out}/records/ ({r['records_written']['records']:,} written)")
+    r = from_stats(ResampleResult, resample(tags, config))
+    b = r.balance
+    console.print(f"[bold]selected[/bold] {r.records_selected:,} of {r.pool:,} tagged records "
+                  f"({r.copies_total:,} copies); concepts covered {b.concepts_covered_before:,} → "
+                  f"{b.concepts_covered_after:,}, top-1% share {b.head_share_before:.3f} → "
+                  f"{b.head_share_after:.3f}")
+    if r.records_written is not None:
+        console.print(f"records: {out}/records/ ({r.records_written['records']:,} written)")
     console.print(f"selection: {out}/selection.parquet   plot: {out}/balance.png   stats: {out}/stats.json")
 
 
@@ -238,6 +240,6 @@ def balance_cmd(inputs: tuple[str, ...], vocab: str, out: str, model: str, preci
                                  fraction=fraction, mode=mode, t=t, weighting=weighting, temperature=temperature,
                                  use_k=use_k, shard_size=shard_size, threads=threads_for(threads, workers),
                                  seed=seed, write_records=not no_records)
-    r = balance(list(inputs), config, executor=make_executor(executor, workers, ray_address))
+    r = from_stats(BalanceResult, balance(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     for line in summary_lines(r, out):
         console.print(line)

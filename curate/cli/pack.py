@@ -86,21 +86,24 @@ def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str,
 
 def _summary_pack(stats: dict, out: str) -> None:
     from curate.core.progress import console
+    from curate.core.results import from_stats
+    from packer.results import PackResult
 
-    pr = stats.get("padding_reduction")
-    console.print(f"[bold]packed[/bold] {stats['records_packed']:,} of {stats['records_in']:,} records into "
-                  f"{stats['bins']:,} sequences (lower bound {stats['lower_bound_bins']:,}, "
-                  f"fill {stats['fill_ratio']:.3f}, padding reduction {'∞' if pr is None else f'{pr:.1f}×'})")
-    if stats.get("balance"):
-        b = stats["balance"]
+    r = from_stats(PackResult, stats)
+    pr = r.padding_reduction
+    console.print(f"[bold]packed[/bold] {r.records_packed:,} of {r.records_in:,} records into "
+                  f"{r.bins:,} sequences (lower bound {r.lower_bound_bins:,}, "
+                  f"fill {r.fill_ratio:.3f}, padding reduction {'∞' if pr is None else f'{pr:.1f}×'})")
+    if r.balance:
+        b = r.balance
         before, after = b["imbalance"]["token_only"], b["imbalance"]["balanced"]
         mb = b["micro_batches"]
         console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {mb} "
                       f"micro-batch{'es' if mb != 1 else ''}; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
                       f"idle rank time {before['idle_fraction']:.1%} -> {after['idle_fraction']:.1%}")
-    if stats["dropped"] or stats["errored"]:
-        console.print(f"dropped {stats['dropped'] or {}}  errored {stats['errored'] or {}}  → {out}/rejects.parquet")
-    if stats.get("sequences") is not None:
+    if r.rejected:
+        console.print(f"dropped {r.dropped or {}}  errored {r.errored or {}}  → {out}/rejects.parquet")
+    if r.sequences is not None:
         console.print(f"shards: {out}/shards/   plot: {out}/packing.png   stats: {out}/stats.json")
     else:
         console.print(f"plan: {out}/plan.parquet   plot: {out}/packing.png   stats: {out}/stats.json")

@@ -67,20 +67,23 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
     """
     from curate.core.progress import console
     from curate.recaption.checks import CaptionRules
+    from curate.core.results import from_stats
     from curate.recaption.config import RecaptionConfig
+    from curate.recaption.results import RecaptionResult
     from curate.recaption.stage import recaption
 
     sampling = sampling_dict(sampling_from_flags(flags, seed=seed))
     config = RecaptionConfig(out=out, backend=backend_kwargs_from_flags(flags), langs=langs, mix=mix,
                              prompts={"en": prompt_en, "zh": prompt_zh}, sampling=sampling,
                              rules=CaptionRules(truncated=truncated_policy), seed=seed, shard_size=shard_size)
-    stats = recaption(list(inputs), config=config, executor=make_executor(executor, workers, ray_address))
-    c = stats["captions"]
-    console.print(f"captioned {stats['records_out']:,} of {stats['records_in']:,} records: kept {c['kept']:,} of "
-                  f"{c['images']:,} captions ({c['retried']:,} retried); failed {c['failed'] or {}}")
-    for lang, r in stats["per_lang"].items():
-        mean = "n/a" if r["mean_chars"] is None else f"{r['mean_chars']:.0f}"
-        console.print(f"  {lang}: {r['kept']:,} of {r['images']:,} kept, mean {mean} characters")
-    if stats["dropped"] or stats["errored"]:
-        console.print(f"dropped {stats['dropped'] or {}}  errored {stats['errored'] or {}}  → {out}/rejects.parquet")
+    r = from_stats(RecaptionResult, recaption(list(inputs), config=config,
+                                              executor=make_executor(executor, workers, ray_address)))
+    c = r.captions
+    console.print(f"captioned {r.records_out:,} of {r.records_in:,} records: kept {c.kept:,} of "
+                  f"{c.images:,} captions ({c.retried:,} retried); failed {c.failed or {}}")
+    for lang, counts in r.per_lang.items():
+        mean = "n/a" if counts.mean_chars is None else f"{counts.mean_chars:.0f}"
+        console.print(f"  {lang}: {counts.kept:,} of {counts.images:,} kept, mean {mean} characters")
+    if r.rejected:
+        console.print(f"dropped {r.dropped or {}}  errored {r.errored or {}}  → {out}/rejects.parquet")
     console.print(f"records: {out}/records.jsonl   captions: {out}/captions.parquet   stats: {out}/stats.json")

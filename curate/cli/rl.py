@@ -40,16 +40,17 @@ def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: floa
       curate score --records data/sample/rl/prompts.jsonl --responses rollouts.jsonl --out scored/
     """
     from curate.core.progress import console
+    from curate.core.results import from_stats
     from curate.rl.config import ScoreConfig
+    from curate.rl.results import ScoreResult
     from curate.rl.score import score
 
     config = ScoreConfig(records=records, responses=responses, out=out, progress=progress, seed=seed,
                          shard_size=shard_size)
-    stats = score(config=config, executor=make_executor(executor, workers, ray_address))
-    o = stats["overall"]
-    mean = "n/a" if o["mean_reward"] is None else f"{o['mean_reward']:.3f}"
-    console.print(f"scored {stats['scored']:,} of {stats['responses_in']:,} responses; mean reward {mean}; "
-                  f"errored {stats['errored'] or {}}")
+    r = from_stats(ScoreResult, score(config=config, executor=make_executor(executor, workers, ray_address)))
+    mean = "n/a" if r.overall.mean_reward is None else f"{r.overall.mean_reward:.3f}"
+    console.print(f"scored {r.scored:,} of {r.responses_in:,} responses; mean reward {mean}; "
+                  f"errored {r.errored or {}}")
     console.print(f"scores: {out}/scores.parquet   stats: {out}/stats.json")
 
 
@@ -144,7 +145,9 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
       curate rl-filter prompts.jsonl --rollouts answers.jsonl --band 0.1,0.9 --out rl/
     """
     from curate.core.progress import console
+    from curate.core.results import from_stats
     from curate.rl.config import RlFilterConfig
+    from curate.rl.results import RlFilterResult
     from curate.rl.filter import rl_filter
 
     config = RlFilterConfig(out=out, backend=backend_kwargs_from_flags(flags), n=n,
@@ -152,11 +155,11 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
                             templates=templates, thresholds=thresholds, pass_threshold=pass_threshold,
                             min_gap=min_gap, band=_band(band), progress=train_progress, seed=seed,
                             shard_size=shard_size)
-    stats = rl_filter(list(inputs), config=config, executor=make_executor(executor, workers, ray_address))
-    o = stats["overall"]
+    r = from_stats(RlFilterResult, rl_filter(list(inputs), config=config,
+                                             executor=make_executor(executor, workers, ray_address)))
+    o = r.overall
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    console.print(f"kept {stats['kept']:,} of {stats['records_in']:,} prompts; dropped {stats['dropped'] or {}}; "
-                  f"errored {stats['errored'] or {}}")
-    console.print(f"mean reward {fmt(o['mean_reward'])}, pass@1 {fmt(o['mean_pass_at_1'])}, "
-                  f"pass@N {fmt(o['mean_pass_at_n'])}, truncation {fmt(o['truncation_rate'])}")
+    console.print(f"kept {r.kept:,} of {r.records_in:,} prompts; dropped {r.dropped or {}}; errored {r.errored or {}}")
+    console.print(f"mean reward {fmt(o.mean_reward)}, pass@1 {fmt(o.mean_pass_at_1)}, "
+                  f"pass@N {fmt(o.mean_pass_at_n)}, truncation {fmt(o.truncation_rate)}")
     console.print(f"kept: {out}/kept.jsonl   report: {out}/rl_filter.png   stats: {out}/stats.json")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from curate.balance.config import SCRIPT_CHOICES
+from curate.balance.results import VocabEmbedResult
+from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.cli.options import executor_options, make_executor, model_options
 
@@ -113,8 +115,9 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
                               device=device, batch_size=batch_size, scripts=scripts, cache_dir=cache_dir,
                               threads=threads)
     sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
-    r = embed_vocab(None, config, executor=make_executor(executor, workers, ray_address) if sharded else None)
-    skipped = ", ".join(f"{n:,} {s}" for s, n in r["skipped"].items()) or "none"
-    console.print(f"[bold]{'reused' if r['cached'] else 'embedded'}[/bold] {r['embedded']:,} of {r['rows']:,} "
-                  f"concepts ({r['dim']}-d; skipped: {skipped}) in {r['seconds']:.1f}s")
-    console.print(f"concepts: {out} (+ {sidecar_path(out)})   cache: {r['cache_dir']}")
+    r = from_stats(VocabEmbedResult, embed_vocab(None, config, executor=make_executor(executor, workers, ray_address)
+                                                 if sharded else None))
+    skipped = ", ".join(f"{n:,} {s}" for s, n in r.skipped.items()) or "none"
+    console.print(f"[bold]{'reused' if r.cached else 'embedded'}[/bold] {r.embedded:,} of {r.rows:,} "
+                  f"concepts ({r.dim}-d; skipped: {skipped}) in {r.seconds:.1f}s")
+    console.print(f"concepts: {out} (+ {sidecar_path(out)})   cache: {r.cache_dir}")

@@ -1,0 +1,77 @@
+"""Typed results of the balancing steps (see :mod:`curate.core.results`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from curate.core.results import Counts
+
+
+@dataclass(frozen=True)
+class EmbedResult(Counts):
+    """``curate embed``: records and images embedded, the embedding size, the shards."""
+
+    records_embedded: int = 0
+    images_embedded: int = 0
+    dim: int = 0
+    shards: int = 0
+
+
+@dataclass(frozen=True)
+class VocabEmbedResult:
+    """``curate vocab embed``: concepts embedded, skipped per script, whether the cache answered."""
+
+    rows: int = 0
+    embedded: int = 0
+    dim: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    cached: bool = False
+    cache_dir: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TagResult(Counts):
+    """``curate tag``: records tagged, usable concepts, the embeddings read."""
+
+    records_tagged: int = 0
+    concepts_embedded: int = 0
+    embedding_files: int = 0
+    layout: str = ""
+
+
+@dataclass(frozen=True)
+class BalanceReport:
+    """Concept coverage and head share before and after resampling (:func:`curate.balance.report.compare`)."""
+
+    concepts_covered_before: int = 0
+    concepts_covered_after: int = 0
+    head_share_before: float = 0.0
+    head_share_after: float = 0.0
+    normalized_entropy_before: float = 0.0
+    normalized_entropy_after: float = 0.0
+
+
+@dataclass(frozen=True)
+class ResampleResult(Counts):
+    """``curate resample``: records selected from the tagged pool, copies, balance before/after."""
+
+    pool: int = 0
+    records_selected: int = 0
+    copies_total: int = 0
+    with_replacement: bool = False
+    balance: BalanceReport = field(default_factory=BalanceReport)
+    records_written: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class BalanceResult(Counts):
+    """``curate balance``: the figures of every step in one folder."""
+
+    records_embedded: int = 0
+    pool: int = 0
+    records_selected: int = 0
+    copies_total: int = 0
+    with_replacement: bool = False
+    balance: BalanceReport = field(default_factory=BalanceReport)
