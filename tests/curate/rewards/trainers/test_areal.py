@@ -21,8 +21,7 @@ from curate.rewards import score
 ROWS = [  # (dataset row, decoded completion)
     ({"answer": "7", "answer_type": "number", "prompt_type": "normal"}, "<answer>7</answer><|im_end|>"),
     ({"answer": "7", "answer_type": "number", "prompt_type": "normal"}, "<answer>9</answer><|im_end|>"),
-    ({"answer": "\\frac{3}{4}", "answer_type": "math-expressions", "prompt_type": "normal"},
-     "<answer>0.75</answer><|im_end|>"),
+    ({"answer": "yes", "answer_type": "boolean", "prompt_type": "normal"}, "<answer>Yes</answer><|im_end|>"),
     ({"answer": "C", "answer_type": "multiple-choice", "prompt_type": "think",
       "reward": {"accuracy_ratio": 0.9, "format_ratio": 0.1}}, "<answer>(C)</answer><|im_end|>"),
 ]

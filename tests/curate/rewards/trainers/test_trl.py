@@ -97,3 +97,38 @@ def test_conversational_and_plain_completions_score_the_same() -> None:
     assert plain == conv == [score(r, t).accuracy for r, t in zip(records, texts)]
     fmt = curate_trl.format_reward(prompts=["p"] * 4, completions=texts, **cols)
     assert fmt == [score(r, t).format for r, t in zip(records, texts)]
+
+
+def test_grpo_vlm_on_kept_dataset_with_images(tiny_vlm_dir: Path, tmp_path: Path) -> None:
+    """kept_dataset's prompts and image bytes go through TRL's vision path (tiny Qwen2-VL)."""
+    import pandas as pd
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    (tmp_path / "images").mkdir()
+    rows = []
+    for i in range(2):
+        Image.new("RGB", (56 + 28 * i, 56), (200, 30, 30)).save(tmp_path / "images" / f"{i}.png")
+        rows.append({"id": f"v{i}", "problem": f"<image>\nHow many red squares? [{i}]", "answer": str(i + 1),
+                     "answer_type": "number", "prompt_type": "normal", "images": [f"images/{i}.png"]})
+    (tmp_path / "kept.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dataset = curate_trl.kept_dataset(tmp_path / "kept.jsonl")
+    torch.manual_seed(0)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
+        max_steps=2, learning_rate=1e-2, logging_steps=1, report_to="none", use_cpu=True, log_completions=True,
+        save_strategy="no", seed=0, bf16=False, disable_tqdm=True, beta=0.0)
+    trainer = trl.GRPOTrainer(model=AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir),
+                              processing_class=AutoProcessor.from_pretrained(tiny_vlm_dir), args=args,
+                              train_dataset=dataset, reward_funcs=[curate_trl.accuracy_reward])
+    trainer.train()
+    assert trainer.state.global_step == 2
+    table = pd.concat([pd.read_parquet(f) for f in sorted((tmp_path / "out" / "completions").glob("*.parquet"))])
+    assert len(table) == 8
+    for _, row in table.iterrows():
+        prompt = "".join(p["text"] or "" for p in row["prompt"][0]["content"] if p["type"] == "text")
+        record = rows[int(prompt[prompt.index("[") + 1])]
+        text = row["completion"][-1]["content"]
+        text = text if isinstance(text, str) else "".join(p["text"] for p in text)
+        assert row["accuracy_reward"] == score(record, text).accuracy
