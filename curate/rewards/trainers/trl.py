@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from curate.core.errors import UserError
 from curate.rewards import RewardResult
 from curate.rewards.trainers.common import (
     RECORD_FIELDS,
@@ -47,8 +48,8 @@ def _records(n: int, columns: Mapping[str, Any]) -> list[dict[str, Any]]:
     present = [k for k in RECORD_FIELDS if k != "answer" and isinstance(columns.get(k), (list, tuple))]
     gold = columns.get("answer", columns.get("solution"))
     if not isinstance(gold, (list, tuple)) or len(gold) != n:
-        raise ValueError("curate reward functions need an 'answer' (or 'solution') column in the dataset, "
-                         f"one value per completion; got {type(gold).__name__}")
+        raise UserError("curate reward functions need an 'answer' (or 'solution') column in the training "
+                        f"dataset, one value per completion; got {type(gold).__name__}: add the gold answers")
     out = []
     for i in range(n):
         defaults = {k: columns[k][i] for k in present if i < len(columns[k])}

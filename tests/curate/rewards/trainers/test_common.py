@@ -66,3 +66,13 @@ def test_math_scoring_off_the_main_thread() -> None:
 def test_unscorable_record_scores_zero() -> None:
     (res,) = score_batch([{"answer": "7", "answer_type": "no-such-type"}], ["7"])
     assert res.reward == 0.0 and res.error.startswith("record_error")
+
+
+def test_trl_functions_without_an_answer_column_say_what_to_add() -> None:
+    import pytest
+
+    from curate.core.errors import UserError
+    from curate.rewards.trainers.trl import accuracy_reward
+
+    with pytest.raises(UserError, match="'answer'"):
+        accuracy_reward(prompts=["p"], completions=["7"], answer_type=["number"])
