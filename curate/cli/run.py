@@ -118,7 +118,11 @@ def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, 
     if dry_run:
         return
     console.print(f"lock: {folder}/recipe.lock.yaml")
-    if not no_report:
+    from curate.core.io import is_url
+
+    if is_url(folder) and not no_report:
+        console.print(f"report: not written for a bucket ({folder}); copy the run folder and run curate report on it")
+    elif not no_report:
         from curate.report import write_report
 
         index = write_report(folder)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from curate.core.errors import UserError
+from curate.core.io import RemotePath, dumps_json, is_url
+from curate.run import fs
 from curate.run.recipe import Recipe, Step
 
 #: What a step hands to the next one when it is named without a sub-path.
@@ -22,6 +24,8 @@ MAIN_OUTPUT = {"balance": ("records",), "recaption": ("records.jsonl", "records.
                "rl-filter": ("kept.jsonl", "kept.parquet"), "score": ("scores.parquet",), "pack": ("",),
                "verify": ("",)}
 RUN_DIR = "_run"
+#: A run folder: local, or an object-store URL.
+Folder = Path | RemotePath
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class PlannedStep:
     """A step with its command line and status in this run."""
 
     step: Step
-    folder: Path
+    folder: Folder
     argv: list[str]
     settings: dict[str, Any]
     depends: list[str] = field(default_factory=list)  #: names of the steps it reads
@@ -85,7 +89,7 @@ def _suggest(name: str, known: list[str]) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-def _ref(value: str, step: Step, recipe: Recipe, out: Path, line: int,
+def _ref(value: str, step: Step, recipe: Recipe, out: Folder, line: int,
          depends: list[str], reads: list[str]) -> list[str]:
     """Resolve a recipe input name, a step name or STEP/sub/path (added to ``reads``); others are literal paths."""
     paths = _resolve(value, step, recipe, out, line, depends)
@@ -95,7 +99,7 @@ def _ref(value: str, step: Step, recipe: Recipe, out: Path, line: int,
     return paths
 
 
-def _resolve(value: str, step: Step, recipe: Recipe, out: Path, line: int, depends: list[str]) -> list[str] | None:
+def _resolve(value: str, step: Step, recipe: Recipe, out: Folder, line: int, depends: list[str]) -> list[str] | None:
     head, slash, rest = value.partition("/")
     if head in recipe.inputs and head not in {s.name for s in recipe.steps}:
         paths = recipe.inputs[head]
@@ -117,7 +121,7 @@ def _resolve(value: str, step: Step, recipe: Recipe, out: Path, line: int, depen
                         f"recipe; move {step.name!r} after {head!r}")
     depends.append(head)
     folder = out / target.folder
-    sub = rest if slash else next((c for c in MAIN_OUTPUT[target.verb] if c and (folder / c).exists()),
+    sub = rest if slash else next((c for c in MAIN_OUTPUT[target.verb] if c and fs.exists(folder / c)),
                                   MAIN_OUTPUT[target.verb][0])
     return [str(folder / sub) if sub else str(folder)]
 
@@ -130,7 +134,7 @@ def _step_refs(step: Step, recipe: Recipe) -> set[str]:
     return {v.partition("/")[0] for v in values if v.partition("/")[0] in names}
 
 
-def _cycle(recipe: Recipe, start: str, out: Path) -> list[str]:
+def _cycle(recipe: Recipe, start: str, out: Folder) -> list[str]:
     """A cycle through ``start`` in the steps' references, or []."""
     graph = {s.name: _step_refs(s, recipe) for s in recipe.steps}
 
@@ -167,7 +171,7 @@ def _option_args(name: str, value: Any, info: OptionInfo, resolve_path: Any) -> 
     return [info.flag, ",".join(strs)]
 
 
-def plan_step(step: Step, recipe: Recipe, out: Path, verbs: VerbTable) -> PlannedStep:
+def plan_step(step: Step, recipe: Recipe, out: Folder, verbs: VerbTable) -> PlannedStep:
     """The command line of one step, checked by the verb's own parser.
 
     Raises:
@@ -185,7 +189,7 @@ def plan_step(step: Step, recipe: Recipe, out: Path, verbs: VerbTable) -> Planne
                             f"({', '.join(n for n, o in info.options.items() if o.is_path and n != 'out')})")
         for value in step.inputs:
             paths = _ref(value, step, recipe, out, step.input_line or step.line, depends, reads)
-            if paths == [value] and value not in reads and "://" not in value and not Path(value).exists():
+            if paths == [value] and value not in reads and not is_url(value) and not Path(value).exists():
                 raise UserError(f"{recipe.where(step.input_line or step.line)}: step {step.name!r} reads {value!r}: no such file, "
                                 f"recipe input ({', '.join(recipe.inputs) or 'none'}) or earlier step")
             argv.extend(paths)
@@ -230,7 +234,7 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _record_path(out: Path, planned: PlannedStep) -> Path:
+def _record_path(out: Folder, planned: PlannedStep) -> Folder:
     return out / RUN_DIR / f"{planned.step.folder}.json"
 
 
@@ -238,7 +242,7 @@ def _changed(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
 
 
-def plan_run(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None = None,
+def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None = None,
              until: str | None = None) -> list[PlannedStep]:
     """Plan every step and decide its status (run, resume, skip, refuse, not selected).
 
@@ -256,7 +260,7 @@ def plan_run(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None =
     used = {v.partition("/")[0] for s in recipe.steps[lo:hi + 1] for v in s.inputs}
     for name, paths in recipe.inputs.items():
         for p in paths:
-            if "://" not in p and not Path(p).exists() and (name in used or not recipe.steps[lo:hi + 1]):
+            if not is_url(p) and not Path(p).exists() and (name in used or not recipe.steps[lo:hi + 1]):
                 raise UserError(f"{recipe.where(recipe.input_lines[name])}: input {name!r}: {p} does not exist; "
                                 "fix the path (or --set the variable it uses)")
     for name in recipe.defaults:
@@ -275,8 +279,8 @@ def plan_run(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None =
             continue
         stats = p.folder / "stats.json"
         record = _record_path(out, p)
-        if stats.exists():
-            recorded = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
+        if fs.exists(stats):
+            recorded = json.loads(fs.read_text(record)) if fs.exists(record) else None
             if recorded is None:
                 p.status, p.why = "refuse", f"{p.folder} holds a finished run not made by this recipe"
             elif (recorded["verb"], recorded["settings"], recorded.get("upstream") or {}) != (p.step.verb, p.settings,
@@ -287,7 +291,7 @@ def plan_run(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None =
                 p.status, p.why = "refuse", f"finished with other settings ({', '.join(what)})"
             else:
                 p.status, p.why = "skip", "finished, settings unchanged"
-        elif p.folder.exists():
+        elif fs.exists(p.folder):
             p.status, p.why = "resume", "started, not finished"
     return planned
 
@@ -302,18 +306,16 @@ def check_ready(planned: list[PlannedStep], recipe: Recipe, i: int) -> None:
     by_name = {q.step.name: q for q in planned}
     for dep in p.depends:
         q = by_name[dep]
-        if not (q.folder / "stats.json").exists():
+        if not fs.exists(q.folder / "stats.json"):
             raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r} reads step {dep!r} "
                             f"({q.folder}), which has not finished yet; run without --from, or --from {dep}")
     for path in p.reads:
-        if "://" not in path and not Path(path).exists():
+        if not fs.exists(path):
             raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r} reads {path}, which does not "
                             "exist; fix the recipe or run the step that makes it")
 
 
-def write_record(out: Path, p: PlannedStep) -> None:
+def write_record(out: Folder, p: PlannedStep) -> None:
     """Remember the settings a step runs with (``OUT/_run/NN-name.json``)."""
-    from curate.core.io import write_json
-
-    write_json(_record_path(out, p), {"verb": p.step.verb, "command": p.command, "settings": p.settings,
-                                         "upstream": p.upstream})
+    fs.write_text(_record_path(out, p), dumps_json({"verb": p.step.verb, "command": p.command,
+                                                   "settings": p.settings, "upstream": p.upstream}))

@@ -18,16 +18,17 @@ import yaml
 
 from curate import __version__
 from curate.core.errors import UserError
-from curate.core.io import atomic_open, write_json
+from curate.core.io import RemotePath, as_path, dumps_json, is_url
 from curate.core.lock import out_lock
 from curate.core.stats import versions
-from curate.run.plan import PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step, write_record
+from curate.run.plan import Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step, write_record
+from curate.run import fs
 from curate.run.recipe import Recipe
 
 LOCK_NAME = "recipe.lock.yaml"
 
 
-def out_folder(recipe: Recipe, out: str | None) -> Path:
+def out_folder(recipe: Recipe, out: str | None) -> Path | RemotePath:
     """``--out``, else the recipe's ``out:``.
 
     Raises:
@@ -36,10 +37,10 @@ def out_folder(recipe: Recipe, out: str | None) -> Path:
     chosen = out or recipe.out
     if not chosen:
         raise UserError(f"{recipe.path}: no output folder; pass --out OUT or add out: to the recipe")
-    return Path(chosen)
+    return as_path(chosen)
 
 
-def plan_lines(recipe: Recipe, planned: list[PlannedStep], out: Path) -> list[str]:
+def plan_lines(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> list[str]:
     """The plan as text: one block per step (status, reads, writes, command)."""
     lines = [f"recipe {recipe.path} -> {out}/ ({len(planned)} steps)"]
     for p in planned:
@@ -51,7 +52,7 @@ def plan_lines(recipe: Recipe, planned: list[PlannedStep], out: Path) -> list[st
     return lines
 
 
-def lock_content(recipe: Recipe, planned: list[PlannedStep], out: Path) -> dict[str, Any]:
+def lock_content(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> dict[str, Any]:
     """What ``recipe.lock.yaml`` holds: the recipe, its variables, every step's resolved settings, versions."""
     return {
         "recipe": str(recipe.path),
@@ -67,16 +68,15 @@ def lock_content(recipe: Recipe, planned: list[PlannedStep], out: Path) -> dict[
     }
 
 
-def write_lock(recipe: Recipe, planned: list[PlannedStep], out: Path) -> Path:
+def write_lock(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> Folder:
     """Write ``OUT/recipe.lock.yaml`` (atomically)."""
     path = out / LOCK_NAME
-    text = yaml.safe_dump(lock_content(recipe, planned, out), sort_keys=False, allow_unicode=True, width=120)
-    with atomic_open(path, "w") as fh:
-        fh.write(text)
+    fs.write_text(path, yaml.safe_dump(lock_content(recipe, planned, out), sort_keys=False, allow_unicode=True,
+                                       width=120))
     return path
 
 
-def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Path, verbs: VerbTable) -> None:
+def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Folder, verbs: VerbTable) -> None:
     """Plan step ``i`` again now that the steps it reads have finished (e.g. records.parquet, not .jsonl)."""
     fresh = plan_step(planned[i].step, recipe, out, verbs)
     fresh.status, fresh.why = planned[i].status, planned[i].why
@@ -88,12 +88,12 @@ def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Path, verbs
 
 def _finish_verify(p: PlannedStep, seconds: float) -> None:
     """``verify`` writes no folder of its own: record that it passed, as its stats.json."""
-    write_json(p.folder / "stats.json", {"stage": "verify", "command": p.command, "checked": p.reads,
-                                         "ok": True, "versions": versions(), "settings": p.settings,
-                                         "timings": {"total": round(seconds, 6)}})
+    fs.write_text(p.folder / "stats.json", dumps_json({"stage": "verify", "command": p.command, "checked": p.reads,
+                                                       "ok": True, "versions": versions(), "settings": p.settings,
+                                                       "timings": {"total": round(seconds, 6)}}))
 
 
-def run_recipe(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None = None,
+def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None = None,
                until: str | None = None, dry_run: bool = False,
                echo: Callable[[str], None] = print) -> list[PlannedStep]:
     """Run (or with ``dry_run`` only print) a recipe's steps.
@@ -123,13 +123,14 @@ def run_recipe(recipe: Recipe, out: Path, verbs: VerbTable, *, start: str | None
         p = refused[0]
         raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {p.folder} {p.why}; "
                         f"use another --out, or delete {p.folder} to run it again")
-    out.mkdir(parents=True, exist_ok=True)
-    with out_lock(out):  # one curate run per folder; each step's verb also locks its own folder
+    if not is_url(out):
+        Path(out).mkdir(parents=True, exist_ok=True)
+    with out_lock(str(out)):  # one curate run per folder; each step's verb also locks its own folder
         _run_steps(recipe, planned, out, verbs, echo)
     return planned
 
 
-def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Path, verbs: VerbTable,
+def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: VerbTable,
                echo: Callable[[str], None]) -> None:
     write_lock(recipe, planned, out)
     for i, p in enumerate(planned):
