@@ -8,6 +8,20 @@ For each shard the task writes
   memory-mapped later by the shard writer.
 
 Image tokens come from image headers (never decoding pixels) unless ``exact``.
+
+Reusing counts (``reuse_from``: an earlier ``lengths.parquet``) never reuses a stale
+count. What determines a record's tokens is (a) its text, rendered by the chat
+template and tokenized, and (b) each image's displayed size with the pixel bounds.
+(a) is keyed: ``text_key`` = sha256 of the text fingerprint (tokenizer, chat
+template and its variables) and the record's messages; a text count is
+reused only for a record whose key is in the earlier table. (b) is never reused:
+every image header is read again and its grid computed with this run's
+``min_pixels``/``max_pixels``. The header is the exact determinant of the count and
+reading it is the cost of probing an image anyway (a few KiB per image, no
+decoding), so it is cheaper and stronger than keying by size + mtime + a hash of
+the header bytes (which a replaced file of the same size and mtime, or a copy with
+a new mtime, would fool or miss) and far cheaper than a hash of the whole file.
+The saving is the text: rendering and tokenizing, the bulk of the counting time.
 A fixed, seeded number of records (``verify_sample``, spread over the shards in
 proportion to their sizes; see :meth:`LengthsTask.choose_verified`) is also run
 through the full processor; any disagreement stops the run with a message naming
@@ -17,6 +31,7 @@ but at 85M records 1% is 850K processor runs: prefer a fixed sample.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +52,7 @@ from packer.tokens import TokenCounter
 LENGTHS_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("tokens", pa.int32()), ("text_tokens", pa.int32()),
     ("image_tokens", pa.int32()), ("n_images", pa.int16()), ("image_grids", pa.list_(pa.list_(pa.int32()))),
+    ("text_key", pa.string()),
 ])
 RECORDS_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("messages", pa.string()), ("images", pa.list_(pa.string())),
@@ -52,6 +68,29 @@ class VerifyMismatch(UserError):
     """The header-based count disagrees with the full processor."""
 
 
+def text_key(fingerprint: str, messages: list[dict[str, Any]]) -> str:
+    """What a record's text count depends on: the processor fingerprint and the messages (sha256, 32 hex)."""
+    data = json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{fingerprint}\x1f{data}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def reusable_text_counts(path: str | None) -> dict[str, int]:
+    """``{text_key: text_tokens}`` of an earlier ``lengths.parquet`` (empty without one, or without keys)."""
+    if path is None:
+        return {}
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        if "text_key" not in schema.names or "text_tokens" not in schema.names:
+            return {}  # counted before keys existed: nothing can be trusted
+        table = pq.read_table(path, columns=["text_key", "text_tokens"])
+    except (OSError, ValueError, pa.ArrowException):
+        return {}
+    keys, counts = table.column("text_key").to_pylist(), table.column("text_tokens").to_pylist()
+    return {k: int(n) for k, n in zip(keys, counts) if k is not None and n is not None}
+
+
 class LengthsTask(ShardTask):
     """Counts every record's tokens as the processor would (see module docstring)."""
 
@@ -60,7 +99,8 @@ class LengthsTask(ShardTask):
     def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
                  exact: bool = False, verify_fraction: float | None = None,
                  max_image_pixels: int = DEFAULT_MAX_PIXELS, trust_remote_code: bool = False,
-                 verify_sample: int | None = DEFAULT_VERIFY_SAMPLE, max_chars: int = MAX_RECORD_CHARS) -> None:
+                 verify_sample: int | None = DEFAULT_VERIFY_SAMPLE, max_chars: int = MAX_RECORD_CHARS,
+                 reuse_from: str | None = None) -> None:
         if verify_fraction is not None and not 0.0 <= verify_fraction <= 1.0:
             raise UserError(f"--verify-fraction must be within [0, 1], got {verify_fraction}")
         if verify_sample is not None and verify_sample < 0:
@@ -75,6 +115,8 @@ class LengthsTask(ShardTask):
         self.max_image_pixels = max_image_pixels
         self.trust_remote_code = trust_remote_code
         self.max_chars = max_chars  # text beyond it is never rendered nor tokenized (curate.core.textlimits)
+        self.reuse_from = reuse_from  # an earlier lengths.parquet whose text counts may be reused, by text_key
+        self._reused: dict[str, int] | None = None
         self.counter: TokenCounter | None = None
 
     def choose_verified(self, shards: Sequence[Shard], seed: int) -> int:
@@ -102,6 +144,7 @@ class LengthsTask(ShardTask):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["counter"] = None  # rebuilt by setup() in each worker
+        state["_reused"] = None
         return state
 
     def setup(self) -> None:
@@ -109,6 +152,8 @@ class LengthsTask(ShardTask):
         if self.counter is None:
             self.counter = TokenCounter(self.processor_spec, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
                                         trust_remote_code=self.trust_remote_code)
+        if self._reused is None:
+            self._reused = reusable_text_counts(self.reuse_from)
 
     def settings(self) -> dict[str, Any]:
         """Outputs depend on the processor and the pixel bounds (not on ctx)."""
@@ -132,11 +177,16 @@ class LengthsTask(ShardTask):
         def flush() -> None:
             if not pending:
                 return
+            known = self._reused or {}
+            fresh = [p for p in pending if p["text_key"] not in known]
             with stats.timer("tokenize"):
-                id_lists = self.counter.text_ids([p["text"] for p in pending])
-            for item, ids in zip(pending, id_lists):
-                item["text_tokens"] = len(ids)
-                item["tokens"] = self.counter.count(len(ids), item["image_tokens"])
+                ids = self.counter.text_ids([p["text"] for p in fresh]) if fresh else []
+                counted = {id(p): len(i) for p, i in zip(fresh, ids)}
+            stats.extra["text_counts_reused"] = stats.extra.get("text_counts_reused", 0) + len(pending) - len(fresh)
+            for item in pending:
+                n_text = counted[id(item)] if id(item) in counted else known[item["text_key"]]
+                item["text_tokens"] = n_text
+                item["tokens"] = self.counter.count(n_text, item["image_tokens"])
                 if item.pop("verify"):
                     self._verify(item, stats)
                     if item.get("error"):
@@ -193,10 +243,13 @@ class LengthsTask(ShardTask):
             grids.append(list(grid))
             tokens.append(n)
             exts.append(file_extension(info.format, path))
-        with stats.timer("render"):
-            text = self.counter.render(rec["messages"])
+        key = text_key(self.counter.text_fingerprint, rec["messages"])
+        text = ""
+        if key not in (self._reused or {}):
+            with stats.timer("render"):
+                text = self.counter.render(rec["messages"])
         return {"id": rec["id"], "source": rec["source"], "messages": rec["messages"], "images": rec["images"],
-                "image_exts": exts, "image_grids": grids, "image_tokens": tokens, "text": text}
+                "image_exts": exts, "image_grids": grids, "image_tokens": tokens, "text": text, "text_key": key}
 
     def _verify(self, item: dict[str, Any], stats: StageStats) -> None:
         """Run the full processor on decoded pixels; a disagreement stops the run."""
@@ -227,7 +280,7 @@ class LengthsTask(ShardTask):
             "id": [r["id"] for r in rows], "source": [r["source"] for r in rows],
             "tokens": [r["tokens"] for r in rows], "text_tokens": [r["text_tokens"] for r in rows],
             "image_tokens": [sum(r["image_tokens"]) for r in rows], "n_images": [len(r["images"]) for r in rows],
-            "image_grids": [r["image_grids"] for r in rows],
+            "image_grids": [r["image_grids"] for r in rows], "text_key": [r["text_key"] for r in rows],
         }, schema=LENGTHS_SCHEMA)
         write_parquet(work / "lengths" / f"{shard_id}.parquet", lengths)
         store = pa.table({

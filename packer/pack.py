@@ -3,9 +3,13 @@
 Steps (each resumable; see ``curate.core.shards`` for the contract):
 
 1. **lengths** (per input shard, parallel): :class:`packer.lengths.LengthsTask`,
-   merged into ``OUT/lengths.parquet``. Counted lengths are reused when the same
-   inputs are packed again with the same processor settings, at any ctx: pass
-   ``--lengths OLD_OUT/lengths.parquet``, or let the lengths index find them.
+   merged into ``OUT/lengths.parquet``. Earlier counts are reused, at any ctx, only
+   where they still hold: pass ``--lengths OLD_OUT/lengths.parquet``, or let the
+   lengths index find a folder that counted the same inputs; the text counts of the
+   input's records whose key (processor fingerprint + messages) matches are reused,
+   image headers are read again, other records are counted, and records of the old
+   table that are not in the input are ignored and reported (:mod:`packer.reuse`).
+   ``--lengths`` without INPUT (``--plan-only``) plans from the table as it is.
 2. **plan** (driver, global): duplicates and records longer than ctx are dropped
    with their reason; :func:`packer.plan.plan_bins` packs the rest; ``OUT/plan.parquet``.
 3. **write** (per output shard, parallel): :class:`packer.writer.ShardWriteTask`.
@@ -36,6 +40,7 @@ from curate.core.stats import StageStats, run_header
 from curate.core.validate import configure
 from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
 from packer.lengths import LengthsTask
+from packer.reuse import reuse_report
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.plan import batch_padding_tokens, plan_bins
 from packer.report import plot_packing
@@ -189,32 +194,35 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
     fingerprint = None
 
     t0 = time.perf_counter()
-    if lengths is not None:
-        table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=bool(inputs) and not plan_only)
+    reuse: dict[str, Any] | None = None
+    if lengths is not None and not inputs:  # a plan from counts alone: no records to check them against
+        table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=False)
         by_source = _count_by_source(table)
         total.seen_many(by_source)
         total.kept_many(by_source)
     else:
+        if lengths is not None:
+            _load_lengths(Path(lengths), need_store=False)  # one line for an unreadable file, before any work
+            processor = processor or _processor_of(Path(lengths))
         shards = plan_shards(inputs, shard_size)
+        key = _lengths_key(shards, {})  # finds a folder that counted these inputs; record keys decide what is reused
+        earlier = Path(lengths) if lengths is not None else _find_counted(key, out.resolve())
+        if earlier is not None and earlier.is_dir():
+            earlier = earlier / "lengths.parquet"
         task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
                            verify_fraction=verify_fraction, trust_remote_code=trust_remote_code,
-                           verify_sample=verify_sample)
+                           verify_sample=verify_sample,  # text counts reused by key; image headers read again
+                           reuse_from=str(earlier) if earlier is not None else None)
         task.choose_verified(shards, seed)
         settings = task.settings()
         check = {"verify_fraction": verify_fraction, "verify_sample": task.verify_sample}
         fingerprint = settings["processor"]
-        key = _lengths_key(shards, {**settings, "seed": seed, **check})
-        counted = _find_counted(key, out.resolve())
-        if counted is not None:
-            console.print(f"reusing token lengths counted in {counted}")
-            table, store_dir, _ = _load_lengths(counted / "lengths.parquet", need_store=not plan_only)
-            total = _stats_of(counted)
-            write_parquet(out / "lengths.parquet", table)
-        else:
-            total = run_stage(task, shards, out, executor=executor, seed=seed, desc="count tokens",
-                              settings={**settings, **check})
-            table = _merge_lengths(out)
-            _remember_counted(key, out)
+        total = run_stage(task, shards, out, executor=executor, seed=seed, desc="count tokens",
+                          settings={**settings, **check})
+        table = _merge_lengths(out)
+        _remember_counted(key, out)
+        if earlier is not None:
+            reuse = reuse_report(earlier, table, total, explicit=lengths is not None)
     timings["lengths"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -254,6 +262,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
         **plan_stats, "sequences": sequences if not plan_only else None,
         "verified_records": int(total.extra.get("verified", 0)),
+        **({"lengths_reuse": reuse} if reuse is not None and lengths is not None else {}),
         "timings": {**{f"{k}_steps": v for k, v in counts["timings"].items()}, **timings},
         "outputs": {"lengths": "lengths.parquet", "plan": "plan.parquet", "rejects": "rejects.parquet",
                     **({} if plan_only else {"shards": "shards/"}), **({"plot": "packing.png"} if plot else {})},
@@ -280,11 +289,16 @@ def _count_by_source(table: pa.Table) -> dict[str, int]:
     return counts_by_source(codes, names)
 
 
-def _stats_of(folder: Path) -> StageStats:
-    """The merged stats of a finished lengths step in another folder."""
-    from curate.core.shards import merge_shards
-    markers = [read_json(p) for p in sorted((folder / SHARDS_DIR / "lengths").glob("*.json")) if p.name != "settings.json"]
-    return merge_shards(folder, "lengths", markers)
+def _processor_of(lengths: Path) -> str:
+    """The processor an earlier pack counted with (its ``stats.json``), for ``--lengths`` with INPUT."""
+    try:
+        found = read_json(lengths.parent / "stats.json").get("settings", {}).get("processor_path")
+    except (OSError, ValueError):
+        found = None
+    if not found:
+        raise UserError(f"--lengths {lengths} with INPUT counts the records that changed: give --processor "
+                        "(the one the trainer uses)")
+    return str(found)
 
 
 def _load_lengths(path: Path, *, need_store: bool) -> tuple[pa.Table, Path, str | None]:

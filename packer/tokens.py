@@ -146,6 +146,7 @@ class TokenCounter:
                 [probe_text], add_special_tokens=False)["input_ids"][0]:
             self._backend = None  # the fast path must give the tokenizer's own ids
         self.fingerprint = self._fingerprint()
+        self.text_fingerprint = self._text_fingerprint()
 
     # -- identity -----------------------------------------------------------------
     def _fingerprint(self) -> str:
@@ -158,6 +159,15 @@ class TokenCounter:
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         h.update(backend.to_str().encode() if backend is not None else json.dumps(self.tokenizer.get_vocab(), sort_keys=True).encode())
         h.update(str(self.chat_template).encode())
+        return "sha256:" + h.hexdigest()[:16]
+
+    def _text_fingerprint(self) -> str:
+        """What text counts depend on: the tokenizer and the chat template (not the image settings)."""
+        h = hashlib.sha256()
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        h.update(backend.to_str().encode() if backend is not None else json.dumps(self.tokenizer.get_vocab(), sort_keys=True).encode())
+        h.update(str(self.chat_template).encode())
+        h.update(json.dumps(self._template_vars, sort_keys=True, default=str).encode())
         return "sha256:" + h.hexdigest()[:16]
 
     # -- text -----------------------------------------------------------------------

@@ -145,9 +145,11 @@ def test_lengths_are_reused_at_another_ctx(packed, sample_data, tmp_path) -> Non
     stats = pack([], out=tmp_path / "p", ctx=4096, lengths=out / "lengths.parquet", plan_only=True)
     assert (tmp_path / "p" / "plan.parquet").exists() and not (tmp_path / "p" / "shards").exists()
     assert stats["lower_bound_bins"] == -(-stats["packed_tokens"] // 4096)
-    # shards at another ctx from the counted lengths and their record store: nothing counted again
+    # shards at another ctx with the counted lengths: every text count reused (the processor of the
+    # earlier run, from its stats.json), image headers read again, nothing ignored
     again = pack(inputs(sample_data), out=tmp_path / "c", ctx=4096, lengths=out / "lengths.parquet")
-    assert not (tmp_path / "c" / "_shards" / "lengths").exists()
+    reuse = again["lengths_reuse"]
+    assert reuse["text_counts_reused"] == reuse["records_in_lengths"] and reuse["ignored"] == reuse["counted"] == 0
     assert again["bins"] == stats["bins"] and verify_pack(tmp_path / "c").ok
     with pytest.raises(UserError, match="was packed at ctx 2048"):
         pack(inputs(sample_data), out=out, ctx=4096, processor="unused")
@@ -156,7 +158,10 @@ def test_lengths_are_reused_at_another_ctx(packed, sample_data, tmp_path) -> Non
 def test_auto_reuse_of_counted_lengths(tiny_processor_dir, sample_data, tmp_path) -> None:
     first = pack([sample_data / "llava.jsonl"], out=tmp_path / "a", ctx=2048, processor=str(tiny_processor_dir))
     second = pack([sample_data / "llava.jsonl"], out=tmp_path / "b", ctx=1024, processor=str(tiny_processor_dir))
-    assert not (tmp_path / "b" / "_shards" / "lengths").exists()  # nothing counted again
+    markers = [json.loads(p.read_text()) for p in (tmp_path / "b" / "_shards" / "lengths").glob("0*.json")]
+    reused = sum(m["stats"].get("extra", {}).get("text_counts_reused", 0) for m in markers)
+    assert reused == first["records_in"] - sum(first["errored"].values())  # no text tokenized again
+    assert pq.read_table(tmp_path / "b" / "lengths.parquet").equals(pq.read_table(tmp_path / "a" / "lengths.parquet"))
     assert second["records_in"] == first["records_in"] and second["settings"]["ctx"] == 1024
     assert verify_pack(tmp_path / "b").ok
 
