@@ -25,7 +25,8 @@ from curate.core.errors import UserError
                    "850K processor runs); prefer --verify-sample.")
 @click.option("--exact", is_flag=True, help="Run the full processor on every record (decodes every image; slow).")
 @click.option("--lengths", type=click.Path(path_type=str), default=None,
-              help="Reuse token lengths (a lengths.parquet with id, tokens) instead of counting.")
+              help="Earlier token lengths (a lengths.parquet). With INPUT: text counts of unchanged records "
+                   "reused, images and new records counted, its other records ignored; without: plan them as they are.")
 @click.option("--plan-only", is_flag=True, help="Write plan.parquet and stats.json only, no shards.")
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Input records per counting shard.")
 @click.option("--sequences-per-shard", type=int, default=256, show_default=True,
