@@ -1,0 +1,34 @@
+"""rl-filter's per-source figures count every record, errored and dropped ones too (issue 11, item 4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from curate.rl.filter import rl_filter
+
+
+def test_per_source_adds_up_to_the_totals(tmp_path: Path) -> None:
+    rows = [{"id": f"a{i}", "source": "alpha", "problem": f"{i} + 1 = ?", "answer": str(i + 1),
+             "answer_type": "number"} for i in range(3)]
+    rows += [{"id": "b0", "source": "beta", "problem": "1 + 1 = ?", "answer": "2", "answer_type": "number"},
+             {"id": "b1", "source": "beta", "problem": "?", "answer": "2", "answer_type": "no-such-type"},
+             {"id": "b2", "source": "beta", "problem": "x" * 300_000, "answer": "2", "answer_type": "number"}]
+    src = tmp_path / "rl.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n")
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": r["id"], "response": f"<answer>{r['answer']}</answer>"}) + "\n"
+                               for r in rows if r["id"] != "a2"))  # a2: no stored answer
+    stats = rl_filter([str(src)], tmp_path / "out", backend={"rollouts": str(answers)}, n=1, plot=False)
+    assert stats["records_in"] == len(rows) + 1
+    assert stats["errored"].get("record_error") == 1 and stats["dropped"].get("too_long") == 1
+    total = {"records_in": 0, "kept": 0, "dropped": 0, "errored": 0}
+    for source, s in stats["per_source"].items():
+        assert s["records_in"] == s["kept"] + sum(s["dropped"].values()) + sum(s["errored"].values()), source
+        for k in total:
+            total[k] += s[k] if k in ("records_in", "kept") else sum(s[k].values())
+    assert total == {"records_in": stats["records_in"], "kept": stats["kept"],
+                     "dropped": sum(stats["dropped"].values()), "errored": sum(stats["errored"].values())}
+    assert stats["per_source"]["beta"]["records_in"] == 3  # b1 and b2 never reached the selection
+    o = stats["overall"]
+    assert o["records_in"] == stats["records_in"] and o["kept"] == stats["kept"]
