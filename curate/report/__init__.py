@@ -22,7 +22,7 @@ from curate.core.errors import UserError
 from curate.core.io import atomic_open, read_json
 from curate.report.assets import Assets
 from curate.report.funnel import counts, funnel_html, settings_html
-from curate.report.html import Raw, esc, num, page, section, table
+from curate.report.html import Raw, esc, page, section, table
 from curate.report.rejects import rejects_html
 from curate.report.stages import PLOTS, samples_html
 

@@ -44,6 +44,11 @@ def _bar(c: dict[str, Any]) -> str:
 
 def funnel_html(stats: dict[str, Any]) -> str:
     """The funnel section: totals, a bar, reasons, and the per-source table."""
+    if stats.get("stage") == "verify":
+        checked = ", ".join(str(p) for p in stats.get("checked") or [])
+        ok = '<b class="ok">✓ consistent</b>' if stats.get("ok") else '<b class="bad">✗ problems found</b>'
+        return section("Verify", f"<p>{ok}: every shard, boundary and count of <code>{esc(checked)}</code> "
+                                 "checked against its JSON, the plan and stats.json.</p>", "funnel")
     c = counts(stats)
     n_drop, n_err = sum(c["dropped"].values()), sum(c["errored"].values())
     head = (f'<p><b data-count="records_in">{num(c["in"])}</b> {c["unit"]} in → '

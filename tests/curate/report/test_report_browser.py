@@ -7,7 +7,6 @@ without it these tests skip, naming the package.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
