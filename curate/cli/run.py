@@ -125,5 +125,10 @@ def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, 
     elif not no_report:
         from curate.report import write_report
 
-        index = write_report(folder)
-        console.print(f"report: {index}")
+        try:
+            index = write_report(folder)
+        except Exception as exc:  # noqa: BLE001 - the steps' outputs are complete; the report is a view of them
+            console.print(f"warning: report not written ({type(exc).__name__}: {exc}); try: curate report {folder}",
+                          markup=False, highlight=False)
+            return
+        console.print(f"report: {index}", markup=False, highlight=False)
