@@ -74,11 +74,10 @@ def check_reachable(url: str) -> None:
     fs, inner = _fs(url)
     bucket = inner.split("/", 1)[0]
     try:
-        if not fs.exists(bucket):
-            raise UserError(f"{url}: bucket {bucket!r} does not exist (or these credentials cannot see it); create it first")
         fs.ls(bucket, refresh=True)
-    except UserError:
-        raise
+    except FileNotFoundError:
+        raise UserError(f"{url}: bucket {bucket!r} does not exist (or these credentials cannot see it); "
+                        "create it first") from None
     except Exception as exc:  # noqa: BLE001 - botocore/aiohttp raise many types
         raise _remote_error(url, exc) from None
 

@@ -155,3 +155,28 @@ def test_ray_reads_and_writes_the_bucket(bucket: str, layouts: Layouts, tiny_pro
     pack([layouts.wds], out=tmp_path / "local", **kw)
     objects = _objects(f"{bucket}/ray")
     assert objects and objects == _local(tmp_path / "local")
+
+
+def test_unreachable_endpoint_is_one_line_before_work(s3_server: str, tiny_processor_dir: Path, layouts: Layouts,
+                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import fsspec.config
+    import s3fs
+
+    from curate.cli import main
+
+    closed = "http://127.0.0.1:9"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", closed)
+    monkeypatch.setenv("FSSPEC_S3_ENDPOINT_URL", closed)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setitem(fsspec.config.conf, "s3", {**fsspec.config.conf.get("s3", {}), "endpoint_url": closed})
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        for args, url in ((["s3://some-bucket/in.parquet", "--out", str(tmp_path / "o")], "s3://some-bucket/in.parquet"),
+                          ([str(layouts.hf), "--out", "s3://some-bucket/out"], "s3://some-bucket/out")):
+            with pytest.raises(SystemExit) as exc:
+                main(["pack", *args, "--processor", str(tiny_processor_dir)])
+            err = capsys.readouterr().err.strip().splitlines()
+            assert exc.value.code == 2 and len(err) == 1 and url in err[0] and "AWS_ENDPOINT_URL" in err[0], err
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+    assert not (tmp_path / "o" / "_shards").exists()  # refused before any work
