@@ -113,3 +113,19 @@ def test_unreadable_inputs_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("hello")
     with pytest.raises(UserError, match="unsupported input type"):
         list(read_records([tmp_path / "x.txt"]))
+
+
+def test_parquet_written_by_the_datasets_library(tmp_path: Path, layouts: Layouts) -> None:
+    datasets = pytest.importorskip("datasets")
+    assert datasets.Image().pa_type == IMAGE_STRUCT  # the fixtures' layout is the library's own
+    items = layouts.items[:3]
+    features = datasets.Features({"id": datasets.Value("string"), "image": datasets.Image(),
+                                  "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}]})
+    ds = datasets.Dataset.from_dict({
+        "id": [it["id"] for it in items], "image": [{"bytes": it["bytes"], "path": it["name"]} for it in items],
+        "conversations": [[{"from": "human", "value": "<image>\nWhat is shown?"}, {"from": "gpt", "value": it["caption"]}]
+                          for it in items]}, features=features)
+    ds.to_parquet(str(tmp_path / "train.parquet"))
+    recs = list(read_records([tmp_path / "train.parquet"]))
+    assert [r["images"] for r in recs] == [[it["bytes"]] for it in items]
+    assert [r["messages"][1]["content"] for r in recs] == [it["caption"] for it in items]
