@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -113,28 +114,28 @@ def test_sigkill_while_packing_into_a_bucket_then_rerun(bucket: str, layouts: La
             sink.write({"__key__": f"k{i:04d}", it["name"].rsplit(".", 1)[-1]: it["bytes"], "txt": it["caption"]})
     fs = _fs()
     fs.put_file(str(tar), f"{bucket}/in/many.tar")
-    args = [f"{bucket}/in/many.tar", "--processor", str(tiny_processor_dir), "--ctx", "1024", "--shard-size", "4",
-            "--sequences-per-shard", "4", "--seed", "4", "--verify-fraction", "0"]
-    env = {**os.environ, "CURATE_CACHE": str(tmp_path / "machine-a")}
-    proc = subprocess.Popen([sys.executable, "-m", "curate", "pack", *args, "--out", f"{bucket}/killed"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kw = dict(processor=str(tiny_processor_dir), ctx=1024, shard_size=4, sequences_per_shard=4, seed=4,
+              verify_fraction=0.0)
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "machine-a"))
+    # a forked child inherits the imported modules (no second start-up); SIGKILL it part-way
+    proc = multiprocessing.get_context("fork").Process(
+        target=pack, args=([f"{bucket}/in/many.tar"],), kwargs={**kw, "out": f"{bucket}/killed"}, daemon=True)
+    proc.start()
     markers = f"{bucket[5:]}/killed/_shards/lengths"
     deadline = time.monotonic() + 180
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and proc.is_alive():
             fs.invalidate_cache()
             if fs.exists(markers) and sum(p.rsplit("/", 1)[-1][0].isdigit() for p in fs.ls(markers)) >= 2:
-                proc.send_signal(signal.SIGKILL)
+                os.kill(proc.pid, signal.SIGKILL)
                 break
             time.sleep(0.05)
     finally:
-        proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+        proc.join(timeout=60)
+    assert proc.exitcode == -signal.SIGKILL, "the run ended before it could be killed"
     fs.invalidate_cache()
     assert not fs.exists(f"{bucket[5:]}/killed/stats.json")
     # another machine (an empty cache) finishes the run from the markers in the bucket
-    kw = dict(processor=str(tiny_processor_dir), ctx=1024, shard_size=4, sequences_per_shard=4, seed=4,
-              verify_fraction=0.0)
     for prefix, machine in (("killed", "machine-b"), ("reference", "machine-c")):  # own caches: no lengths reuse
         monkeypatch.setenv("CURATE_CACHE", str(tmp_path / machine))
         pack([f"{bucket}/in/many.tar"], out=f"{bucket}/{prefix}", **kw)
