@@ -35,7 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from curate.recaption.checks import check_caption  # noqa: E402
 from curate.generate import GenerationRequest, SamplingParams, make_backend  # noqa: E402
-from curate.recaption.stage import DEFAULT_PROMPTS, RETRY, caption_key, recaption, user_turn  # noqa: E402
+from curate.recaption.config import DEFAULT_PROMPTS  # noqa: E402
+from curate.recaption.prompts import caption_key, user_turn  # noqa: E402
+from curate.recaption.retries import RETRY  # noqa: E402
+from curate.recaption.stage import recaption  # noqa: E402
 
 
 def _records(folder: Path, count: int, seed: int) -> tuple[Path, list[tuple[str, str]]]:

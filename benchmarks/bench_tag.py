@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from curate.balance.tag import _LOADED_CONCEPTS, recall_at_k, search, tag, train_ivf  # noqa: E402
+from curate.balance.index import _LOADED_CONCEPTS, recall_at_k, search, train_ivf  # noqa: E402
+from curate.balance.tag import tag  # noqa: E402
 
 
 def clustered(n: int, d: int, centres: np.ndarray, rng: np.random.Generator, spread: float = 0.35) -> np.ndarray:

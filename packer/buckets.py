@@ -1,6 +1,6 @@
 """The length histogram side of the planner: input checks, grouping by length, fill patterns.
 
-:func:`_patterns` is the greedy longest-first fill of :mod:`packer.plan`, run on
+:func:`fill_patterns` is the greedy longest-first fill of :mod:`packer.plan`, run on
 the histogram of token lengths (one entry per distinct length) instead of on
 records; the radix grouping and the seeded in-group shuffle give the order in
 which records of each length take their slots.
@@ -16,7 +16,8 @@ import numpy as np
 from curate.core.errors import UserError
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int, or a UserError naming ``name`` when it is not an integer >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise UserError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
@@ -24,7 +25,8 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _check_lengths(lengths: Any) -> np.ndarray:
+def check_lengths(lengths: Any) -> np.ndarray:
+    """Token lengths as a 1-D int64 array, or a UserError naming the first bad entry."""
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise UserError(f"lengths must be a 1-D array of token counts, got shape {arr.shape}")
@@ -47,7 +49,7 @@ def _check_lengths(lengths: Any) -> np.ndarray:
     return arr
 
 
-def _histogram(key: np.ndarray) -> np.ndarray:
+def length_histogram(key: np.ndarray) -> np.ndarray:
     """Records per key value (index = value), int64, at least one entry."""
     if key.size == 0:
         return np.zeros(1, dtype=np.int64)
@@ -55,7 +57,7 @@ def _histogram(key: np.ndarray) -> np.ndarray:
 
 
 
-def _patterns(
+def fill_patterns(
     vals: list[int], cnts: list[int], ctx: int
 ) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """Greedy longest-first fill on the length histogram, one pattern at a time.
@@ -118,7 +120,7 @@ def _patterns(
     return pat_lens, pat_mults, pat_reps
 
 
-def _stable_group_order(values: np.ndarray, max_value: int) -> np.ndarray:
+def stable_group_order(values: np.ndarray, max_value: int) -> np.ndarray:
     """Stable argsort of non-negative integers below 2**32 (LSD radix, 16-bit digits)."""
     if max_value < 1 << 16:
         return np.argsort(values.astype(np.uint16, copy=False), kind="stable")
@@ -127,7 +129,7 @@ def _stable_group_order(values: np.ndarray, max_value: int) -> np.ndarray:
     return low[high]
 
 
-def _shuffle_groups(order: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> None:
+def shuffle_groups(order: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> None:
     """Shuffle, in place, each consecutive run of ``counts[i]`` entries."""
     ends = np.cumsum(counts).tolist()
     start = 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packer.buckets import _check_int, _check_lengths
+from packer.buckets import check_int, check_lengths
 from packer.plan import EMPTY, TOO_LONG
 
 
@@ -48,8 +48,8 @@ def first_fit_decreasing(lengths: np.ndarray, ctx: int) -> FFDResult:
         The :class:`FFDResult`; records longer than ``ctx`` or of 0 tokens are
         left out exactly as :func:`packer.plan.plan_bins` leaves them out.
     """
-    lengths = _check_lengths(lengths)
-    ctx = _check_int("ctx", ctx, 1)
+    lengths = check_lengths(lengths)
+    ctx = check_int("ctx", ctx, 1)
     n = lengths.shape[0]
     bin_of = np.full(n, TOO_LONG, dtype=np.int64)
     bin_of[lengths == 0] = EMPTY

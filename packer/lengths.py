@@ -43,8 +43,7 @@ import pyarrow as pa
 from curate.core.errors import UserError
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
 from curate.core.io import write_parquet
-from curate.core.records import BadRecord
-from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from packer.tokens import TokenCounter
@@ -95,6 +94,7 @@ class LengthsTask(ShardTask):
     """Counts every record's tokens as the processor would (see module docstring)."""
 
     stage = "lengths"
+    transient = ("counter", "_reused")
 
     def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
                  exact: bool = False, verify_fraction: float | None = None,
@@ -141,12 +141,6 @@ class LengthsTask(ShardTask):
             self.verified_rows[shards[i].id] = tuple((picks[owner == i] - starts[i]).tolist())
         return k
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["counter"] = None  # rebuilt by setup() in each worker
-        state["_reused"] = None
-        return state
-
     def setup(self) -> None:
         """Load the processor once per worker."""
         if self.counter is None:
@@ -170,7 +164,6 @@ class LengthsTask(ShardTask):
         stats = StageStats()
         rng = ctx.rng(shard)
         chosen = frozenset(self.verified_rows.get(shard.id, ()))
-        position = -1
         rows: list[dict[str, Any]] = []
         pending: list[dict[str, Any]] = []
 
@@ -196,14 +189,7 @@ class LengthsTask(ShardTask):
             ctx.progress(len(pending))
             pending.clear()
 
-        for rec in shard.read():
-            position += 1
-            if isinstance(rec, BadRecord):
-                stats.seen(rec.source)
-                stats.error(rec.id, rec.source, rec.reason, rec.detail)
-                ctx.progress(1)
-                continue
-            stats.seen(rec["source"])
+        for position, rec in readable_records(shard, stats, ctx, numbered=True):
             item = self._prepare(rec, stats)
             if item is None:
                 ctx.progress(1)

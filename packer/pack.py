@@ -32,11 +32,11 @@ import pyarrow.parquet as pq
 from curate.core.columns import as_array, counts_by_source, first_occurrences, rows, source_codes
 from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
-from curate.core.io import atomic_open, dumps_json, read_json, write_json, write_parquet
+from curate.core.io import atomic_open, dumps_json, file_sha256, read_json, write_json, write_parquet
 from curate.core.progress import console
 from curate.core.remote import remote_out
 from curate.core.shards import SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
-from curate.core.stats import StageStats, run_header
+from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
 from packer.lengths import LengthsTask
@@ -44,7 +44,7 @@ from packer.reuse import reuse_report
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.plan import batch_padding_tokens, plan_bins
 from packer.report import plot_packing
-from packer.writer import PLAN_ARRAYS, ShardWriteTask
+from packer.writer import PLAN_ARRAYS, BinRange, ShardWriteTask
 
 
 
@@ -239,10 +239,10 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         bounds = [0, bins] if balanced is None else balanced.layout.rank_starts().tolist()  # a tar holds one rank
         ranges = [(lo, min(lo + sequences_per_shard, hi)) for lo_r, hi in zip(bounds[:-1], bounds[1:])
                   for lo in range(lo_r, hi, sequences_per_shard)]
-        out_shards = [Shard(k, meta=r, size=r[1] - r[0]) for k, r in enumerate(ranges)]
+        out_shards = [Shard(k, meta=BinRange(*r), size=r[1] - r[0]) for k, r in enumerate(ranges)]
         writer = ShardWriteTask(str(out), ctx=ctx, processor=fingerprint or "", store_dir=str(store_dir))
         write_stats = run_stage(writer, out_shards, out, executor=executor, seed=seed, desc="write shards",
-                                settings={**writer.settings(), "plan": _file_hash(out / PLAN_ARRAYS)})
+                                settings={**writer.settings(), "plan": file_sha256(out / PLAN_ARRAYS)[:16]})
         sequences = int(write_stats.extra.get("sequences", 0))
         total = total.then(write_stats)
         timings["write"] = time.perf_counter() - t0
@@ -267,21 +267,11 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         "outputs": {"lengths": "lengths.parquet", "plan": "plan.parquet", "rejects": "rejects.parquet",
                     **({} if plan_only else {"shards": "shards/"}), **({"plot": "packing.png"} if plot else {})},
     }
-    write_parquet(out / "rejects.parquet", total.rejects_table())
     if plot:
         plot_packing(out / "packing.png", counted_lengths, bin_tokens, ctx,
                      step_ratio=None if balanced is None else balanced.step_ratio,
                      title=f"{counts['records_out']:,} samples → {plan_stats['bins']:,} sequences of ≤{ctx} tokens")
-    write_json(out / "stats.json", result)
-    return result
-
-
-def _file_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
+    return finish_stage(out, result, total)
 
 
 def _count_by_source(table: pa.Table) -> dict[str, int]:

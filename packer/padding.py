@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from curate.core.errors import UserError
-from packer.buckets import _check_int, _check_lengths
+from packer.buckets import check_int, check_lengths
 
 if TYPE_CHECKING:
     from packer.plan import PackPlan
@@ -28,9 +28,9 @@ def batch_padding_tokens(lengths: np.ndarray, *, batch_size: int = 8, seed: int 
     Returns:
         Σ over batches of (longest × batch size − Σ lengths).
     """
-    lengths = _check_lengths(lengths)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    seed = _check_int("seed", seed, 0)
+    lengths = check_lengths(lengths)
+    batch_size = check_int("batch_size", batch_size, 1)
+    seed = check_int("seed", seed, 0)
     n = lengths.shape[0]
     if n == 0:
         return 0
@@ -65,7 +65,7 @@ def padding_reduction(
     Returns:
         baseline padding / packed padding.
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_lengths(lengths)
     if lengths.shape[0] != plan.bin_of.shape[0]:
         raise UserError(
             f"padding_reduction: {lengths.shape[0]} lengths but the plan covers "

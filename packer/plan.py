@@ -54,13 +54,13 @@ from typing import Any, Callable
 import numpy as np
 
 from curate.core.errors import UserError
-from packer.buckets import (  # noqa: F401  (_check_int and _check_lengths are shared with packer.ffd)
-    _check_int,
-    _check_lengths,
-    _histogram,
-    _patterns,
-    _shuffle_groups,
-    _stable_group_order,
+from packer.buckets import (
+    check_int,
+    check_lengths,
+    length_histogram,
+    fill_patterns,
+    shuffle_groups,
+    stable_group_order,
 )
 from packer.padding import batch_padding_tokens, padding_reduction  # noqa: F401  (re-exported)
 
@@ -179,12 +179,12 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
         UserError: On a bad ``ctx``, ``seed`` or ``workers``, or on lengths that
             are not 1-D non-negative integers.
     """
-    lengths = _check_lengths(lengths)
-    ctx = _check_int("ctx", ctx, 1)
+    lengths = check_lengths(lengths)
+    ctx = check_int("ctx", ctx, 1)
     if ctx > MAX_CTX:
         raise UserError(f"ctx {ctx} is larger than the supported maximum {MAX_CTX}")
-    workers = _check_int("workers", workers, 1)
-    seed = _check_int("seed", seed, 0)
+    workers = check_int("workers", workers, 1)
+    seed = check_int("seed", seed, 0)
     n = lengths.shape[0]
 
     # Bucket key: the length, or 0 for a record that cannot be packed (too long
@@ -195,16 +195,16 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
         key[too_long] = 0
     else:
         key = np.where(lengths <= ctx, lengths, 0) if too_long.size else lengths
-    counts = _histogram(key)
+    counts = length_histogram(key)
     vals = np.flatnonzero(counts[1:]) + 1
     cnts = counts[vals]
     total = int((vals * cnts).sum())
-    order = _stable_group_order(key, int(vals[-1]) if vals.size else 0)
+    order = stable_group_order(key, int(vals[-1]) if vals.size else 0)
     del key
     order = order[int(counts[0]) if counts.size else 0 :]
-    _shuffle_groups(order, cnts, np.random.default_rng([seed, 1]))
+    shuffle_groups(order, cnts, np.random.default_rng([seed, 1]))
 
-    pat_lens, pat_mults, pat_reps = _patterns(vals.tolist(), cnts.tolist(), ctx)
+    pat_lens, pat_mults, pat_reps = fill_patterns(vals.tolist(), cnts.tolist(), ctx)
     members, bin_offsets, bin_tokens = _place(
         order, vals, cnts, pat_lens, pat_mults, pat_reps, np.random.default_rng([seed, 0]), workers
     )

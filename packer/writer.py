@@ -23,7 +23,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -62,11 +62,19 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+class BinRange(NamedTuple):
+    """A shard-writing shard's ``meta``: the bins ``first`` (included) to ``stop`` (excluded) of the plan."""
+
+    first: int
+    stop: int
+
+
 class ShardWriteTask(ShardTask):
-    """Writes one tar of packed sequences per output shard (``meta = (first_bin, stop_bin)``)."""
+    """Writes one tar of packed sequences per output shard (``meta`` a :class:`BinRange`)."""
 
     stage = "write"
     unit = "sequences"
+    transient = ("_store", "_plan")
 
     def __init__(self, out: str, *, ctx: int, processor: str, store_dir: str | None = None) -> None:
         self.out = out
@@ -75,9 +83,6 @@ class ShardWriteTask(ShardTask):
         self.processor = processor
         self._store: pa.Table | None = None
         self._plan: dict[str, np.ndarray] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None, "_plan": None}
 
     def settings(self) -> dict[str, Any]:
         """Outputs depend on the context length and the processor fingerprint (the plan is checked separately)."""
@@ -95,10 +100,10 @@ class ShardWriteTask(ShardTask):
         return len(shard)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
-        """Write bins ``meta[0] .. meta[1]`` into ``shards/<shard>.tar``."""
+        """Write bins ``meta.first .. meta.stop`` (a :class:`BinRange`) into ``shards/<shard>.tar``."""
         self.setup()
         assert self._store is not None and self._plan is not None
-        first, stop = shard.meta
+        first, stop = shard.meta.first, shard.meta.stop
         offsets, members = self._plan["bin_offsets"], self._plan["members"]
         stats = StageStats()
         base = int(offsets[first])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from curate.balance.vocab.build import load_vocab
+from curate.balance.vocab.files import load_vocab
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.shards import DEFAULT_SHARD_SIZE

@@ -18,7 +18,6 @@ shard, so a rerun (or a resumed run) gives byte-identical files.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections import deque
@@ -35,10 +34,10 @@ from curate.balance.config import DEFAULT_BATCH, EmbedConfig
 from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
 from curate.core.errors import UserError
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode
-from curate.core.io import write_json, write_parquet
-from curate.core.records import BadRecord
-from curate.core.shards import Shard, ShardContext, ShardTask, plan_shards
-from curate.core.stats import StageStats, run_header
+from curate.core.io import write_parquet
+from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
+                                readable_records)
+from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
 EMBED_DIR = "embeddings"
@@ -62,6 +61,7 @@ class EmbedTask(ShardTask):
 
     stage = "embed"
     unit = "records"
+    transient = ("encoder",)
 
     def __init__(self, model: str = DEFAULT_MODEL, *, precision: str = "fp32", device: str = "auto",
                  batch_size: int = DEFAULT_BATCH, decode_threads: int | None = None, threads: int | None = None,
@@ -76,11 +76,6 @@ class EmbedTask(ShardTask):
         self.threads = threads
         self.max_image_pixels = max_image_pixels
         self.encoder: Encoder | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["encoder"] = None  # loaded again by setup() in each worker
-        return state
 
     def setup(self) -> None:
         """Load the model once per worker."""
@@ -107,17 +102,11 @@ class EmbedTask(ShardTask):
         assert self.encoder is not None
         stats = StageStats()
         items: list[_Item] = []
-        for rec in shard.read():
-            if isinstance(rec, BadRecord):
-                stats.seen(rec.source)
-                stats.error(rec.id, rec.source, rec.reason, rec.detail)
-                ctx.progress(1)
-            elif not rec["images"]:
-                stats.seen(rec["source"])
+        for rec in readable_records(shard, stats, ctx):
+            if not rec["images"]:
                 stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
                 ctx.progress(1)
             else:
-                stats.seen(rec["source"])
                 items.append(_Item(rec["id"], rec["source"], tuple(rec["images"])))
 
         rows: list[np.ndarray] = []
@@ -189,15 +178,6 @@ class EmbedTask(ShardTask):
         return stats
 
 
-def plan_hash(shards: Sequence[Shard]) -> str:
-    """A hash of the shard plan (input paths and row ranges), not of file times."""
-    h = hashlib.sha256()
-    for shard in shards:
-        for part in shard.parts:
-            h.update(f"{shard.index}|{part.path}|{part.start}|{part.stop}\n".encode())
-    return h.hexdigest()[:16]
-
-
 def embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
           write_stats: bool = True, **settings: Any) -> dict[str, Any]:
     """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; see :func:`run_embed`."""
@@ -240,6 +220,5 @@ def run_embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | No
         "outputs": {"embeddings": f"{EMBED_DIR}/", "rejects": "rejects.parquet"},
     }
     if write_stats:
-        write_parquet(out / "rejects.parquet", stats.rejects_table())
-        write_json(out / "stats.json", result)
+        finish_stage(out, result, stats)
     return result, stats

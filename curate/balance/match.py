@@ -44,10 +44,10 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.errors import UserError
-from curate.core.io import atomic_open, write_json, write_parquet
+from curate.core.io import atomic_open, file_sha256, write_parquet
 from curate.core.shards import DEFAULT_SHARD_SIZE, Shard, ShardContext, ShardTask, plan_shards, readable_records
 from curate.core.progress import console
-from curate.core.stats import StageStats, run_header
+from curate.core.stats import StageStats, finish_stage, run_header
 
 _WRAP = ",.;:?!`"
 _TO_SPACE = "\t\n\r"
@@ -237,17 +237,13 @@ class MatchTask(ShardTask):
     """
 
     stage = "match"
+    transient = ("_matcher",)
 
     def __init__(self, vocab: str, *, text_field: str | None = None, case_sensitive: bool = False,
                  top_k: int | None = None, automaton: str | None = None) -> None:
         self.vocab, self.text_field, self.automaton = vocab, text_field, automaton
         self.case_sensitive, self.top_k = case_sensitive, top_k
         self._matcher: TextMatcher | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_matcher"] = None  # rebuilt by setup() in each worker
-        return state
 
     def setup(self) -> None:
         """Load the automaton the driver saved (or build it) once per worker."""
@@ -307,7 +303,6 @@ def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLik
         The ``stats.json`` content.
     """
     from curate.balance.tag import merge_tags
-    from curate.balance.vocab.embed import file_hash
     from curate.executors import run_stage
 
     if top_k is not None and top_k < 1:
@@ -316,7 +311,7 @@ def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLik
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     entries = read_entries(vocab)
-    vocab_sha = file_hash(vocab)
+    vocab_sha = file_sha256(vocab)
     shards = plan_shards(inputs, shard_size)
     automaton = out / "_match" / f"automaton-{vocab_sha[:16]}-{'case' if case_sensitive else 'fold'}.bin"
     if not Path(str(automaton) + ".groups.json").exists():
@@ -345,6 +340,5 @@ def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLik
         "outputs": {"tags": "tags.parquet", "rejects": "rejects.parquet"},
     }
     if write_stats:
-        write_parquet(out / "rejects.parquet", stats.rejects_table())
-        write_json(out / "stats.json", result)
+        finish_stage(out, result, stats)
     return result

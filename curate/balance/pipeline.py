@@ -30,11 +30,10 @@ from curate.balance.embed import EMBED_DIR, run_embed
 from curate.balance.results import BalanceResult
 from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
-from curate.core.io import write_json, write_parquet
 from curate.core.progress import console
 from curate.core.remote import remote_out
 from curate.balance.resample import RECORDS_DIR, run_resample
-from curate.core.stats import StageStats, run_header
+from curate.core.stats import StageStats, finish_stage, run_header
 from curate.balance.tag import run_tag
 from curate.balance.vocab.embed import embed_vocab
 
@@ -81,9 +80,7 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
     t1 = time.perf_counter()
     console.print("[bold]2/4[/bold] embed the vocabulary")
     encoder = load_encoder(model, precision=precision, device=e.device)
-    from curate.executors.local import LocalExecutor
-
-    sharded = executor is not None and not (isinstance(executor, LocalExecutor) and executor.workers == 1)
+    sharded = executor is not None and not executor.in_process
     concepts = embed_vocab(None, config.vocab, encoder=encoder, executor=executor if sharded else None)
     if concepts["cached"]:
         console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
@@ -104,7 +101,6 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
 
     total = _compose(embed_stats, tag_stats, res_stats)
     counts = total.to_dict()
-    write_parquet(out / "rejects.parquet", total.rejects_table())
     settings = {"model": model, "precision": precision, "vocab": str(vocab), "template": template,
                 "scripts": concepts["scripts"], "top_k": top_k, "index": index, "mode": mode,
                 "target": res_result["settings"]["target"], "fraction": fraction,
@@ -129,8 +125,7 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
                     "selection": "selection.parquet", "plot": "balance.png", "rejects": "rejects.parquet",
                     **({"records": f"{RECORDS_DIR}/"} if write_records else {})},
     }
-    write_json(out / "stats.json", result)
-    return result
+    return finish_stage(out, result, total)
 
 
 def _step(result: dict[str, Any]) -> dict[str, Any]:

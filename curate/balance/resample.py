@@ -34,7 +34,7 @@ concept), and a record is kept (once) when any of its concepts passes; its
 ``weight`` is then its keep probability ``1 - Π_c (1 - p(c))``.
 
 Records with a repeated id keep their first occurrence (later ones are
-``duplicate_id``); records without any tag are ``no_concept``; records not drawn
+errored ``duplicate_id``, as in every stage); records without any tag are ``no_concept``; records not drawn
 are counted as ``not_selected`` (they are the complement of ``selection.parquet``
 and are not listed one by one in ``rejects.parquet``).
 
@@ -60,8 +60,8 @@ from curate.balance.selected import copy_id, write_selected_records  # noqa: F40
 from curate.balance.weights import (TagArrays, concept_counts, draw, draw_metaclip, keep_best,  # noqa: F401
                                     read_tags, record_weights)
 from curate.core.columns import counts_by_source, first_occurrences, rows
-from curate.core.io import write_json, write_parquet
-from curate.core.stats import StageStats, run_header
+from curate.core.io import write_parquet
+from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
 SELECTION_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("copies", pa.int32()),
@@ -77,12 +77,11 @@ def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copie
     stats.seen_many(counts_by_source(codes, names))
     stats.kept_many(counts_by_source(codes, names, copies > 0))
     for name, n in counts_by_source(codes, names, first & has_tags & (copies == 0)).items():
-        stats.dropped["not_selected"] += n
-        stats._src(name)["dropped"]["not_selected"] += n
-    for mask, reason, detail in ((~first, "duplicate_id", "id already seen earlier in the tags"),
-                                 (first & ~has_tags, "no_concept", "record has no concept tag")):
+        stats.drop_unlisted(name, "not_selected", n)
+    for mask, kind, reason, detail in ((~first, "errored", "duplicate_id", "id already seen earlier in the tags"),
+                                       (first & ~has_tags, "dropped", "no_concept", "record has no concept tag")):
         index = np.flatnonzero(mask)
-        stats.reject_many("dropped", reason, rows(tags.ids, index), [names[c] for c in codes[index].tolist()], detail)
+        stats.reject_many(kind, reason, rows(tags.ids, index), [names[c] for c in codes[index].tolist()], detail)
     stats.check()
     return stats
 
@@ -184,8 +183,7 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
                     **({"records": f"{RECORDS_DIR}/"} if records else {}), **({"plot": "balance.png"} if plot else {})},
     }
     if write_stats:
-        write_parquet(out / "rejects.parquet", stats.rejects_table())
-        write_json(out / "stats.json", result)
+        finish_stage(out, result, stats)
     return result, stats
 
 

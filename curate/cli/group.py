@@ -8,11 +8,11 @@ from curate import __version__
 
 
 class _ReportingCommand(click.Command):
-    """A verb that writes its output folder's report when it finished (see curate/cli/report.py)."""
+    """A verb that writes its output folder's report when it finished (see curate/cli/report_hook.py)."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - whatever the verb returns
         result = super().invoke(ctx)
-        from curate.cli.report import report_after
+        from curate.cli.report_hook import report_after
 
         report_after(self.name or "", ctx.params)
         return result

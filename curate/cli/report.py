@@ -1,34 +1,10 @@
-"""The ``report`` verb (curate/report/), and the report every stage verb writes at its end."""
+"""The ``report`` verb (curate/report/); the report every stage verb writes at its end is in report_hook.py."""
 
 from __future__ import annotations
-
-import os
 
 import click
 
 from curate.cli.group import cli
-
-#: Verbs that end by writing OUT/report/ for their --out (set CURATE_REPORT=0 to skip).
-REPORTED_VERBS = frozenset({"embed", "tag", "resample", "balance", "recaption", "rl-filter", "score", "pack"})
-
-
-def report_after(verb: str, params: dict) -> None:
-    """Write the report of a verb's --out once the verb finished (a failure only warns)."""
-    out = params.get("out")
-    if verb not in REPORTED_VERBS or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
-        return
-    if not os.path.exists(os.path.join(str(out), "stats.json")):
-        return
-    from curate.core.progress import console
-    from curate.report import write_report
-
-    try:
-        index = write_report(out)
-    except Exception as exc:  # noqa: BLE001 - the stage's outputs are complete; the report is a view of them
-        console.print(f"[yellow]warning:[/yellow] report not written ({type(exc).__name__}: {exc}); "
-                      f"try: curate report {out}", markup=True)
-        return
-    console.print(f"report: {index}", markup=False, highlight=False)
 
 
 @cli.command("report")

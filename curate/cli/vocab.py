@@ -107,8 +107,9 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
     Example:
       curate vocab embed --vocab vocab/500k.txt --template 'a photo of {}' --out concepts.npy
     """
+    from curate.balance.concepts import sidecar_path
     from curate.balance.config import VocabEmbedConfig
-    from curate.balance.vocab.embed import embed_vocab, sidecar_path
+    from curate.balance.vocab.embed import embed_vocab
     from curate.core.progress import console
 
     config = VocabEmbedConfig(vocab=vocab, out=out, model=model, template=template, precision=precision,

@@ -14,9 +14,11 @@ displayed orientation).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,16 +86,26 @@ def read_bytes(src: ImageSource) -> bytes:
             raise ImageError("missing_image", str(src)) from None
         except Exception as exc:  # fsspec back ends raise their own types
             raise ImageError("unreadable_image", f"{src}: {exc}") from None
-    try:
+    with file_errors(src):
         with open(src, "rb") as fh:
-            data = fh.read()
+            return fh.read()
+
+
+@contextlib.contextmanager
+def file_errors(src: ImageSource, unreadable: type[OSError] = OSError) -> Iterator[None]:
+    """Map the file-system failures of reading ``src`` to :class:`ImageError` reasons.
+
+    A missing file or a folder is ``missing_image``; ``unreadable`` errors (by default
+    every other ``OSError``) are ``unreadable_image``.
+    """
+    try:
+        yield
     except FileNotFoundError:
         raise ImageError("missing_image", str(src)) from None
     except IsADirectoryError:
         raise ImageError("missing_image", f"{src} is a directory") from None
-    except OSError as exc:
+    except unreadable as exc:
         raise ImageError("unreadable_image", f"{src}: {exc.strerror or exc}") from None
-    return data
 
 
 def _open(data: bytes, max_pixels: int, label: str) -> Image.Image:
@@ -194,19 +206,12 @@ def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str 
             return _probe_file(io.BytesIO(src), len(src), max_pixels, label)
         except ImageError as exc:
             raise _bytes_reason(exc) from None
-    try:
-        with open(src, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            fast = read_header(src, size, fh.fileno()) if size else None
-            if fast is not None:
-                return _from_header(fast, size, max_pixels, label)
-            return _probe_file(fh, size, max_pixels, label)
-    except FileNotFoundError:
-        raise ImageError("missing_image", str(src)) from None
-    except IsADirectoryError:
-        raise ImageError("missing_image", f"{src} is a directory") from None
-    except PermissionError as exc:
-        raise ImageError("unreadable_image", f"{src}: {exc.strerror or exc}") from None
+    with file_errors(src, unreadable=PermissionError), open(src, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        fast = read_header(src, size, fh.fileno()) if size else None
+        if fast is not None:
+            return _from_header(fast, size, max_pixels, label)
+        return _probe_file(fh, size, max_pixels, label)
 
 
 def _from_header(h: Header, size: int, max_pixels: int, label: str) -> ImageInfo:

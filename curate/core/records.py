@@ -376,11 +376,6 @@ def read_records(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[Record | 
             yield from read_part(part)
 
 
-def message_text(record: Record, role: str) -> str:
-    """All turns of one role joined by newlines (e.g. the captions of a record)."""
-    return "\n".join(m["content"] for m in record["messages"] if m["role"] == role)
-
-
 def count_placeholders(messages: Iterable[dict[str, str]]) -> int:
     """Number of ``<image>`` placeholders in a conversation."""
     return sum(m["content"].count(IMAGE_TOKEN) for m in messages)

@@ -48,7 +48,9 @@ class Shard:
 
     Input shards hold ``parts`` of at most ``shard_size`` rows. Stages that fan
     out again after a global step (e.g. shard writing after the packing plan)
-    describe their work in ``meta`` (a tuple of plain values) and ``size``.
+    describe their work in ``meta`` and ``size``; ``meta`` is a ``NamedTuple`` of
+    plain values defined by the stage (e.g. ``packer.writer.BinRange``), read by
+    field name.
     """
 
     index: int
@@ -102,7 +104,7 @@ def plan_hash(shards: Sequence[Shard]) -> str:
     """A hash of the shard plan: every shard's index, input row ranges, ``meta`` and size."""
     h = hashlib.sha256()
     for shard in shards:
-        h.update(f"{shard.index}|{shard.meta!r}|{shard.size}\n".encode())
+        h.update(f"{shard.index}|{tuple(shard.meta)!r}|{shard.size}\n".encode())
         for part in shard.parts:
             h.update(f"{part.path}|{part.start}|{part.stop}\n".encode())
     return h.hexdigest()[:16]
@@ -143,12 +145,22 @@ class ShardTask(ABC):
     """A stage's per-shard work. Subclasses set ``stage`` and implement :meth:`run`.
 
     Instances are pickled to worker processes (or Ray actors); heavy state such as
-    a model is created in :meth:`setup`, which each worker calls once.
+    a model is created in :meth:`setup`, which each worker calls once, and named in
+    :attr:`transient` so that it is not pickled.
     """
 
     stage: ClassVar[str] = "stage"
     #: What progress counts (shown next to the bar).
     unit: ClassVar[str] = "records"
+    #: Attributes holding per-worker state (a loaded model, an open index): never pickled
+    #: (set to None in the copy each worker gets), built again by :meth:`setup`.
+    transient: ClassVar[tuple[str, ...]] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in self.transient:
+            state[name] = None
+        return state
 
     def setup(self) -> None:
         """Load models or indexes; called once per worker before any shard."""
@@ -167,16 +179,19 @@ class ShardTask(ABC):
 
 
 def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
-                     with_raw: bool = False) -> Iterator[Any]:
-    """A shard's readable records, each counted in ``stats`` as seen.
+                     with_raw: bool = False, numbered: bool = False) -> Iterator[Any]:
+    """A shard's readable records, each counted in ``stats`` as seen: the one record loop of every stage.
 
-    Rows that are not records (:class:`~curate.core.records.BadRecord`) and ids repeated
-    within the shard are counted as errors (``duplicate_id``) and advance the
-    progress bar here; the caller decides what becomes of every record yielded.
-    With ``with_raw`` yields ``(raw row, record)`` pairs.
+    Rows that are not records (:class:`~curate.core.records.BadRecord`) are errored
+    with the reader's reason; an id repeated within the shard is errored
+    (``duplicate_id``; its first occurrence is yielded). Both advance the progress
+    bar here; the caller accounts for every record yielded (kept, dropped or
+    errored). With ``with_raw`` yields ``(raw row, record)`` pairs; with ``numbered``
+    each item comes as ``(row position in the shard, item)``, positions counting
+    every row (unreadable ones too), for per-row seeded choices.
     """
     seen_ids: set[str] = set()
-    for raw, rec in shard.read(with_raw=True):
+    for position, (raw, rec) in enumerate(shard.read(with_raw=True)):
         if isinstance(rec, BadRecord):
             stats.seen(rec.source)
             stats.error(rec.id, rec.source, rec.reason, rec.detail)
@@ -188,7 +203,8 @@ def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
             ctx.progress(1)
             continue
         seen_ids.add(rec["id"])
-        yield (raw, rec) if with_raw else rec
+        item = (raw, rec) if with_raw else rec
+        yield (position, item) if numbered else item
 
 
 def marker_path(out: Path, stage: str, shard_id: str) -> Path:
@@ -287,7 +303,3 @@ def merge_shards(out: Path, stage: str, markers: Sequence[dict[str, Any]]) -> St
     total.check()
     return total
 
-
-def write_rejects(path: Path, stats: StageStats) -> None:
-    """Write the run's dropped and errored records (id, source, kind, reason, detail)."""
-    write_parquet(path, stats.rejects_table())

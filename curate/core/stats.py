@@ -9,6 +9,7 @@ and written to ``rejects.parquet``.
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import sys
@@ -18,9 +19,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
+from curate.core.io import write_json, write_parquet
 
 REJECT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
                            ("reason", pa.string()), ("detail", pa.string())])
@@ -68,6 +72,15 @@ class StageStats:
         self.dropped[reason] += 1
         self._src(source)["dropped"][reason] += 1
         self.rejects.append((rid, source, "dropped", reason, detail[:500]))
+
+    def drop_unlisted(self, source: str, reason: str, n: int) -> None:
+        """Count ``n`` records of ``source`` removed on purpose without listing them in the rejects.
+
+        For decisions over many records at once (e.g. resampling's ``not_selected``),
+        where one rejects row per record would cost more than it tells.
+        """
+        self.dropped[reason] += n
+        self._src(source)["dropped"][reason] += n
 
     def error(self, rid: str, source: str, reason: str, detail: str = "") -> None:
         """Record a record that could not be processed (bad input, failing model call...)."""
@@ -232,3 +245,26 @@ def run_header(stage: str, *, seed: int | None = None, settings: dict[str, Any] 
     if settings:
         header["settings"] = settings
     return header
+
+
+def finish_stage(out: str | os.PathLike[str], result: dict[str, Any], stats: StageStats | None = None) -> dict[str, Any]:
+    """The last step of every stage driver: write ``OUT/rejects.parquet`` and ``OUT/stats.json``.
+
+    Every verb ends here once its own outputs are in place, so what each finished
+    run should leave behind (a report page, a notification) is one call added at
+    the end of this function.
+
+    Args:
+        out: the stage's output folder.
+        result: the ``stats.json`` content (starting with :func:`run_header`).
+        stats: the run's merged stats; its dropped and errored rows go to
+            ``rejects.parquet`` (None: the stage writes no rejects file).
+
+    Returns:
+        ``result``, unchanged.
+    """
+    out = Path(out)
+    if stats is not None:
+        write_parquet(out / "rejects.parquet", stats.rejects_table())
+    write_json(out / "stats.json", result)
+    return result

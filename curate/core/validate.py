@@ -107,9 +107,7 @@ def _writable_below(flag: str, path: Path) -> None:
 
 def out_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An output folder: absent (it will be made) or a writable folder, never a file."""
-    if path is not None and _elsewhere(path):
-        return
-    if path is None:
+    if path is None or _elsewhere(path):
         return
     p = Path(path)
     if str(path) == "":
@@ -121,9 +119,7 @@ def out_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def out_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An output file: absent or a file, never a folder; its folder can be made."""
-    if path is not None and _elsewhere(path):
-        return
-    if path is None:
+    if path is None or _elsewhere(path):
         return
     p = Path(path)
     if str(path) == "" or p.is_dir():
@@ -133,9 +129,7 @@ def out_file(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def in_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An input file that exists (``None``: not given)."""
-    if path is not None and _elsewhere(path):
-        return
-    if path is None:
+    if path is None or _elsewhere(path):
         return
     p = Path(path)
     if p.is_dir():

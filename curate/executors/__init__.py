@@ -32,6 +32,11 @@ class Executor(ABC):
 
     name = "executor"
 
+    @property
+    def in_process(self) -> bool:
+        """Whether shards run one after the other in this process (then a caller may as well run work inline)."""
+        return False
+
     @abstractmethod
     def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
             desc: str) -> list[dict[str, Any]]:

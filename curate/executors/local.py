@@ -44,6 +44,11 @@ class LocalExecutor(Executor):
             raise UserError(f"--workers must be at least 1, got {workers}")
         self.workers = workers
 
+    @property
+    def in_process(self) -> bool:
+        """One worker: shards run here, one after the other."""
+        return self.workers == 1
+
     def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
             desc: str) -> list[dict[str, Any]]:
         """Run the shards here, or in worker processes; return their markers."""

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from curate.core.threads import cap_threads, task_threads
+from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.executors import Executor
 from curate.core.progress import StageProgress, console
@@ -147,10 +148,8 @@ class RayExecutor(Executor):
 
     def __init__(self, address: str | None = None, num_gpus: float = 0.0, concurrency: int | None = None,
                  num_cpus: float | None = None) -> None:
-        if num_gpus < 0:
-            raise UserError(f"--num-gpus must be 0 or more, got {num_gpus}")
-        if concurrency is not None and concurrency < 1:
-            raise UserError(f"--concurrency must be at least 1, got {concurrency}")
+        v.at_least("--num-gpus", num_gpus, 0)
+        v.at_least("--concurrency", concurrency, 1)
         self.address = address
         self.num_gpus = float(num_gpus)
         self.concurrency = concurrency

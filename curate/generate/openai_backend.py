@@ -44,17 +44,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.generate.base import (
-    GenerationBackend,
-    GenerationRequest,
-    GenerationResult,
-    PromptError,
-    content_parts,
-    EndpointDown,
-    derive_seed,
-    error_result,
-)
+from curate.generate.base import EndpointDown, GenerationBackend, GenerationRequest, GenerationResult, PromptError
+from curate.generate.base import content_parts, derive_seed, error_result
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, probe, read_bytes
 
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 20
@@ -174,23 +167,15 @@ class OpenAIBackend(GenerationBackend):
         self.max_consecutive_failures = max_consecutive_failures
         self._failures_in_a_row = 0
         self._down: str | None = None  # why the breaker tripped
-        if concurrency < 1:
-            raise UserError(f"--concurrency {concurrency}: must be at least 1")
-        if max_retries < 0:
-            raise UserError(f"--max-retries {max_retries}: must be at least 0")
-        if timeout <= 0:
-            raise UserError(f"--timeout {timeout}: must be positive")
-        if n_per_call is not None and n_per_call < 1:
-            raise UserError(f"n_per_call {n_per_call}: must be at least 1")
+        v.at_least("--concurrency", concurrency, 1)
+        v.at_least("--max-retries", max_retries, 0)
+        v.above("--timeout", timeout, 0)
+        v.at_least("n_per_call", n_per_call, 1)
         self.endpoint = endpoint
         self.url = chat_url(endpoint)
         self.served_model = served_model
-        self.concurrency = concurrency
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.backoff_max = backoff_max
-        self.send_seed = send_seed
+        self.concurrency, self.timeout, self.max_retries = concurrency, timeout, max_retries
+        self.backoff, self.backoff_max, self.send_seed = backoff, backoff_max, send_seed
         self.extra_body = dict(extra_body or {})
         self.max_image_pixels = max_image_pixels or DEFAULT_MAX_PIXELS
         self._n_cap = n_per_call

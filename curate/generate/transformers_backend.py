@@ -35,15 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.generate.base import (
-    GenerationBackend,
-    GenerationRequest,
-    GenerationResult,
-    PromptError,
-    content_parts,
-    derive_seed,
-    error_result,
-)
+from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, PromptError
+from curate.generate.base import content_parts, derive_seed, error_result
 from curate.core.images import ImageError, decode
 from curate.core.textlimits import CHARS_PER_TOKEN_BOUND, MAX_PROMPT_TOKENS, TOO_LONG, over, total_chars
 from curate.generate.checks import DTYPES

@@ -30,12 +30,12 @@ from __future__ import annotations
 from curate.rewards.boxes import dynamic_iou_threshold, smart_resize
 from curate.rewards.format import format_score
 from curate.rewards.runtime.limits import configure, shutdown, warm_up
+from curate.rewards.counters import counters
 from curate.rewards.registry import (
     ANSWER_TYPES,
     VERIFIERS,
     Verifier,
     answer_types,
-    counters,
     plan,
     score,
     score_many,

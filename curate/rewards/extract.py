@@ -12,7 +12,9 @@ with ``str.rfind`` and braces are matched in one pass.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterable, Iterator
 
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
@@ -87,40 +89,43 @@ def boxed_spans(text: str) -> list[tuple[int, int, int]]:
     """
     if not any(cmd in text for cmd in _BOX_COMMANDS):
         return []
-    stack: list[int] = []
+    braces = [m.start() for m in itertools.islice(_BRACES.finditer(text), MAX_BRACES + 1)]
+    if len(braces) > MAX_BRACES:
+        return []
     spans: list[tuple[int, int, int]] = []
-    for n, m in enumerate(_BRACES.finditer(text)):
-        if n >= MAX_BRACES:
-            return []
-        p = m.start()
-        if _escaped(text, p):
-            continue
-        if text[p] == "{":
-            stack.append(p)
-        elif stack:
-            o = stack.pop()
-            start = _box_command_before(text, o)
-            if start >= 0:
-                spans.append((start, o + 1, p))
+    for o, close in _brace_pairs(text, braces, "{"):
+        start = _box_command_before(text, o)
+        if start >= 0:
+            spans.append((start, o + 1, close))
     spans.sort()
     return spans
+
+
+def _brace_pairs(text: str, positions: Iterable[int], opening: str) -> Iterator[tuple[int, int]]:
+    """``(open, close)`` of the unescaped braces at ``positions`` that pair up, scanning in their order.
+
+    ``opening`` is the brace that starts a pair in the scanning order: ``{`` scanning
+    forwards, ``}`` scanning backwards.
+    """
+    pending: list[int] = []
+    for p in positions:
+        if _escaped(text, p):
+            continue
+        if text[p] == opening:
+            pending.append(p)
+        elif pending:
+            q = pending.pop()
+            yield (q, p) if opening == "{" else (p, q)
 
 
 def _last_balanced_backward(text: str) -> tuple[int, int, int] | None:
     """The balanced box that starts last, scanning at most MAX_BRACES braces from the end."""
     window = max(0, len(text) - 8 * MAX_BRACES)
     braces = [m.start() for m in _BRACES.finditer(text, window)][-MAX_BRACES:]
-    closes: list[int] = []
-    for p in reversed(braces):
-        if _escaped(text, p):
-            continue
-        if text[p] == "}":
-            closes.append(p)
-        elif closes:
-            close = closes.pop()
-            start = _box_command_before(text, p)
-            if start >= 0:
-                return start, p + 1, close
+    for o, close in _brace_pairs(text, reversed(braces), "}"):
+        start = _box_command_before(text, o)
+        if start >= 0:
+            return start, o + 1, close
     return None
 
 

@@ -1,5 +1,9 @@
 """Routing a record to its verifier, and scoring.
 
+Inline verifiers run here; the isolated part of the others runs on the worker pool
+through :mod:`curate.rewards.pool`; calls and errors are counted in
+:mod:`curate.rewards.counters`.
+
 A record in the RL layout carries:
 
 - ``answer``: the gold, a string or a list of acceptable strings (for ``bbox`` /
@@ -29,9 +33,7 @@ timeouts give accuracy 0 and reward 0 with ``error`` set (``timeout``,
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -40,8 +42,8 @@ from curate.rewards.verifiers import bbox, boolean, choice, code, critic, detect
 from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import PROMPT_TYPES, format_score
 from curate.rewards.runtime import deadline as _deadline
-from curate.rewards.runtime.cache import ResultCache
-from curate.rewards.runtime.limits import Outcome, Task, get_pool
+from curate.rewards.counters import count
+from curate.rewards.pool import run_deferred
 from curate.rewards.result import (
     where,
     Context,
@@ -119,11 +121,6 @@ ALIASES: dict[str, str] = {
     "odlength": "detection", "exact": "string", "string-match": "string", "string-matching": "string",
     "general-code": "code", "python": "code",
 }
-
-_stats_lock = threading.Lock()
-_stats: Counter = Counter()
-_cache = ResultCache()
-
 
 def answer_types() -> list[str]:
     """Every accepted ``answer_type``: the LLaVA-OneVision-1.5-RL names, then the extra ones."""
@@ -226,19 +223,6 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
     return Plan(v, golds, params, prompt_type, a, f)
 
 
-def _count(verifier: str, error: str | None) -> None:
-    with _stats_lock:
-        _stats[f"calls:{verifier}"] += 1
-        if error:
-            _stats[f"error:{error.split(':')[0] if error.startswith('verifier_error') else error}"] += 1
-
-
-def counters() -> dict[str, int]:
-    """Process-wide counts: ``calls:<verifier>`` and ``error:<reason>``."""
-    with _stats_lock:
-        return dict(_stats)
-
-
 def _finish(p: Plan, accuracy: float | None, fmt: float, error: str | None) -> RewardResult:
     if error is not None or accuracy is None:
         result = RewardResult(0.0, fmt, 0.0, error or "verifier_error", p.verifier.name)
@@ -246,7 +230,7 @@ def _finish(p: Plan, accuracy: float | None, fmt: float, error: str | None) -> R
         acc = clamp01(accuracy)
         reward = clamp01(p.accuracy_weight * acc + p.format_weight * fmt)
         result = RewardResult(acc, fmt, reward, None, p.verifier.name)
-    _count(p.verifier.name, result.error)
+    count(p.verifier.name, result.error)
     return result
 
 
@@ -276,22 +260,6 @@ def _coerce(response: Any) -> str:
     if not isinstance(response, str):
         raise RecordError(f"a response must be a string, got {type(response).__name__}")
     return response
-
-
-def _post(d: Deferred, outcome: Outcome) -> tuple[float | None, str | None]:
-    if outcome.error == "record_error":
-        raise RecordError(outcome.message or "record error in a worker")
-    if outcome.error is not None:
-        return None, outcome.error
-    value = outcome.value
-    if d.post is not None:
-        try:
-            value = d.post(value)
-        except RecordError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            return None, f"verifier_error:{type(exc).__name__}"
-    return value, None
 
 
 def score(record: Mapping[str, Any], response: str, *, progress: float | None = None,
@@ -358,42 +326,5 @@ def score_many(items: Sequence[tuple[Mapping[str, Any], str]], *, progress: floa
         else:
             results[i] = _finish(p, out, fmt, error)
     if deferred:
-        _run_deferred(deferred, results, on_record_error)
+        run_deferred(deferred, results, on_record_error, _finish)
     return results  # type: ignore[return-value] - every slot is filled above
-
-
-def _run_deferred(deferred: list[tuple[int, Plan, float, Deferred]], results: list, on_record_error: str) -> None:
-    tasks: list[Task] = []
-    index: dict[Any, int] = {}
-    slots: list[int | Outcome] = []
-    for _, _, _, d in deferred:
-        task = Task(d.task, d.args, d.limit)
-        key = _cache.key(task)
-        cached = _cache.get(key)
-        if cached is not None:
-            slots.append(Outcome(cached))
-            continue
-        if key is not None and key in index:
-            slots.append(index[key])
-            continue
-        if key is not None:
-            index[key] = len(tasks)
-        slots.append(len(tasks))
-        tasks.append(task)
-    try:
-        outcomes = get_pool().run(tasks, until=_deadline.until()) if tasks else []
-    except Exception as exc:  # noqa: BLE001 - the pool itself failed (cannot start, closed): a reason, not a crash
-        outcomes = [Outcome(None, f"verifier_unavailable:{type(exc).__name__}") for _ in tasks]
-    for task, outcome in zip(tasks, outcomes):
-        if outcome.error is None and outcome.value is not None:
-            _cache.put(_cache.key(task), outcome.value)
-    for (i, p, fmt, d), slot in zip(deferred, slots):
-        outcome = slot if isinstance(slot, Outcome) else outcomes[slot]
-        try:
-            value, error = _post(d, outcome)
-        except RecordError as exc:
-            if on_record_error == "raise":
-                raise
-            results[i] = RewardResult(0.0, 0.0, 0.0, f"record_error: {exc}", p.verifier.name)
-            continue
-        results[i] = _finish(p, value, fmt, error)

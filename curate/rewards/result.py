@@ -92,3 +92,27 @@ def clamp01(x: float) -> float:
 def where(record_id: Any) -> str:
     """``record 'id'`` for error messages (``record`` when the record has no id)."""
     return "record" if record_id is None else f"record {record_id!r}"
+
+
+def parse_golds(golds: list[str], parse: Callable[[str], Any], record_id: Any, problem: str) -> set[Any]:
+    """Every gold parsed by ``parse``, as a set.
+
+    Raises:
+        RecordError: a gold does not parse: ``<record>: <problem>``, with ``{gold}`` in
+            ``problem`` replaced by the gold's repr.
+    """
+    out = set()
+    for gold in golds:
+        value = parse(gold)
+        if value is None:
+            raise RecordError(f"{where(record_id)}: " + problem.replace("{gold}", repr(gold)))
+        out.add(value)
+    return out
+
+
+def parsed_answer_in(answer: str | None, golds: set[Any], parse: Callable[[str], Any], max_chars: int) -> float:
+    """1.0 when ``answer`` (at most ``max_chars`` long) parses to one of ``golds``, else 0.0."""
+    if answer is None or len(answer) > max_chars:
+        return 0.0
+    value = parse(answer)
+    return 1.0 if value is not None and value in golds else 0.0

@@ -34,13 +34,13 @@ from curate.core.errors import UserError
 from curate.core.validate import configure
 from curate.rl.config import RlFilterConfig
 from curate.core.io import write_parquet
-from curate.core.journal import end_line as _end_line
-from curate.core.journal import read_journal as _read_journal
-from curate.core.records import IMAGE_TOKEN, BadRecord
-from curate.core.shards import UNANSWERED, Shard, ShardContext, ShardTask
-from curate.core.stats import StageStats
+from curate.core.journal import end_line, read_journal
+from curate.core.records import IMAGE_TOKEN
+from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
+from curate.core.stats import StageStats, finish_stage
 from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
+from curate.generate.task import GenerationTask
 
 #: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
 DEFAULT_TEMPLATES = {
@@ -110,7 +110,7 @@ def reflection(text: str) -> bool:
     return any(w in low for w in REFLECTION_WORDS)
 
 
-class RolloutTask(ShardTask):
+class RolloutTask(GenerationTask):
     """Generates and scores ``n`` answers per prompt of one shard (see the module docstring)."""
 
     stage = "rl-filter"
@@ -123,30 +123,26 @@ class RolloutTask(ShardTask):
             raise UserError(f"--n must be at least 1, got {n}")
         if prompt_style not in (None, "normal", "think"):
             raise UserError(f"--prompt-style must be normal or think, got {prompt_style!r}")
-        self.backend_args = backend
+        super().__init__(backend)
         self.n = n
         self.sampling = sampling or {}
         self.prompt_style = prompt_style
         self.templates = templates or dict(DEFAULT_TEMPLATES)
         self.progress = progress
         self.max_prompt_chars = max_prompt_chars
-        self._backend = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_backend": None}
 
     def setup(self) -> None:
         """Open the backend (loads a local model once per worker) and start the verifier pool."""
         if self._backend is None:
-            from curate.generate import make_backend
             from curate.rewards import warm_up
-            self._backend = make_backend(**self.backend_args)
+
+            super().setup()
             warm_up()
 
     def settings(self) -> dict[str, Any]:
         """Answers depend on the backend, n, sampling, prompt style and templates (not the thresholds)."""
         self.setup()
-        return {"backend": self._backend.describe(), "n": self.n, "sampling": self.sampling,
+        return {"backend": self.backend.describe(), "n": self.n, "sampling": self.sampling,
                 "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
                 "max_prompt_chars": self.max_prompt_chars}
 
@@ -169,16 +165,10 @@ class RolloutTask(ShardTask):
         self.setup()
         stats = StageStats()
         journal_path = ctx.journal(self.stage, shard)
-        done = _read_journal(journal_path)
+        done = read_journal(journal_path)
         prompts: list[dict[str, Any]] = []
         raws: list[Any] = []
-        for raw, rec in shard.read(with_raw=True):
-            if isinstance(rec, BadRecord):
-                stats.seen(rec.source)
-                stats.error(rec.id, rec.source, rec.reason, rec.detail)
-                ctx.progress(1)
-                continue
-            stats.seen(rec["source"])
+        for raw, rec in readable_records(shard, stats, ctx, with_raw=True):
             chars = max(total_chars([rec.get("problem")]), total_chars(m.get("content") for m in rec["messages"]))
             long = over(chars, self.max_prompt_chars, "characters of prompt")
             if long:  # refused before any template, tokenizer or model sees it
@@ -196,9 +186,9 @@ class RolloutTask(ShardTask):
         todo = [self.request(r) for r in prompts if r["id"] not in done]
         ctx.progress(len(prompts) - len(todo))
         if todo:
-            _end_line(journal_path)
+            end_line(journal_path)
             with open(journal_path, "a", encoding="utf-8") as journal:
-                for _, result in self._backend.stream(todo):
+                for _, result in self.backend.stream(todo):
                     entry = {"key": result.key, "responses": result.responses, "truncated": result.truncated,
                              "error": result.error, "detail": result.detail}
                     if result.error is None:
@@ -209,7 +199,7 @@ class RolloutTask(ShardTask):
         unanswered = sum(1 for r in prompts if is_transient(done[r["id"]]["error"]))
         if unanswered:  # the server's failures, never journaled: the shard is not complete, a rerun asks again
             stats.extra[UNANSWERED] = unanswered
-        stats.extra.update({f"generation.{k}": v for k, v in self._backend.stats.reset().items()})
+        stats.extra.update({f"generation.{k}": v for k, v in self.backend.stats.reset().items()})
         self._write(prompts, raws, done, stats, work, shard.id)
         return stats
 
@@ -264,7 +254,6 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     import pyarrow.parquet as pq
 
     from curate.executors import run_stage
-    from curate.core.io import write_json
     from curate.rl.selection import evaluate, plot_pass_at_1, source_report
     from curate.core.shards import plan_shards
     from curate.core.history import HISTORY, record_run, shards_done, split_extra, without_learned
@@ -311,7 +300,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     keep_cols = ("id", "source", "answer_type", "prompt_type", "n", "passes", "pass_at_1", "pass_at_n", "gap",
                  "mean_reward", "reward_std", "reward_sum", "decision", "reason")
     write_parquet(out / "prompts.parquet", pa.Table.from_pylist([{k: r[k] for k in keep_cols} for r in decided]))
-    write_parquet(out / "rejects.parquet", total.rejects_table())
+
     counts = total.to_dict()
     sources = sorted({r["source"] for r in decided} | set(counts["per_source"]))
 
@@ -340,5 +329,4 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
                       f"{counts['errored']}); rerun the same command to ask them again[/yellow]")
     if plot:
         plot_pass_at_1(out / "rl_filter.png", decided, {s: per_source.get(s, default_th) for s in sources})
-    write_json(out / "stats.json", result)
-    return result
+    return finish_stage(out, result, total)

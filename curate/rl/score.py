@@ -35,10 +35,10 @@ from curate.core.errors import UserError
 from curate.core.validate import configure
 from curate.rl.config import ScoreConfig
 from curate.executors import Executor, run_stage
-from curate.core.io import write_json, write_parquet
+from curate.core.io import write_parquet
 from curate.core.records import BadRecord, Part, iter_rows, read_records, split_file
 from curate.core.shards import Shard, ShardContext, ShardTask
-from curate.core.stats import StageStats, run_header
+from curate.core.stats import StageStats, finish_stage, run_header
 
 SCHEMA = pa.schema([("id", pa.string()), ("sample", pa.int32()), ("source", pa.string()), ("verifier", pa.string()),
                     ("accuracy", pa.float64()), ("format", pa.float64()), ("reward", pa.float64()),
@@ -208,10 +208,8 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
         rank[rid] += 1
     table = table.set_column(1, "sample", pa.array(samples, pa.int32()))
     write_parquet(out / "scores.parquet", table)
-    write_parquet(out / "rejects.parquet", stats.rejects_table())
     counts = stats.to_dict()
     result = {**run_header("score", seed=seed, settings={**task.settings(), "responses": str(responses)}),
               "responses_in": counts["records_in"], "scored": counts["records_out"], "errored": counts["errored"],
               **_summaries(table), "timings": counts["timings"]}
-    write_json(out / "stats.json", result)
-    return result
+    return finish_stage(out, result, stats)

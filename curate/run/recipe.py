@@ -20,6 +20,7 @@ Every mistake raises :class:`~curate.core.errors.UserError` naming ``recipe.yaml
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,10 +194,7 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
     doc = _compose(text, path)
     if not isinstance(doc, _LinedDict):
         raise UserError(f"{path}:1: a recipe is a mapping with inputs: and steps: (see recipes/)")
-    for key in doc:
-        if key not in _TOP_KEYS:
-            raise UserError(f"{path}:{_line(doc, key)}: unknown key {key!r}; a recipe has "
-                            f"{', '.join(sorted(_TOP_KEYS))}")
+    _known_keys(doc, _TOP_KEYS, path, "key", "a recipe has")
     raw_vars = doc.get("vars") or _LinedDict()
     if not isinstance(raw_vars, dict):
         raise UserError(f"{path}:{_line(doc, 'vars')}: vars must be a mapping name: value")
@@ -240,14 +238,19 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
                   input_lines=input_lines, steps=tuple(steps))
 
 
+def _known_keys(mapping: Any, allowed: Iterable[str], path: Path, what: str, owner: str, hint: str = "") -> None:
+    """A UserError naming the line of the first key of ``mapping`` not in ``allowed``."""
+    for key in mapping:
+        if key not in allowed:
+            raise UserError(f"{path}:{_line(mapping, key)}: unknown {what} {key!r}; {owner} "
+                            f"{', '.join(sorted(allowed))}{hint}")
+
+
 def _step(raw: Any, index: int, line: int, path: Path, inputs: dict[str, Any], earlier: list[Step]) -> Step:
     where = f"{path}:{line}"
     if not isinstance(raw, dict):
         raise UserError(f"{where}: a step is a mapping with verb:, input: and options:")
-    for key in raw:
-        if key not in _STEP_KEYS:
-            raise UserError(f"{path}:{_line(raw, key)}: unknown step key {key!r}; a step has "
-                            f"{', '.join(sorted(_STEP_KEYS))} (verb options go under options:)")
+    _known_keys(raw, _STEP_KEYS, path, "step key", "a step has", " (verb options go under options:)")
     verb = raw.get("verb")
     if verb not in VERBS:
         raise UserError(f"{path}:{_line(raw, 'verb', line)}: unknown verb {verb!r}; a step runs one of "

@@ -35,19 +35,20 @@ import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from curate.balance.config import SCRIPT_CHOICES, VocabEmbedConfig, check_template
 from curate.models.encoders import Encoder, load_encoder
 from curate.core.errors import UserError
-from curate.core.io import atomic_open, read_json, write_json
+from curate.balance.concepts import copy_concepts, sidecar_path
+from curate.core.io import atomic_open, file_sha256, read_json, write_json
 from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
 from curate.core.validate import configure
-from curate.balance.vocab.build import load_vocab
+from curate.balance.vocab.files import load_vocab
 from curate.balance.vocab.filters import entry_script
 
 CHUNK = 16384
@@ -59,15 +60,6 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         return Path(cache_dir)
     base = os.environ.get("CURATE_CACHE")
     return (Path(base) if base else Path.home() / ".cache" / "curate") / "concepts"
-
-
-def file_hash(path: str | os.PathLike[str]) -> str:
-    """SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_vocab(path: str | os.PathLike[str]) -> list[str]:
@@ -150,7 +142,7 @@ def embed_vocab(vocab: str | os.PathLike[str] | None = None, config: VocabEmbedC
         raise UserError(f"{vocab}: the vocabulary is empty")
     enc = encoder or load_encoder(model, precision=precision, device=device)
     allowed = resolve_scripts(scripts, enc)
-    vhash = file_hash(vocab)
+    vhash = file_sha256(vocab)
     key_src = {"model": enc.fingerprint, "vocab": vhash, "template": template, "scripts": list(allowed)}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
     folder = cache_root(cache_dir) / key
@@ -176,24 +168,6 @@ def embed_vocab(vocab: str | os.PathLike[str] | None = None, config: VocabEmbedC
         write_json(sidecar_path(out), {k: v for k, v in result.items() if k not in ("seconds", "cached")})
         result["out"] = str(out)
     return result
-
-
-def sidecar_path(npy: str | os.PathLike[str]) -> Path:
-    """``concepts.npy`` → ``concepts.json`` (what the matrix holds: model, vocab, skipped...)."""
-    return Path(npy).with_suffix(".json")
-
-
-def copy_concepts(src: Path, dst: Path) -> None:
-    """Put the cached matrix at ``dst`` (hard link when possible, else an atomic copy)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists() and dst.samefile(src):
-        return
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
 
 
 def _compute(entries: list[str], enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
@@ -267,11 +241,18 @@ def _assemble(folder: Path, parts: Path, n_entries: int, dim: int, n_chunks: int
             "chunk": CHUNK, "batch_size": batch_size}
 
 
+class Chunk(NamedTuple):
+    """A vocabulary chunk shard's ``meta``: rows ``index·CHUNK`` to ``(index+1)·CHUNK``."""
+
+    index: int
+
+
 class ConceptChunkTask(ShardTask):
-    """Embeds one chunk of :data:`CHUNK` vocabulary entries (``shard.meta = (chunk,)``) into ``parts/``."""
+    """Embeds one chunk of :data:`CHUNK` vocabulary entries (``shard.meta`` a :class:`Chunk`) into ``parts/``."""
 
     stage = "vocab-embed"
     unit = "concepts"
+    transient = ("_state",)
 
     def __init__(self, vocab: str, model: str, *, precision: str, device: str, template: str | None,
                  scripts: tuple[str, ...], batch_size: int, threads: int | None) -> None:
@@ -279,12 +260,9 @@ class ConceptChunkTask(ShardTask):
         self.template, self.scripts, self.batch_size, self.threads = template, scripts, batch_size, threads
         self._state: tuple[Encoder, list[str], np.ndarray] | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_state": None}
-
     def settings(self) -> dict[str, Any]:
         """The chunks depend on the model, vocabulary, template, scripts and batch size."""
-        return {"model": self.model, "vocab": file_hash(self.vocab), "template": self.template,
+        return {"model": self.model, "vocab": file_sha256(self.vocab), "template": self.template,
                 "scripts": list(self.scripts), "batch_size": self.batch_size, "precision": self.precision}
 
     def setup(self) -> None:
@@ -303,7 +281,7 @@ class ConceptChunkTask(ShardTask):
         self.setup()
         assert self._state is not None
         enc, entries, mask = self._state
-        c = int(shard.meta[0])
+        c = int(shard.meta.index)
         idx, tokens = _tokenize_chunk(enc, entries, mask, self.template, c)
         block = _chunk_block(enc, len(entries), c, idx, tokens, self.batch_size)
         path = work / "parts" / f"{c:06d}.npy"
@@ -325,24 +303,10 @@ def _compute_sharded(vocab: Path, enc: Encoder, allowed: tuple[str, ...], templa
     entries = read_vocab(vocab)
     mask, skipped = readable_mask(entries, allowed)
     n_chunks = (len(entries) + CHUNK - 1) // CHUNK
-    shards = [Shard(c, meta=(c,), size=min(CHUNK, len(entries) - c * CHUNK)) for c in range(n_chunks)]
+    shards = [Shard(c, meta=Chunk(c), size=min(CHUNK, len(entries) - c * CHUNK)) for c in range(n_chunks)]
     task = ConceptChunkTask(str(vocab.resolve()), enc.spec, precision=enc.precision, device=str(enc.device),
                             template=template, scripts=allowed, batch_size=batch_size, threads=threads)
     run_stage(task, shards, folder, executor=executor, seed=0, desc="embed concepts")
     meta = _assemble(folder, folder / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
     shutil.rmtree(folder / "_shards", ignore_errors=True)
     return meta
-
-
-def load_concepts(path: str | os.PathLike[str]) -> np.ndarray:
-    """Load a concept matrix (``V×D``, any float dtype) with a clear error for bad files."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"--concepts {path}: no such file; make it with curate vocab embed --vocab FILE --out {path}")
-    try:
-        matrix = np.load(path, mmap_mode="r")
-    except (ValueError, OSError) as exc:
-        raise UserError(f"--concepts {path}: not a .npy matrix ({exc})") from None
-    if matrix.ndim != 2 or matrix.shape[0] == 0 or not np.issubdtype(matrix.dtype, np.floating):
-        raise UserError(f"--concepts {path}: expected a V×D float matrix, got shape {matrix.shape} {matrix.dtype}")
-    return matrix

@@ -191,11 +191,7 @@ def filter_reason(
 ) -> str | None:
     """Return why a raw candidate fails the filters that apply to every source.
 
-    Args:
-        text: A raw candidate (before normalisation).
-        max_chars: Longest entry kept, in characters after normalisation.
-        max_words: Most space-separated words kept.
-        keep_single_han: Keep entries that are one Han character (猫, 树).
+    The arguments are those of :func:`check_candidate`, with the build's defaults.
 
     Returns:
         One of ``control``, ``whitespace``, ``too_long``, ``number``,

@@ -37,5 +37,5 @@ def warm() -> None:
         svg.render_ssim('<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><rect width="4" height="4"/></svg>',
                         '<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><circle r="3"/></svg>', 32)
         detection.coco_map((("a", 0.0, 0.0, 1.0, 1.0),), (("a", 0.0, 0.0, 1.0, 0.5),), None)
-    math_verifier._parsed.cache_clear()
-    svg._render.cache_clear()
+    math_verifier.clear_cache()
+    svg.clear_cache()

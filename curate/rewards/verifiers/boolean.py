@@ -13,7 +13,7 @@ import re
 from typing import Any, Mapping
 
 from curate.rewards.extract import extract_answer, strip_latex_wrappers
-from curate.rewards.result import Context, RecordError, where
+from curate.rewards.result import Context, parse_golds, parsed_answer_in
 
 MAX_ANSWER_CHARS = 2_000
 
@@ -50,20 +50,10 @@ def parse_bool(text: str) -> bool | None:
 
 def gold_bool(golds: list[str], record_id: Any = None) -> set[bool]:
     """Gold polarities; raise :class:`RecordError` for a gold that is not yes/no/true/false."""
-    out = set()
-    for g in golds:
-        b = parse_bool(g)
-        if b is None:
-            raise RecordError(f"{where(record_id)}: boolean gold {g!r} is not yes/no/true/false")
-        out.add(b)
-    return out
+    return parse_golds(golds, parse_bool, record_id, "boolean gold {gold} is not yes/no/true/false")
 
 
 def verify(response: str, golds: list[str], params: Mapping[str, Any], ctx: Context) -> float:
     """1.0 when the extracted answer has the gold polarity, else 0.0."""
     gold = gold_bool(golds, ctx.record.get("id"))
-    answer = extract_answer(response)
-    if answer is None or len(answer) > MAX_ANSWER_CHARS:
-        return 0.0
-    b = parse_bool(answer)
-    return 1.0 if b is not None and b in gold else 0.0
+    return parsed_answer_in(extract_answer(response), gold, parse_bool, MAX_ANSWER_CHARS)

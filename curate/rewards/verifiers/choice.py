@@ -16,7 +16,7 @@ import re
 from typing import Any, Mapping
 
 from curate.rewards.extract import extract_answer, strip_latex_wrappers
-from curate.rewards.result import Context, RecordError, where
+from curate.rewards.result import Context, parse_golds, parsed_answer_in
 
 MAX_ANSWER_CHARS = 2_000
 
@@ -59,23 +59,11 @@ def parse_letter(text: str) -> str | None:
 
 def gold_letters(golds: list[str], record_id: Any = None) -> set[str]:
     """Gold option letters; raise :class:`RecordError` when a gold is not a letter."""
-    letters = set()
-    for g in golds:
-        letter = parse_letter(g)
-        if letter is None:
-            raise RecordError(
-                f"{where(record_id)}: multiple-choice gold {g!r} is not an option letter "
-                "(write it as 'B' or '(B)')"
-            )
-        letters.add(letter)
-    return letters
+    return parse_golds(golds, parse_letter, record_id,
+                       "multiple-choice gold {gold} is not an option letter (write it as 'B' or '(B)')")
 
 
 def verify(response: str, golds: list[str], params: Mapping[str, Any], ctx: Context) -> float:
     """1.0 when the extracted answer chooses a gold letter, else 0.0."""
     gold = gold_letters(golds, ctx.record.get("id"))
-    answer = extract_answer(response)
-    if answer is None or len(answer) > MAX_ANSWER_CHARS:
-        return 0.0
-    letter = parse_letter(answer)
-    return 1.0 if letter is not None and letter in gold else 0.0
+    return parsed_answer_in(extract_answer(response), gold, parse_letter, MAX_ANSWER_CHARS)

@@ -113,3 +113,8 @@ def verify(response: str, golds: list[str], params: Mapping[str, Any], ctx: Cont
 
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+
+def clear_cache() -> None:
+    """Forget the memoised results (a worker warmed up on sample inputs starts clean)."""
+    _parsed.cache_clear()

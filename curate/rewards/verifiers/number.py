@@ -65,16 +65,6 @@ def _to_float(sign: str, digits: str, exponent: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def numbers_in(text: str) -> list[float]:
-    """All finite numbers written with digits in ``text``, in order."""
-    out = []
-    for m in _NUMBER.finditer(text):
-        v = _to_float(m.group(1), m.group(2), m.group(3))
-        if v is not None:
-            out.append(v)
-    return out
-
-
 def _last_match(text: str):
     last = None
     for m in _NUMBER.finditer(text):

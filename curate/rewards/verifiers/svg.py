@@ -133,3 +133,8 @@ def verify(response: str, golds: list[str], params: Mapping[str, Any], ctx: Cont
     return Deferred("curate.rewards.verifiers.svg:render_ssim", (reference, code, size),
                     post=(lambda s, t=textual, r=rid: _combine(s, t, r)),
                     limit=float(param(params, "time_limit", DEFAULT_TIME_LIMIT)))
+
+
+def clear_cache() -> None:
+    """Forget the memoised results (a worker warmed up on sample inputs starts clean)."""
+    _render.cache_clear()

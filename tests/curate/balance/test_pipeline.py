@@ -56,7 +56,7 @@ def test_balance_end_to_end_through_the_cli(tiny_clip_spec: str, sample_data: Pa
     n_in = stats["records_in"]
     assert n_in == sum(1 for _ in read_records(inputs))
     assert n_in == stats["records_selected"] + sum(stats["dropped"].values()) + sum(stats["errored"].values())
-    assert stats["dropped"]["duplicate_id"] >= 1 and stats["dropped"]["no_image"] >= 1
+    assert stats["errored"]["duplicate_id"] >= 1 and stats["dropped"]["no_image"] >= 1
     assert {"truncated", "missing_image", "not_an_image"} <= set(stats["errored"])
     assert stats["concepts"]["skipped"] == {"cjk": len(CHINESE)}
     concepts = np.load(out / "concepts.npy")

@@ -114,7 +114,8 @@ def test_duplicates_and_untagged_records_are_accounted(tmp_path: Path) -> None:
                  sources=["x", "y", "x", "y", "x"])
     result = resample(tags, out=tmp_path / "o", target=2, seed=0, plot=False)
     assert result["records_in"] == 5 and result["pool"] == 3
-    assert result["dropped"] == {"duplicate_id": 1, "no_concept": 1, "not_selected": 1}
+    assert result["dropped"] == {"no_concept": 1, "not_selected": 1}
+    assert result["errored"] == {"duplicate_id": 1}
     assert result["per_source"]["x"]["records_in"] == 3 and result["per_source"]["y"]["records_in"] == 2
     rejects = pq.read_table(tmp_path / "o" / "rejects.parquet").to_pylist()
     assert {(r["id"], r["reason"]) for r in rejects} == {("a", "duplicate_id"), ("c", "no_concept")}
@@ -180,4 +181,4 @@ def test_blocks_of_records_change_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     assert pq.read_table(tmp_path / "whole" / "selection.parquet").equals(
         pq.read_table(tmp_path / "blocks" / "selection.parquet"))
     assert whole["balance"] == blocks["balance"] and whole["per_source"] == blocks["per_source"]
-    assert whole["dropped"]["duplicate_id"] == 20 and whole["dropped"]["no_concept"] > 0
+    assert whole["errored"]["duplicate_id"] == 20 and whole["dropped"]["no_concept"] > 0

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.errors import UserError
-from curate.balance.tag import find_embeddings, recall_at_k, tag, tags_metadata
+from curate.balance.index import recall_at_k
+from curate.balance.tag import find_embeddings, tag, tags_metadata
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -159,7 +160,7 @@ def test_all_zero_concepts_is_a_user_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [50_000, 250_000, 500_000, 10_000_000])
 def test_auto_nlist_is_a_power_of_two_near_four_root_n(n: int) -> None:
-    from curate.balance.tag import auto_nlist
+    from curate.balance.index import auto_nlist
 
     nlist = auto_nlist(n)
     assert nlist & (nlist - 1) == 0
@@ -167,6 +168,6 @@ def test_auto_nlist_is_a_power_of_two_near_four_root_n(n: int) -> None:
 
 
 def test_auto_nlist_keeps_39_concepts_per_list_on_small_vocabularies() -> None:
-    from curate.balance.tag import auto_nlist
+    from curate.balance.index import auto_nlist
 
     assert all(n // auto_nlist(n) >= 39 for n in (39, 100, 1000, 6000))

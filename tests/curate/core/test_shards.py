@@ -11,8 +11,7 @@ import pytest
 
 from curate.core.errors import UserError
 from curate.executors import get_executor, run_stage
-from curate.core.records import BadRecord
-from curate.core.shards import Shard, ShardContext, ShardTask, marker_path, plan_shards
+from curate.core.shards import Shard, ShardContext, ShardTask, marker_path, plan_shards, readable_records
 from curate.core.stats import StageStats
 
 
@@ -43,11 +42,7 @@ class LengthTask(ShardTask):
         stats = StageStats()
         rng = ctx.rng(shard)
         ids, scores = [], []
-        for rec in shard.read():
-            stats.seen(rec.source if isinstance(rec, BadRecord) else rec["source"])
-            if isinstance(rec, BadRecord):
-                stats.error(rec.id, rec.source, rec.reason, rec.detail)
-                continue
+        for rec in readable_records(shard, stats, ctx):
             text = rec["messages"][-1]["content"]
             if len(text) < self.min_chars:
                 stats.drop(rec["id"], rec["source"], "too_short")
@@ -155,3 +150,23 @@ def test_worker_errors_reach_the_driver_as_themselves_and_stop_the_run(tmp_path:
         run_stage(LengthTask(1, fail_shard=0), shards, tmp_path / "f", seed=0, executor=two)
     done = [p for p in (tmp_path / "f" / "_shards" / "lengths").glob("0*.json")]
     assert len(done) < len(shards) - 1  # queued shards were cancelled, not run to the end
+
+
+def test_the_record_loop_errors_bad_rows_and_repeated_ids(tmp_path: Path) -> None:
+    """readable_records: unreadable rows and repeats of an id within a shard are errored, the first kept."""
+    rows = ['{"id": "a", "caption": "one"}', '{"id": "b"', '{"id": "a", "caption": "two"}',
+            '{"id": "c", "caption": "three", "source": "s"}', '["not", "an", "object"]']
+    path = tmp_path / "dup.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    (shard,) = plan_shards([path], 10)
+    stats, seen_progress = StageStats(), []
+    ctx = ShardContext(seed=0, progress=seen_progress.append)
+    yielded = []
+    for rec in readable_records(shard, stats, ctx):
+        yielded.append(rec["messages"][-1]["content"])
+        stats.kept(rec["source"])
+    assert yielded == ["one", "three"]
+    assert stats.records_in == len(rows) and sum(seen_progress) == len(rows) - len(yielded)
+    assert stats.errored["duplicate_id"] == 1 and sum(stats.errored.values()) == 3
+    assert [r[0] for r in stats.rejects if r[3] == "duplicate_id"] == ["a"]
+    stats.check()  # in = out + errored, overall and per source

@@ -6,14 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from curate.models.encoders import (
-    DEFAULT_MODEL,
-    _cached_hub_file,
-    check_precision,
-    load_encoder,
-    parse_model_spec,
-    pick_device,
-)
+from curate.models.encoders import DEFAULT_MODEL, load_encoder
+from curate.models.specs import cached_hub_file, check_precision, parse_model_spec, pick_device
 from curate.core.errors import UserError
 from curate.fixtures.tiny_clip import tiny_clip_info
 from curate.core.images import decode
@@ -93,7 +87,7 @@ def test_cuda_device_without_gpu_is_a_user_error() -> None:
 
 def test_offline_hub_tag_is_a_one_line_error() -> None:
     repo = "timm/vit_base_patch32_clip_224.metaclip_400m"
-    if _cached_hub_file(repo, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]):
+    if cached_hub_file(repo, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]):
         pytest.skip("MetaCLIP weights are in this machine's hub cache")
     with pytest.raises(UserError) as err:
         load_encoder(DEFAULT_MODEL, cache=False)

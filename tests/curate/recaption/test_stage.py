@@ -13,7 +13,8 @@ from PIL import Image
 
 from curate.recaption.checks import REASONS, check_caption
 from curate.core.errors import UserError
-from curate.recaption.stage import DEFAULT_PROMPTS, parse_langs, parse_mix, recaption
+from curate.recaption.config import DEFAULT_PROMPTS, parse_langs, parse_mix
+from curate.recaption.stage import recaption
 from curate.core.records import BadRecord, read_records
 
 CAT_EN = "A tabby cat sleeps on a red sofa next to a window with white curtains."

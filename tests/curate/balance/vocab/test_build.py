@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from curate.core.errors import UserError
-from curate.balance.vocab.build import build_vocab, build_vocab_file, default_stats_path, load_vocab, summarize, write_vocab
+from curate.balance.vocab.build import build_vocab, build_vocab_file, summarize
+from curate.balance.vocab.files import default_stats_path, load_vocab, write_vocab
 from curate.balance.vocab.filters import REASONS, entry_script, filter_reason, near_duplicate_key, normalize_entry
 from curate.balance.vocab.pmi import caption_runs, mine_pmi_bigrams
 from curate.balance.vocab.sources import read_wordfreq

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from curate.balance.vocab import embed as vocab_embed
+from curate.core.io import file_sha256
 from curate.models.encoders import load_encoder
 from curate.core.errors import UserError
-from curate.balance.vocab.embed import embed_vocab, sidecar_path
+from curate.balance.concepts import sidecar_path
+from curate.balance.vocab.embed import embed_vocab
 
 WORDS = ["cat", "猫", "golden retriever", "espresso", "咖啡", "rocket launch", "café", "телескоп", "astronaut",
          "ねこ", "chart", "receipt", "coins", "clock", "flower", "hubble"]
@@ -38,7 +40,7 @@ def test_rows_follow_the_vocabulary_and_unreadable_scripts_are_zero(tiny_clip_sp
     assert result["embedded"] == len(latin)
     assert result["skipped"] == {"cjk": 3, "other": 1}  # 猫 咖啡 ねこ; телескоп (Cyrillic)
     side = json.loads(sidecar_path(tmp_path / "c.npy").read_text())
-    assert side["vocab_sha256"] == vocab_embed.file_hash(vocab) and side["model"] == enc.fingerprint
+    assert side["vocab_sha256"] == file_sha256(vocab) and side["model"] == enc.fingerprint
 
 
 def test_scripts_all_embeds_every_entry(tiny_clip_spec: str, tmp_path: Path) -> None:

@@ -1,0 +1,31 @@
+"""The report written after every stage verb (``CURATE_REPORT=0`` turns it off); see :mod:`curate.report`.
+
+Kept apart from :mod:`curate.cli.report` (the ``curate report`` verb) so that the
+click group can call it without importing the verbs.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: Verbs that end by writing OUT/report/ for their --out (set CURATE_REPORT=0 to skip).
+REPORTED_VERBS = frozenset({"embed", "tag", "resample", "balance", "recaption", "rl-filter", "score", "pack"})
+
+
+def report_after(verb: str, params: dict) -> None:
+    """Write the report of a verb's --out once the verb finished (a failure only warns)."""
+    out = params.get("out")
+    if verb not in REPORTED_VERBS or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
+        return
+    if not os.path.exists(os.path.join(str(out), "stats.json")):
+        return
+    from curate.core.progress import console
+    from curate.report import write_report
+
+    try:
+        index = write_report(out)
+    except Exception as exc:  # noqa: BLE001 - the stage's outputs are complete; the report is a view of them
+        console.print(f"[yellow]warning:[/yellow] report not written ({type(exc).__name__}: {exc}); "
+                      f"try: curate report {out}", markup=True)
+        return
+    console.print(f"report: {index}", markup=False, highlight=False)

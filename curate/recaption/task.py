@@ -1,0 +1,203 @@
+"""The shard task of ``curate recaption``: ask, journal, check, retry once, account, write.
+
+See :mod:`curate.recaption.stage` for what the stage does and how it resumes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curate.core.formats.writeback import dumps_record, image_ref
+from curate.core.io import write_parquet
+from curate.core.journal import JournalWriter, read_journal
+from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
+from curate.core.stats import StageStats
+from curate.core.textlimits import MAX_CAPTION_CHARS, TOO_LONG, over
+from curate.generate.base import is_transient
+from curate.generate.task import GenerationTask
+from curate.recaption.checks import CaptionCheck, CaptionRules, check_caption
+from curate.recaption.prompts import caption_key, choose_lang, user_turn
+from curate.recaption.retries import RETRY, final_row, retry_items
+
+CAPTION_SCHEMA = pa.schema([
+    ("id", pa.string()), ("source", pa.string()), ("lang", pa.string()), ("image", pa.string()),
+    ("caption", pa.string()), ("model", pa.string()), ("error", pa.string()), ("detail", pa.string()),
+    ("attempts", pa.int32()), ("truncated", pa.bool_()), ("raw", pa.string()),
+])
+# Backend settings that do not change answers: a resumed run may change them.
+_OPERATIONAL = ("concurrency", "timeout", "max_retries", "choices_per_call", "batch_size", "device", "skipped_rows")
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One image × language to caption."""
+
+    rec: int  # index of the record in the shard's list
+    rid: str
+    source: str
+    image: str
+    lang: str
+
+    @property
+    def key(self) -> str:
+        return caption_key(self.rid, self.lang)
+
+
+class RecaptionTask(GenerationTask):
+    """Captions the first image of every record of a shard in each requested language (see the module docstring).
+
+    Args:
+        backend: :func:`curate.generate.make_backend` keyword arguments.
+        langs: Languages to caption in (all of them, or one drawn per record with ``mix``).
+        mix: Normalised language weights for one caption per record, or None.
+        prompts: Prompt per language.
+        sampling: :class:`~curate.generate.SamplingParams` fields (``seed`` included).
+        rules: Caption check thresholds.
+    """
+
+    stage = "recaption"
+    unit = "records"
+
+    def __init__(self, backend: dict[str, Any], *, langs: list[str], mix: dict[str, float] | None = None,
+                 prompts: dict[str, str], sampling: dict[str, Any] | None = None,
+                 rules: CaptionRules | None = None) -> None:
+        super().__init__(backend)
+        self.langs = list(langs)
+        self.mix = mix
+        self.prompts = prompts
+        self.sampling = dict(sampling or {})
+        self.rules = rules or CaptionRules()
+
+    def settings(self) -> dict[str, Any]:
+        """What changes the captions: the model, languages, mix, prompts, sampling and check rules."""
+        described = self.backend.describe()
+        identity = {k: v for k, v in described.items() if k not in _OPERATIONAL}
+        if identity.get("model") != identity.get("endpoint"):
+            identity.pop("endpoint", None)  # a served model name is enough: the server may move
+        return {"backend": identity, "langs": self.langs, "mix": self.mix, "prompts": self.prompts,
+                "sampling": self.sampling, "rules": asdict(self.rules), "images": "first"}
+
+    def langs_for(self, rid: str, seed: int) -> list[str]:
+        """The languages a record is captioned in."""
+        return [choose_lang(seed, rid, self.mix)] if self.mix else self.langs
+
+    def request(self, item: _Item, *, retry: bool = False):  # noqa: ANN201 - GenerationRequest
+        """The generation request of one image × language (the retry has its own key, hence its own seed)."""
+        from curate.generate import GenerationRequest, SamplingParams
+
+        return GenerationRequest(key=item.key + (RETRY if retry else ""),
+                                 messages=[{"role": "user", "content": user_turn(self.prompts[item.lang])}],
+                                 images=[item.image], n=1, sampling=SamplingParams(**self.sampling))
+
+    def check(self, entry: dict[str, Any], lang: str) -> CaptionCheck:
+        """Check one journaled answer."""
+        long = over(len(entry["text"]), MAX_CAPTION_CHARS, "characters of caption")
+        if long:  # a stored answer of megabytes is never cleaned, split or counted
+            return CaptionCheck("", TOO_LONG, long)
+        return check_caption(entry["text"], lang, truncated=bool(entry.get("truncated")), rules=self.rules)
+
+    # -- the shard ---------------------------------------------------------------
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Caption one shard (resuming from its journal) and write its captions and records."""
+        self.setup()
+        stats = StageStats()
+        journal_path = ctx.journal(self.stage, shard)
+        done = read_journal(journal_path)
+        records: list[tuple[dict[str, Any], list[_Item]]] = []
+        extra_images = 0
+        for rec in readable_records(shard, stats, ctx):
+            rid, source = rec["id"], rec["source"]
+            if not rec["images"]:
+                stats.drop(rid, source, "no_image", "the record has no image to caption")
+                ctx.progress(1)
+                continue
+            extra_images += len(rec["images"]) - 1
+            items = [_Item(len(records), rid, source, rec["images"][0], lang) for lang in self.langs_for(rid, ctx.seed)]
+            records.append((rec, items))
+        failed: dict[str, tuple[str, str]] = {}
+        items = [it for _, its in records for it in its]
+        first = [it for it in items if it.key not in done]
+        pending = Counter(it.rec for it in first)
+        ctx.progress(len(records) - len(pending))
+
+        def first_done(item: _Item) -> None:
+            pending[item.rec] -= 1
+            if pending[item.rec] == 0:
+                ctx.progress(1)
+
+        with stats.timer("generate"):
+            self._generate(first, False, done, failed, journal_path, first_done)
+            checks = {it.key: self.check(done[it.key], it.lang) for it in items if it.key in done}
+            if self.sampling.get("temperature", 1.0) > 0:
+                again = retry_items(items, checks, done)
+                self._generate(again, True, done, failed, journal_path, lambda item: None)
+        rows = [final_row(it, done, failed, checks, self.check, self.backend.model_name) for it in items]
+        self._account(records, rows, stats)
+        unanswered = sum(1 for reason, _ in failed.values() if is_transient(reason))
+        if unanswered:  # the server's failures: the shard is not complete, a rerun asks for them again
+            stats.extra[UNANSWERED] = unanswered
+        generation = self.backend.stats.reset()
+        stats.extra.update({"extra_images": extra_images, **{f"generation.{k}": v for k, v in generation.items()}})
+        self._write(records, rows, work, shard.id)
+        return stats
+
+    def _generate(self, items: list[_Item], retry: bool, done: dict[str, dict[str, Any]],
+                  failed: dict[str, tuple[str, str]], journal_path: Path, on_done: Any) -> None:
+        """Ask for ``items`` and journal every answer as it arrives; backend failures go to ``failed``."""
+        if not items:
+            return
+        requests = [self.request(it, retry=retry) for it in items]
+        with JournalWriter(journal_path) as journal:
+            for index, result in self.backend.stream(requests):
+                if result.error is None and result.responses:
+                    entry = {"key": result.key, "text": result.responses[0],
+                             "truncated": bool(result.truncated[0]) if result.truncated else False, "error": None}
+                    journal.write(entry)
+                    done[result.key] = entry
+                else:
+                    failed[result.key] = (result.error or "no_response", result.detail)
+                on_done(items[index])
+
+    @staticmethod
+    def _account(records: list[tuple[dict[str, Any], list[_Item]]], rows: list[dict[str, Any]],
+                 stats: StageStats) -> None:
+        """Count every captioned record as out, dropped (only check failures) or errored."""
+        from curate.recaption.checks import REASONS
+
+        i = 0
+        for rec, items in records:
+            mine = rows[i:i + len(items)]
+            i += len(items)
+            if any(r["error"] is None for r in mine):
+                stats.kept(rec["source"])
+                continue
+            detail = "; ".join(f"{r['lang']}: {r['error']}" for r in mine)
+            backend_failures = [r for r in mine if r["error"] not in REASONS]
+            if backend_failures:
+                stats.error(rec["id"], rec["source"], backend_failures[0]["error"],
+                            f"{detail} ({backend_failures[0]['detail']})")
+            else:
+                stats.drop(rec["id"], rec["source"], mine[0]["error"], detail)
+
+    def _write(self, records: list[tuple[dict[str, Any], list[_Item]]], rows: list[dict[str, Any]],
+               work: Path, shard_id: str) -> None:
+        table_rows = [{**r, "image": image_ref(r["image"])} for r in rows]  # bytes travel in records/, not here
+        write_parquet(work / "captions" / f"{shard_id}.parquet", pa.Table.from_pylist(table_rows, schema=CAPTION_SCHEMA))
+        lines = []
+        for r in rows:
+            if r["error"] is not None:
+                continue
+            out = {"id": caption_key(r["id"], r["lang"]), "source": r["source"], "images": [r["image"]],
+                   "messages": [{"role": "user", "content": user_turn(self.prompts[r["lang"]])},
+                                {"role": "assistant", "content": r["caption"]}],
+                   "lang": r["lang"], "recaption_of": r["id"], "caption_model": r["model"]}
+            lines.append(dumps_record(out) + "\n")  # image bytes kept (base64 in this shard file)
+        path = work / "records" / f"{shard_id}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(lines), encoding="utf-8")
