@@ -56,20 +56,20 @@ def staging(url: str) -> Path:
 
 
 def _fs(url: str) -> tuple[Any, str]:
-    from curate.core.formats.listing import _remote_error
+    from curate.core.formats.listing import remote_error
 
     try:
         fs, inner = url_fs(url)
     except ImportError as exc:
         raise UserError(f"{url}: no filesystem for this URL ({exc}); install curate[s3] or curate[gcs]") from None
     except Exception as exc:  # noqa: BLE001 - bad URLs raise many types
-        raise _remote_error(url, exc) from None
+        raise remote_error(url, exc) from None
     return fs, inner.rstrip("/")
 
 
 def check_reachable(url: str) -> None:
     """Stop with one line naming ``url`` when its bucket cannot be reached or read."""
-    from curate.core.formats.listing import _remote_error
+    from curate.core.formats.listing import remote_error
 
     fs, inner = _fs(url)
     bucket = inner.split("/", 1)[0]
@@ -79,7 +79,7 @@ def check_reachable(url: str) -> None:
         raise UserError(f"{url}: bucket {bucket!r} does not exist (or these credentials cannot see it); "
                         "create it first") from None
     except Exception as exc:  # noqa: BLE001 - botocore/aiohttp raise many types
-        raise _remote_error(url, exc) from None
+        raise remote_error(url, exc) from None
 
 
 def _listing(fs: Any, inner: str) -> dict[str, int]:

@@ -18,7 +18,8 @@ from curate.core.io import RemotePath, as_path, is_url, url_fs
 ACCEPTED = ".jsonl, .json, .parquet or .tar"
 
 
-def _remote_error(url: str, exc: BaseException) -> UserError:
+def remote_error(url: str, exc: BaseException) -> UserError:
+    """A one-line UserError for a failed object-storage call: credentials, access or what the back end said."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     name = type(exc).__name__
     if "credential" in text.lower() or "NoCredentials" in name or "AccessDenied" in text or "Forbidden" in text:
@@ -44,7 +45,7 @@ def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
     except ImportError as exc:
         raise UserError(f"{url}: no filesystem for this URL ({exc}); install curate[s3] or curate[gcs]") from None
     except Exception as exc:  # botocore/aiohttp raise many types for unreachable endpoints and bad keys
-        raise _remote_error(url, exc) from None
+        raise remote_error(url, exc) from None
     raise UserError(f"{url}: no such object or prefix")
 
 
