@@ -85,4 +85,5 @@ def test_down_then_up(tiny_vlm_dir: Path, tmp_path: Path, capsys: pytest.Capture
     assert "connection_error" not in again["errored"]
     assert again["captions"]["images"] == 2 and sum(again["captions"]["failed"].values()) + again["captions"]["kept"] == 2
     history = json.loads((tmp_path / "cap" / "history.json").read_text())["recaption"]
-    assert history["resumes"] == 1 and history["unanswered"] == 0 and history["generation"]["errors"] == 0
+    assert len(history["runs"]) == 2 and history["runs"][-1]["shards_reused"] == 0  # the failed shard was redone
+    assert history["unanswered"] == 0 and history["generation"]["errors"] == 0
