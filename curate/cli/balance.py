@@ -21,9 +21,8 @@ from curate.cli.options import executor_options, make_executor, model_options, t
               help="Threads decoding images while the model runs (default: cores, at most 8).")
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per shard (one .npy each).")
 @executor_options
-def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, device: str, threads: int | None,
-              batch_size: int, decode_threads: int | None, shard_size: int, seed: int, workers: int, executor: str,
-              ray_address: str | None) -> None:
+def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: int, executor: str,
+              ray_address: str | None, **settings: object) -> None:
     """Embed the images of records with open_clip (L2-normalised, float16).
 
     Writes OUT/embeddings/NNNNNN.npy (N×D float16) + NNNNNN.ids.parquet (id, source)
@@ -40,9 +39,7 @@ def embed_cmd(inputs: tuple[str, ...], out: str, model: str, precision: str, dev
     from curate.balance.embed import embed
     from curate.core.progress import console
 
-    config = EmbedConfig(out=out, model=model, precision=precision, device=device, batch_size=batch_size,
-                         shard_size=shard_size, decode_threads=decode_threads, threads=threads_for(threads, workers),
-                         seed=seed)
+    config = EmbedConfig(out=out, threads=threads_for(threads, workers), **settings)  # type: ignore[arg-type]
     r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
                   f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
@@ -151,9 +148,7 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
 @click.option("--vocab", type=click.Path(path_type=str), default=None,
               help="Vocabulary, to name the top concepts in stats.json.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draw.")
-def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str, mode: str, t: int, weighting: str,
-                 temperature: float, use_k: int | None, records: tuple[str, ...], vocab: str | None,
-                 seed: int) -> None:
+def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: object) -> None:
     """Draw a concept-balanced selection of the tagged records.
 
     Record weight = mean (or max, sum) over its concepts of freq^-τ; the target is
@@ -170,8 +165,7 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
     from curate.balance.resample import resample
     from curate.core.progress import console
 
-    config = ResampleConfig(out=out, target=target, fraction=fraction, seed=seed, mode=mode, t=t, weighting=weighting,
-                            temperature=temperature, use_k=use_k, records=records or None, vocab=vocab)
+    config = ResampleConfig(out=out, records=records or None, **settings)  # type: ignore[arg-type]
     r = from_stats(ResampleResult, resample(tags, config))
     b = r.balance
     console.print(f"[bold]selected[/bold] {r.records_selected:,} of {r.pool:,} tagged records "
@@ -211,12 +205,8 @@ def resample_cmd(tags: str, target: int | None, fraction: float | None, out: str
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per embedding shard.")
 @click.option("--no-records", is_flag=True, help="Write selection.parquet only, not the selected records.")
 @executor_options
-def balance_cmd(inputs: tuple[str, ...], vocab: str, out: str, model: str, precision: str, device: str,
-                threads: int | None, batch_size: int, template: str | None, scripts: str, cache_dir: str | None,
-                top_k: int, index: str, nlist: int | None, nprobe: int, target: int | None, fraction: float | None,
-                mode: str, t: int, weighting: str, temperature: float, use_k: int | None, shard_size: int,
-                no_records: bool, seed: int,
-                workers: int, executor: str, ray_address: str | None) -> None:
+def balance_cmd(inputs: tuple[str, ...], out: str, threads: int | None, no_records: bool, workers: int, executor: str,
+                ray_address: str | None, **settings: object) -> None:
     """Concept-balance records: embed → concept embeddings → tag → resample → report.
 
     Everything goes to OUT (embeddings/, concepts.npy, tags.parquet, selection.parquet,
@@ -234,12 +224,8 @@ def balance_cmd(inputs: tuple[str, ...], vocab: str, out: str, model: str, preci
     from curate.balance.pipeline import balance, summary_lines
     from curate.core.progress import console
 
-    config = BalanceConfig.build(out=out, vocab=vocab, model=model, precision=precision, device=device,
-                                 batch_size=batch_size, template=template, scripts=scripts, cache_dir=cache_dir,
-                                 top_k=top_k, index=index, nlist=nlist, nprobe=nprobe, target=target,
-                                 fraction=fraction, mode=mode, t=t, weighting=weighting, temperature=temperature,
-                                 use_k=use_k, shard_size=shard_size, threads=threads_for(threads, workers),
-                                 seed=seed, write_records=not no_records)
+    config = BalanceConfig.build(out=out, threads=threads_for(threads, workers), write_records=not no_records,
+                                 **settings)  # type: ignore[arg-type]  (the flags are the config's settings)
     r = from_stats(BalanceResult, balance(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     for line in summary_lines(r, out):
         console.print(line)

@@ -32,7 +32,7 @@ from curate.core.errors import UserError
 @click.option("--sequences-per-shard", type=int, default=256, show_default=True,
               help="Packed sequences per output tar.")
 @click.option("--trust-remote-code", is_flag=True, help="Allow processors that ship their own code.")
-@click.option("--energon", "energon_split", default=None, metavar="TRAIN,VAL,TEST",
+@click.option("--energon", default=None, metavar="TRAIN,VAL,TEST",
               help="Also make OUT a Megatron-Energon dataset with this split of the shards, e.g. 1,0,0 "
                    "(see curate energon-prepare).")
 @click.option("--balance-compute", is_flag=True,
@@ -43,11 +43,8 @@ from curate.core.errors import UserError
 @click.option("--cost-model", type=click.Path(path_type=str), default=None, metavar="FILE",
               help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B).")
 @executor_options
-def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str, min_pixels: int | None,
-             max_pixels: int | None, verify_sample: int, verify_fraction: float | None, exact: bool, lengths: str | None, plan_only: bool,
-             shard_size: int, sequences_per_shard: int, trust_remote_code: bool, energon_split: str | None,
-             balance_compute: bool, dp: int | None, micro_batches: int | None, cost_model: str | None,
-             seed: int, workers: int, executor: str, ray_address: str | None) -> None:
+def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, plan_only: bool, energon: str | None,
+             workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
 
     Token counts are exact for the given processor (image tokens from image
@@ -71,18 +68,15 @@ def pack_cmd(inputs: tuple[str, ...], processor: str | None, ctx: int, out: str,
                       "record with the full processor (deprecated; a fixed --verify-sample N costs the same at any "
                       "corpus size); --verify-sample is ignored")
 
-    config = PackConfig(out=out, ctx=ctx, processor=processor, min_pixels=min_pixels, max_pixels=max_pixels,
-                        workers=workers, seed=seed, shard_size=shard_size, sequences_per_shard=sequences_per_shard,
-                        verify_fraction=verify_fraction, verify_sample=verify_sample, exact=exact, lengths=lengths,
-                        plan_only=plan_only, trust_remote_code=trust_remote_code, balance_compute=balance_compute,
-                        dp=dp, micro_batches=micro_batches, cost_model=cost_model, energon=energon_split)
+    config = PackConfig(out=out, verify_fraction=verify_fraction, plan_only=plan_only, energon=energon,
+                        workers=workers, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
     stats = pack(list(inputs), config, executor=make_executor(executor, workers, ray_address))
     _summary_pack(stats, out)
-    if energon_split and not plan_only:
+    if energon and not plan_only:
         from packer.energon import prepare_energon
 
-        prepare_energon(out, split_ratio=energon_split, workers=workers)
-        click.echo(f"energon dataset: {out} (.nv-meta/, split {energon_split}); check with: energon lint {out}", err=True)
+        prepare_energon(out, split_ratio=energon, workers=workers)
+        click.echo(f"energon dataset: {out} (.nv-meta/, split {energon}); check with: energon lint {out}", err=True)
 
 
 def _summary_pack(stats: dict, out: str) -> None:

@@ -27,8 +27,7 @@ from curate.rl.config import LOG_LEVELS, PROMPT_STYLES
               help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
 @click.option("--shard-size", type=int, default=20_000, show_default=True, help="Responses per shard.")
 @executor_options
-def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: float | None, shard_size: int,
-              seed: int, workers: int, executor: str, ray_address: str | None) -> None:
+def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Score model responses with the rule-based verifiers (curate.rewards).
 
     Writes OUT/scores.parquet (id, sample, source, verifier, accuracy, format, reward,
@@ -45,8 +44,7 @@ def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: floa
     from curate.rl.results import ScoreResult
     from curate.rl.score import score
 
-    config = ScoreConfig(records=records, responses=responses, out=out, progress=progress, seed=seed,
-                         shard_size=shard_size)
+    config = ScoreConfig(out=out, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
     r = from_stats(ScoreResult, score(config=config, executor=make_executor(executor, workers, ray_address)))
     mean = "n/a" if r.overall.mean_reward is None else f"{r.overall.mean_reward:.3f}"
     console.print(f"scored {r.scored:,} of {r.responses_in:,} responses; mean reward {mean}; "
@@ -64,8 +62,7 @@ def score_cmd(records: tuple[str, ...], responses: str, out: str, progress: floa
               help="Seconds per request; items unfinished by then score 0 with error 'deadline'.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(LOG_LEVELS))
-def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | None, deadline: float,
-                      log_level: str) -> None:
+def serve_rewards_cmd(**settings: object) -> None:
     """Serve the reward verifiers over HTTP for RL trainers.
 
     \b
@@ -82,9 +79,8 @@ def serve_rewards_cmd(host: str, port: int, workers: int, pool_workers: int | No
     from curate.rl.config import ServeRewardsConfig
     from curate.rl.serve import serve
 
-    config = ServeRewardsConfig(host=host, port=port, workers=workers, pool_workers=pool_workers, log_level=log_level,
-                                deadline=deadline)
-    click.echo(f"serving rewards on http://{host}:{port} (POST /score, POST /openrlhf, GET /health); "
+    config = ServeRewardsConfig(**settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+    click.echo(f"serving rewards on http://{config.host}:{config.port} (POST /score, POST /openrlhf, GET /health); "
                "Ctrl-C to stop", err=True)
     serve(config)
 

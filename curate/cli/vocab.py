@@ -94,9 +94,8 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
 @click.option("--cache-dir", type=click.Path(path_type=str), default=None,
               help="Cache folder (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
 @executor_options
-def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: str, threads: int | None,
-                    template: str | None, scripts: str, batch_size: int, cache_dir: str | None, seed: int,
-                    workers: int, executor: str, ray_address: str | None) -> None:
+def vocab_embed_cmd(out: str, seed: int, workers: int, executor: str, ray_address: str | None,
+                    **settings: object) -> None:
     """Embed a concept vocabulary with the model's text tower (cached, resumable).
 
     The cache key is the model fingerprint + the vocabulary's hash + template +
@@ -112,9 +111,7 @@ def vocab_embed_cmd(vocab: str, out: str, model: str, precision: str, device: st
     from curate.balance.vocab.embed import embed_vocab
     from curate.core.progress import console
 
-    config = VocabEmbedConfig(vocab=vocab, out=out, model=model, template=template, precision=precision,
-                              device=device, batch_size=batch_size, scripts=scripts, cache_dir=cache_dir,
-                              threads=threads)
+    config = VocabEmbedConfig(out=out, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
     sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
     r = from_stats(VocabEmbedResult, embed_vocab(None, config, executor=make_executor(executor, workers, ray_address)
                                                  if sharded else None))
