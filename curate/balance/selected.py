@@ -24,7 +24,9 @@ def _rebase(value: Any, src_dir: str, dst_dir: str) -> Any:
     A path under the new folder stays relative; any other becomes absolute.
     """
     def one(p: Any) -> Any:
-        if isinstance(p, str) and p and not os.path.isabs(p):
+        if isinstance(p, str) and p and "://" in src_dir[:32] and "://" not in p[:32] and not os.path.isabs(p):
+            return src_dir.rstrip("/") + "/" + p  # an input in a bucket: its images are objects beside it
+        if isinstance(p, str) and p and not os.path.isabs(p) and "://" not in p[:32]:
             absolute = os.path.normpath(os.path.join(os.path.abspath(src_dir), p))
             rel = os.path.relpath(absolute, dst_dir)
             return absolute if rel.startswith("..") else rel

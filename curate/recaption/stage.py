@@ -54,6 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.formats.writeback import merge_record_lines
+from curate.core.remote import remote_out
 from curate.core.io import write_parquet
 from curate.core.shards import UNANSWERED
 from curate.core.stats import finish_stage
@@ -63,6 +64,7 @@ from curate.recaption.report import caption_report
 from curate.recaption.task import CAPTION_SCHEMA, RecaptionTask
 
 
+@remote_out("out", position=1)
 def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RecaptionConfig | None = None, *,
               executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Caption the images of ``inputs`` into ``out``; returns the content of ``stats.json``.

@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from curate.core.remote import remote_out
 from curate.core.formats.writeback import dumps_record, loads_record, write_records
 from curate.core.errors import UserError
 from curate.core.validate import configure
@@ -236,6 +237,7 @@ class RolloutTask(GenerationTask):
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
 
 
+@remote_out("out", position=1)
 def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RlFilterConfig | None = None, *,
               executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Sample, score and select RL prompts into ``out``; returns the content of ``stats.json``.

@@ -59,6 +59,10 @@ def test_records_read_from_a_bucket(bucket: str, layouts: Layouts) -> None:
         recs = list(read_records([url]))
         assert [r["images"] for r in recs] == [[it["bytes"]] for it in layouts.items], name
     assert len(list(read_records([f"{bucket}/in"]))) == 2 * len(layouts.items)  # a prefix is a folder
+    fs = _fs()
+    fs.put(str(layouts.files.parent) + "/", f"{bucket}/files/", recursive=True)  # JSONL + images as objects
+    recs = list(read_records([f"{bucket}/files/records.jsonl"]))
+    assert all(r["images"][0].startswith(f"{bucket}/files/images/") for r in recs)
 
 
 def test_pack_verify_and_load_in_a_bucket(bucket: str, layouts: Layouts, tiny_processor_dir: Path, cache: Path,
@@ -76,6 +80,10 @@ def test_pack_verify_and_load_in_a_bucket(bucket: str, layouts: Layouts, tiny_pr
     assert not report.problems and report.records == len(layouts.items)
     ids = [i for item in PackedDataset(f"{bucket}/packed/shards", str(tiny_processor_dir)) for i in item["ids"]]
     assert sorted(ids) == sorted(it["id"] for it in layouts.items)
+    _fs().put(str(layouts.files.parent) + "/", f"{bucket}/files/", recursive=True)  # images as objects by path
+    pack([f"{bucket}/files/records.jsonl"], out=f"{bucket}/packed-files", **kw)
+    pack([layouts.files], out=tmp_path / "local-files", **kw)
+    assert _objects(f"{bucket}/packed-files", ("shards/*.tar",)) == _local(tmp_path / "local-files", ("shards/*.tar",))
 
 
 def test_missing_bucket_is_one_line_before_work(s3_server: str, tiny_processor_dir: Path, layouts: Layouts,
@@ -181,3 +189,20 @@ def test_unreachable_endpoint_is_one_line_before_work(s3_server: str, tiny_proce
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
     assert not (tmp_path / "o" / "_shards").exists()  # refused before any work
+
+
+def test_recaption_from_and_into_a_bucket(bucket: str, layouts: Layouts, cache: Path, tmp_path: Path) -> None:
+    import json
+
+    from curate.recaption.stage import recaption
+
+    urls = _upload(bucket, layouts)
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": f"{it['id']}#en", "response": f"A photograph of item {i} standing on "
+                                           "a plain wooden table in soft daylight."}) + "\n"
+                               for i, it in enumerate(layouts.items)))
+    stats = recaption([urls["hf"]], f"{bucket}/recap", backend={"rollouts": str(answers)}, langs="en")
+    assert stats["records_out"] == len(layouts.items) and stats["outputs"]["records"] == "records.parquet"
+    by_id = {it["id"]: it["bytes"] for it in layouts.items}
+    recs = list(read_records([f"{bucket}/recap/records.parquet"]))
+    assert len(recs) == len(layouts.items) and all(r["images"] == [by_id[r["recaption_of"]]] for r in recs)
