@@ -34,6 +34,7 @@ WEIGHTINGS = ("mean", "max", "sum")
 MODES = ("inverse", "metaclip")
 INDEXES = ("flat", "ivf")
 SCRIPT_CHOICES = ("auto", "latin", "latin,cjk", "all")
+MATCHES = ("embeddings", "text")  # curate tag --match: nearest concept embeddings, or MetaCLIP's substring match
 
 
 def check_template(template: str | None) -> str | None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from curate.balance.config import INDEXES, MODES, SCRIPT_CHOICES, WEIGHTINGS
+from curate.balance.config import INDEXES, MATCHES, MODES, SCRIPT_CHOICES, WEIGHTINGS
 from curate.balance.results import BalanceResult, EmbedResult, ResampleResult, TagResult
+from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
@@ -49,7 +50,7 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
 
 
 @cli.command("tag")
-@click.option("--match", "match", type=click.Choice(["embeddings", "text"]), default="embeddings", show_default=True,
+@click.option("--match", "match", type=click.Choice(MATCHES), default="embeddings", show_default=True,
               help="embeddings = nearest concepts of image embeddings (FAISS); text = MetaCLIP's substring "
                    "matching of each record's text against --vocab (no model, CPU only).")
 @click.option("--embeddings", type=click.Path(path_type=str), default=None,
@@ -109,6 +110,12 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
 
         if not records or vocab is None or embeddings or concepts:
             raise UserError("--match text needs --records DATA and --vocab VOCAB (and no --embeddings/--concepts)")
+        v.out_dir("--out", out)
+        v.at_least("--top-k", top_k, 1)
+        v.at_least("--shard-size", shard_size, 1)
+        v.in_file("--vocab", vocab)
+        for path in records:
+            v.in_path("--records", path)
         r = match_text(list(records), vocab, out=out, text_field=text_field, case_sensitive=case_sensitive,
                        top_k=top_k, shard_size=shard_size, seed=seed,
                        executor=make_executor(executor, workers, ray_address))

@@ -6,6 +6,7 @@ import click
 
 from curate.balance.config import SCRIPT_CHOICES
 from curate.balance.results import VocabEmbedResult
+from curate.balance.vocab.sources import WORDFREQ_SCRIPTS
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.cli.options import executor_options, make_executor, model_options
@@ -30,7 +31,7 @@ def vocab_group() -> None:
 @click.option("--min-bigram-count", type=int, default=5, show_default=True, help="Keep bigrams seen at least this often.")
 @click.option("--max-bigrams", type=int, default=None, help="At most this many mined bigrams.")
 @click.option("--exclude", multiple=True, type=click.Path(path_type=str), help="Entries never to include (file). Repeatable.")
-@click.option("--wordfreq-lang", "wordfreq_langs", multiple=True, type=click.Choice(["en", "zh"]),
+@click.option("--wordfreq-lang", "wordfreq_langs", multiple=True, type=click.Choice(sorted(WORDFREQ_SCRIPTS)),
               help="wordfreq languages to draw from (default: en and zh).")
 @click.option("--no-wordfreq", is_flag=True, help="Do not use wordfreq's word lists.")
 @click.option("--max-chars", type=int, default=50, show_default=True, help="Longest entry in characters.")

@@ -90,6 +90,10 @@ MISTAKES: list[tuple[str, str]] = [
     ("tag --embeddings {d}/emb --concepts {d}/ok.npy --out {d}/t --index hnsw", "--index"),
     ("tag --embeddings {d}/emb --concepts {d}/ok.npy --out {d}/afile", "--out"),
     ("tag --embeddings {d}/missing --concepts {d}/ok.npy --out {d}/t", "--embeddings"),
+    ("tag --match text --records {d}/recs.jsonl --vocab {d}/vocab.txt --out {d}/afile", "--out"),
+    ("tag --match text --records {d}/recs.jsonl --vocab {d}/vocab.txt --out {d}/t --shard-size 0", "--shard-size"),
+    ("tag --match text --vocab {d}/vocab.txt --out {d}/t", "--records"),
+    ("tag --match words --records {d}/recs.jsonl --out {d}/t", "--match"),
     # resample
     ("resample --tags {d}/tags.parquet --out {d}/r --fraction 0.5 --temperature nan", "--temperature"),
     ("resample --tags {d}/tags.parquet --out {d}/r --target -1", "--target"),
