@@ -15,7 +15,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.slow
 SCRIPT = textwrap.dedent("""
     import json, resource, sys
     from pathlib import Path

@@ -19,6 +19,8 @@ from PIL import Image
 from curate.cli import main
 from curate.fixtures.tiny_vlm import free_port, serve_missing_packages, start_transformers_serve, stop_process, wait_ready
 
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
