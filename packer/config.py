@@ -115,10 +115,12 @@ class VerifyConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        v.at_least("--sample", self.sample, 0)
+        if v.is_url(self.out):
+            return  # read through a local mirror (curate.core.remote.local_copy)
         out = Path(self.out)
         if not out.is_dir():
             raise UserError(f"{out}: no such folder; give a curate pack output folder")
-        v.at_least("--sample", self.sample, 0)
         read_pack_stats(out)
 
 

@@ -106,10 +106,9 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     """
     import webdataset as wds
 
-    if out is not None:
-        out = local_copy(out)  # a pack output in a bucket is read from a local mirror (curate.core.remote)
     config = configure(VerifyConfig, config, out=out, **settings)
-    out, processor, sample, seed = Path(config.out), config.processor, config.sample, config.seed
+    out = local_copy(config.out)  # a pack output in a bucket is read from a local mirror (curate.core.remote)
+    processor, sample, seed = config.processor, config.sample, config.seed
     stats = read_pack_stats(out)
     ctx = int(stats["settings"]["ctx"])
     processor = processor or stats["settings"].get("processor_path")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from curate.core.errors import UserError
+from curate.core.io import is_url
 
 C = TypeVar("C")
 
@@ -148,6 +149,8 @@ def in_path(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def cache_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
     """A cache folder: absent or a folder, never a file."""
+    if path is not None and is_url(path):
+        return
     if path is not None and Path(path).exists() and not Path(path).is_dir():
         raise UserError(f"{flag} {path}: exists and is not a folder; give a folder for the cache")
     if path is not None:
