@@ -192,7 +192,7 @@ def start_server(workers: int) -> tuple[subprocess.Popen, str]:
     import httpx
 
     port = _free_port()
-    code = f"from curate.rl.serve import serve; serve('127.0.0.1', {port}, workers={workers})"
+    code = f"from curate.rl.serve import serve; serve(host='127.0.0.1', port={port}, workers={workers})"
     proc = subprocess.Popen([sys.executable, "-c", code])
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
