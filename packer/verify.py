@@ -1,10 +1,14 @@
 """``curate verify OUT``: re-read a packed folder and check every boundary and count.
 
-Reads every shard with the ``webdataset`` library and checks, naming each problem:
+Reads every tar once with the ``webdataset`` library, tars in parallel as shards of an executor
+(``--workers N`` processes or ``--executor ray``; :mod:`packer.verify_tar`), and checks, naming
+each problem:
 
 * each sequence's JSON: ``cu_seqlens`` starts at 0, its steps equal ``tokens``, it
   ends at or below ``ctx``; per-sample lists have one entry per sample; the image
-  members listed are present (and nothing else), their headers give the stored grids;
+  members listed are present (and nothing else), their headers give the stored grids (headers
+  are read only when a processor turns them into grids: without one the JSON is the only record
+  of the count and nothing is read beyond it);
 * the whole: every id appears once, the ids equal the plan's, the number of
   sequences and of packed records equal ``stats.json``;
 * a seeded sample of records re-tokenized with the processor gives the stored counts;
@@ -13,21 +17,25 @@ Reads every shard with the ``webdataset`` library and checks, naming each proble
 
 from __future__ import annotations
 
-import json
-from collections import Counter
+import shutil
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate.core.images import ImageError, probe
+from curate.core.columns import first_occurrences
+from curate.core.io import read_json
 from curate.core.remote import local_copy
-from curate.core.progress import StageProgress
+from curate.core.shards import Shard
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
 from packer.verify_steps import StepRecorder
+from packer.verify_tar import VerifyTarTask
 
 
 @dataclass
@@ -54,57 +62,20 @@ class VerifyReport:
             self.problems.append("... more problems not listed")
 
 
-def _check_sequence(meta: dict[str, Any], sample: dict[str, Any], ctx: int, report: VerifyReport,
-                    counter: Any, where: str) -> None:
-    n = len(meta.get("ids", []))
-    for key in ("sources", "tokens", "messages", "images_per_sample", "image_tokens"):
-        if len(meta.get(key, [])) != n:
-            report.add(f"{where}: {key} has {len(meta.get(key, []))} entries for {n} samples")
-            return
-    cu = meta.get("cu_seqlens", [])
-    if len(cu) != n + 1 or (cu and cu[0] != 0):
-        report.add(f"{where}: cu_seqlens {cu} does not have {n + 1} offsets starting at 0")
-        return
-    if list(np.diff(cu)) != list(meta["tokens"]):
-        report.add(f"{where}: cu_seqlens steps {list(np.diff(cu))} differ from tokens {meta['tokens']}")
-    if cu[-1] > ctx or meta.get("ctx") != ctx:
-        report.add(f"{where}: uses {cu[-1]} tokens with ctx {meta.get('ctx')} (run ctx {ctx})")
-    members = meta.get("image_members", [])
-    grids = meta.get("image_grids", [])
-    if sum(meta["images_per_sample"]) != len(members) or len(members) != len(grids):
-        report.add(f"{where}: {sum(meta['images_per_sample'])} images per samples, {len(members)} members, "
-                   f"{len(grids)} grids")
-        return
-    present = {k for k in sample if not k.startswith("__") and k != "json"}
-    if present != set(members):
-        report.add(f"{where}: tar members {sorted(present)} differ from image_members {sorted(members)}")
-        return
-    for name, grid in zip(members, grids):
-        try:
-            info = probe(sample[name], label=f"{where}.{name}")
-        except ImageError as exc:
-            report.add(f"{where}: image {name}: {exc.reason}")
-            continue
-        report.images += 1
-        if counter is not None and counter.image_rule is not None:
-            expect = list(counter.image_grid(info.height, info.width))
-            if expect != list(grid):
-                report.add(f"{where}: image {name} of {info.width}x{info.height} has grid {expect}, stored {grid}")
-    for i, k in enumerate(meta["images_per_sample"]):
-        if len(meta["image_tokens"][i]) != k:
-            report.add(f"{where}: sample {meta['ids'][i]!r} lists {len(meta['image_tokens'][i])} image token counts "
-                       f"for {k} images")
-
-
-def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = None, **settings: Any) -> VerifyReport:
+def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = None, *, executor: Any = None,
+                workers: int = 1, **settings: Any) -> VerifyReport:
     """Check a ``curate pack`` output folder; see the module docstring.
 
     Args:
         out: the folder (overrides ``config.out``).
-        config: the settings (see :class:`VerifyConfig`: ``processor``, ``sample``, ``seed``).
+        config: the settings (see :class:`VerifyConfig`: ``processor`` to recount with, default the
+            one recorded in ``stats.json``; ``sample`` records re-tokenized, a seeded uniform sample
+            over all tars; ``seed``).
+        executor: a :class:`curate.executors.Executor` reading the tars (default: local, ``workers``).
+        workers: local worker processes when no executor is given.
         **settings: fields of :class:`VerifyConfig`, instead of or over ``config``.
     """
-    import webdataset as wds
+    from curate.executors import get_executor, run_stage
 
     config = configure(VerifyConfig, config, out=out, **settings)
     out = local_copy(config.out)  # a pack output in a bucket is read from a local mirror (curate.core.remote)
@@ -112,88 +83,99 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     stats = read_pack_stats(out)
     ctx = int(stats["settings"]["ctx"])
     processor = processor or stats["settings"].get("processor_path")
+    min_pixels, max_pixels = stats["settings"].get("min_pixels"), stats["settings"].get("max_pixels")
     counter = None
     if processor:
         from packer.tokens import TokenCounter
-        counter = TokenCounter(processor, min_pixels=stats["settings"].get("min_pixels"),
-                               max_pixels=stats["settings"].get("max_pixels"))
+        counter = TokenCounter(processor, min_pixels=min_pixels, max_pixels=max_pixels)
     report = VerifyReport()
     if counter is not None and counter.fingerprint != stats["settings"].get("processor"):
         report.add(f"processor {processor} has fingerprint {counter.fingerprint}, the run used "
                    f"{stats['settings'].get('processor')}")
-    shards = sorted((out / "shards").glob("*.tar"))
-    if stats.get("sequences") and not shards:
+    tars = sorted((out / "shards").glob("*.tar"))
+    if stats.get("sequences") and not tars:
         report.add(f"{out}/shards holds no tar files")
     leftovers = [p.name for p in (out / "shards").glob(".*")] if (out / "shards").exists() else []
     if leftovers:
         report.add(f"unfinished files in shards/: {leftovers[:5]}")
-    ids: Counter[str] = Counter()
-    rng = np.random.default_rng([seed, 0xC0])
-    chosen: list[tuple[str, dict[str, Any], int]] = []
-    seen_candidates = 0
-    keys: list[str] = []
     balance = stats["settings"].get("balance")
-    steps = StepRecorder(balance) if balance else None
-    with StageProgress("verify shards", len(shards), unit="shards") as bar:
-        for shard in shards:
-            report.shards += 1
-            try:
-                for item in wds.WebDataset(str(shard), shardshuffle=False, empty_check=False):
-                    where = f"{shard.name}:{item['__key__']}"
-                    if "json" not in item:
-                        report.add(f"{where}: no .json member")
-                        continue
-                    meta = json.loads(item["json"])
-                    keys.append(item["__key__"])
-                    report.sequences += 1
-                    _check_sequence(meta, item, ctx, report, counter, where)
-                    if steps is not None:
-                        steps.add(shard.name, meta, where, report.add)
-                    for i, rid in enumerate(meta.get("ids", [])):
-                        ids[rid] += 1
-                        report.records += 1
-                        seen_candidates += 1  # reservoir sample of records to recount
-                        entry = (where, meta, i)
-                        if len(chosen) < sample:
-                            chosen.append(entry)
-                        else:
-                            j = int(rng.integers(0, seen_candidates))
-                            if j < sample:
-                                chosen[j] = entry
-            except Exception as exc:  # a tar that cannot be read at all
-                report.add(f"{shard.name}: unreadable ({type(exc).__name__}: {exc})")
-            bar.advance(1)
-    if keys != sorted(keys) or len(set(keys)) != len(keys):
+    task = VerifyTarTask(ctx=ctx, rule=counter.image_rule if counter is not None else None, sample=sample,
+                         balance=balance)
+    shards = [Shard(i, meta=(str(p.resolve()),), size=1) for i, p in enumerate(tars)]
+    work = out / ".verify" / uuid.uuid4().hex[:12]  # beside the shards: shared storage for Ray actors too
+    try:
+        if shards:
+            run_stage(task, shards, work, executor=executor or get_executor("local", workers=workers), seed=seed,
+                      desc="verify shards", settings={"tars": len(shards)})
+        summaries = [read_json(work / "verify" / f"{s.id}.json") for s in shards]
+        tables = [pq.read_table(work / "verify" / f"{s.id}.parquet") for s in shards]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if (out / ".verify").is_dir() and not any((out / ".verify").iterdir()):
+            (out / ".verify").rmdir()
+    report.shards = len(shards)
+    for summary in summaries:
+        report.sequences += summary["sequences"]
+        report.records += summary["records"]
+        report.images += summary["images"]
+        for problem in summary["problems"]:
+            report.add(problem)
+        if summary["more_problems"]:
+            report.add(f"{summary['tar']}: {summary['more_problems']} more problems not listed")
+    columns = pa.concat_tables(tables) if tables else pa.table({"kind": pa.array([], pa.string()),
+                                                               "value": pa.array([], pa.string())})
+    kind = columns.column("kind").cast(pa.string())
+    keys = columns.filter(pc.equal(kind, "key")).column("value").combine_chunks()
+    ids = columns.filter(pc.equal(kind, "id")).column("value").combine_chunks()
+    _whole_pack(out, stats, keys, ids, report)
+    if balance:
+        steps = StepRecorder(balance)
+        steps.rows = [tuple(r) for summary in summaries for r in (summary["steps"] or [])]
+        steps.check(stats, out / "plan.parquet", bool(stats.get("errored")), report.add)
+    if counter is not None and sample:
+        _recount(summaries, counter, sample, seed, report)
+    return report
+
+
+def _whole_pack(out: Path, stats: dict[str, Any], keys: pa.Array, ids: pa.Array, report: VerifyReport) -> None:
+    """Keys strictly increasing across tars, ids unique and equal to the plan's, counts equal to stats.json."""
+    if len(keys) > 1 and pc.any(pc.less_equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
         report.add("sequence keys are not unique and increasing across shards")
-    dup = [rid for rid, n in ids.items() if n > 1]
-    if dup:
-        report.add(f"{len(dup)} ids appear more than once, e.g. {dup[:3]}")
+    repeated = np.flatnonzero(~first_occurrences(ids))
+    if repeated.size:
+        dup = sorted(set(ids.take(pa.array(repeated[:1000])).to_pylist()))
+        report.add(f"{len(set(ids.take(pa.array(repeated)).to_pylist()))} ids appear more than once, e.g. {dup[:3]}")
     if stats.get("sequences") is not None and report.sequences != stats["sequences"]:
         report.add(f"{report.sequences} sequences in the shards, stats.json says {stats['sequences']}")
     if report.records != stats["records_packed"]:
         report.add(f"{report.records} records in the shards, stats.json says {stats['records_packed']}")
     plan_path = out / "plan.parquet"
     if plan_path.exists():
-        plan_ids = pq.read_table(plan_path, columns=["id"]).column("id").to_pylist()
-        written = set(ids)
-        missing = [i for i in plan_ids if i not in written]
-        extra = written - set(plan_ids)
-        errored = set()
-        if (out / "rejects.parquet").exists():
-            errored = set(pq.read_table(out / "rejects.parquet", columns=["id"]).column("id").to_pylist())
-        missing = [i for i in missing if i not in errored]
-        if missing or extra:
+        plan_ids = pq.read_table(plan_path, columns=["id"]).column("id").combine_chunks()
+        missing = plan_ids.filter(pc.invert(pc.is_in(plan_ids, value_set=ids)))
+        if len(missing) and (out / "rejects.parquet").exists():
+            errored = pq.read_table(out / "rejects.parquet", columns=["id"]).column("id").combine_chunks()
+            missing = missing.filter(pc.invert(pc.is_in(missing, value_set=errored)))
+        extra = pc.unique(ids.filter(pc.invert(pc.is_in(ids, value_set=plan_ids))))
+        if len(missing) or len(extra):
             report.add(f"shards and plan.parquet disagree: {len(missing)} planned ids missing, {len(extra)} extra")
-    if steps is not None:
-        steps.check(stats, plan_path, bool(stats.get("errored")), report.add)
-    if counter is not None:
-        for where, meta, i in chosen:
+
+
+def _recount(summaries: list[dict[str, Any]], counter: Any, sample: int, seed: int, report: VerifyReport) -> None:
+    """Re-tokenize a seeded uniform sample of ``sample`` records drawn over every tar."""
+    sizes = np.array([s["records"] for s in summaries], dtype=np.int64)
+    if not sizes.sum():
+        return
+    rng = np.random.default_rng([seed, 0xC1])
+    quotas = rng.multivariate_hypergeometric(sizes, min(sample, int(sizes.sum())))
+    for summary, quota in zip(summaries, quotas.tolist()):
+        for cand in summary["candidates"][:quota]:
+            where, rid = cand["where"], cand["id"]
             try:
-                got, _ = counter.encode(meta["messages"][i], list(meta["image_tokens"][i]))
-            except ValueError as exc:
-                report.add(f"{where}: sample {meta['ids'][i]!r} cannot be re-tokenized: {exc}")
+                got, _ = counter.encode(cand["messages"], list(cand["image_tokens"] or []))
+            except (ValueError, TypeError) as exc:
+                report.add(f"{where}: sample {rid!r} cannot be re-tokenized: {exc}")
                 continue
             report.recounted += 1
-            if len(got) != meta["tokens"][i]:
-                report.add(f"{where}: sample {meta['ids'][i]!r} recounts to {len(got)} tokens, stored {meta['tokens'][i]}")
-    return report
+            if len(got) != cand["tokens"]:
+                report.add(f"{where}: sample {rid!r} recounts to {len(got)} tokens, stored {cand['tokens']}")

@@ -109,17 +109,20 @@ def _summary_pack(stats: dict, out: str) -> None:
 @click.option("--processor", metavar="PROC", default=None,
               help="Processor to recount tokens with (default: the one recorded in OUT/stats.json).")
 @click.option("--sample", type=int, default=64, show_default=True, help="Records re-tokenized (seeded sample).")
-@click.option("--seed", type=int, default=0, show_default=True)
-def verify_cmd(out: str, processor: str | None, sample: int, seed: int) -> None:
+@executor_options
+def verify_cmd(out: str, processor: str | None, sample: int, seed: int, workers: int, executor: str,
+               ray_address: str | None) -> None:
     """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
 
+    Tars are read once each, in parallel with --workers N (or on Ray with --executor ray).
     Exits 1 and names each inconsistency when anything is wrong.
     """
     from curate.core.progress import console
     from packer.config import VerifyConfig
     from packer.verify import verify_pack
 
-    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed))
+    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed),
+                         executor=make_executor(executor, workers, ray_address))
     console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
                   f"{report.images:,} images; recounted {report.recounted} records with the processor")
     if not report.ok:

@@ -185,3 +185,18 @@ def test_exact_mode_counts_like_the_header_rule(tiny_processor_dir, sample_data,
     b = pq.read_table(tmp_path / "e" / "lengths.parquet").to_pydict()
     assert a["id"] == b["id"] and a["tokens"] == b["tokens"] and a["image_grids"] == b["image_grids"]
     assert exact["verified_records"] == exact["records_in"] and header["verified_records"] == 0
+
+
+def test_verify_in_parallel_equals_serial(packed, tmp_path) -> None:
+    out, stats = packed
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    tars = sorted((copy / "shards").glob("*.tar"))
+    shutil.copy(tars[0], copy / "shards" / "zzzzzz.tar")  # the same sequences twice
+    serial, parallel = (verify_pack(copy, sample=10, workers=w) for w in (1, 2))
+    assert serial.problems == parallel.problems and serial.recounted == parallel.recounted == 10
+    assert (serial.shards, serial.sequences, serial.records, serial.images) == \
+        (parallel.shards, parallel.sequences, parallel.records, parallel.images) != (0, 0, 0, 0)
+    text = " | ".join(serial.problems)
+    assert "appear more than once" in text and "not unique and increasing" in text and "stats.json says" in text
+    assert serial.records > stats["records_packed"] and not (copy / ".verify").exists()
