@@ -1,6 +1,6 @@
 """``curate verify OUT``: re-read a packed folder and check every boundary and count.
 
-Reads every tar once with the ``webdataset`` library, tars in parallel as shards of an executor
+Reads every tar once (with :mod:`tarfile`, as webdataset groups members), tars in parallel as shards of an executor
 (``--workers N`` processes or ``--executor ray``; :mod:`packer.verify_tar`), and checks, naming
 each problem:
 
