@@ -40,18 +40,22 @@ def captions(entries: list[str], n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     latin = [e for e in entries[:200_000] if e and e.isascii() and e.isalpha()]
     cjk = [e for e in entries[:200_000] if e and "\u4e00" <= e[0] <= "\u9fff"]
-    pl = 1.0 / np.arange(1, len(latin) + 1) ** 1.05
-    pl /= pl.sum()
-    pc = 1.0 / np.arange(1, len(cjk) + 1) ** 1.05
-    pc /= pc.sum()
+    cdf_l = np.cumsum(1.0 / np.arange(1, len(latin) + 1) ** 1.05)
+    cdf_c = np.cumsum(1.0 / np.arange(1, len(cjk) + 1) ** 1.05)
+    is_latin = rng.random(n) < 0.8
+    sizes = np.where(is_latin, rng.integers(5, 26, n), rng.integers(3, 12, n))
+    draws = rng.random(int(sizes.sum()))
+    pick_l = np.searchsorted(cdf_l, draws * cdf_l[-1])
+    pick_c = np.searchsorted(cdf_c, draws * cdf_c[-1])
     out = []
-    for i in range(n):
-        if rng.random() < 0.8:
-            words = [latin[j] for j in rng.choice(len(latin), int(rng.integers(5, 26)), p=pl)]
-            text = " ".join(words).capitalize()
+    start = 0
+    for latin_caption, size in zip(is_latin.tolist(), sizes.tolist()):
+        if latin_caption:
+            text = " ".join(latin[j] for j in pick_l[start:start + size].tolist()).capitalize()
             out.append(text.replace(" ", ", ", 1) + ".")
         else:
-            out.append("".join(cjk[j] for j in rng.choice(len(cjk), int(rng.integers(3, 12)), p=pc)) + "。")
+            out.append("".join(cjk[j] for j in pick_c[start:start + size].tolist()) + "。")
+        start += size
     return out
 
 

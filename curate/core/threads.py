@@ -16,6 +16,33 @@ from contextlib import contextmanager
 from typing import Any
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+CPUS_VAR = "CURATE_WORKER_CPUS"
+"""The cores an executor gave this worker process (set by the executors; read by process pools inside it)."""
+
+
+def available_cpus() -> int:
+    """Cores this process may use: what its executor gave it (:data:`CPUS_VAR`), else its CPU affinity."""
+    given = os.environ.get(CPUS_VAR, "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@contextmanager
+def worker_cpus(n: int) -> Iterator[None]:
+    """Within the block, child processes are told they have ``n`` cores (:data:`CPUS_VAR`)."""
+    saved = os.environ.get(CPUS_VAR)
+    os.environ[CPUS_VAR] = str(max(1, int(n)))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(CPUS_VAR, None)
+        else:
+            os.environ[CPUS_VAR] = saved
 
 
 def task_threads(task: Any, default: int = 1) -> int | None:

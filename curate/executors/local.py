@@ -11,7 +11,7 @@ from typing import Any
 from curate.executors import Executor
 from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardTask, execute_shard
-from curate.core.threads import cap_threads, task_threads, thread_env, torch_threads
+from curate.core.threads import available_cpus, cap_threads, task_threads, thread_env, torch_threads, worker_cpus
 
 _WORKER_TASK: ShardTask | None = None
 
@@ -69,7 +69,8 @@ class LocalExecutor(Executor):
               bar: StageProgress) -> list[dict[str, Any]]:
         results = []
         ctx = mp.get_context("spawn")
-        with thread_env(task_threads(task)), ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx,
+        size = min(self.workers, len(todo))
+        with thread_env(task_threads(task)), worker_cpus(available_cpus() // size), ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx,
                                  initializer=_init_worker, initargs=(task,)) as pool:
             futures: dict[Future, Shard] = {pool.submit(_run_in_worker, s, str(out), seed): s for s in todo}
             remaining = set(futures)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from curate.core.threads import cap_threads, task_threads
+from curate.core.threads import CPUS_VAR, cap_threads, task_threads
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.executors import Executor
@@ -67,12 +67,15 @@ class _ShardRunner:
         seed: the run seed.
         cwd: the driver's working directory (entered if it exists here).
         threads: torch/OpenMP threads of the actor (its reserved CPUs by default; None leaves them).
+        cpus: CPUs the actor reserved (told to process pools inside it through ``CURATE_WORKER_CPUS``).
     """
 
-    def __init__(self, task_blob: bytes, out: str, seed: int, cwd: str, threads: int | None = 1) -> None:
+    def __init__(self, task_blob: bytes, out: str, seed: int, cwd: str, threads: int | None = 1,
+                 cpus: float = 1.0) -> None:
         from ray import cloudpickle
 
         cap_threads(threads)  # before the task (and torch) load: the actor uses the CPUs it reserved
+        os.environ[CPUS_VAR] = str(max(1, int(cpus)))  # process pools inside the actor (e.g. math verifiers)
 
         self.born = time.time()
         self.out, self.seed = Path(out), seed
@@ -277,7 +280,8 @@ class RayExecutor(Executor):
         ds = ds.map_batches(
             _ShardRunner, batch_size=1, batch_format="numpy", zero_copy_batch=True,
             fn_constructor_args=(task_blob, str(out), seed, os.getcwd(),
-                                 task_threads(task, default=max(1, int(resources.get("num_cpus") or 1)))),
+                                 task_threads(task, default=max(1, int(resources.get("num_cpus") or 1))),
+                                 resources.get("num_cpus") or 1.0),
             compute=ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),
             runtime_env={"env_vars": env} if env else None, **resources)
         where = "a local Ray cluster" if self._started_local else f"Ray cluster {ray.get_runtime_context().gcs_address}"

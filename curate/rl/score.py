@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
@@ -157,30 +158,44 @@ def plan_response_shards(responses: str | os.PathLike[str], shard_size: int) -> 
 
 
 def _summaries(table: pa.Table) -> dict[str, Any]:
-    def new() -> dict[str, Any]:
-        return {"responses": 0, "scored": 0, "accuracy": 0.0, "format": 0.0, "reward": 0.0, "errors": Counter()}
+    """Means and error counts overall, per source and per verifier, computed on columns (group_by)."""
+    err = table.column("error").combine_chunks()
+    verifier = table.column("verifier").combine_chunks()
+    unscorable = pc.and_(pc.is_null(verifier), pc.is_valid(err))
+    record_error = pc.fill_null(pc.starts_with(err, "record_error"), False)
+    scored = pc.invert(pc.or_(unscorable, record_error))
+    has_error = pc.and_(scored, pc.fill_null(pc.greater(pc.utf8_length(err), 0), False))
+    kind = pc.if_else(has_error, pc.list_element(pc.split_pattern(pc.fill_null(err, ""), ":", max_splits=1), 0),
+                      pa.scalar(None, pa.string()))
+    cols = {"all": pa.array(["all"] * table.num_rows, pa.string()),
+            "source": table.column("source").combine_chunks().cast(pa.string()),
+            "verifier": pc.fill_null(verifier.cast(pa.string()), "(none)"),
+            "scored": scored.cast(pa.int64()), "kind": kind}
+    for key in ("accuracy", "format", "reward"):
+        cols[key] = pc.if_else(scored, pc.fill_null(table.column(key).combine_chunks().cast(pa.float64()), 0.0), 0.0)
+    t = pa.table(cols)
+    errors_of = t.filter(pc.is_valid(kind))
 
-    overall, per_source, per_verifier = new(), defaultdict(new), defaultdict(new)
-    for row in table.to_pylist():
-        unscorable = row["verifier"] is None and row["error"] is not None
-        for entry in (overall, per_source[row["source"]], per_verifier[row["verifier"] or "(none)"]):
-            entry["responses"] += 1
-            if unscorable or (row["error"] or "").startswith("record_error"):
-                continue
-            entry["scored"] += 1
-            for key in ("accuracy", "format", "reward"):
-                entry[key] += row[key]
-            if row["error"]:
-                entry["errors"][row["error"].split(":")[0]] += 1
+    def grouped(key: str) -> dict[str, dict[str, Any]]:
+        agg = t.group_by(key).aggregate([([], "count_all"), ("scored", "sum"), ("accuracy", "sum"),
+                                         ("format", "sum"), ("reward", "sum")]).to_pydict()
+        errs: dict[str, dict[str, int]] = {}
+        if errors_of.num_rows:
+            e = errors_of.group_by([key, "kind"]).aggregate([([], "count_all")]).to_pydict()
+            for k, kd, c in zip(e[key], e["kind"], e["count_all"]):
+                errs.setdefault(k, {})[kd] = c
+        out = {}
+        for i, k in enumerate(agg[key]):
+            n = agg["scored_sum"][i]
+            out[k] = {"responses": agg["count_all"][i], "scored": n,
+                      **{f"mean_{m}": (agg[f"{m}_sum"][i] / n if n else None) for m in ("accuracy", "format", "reward")},
+                      "verifier_errors": dict(sorted(errs.get(k, {}).items()))}
+        return dict(sorted(out.items()))
 
-    def finish(e: dict[str, Any]) -> dict[str, Any]:
-        n = e["scored"]
-        return {"responses": e["responses"], "scored": n,
-                **{f"mean_{k}": (e[k] / n if n else None) for k in ("accuracy", "format", "reward")},
-                "verifier_errors": dict(sorted(e["errors"].items()))}
-
-    return {"overall": finish(overall), "per_source": {k: finish(v) for k, v in sorted(per_source.items())},
-            "per_verifier": {k: finish(v) for k, v in sorted(per_verifier.items())}}
+    empty = {"responses": 0, "scored": 0, "mean_accuracy": None, "mean_format": None, "mean_reward": None,
+             "verifier_errors": {}}
+    return {"overall": grouped("all").get("all", empty), "per_source": grouped("source"),
+            "per_verifier": grouped("verifier")}
 
 
 def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: str | os.PathLike[str] | None = None,

@@ -309,11 +309,19 @@ _settings: dict[str, int] = {}
 
 
 def default_size() -> int:
-    """Worker count: ``CURATE_REWARD_WORKERS``, else the CPU count capped at 4."""
+    """Worker count: ``CURATE_REWARD_WORKERS``, else every core this process was given.
+
+    An executor tells each worker process its share of the machine (``--workers N``
+    on C cores: C // N each; a Ray actor: its reserved CPUs) through
+    ``CURATE_WORKER_CPUS`` (:func:`curate.core.threads.available_cpus`); a process
+    started by hand uses its CPU affinity. There is no fixed cap.
+    """
+    from curate.core.threads import available_cpus
+
     env = os.environ.get("CURATE_REWARD_WORKERS")
     if env:
         return max(1, int(env))
-    return max(1, min(4, os.cpu_count() or 1))
+    return available_cpus()
 
 
 def configure(workers: int | None = None, memory_mb: int | None = None) -> None:
