@@ -1,0 +1,69 @@
+"""``curate verify --workers 2`` vs ``--workers 1`` on the same packed folder (records/s and MB/s of tars).
+
+Usage:
+    python benchmarks/bench_verify_workers.py            # 3,000 records over the sample images
+    python benchmarks/bench_verify_workers.py --quick    # 600
+
+Packs N seeded records (each one of the bundled sample images and a caption) into
+tars of 8 sequences with the tiny processor, then runs ``python -m curate verify``
+in a child process with --workers 1 and 2. Both times include the process start
+and the processor load on the driver. Target: >= 1.6x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark."""
+    from curate.fixtures.processor import build_tiny_processor
+    from packer.pack import pack
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=3000)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    n = 600 if args.quick else args.n
+    images = sorted((ROOT / "data" / "sample" / "images").glob("*.jpg"))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        os.environ["CURATE_CACHE"] = str(tmp / "cache")
+        data = tmp / "records.jsonl"
+        with open(data, "w") as fh:
+            for i in range(n):
+                fh.write(json.dumps({"id": f"v{i}", "source": "bench", "images": [str(images[i % len(images)])],
+                                     "messages": [{"role": "user", "content": "<image>\nDescribe."},
+                                                  {"role": "assistant", "content": f"Picture number {i}."}]}) + "\n")
+        proc = build_tiny_processor(tmp / "processor")
+        t0 = time.perf_counter()
+        pack([str(data)], out=tmp / "pack", ctx=4096, processor=str(proc), sequences_per_shard=8, verify_sample=0,
+             plot=False, workers=2)
+        tars = sorted((tmp / "pack" / "shards").glob("*.tar"))
+        size = sum(t.stat().st_size for t in tars) / 1e6
+        print(f"verify: {n:,} records in {len(tars)} tars ({size:,.0f} MB, packed in {time.perf_counter() - t0:.0f} s); "
+              f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        rates = {}
+        for workers in (1, 2):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "curate", "verify", str(tmp / "pack"), "--workers", str(workers)],
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+                           stdout=subprocess.DEVNULL)
+            seconds = time.perf_counter() - t0
+            rates[workers] = n / seconds
+            print(f"  --workers {workers}: {seconds:.1f} s = {rates[workers]:,.0f} records/s, {size / seconds:,.1f} MB/s")
+        print(f"  ratio --workers 2 / 1: {rates[2] / rates[1]:.2f}x  (target >= 1.6x)")
+
+
+if __name__ == "__main__":
+    main()
