@@ -12,6 +12,7 @@ leans on a deferred import to hide a circle; imports under ``if TYPE_CHECKING``
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from pathlib import Path
 
@@ -50,9 +51,15 @@ def _resolve(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
 def _imports(module: str, path: Path) -> list[tuple[str, bool, ast.AST]]:
     """``(imported module, at module level, node)`` for every import of a package module in ``module``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     typing_only = {id(n) for s in ast.walk(tree) if isinstance(s, ast.If) and "TYPE_CHECKING" in ast.unparse(s.test)
                    for n in ast.walk(s)}
     top = {id(n) for n in tree.body} | {id(n) for s in tree.body if isinstance(s, (ast.If, ast.Try))
@@ -106,6 +113,7 @@ def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _graph(module_level_only: bool) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {m: set() for m in MODULES}
     for module, path in MODULES.items():
@@ -150,7 +158,7 @@ def test_only_the_cli_imports_click() -> None:
     for module, path in MODULES.items():
         if module == "curate.cli" or module.startswith("curate.cli."):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(n == "click" or n.startswith("click.") for n in names):
@@ -177,7 +185,7 @@ def test_no_private_names_across_modules() -> None:
                         offenders.append(f"{module}:{node.lineno} imports {target}.{alias.name}")
                 elif alias.asname:
                     module_aliases[alias.asname] = target
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
                     and node.value.id in module_aliases):
                 offenders.append(f"{module}:{node.lineno} uses {module_aliases[node.value.id]}.{node.attr}")
