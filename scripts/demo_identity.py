@@ -14,8 +14,9 @@ moved to ``WORK/out-<commit>`` and compared file by file:
 
 * every file must exist on both sides;
 * ``*.json`` files are compared after dropping the keys that describe the run
-  rather than its result: ``timings``, ``versions``, ``command`` and any key
-  ending in ``seconds`` (at any depth);
+  rather than its result: ``timings``, ``versions``, ``command``, ``finished``
+  (a timestamp in ``history.json``) and any key ending in ``seconds`` (at any depth);
+* ``*.html`` report pages are compared with durations (``12.3s``) masked;
 * every other file (tar shards, Parquet, ``.npy``, PNG plots, JSONL) must be the
   same bytes.
 
@@ -31,6 +32,7 @@ import argparse
 import filecmp
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +40,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-RUN_KEYS = {"timings", "versions", "command"}
+RUN_KEYS = {"timings", "versions", "command", "finished"}
+DURATION = re.compile(rb"\b\d+(?:\.\d+)?s\b")
 DEMO = "demo-out"
 
 
@@ -85,7 +88,9 @@ def _strip(value: Any) -> Any:
 
 
 def same_file(a: Path, b: Path) -> bool:
-    """Whether two output files agree (JSON without run details, everything else byte for byte)."""
+    """Whether two output files agree (JSON without run details, HTML without durations, the rest byte for byte)."""
+    if a.suffix == ".html":
+        return DURATION.sub(b"<t>", a.read_bytes()) == DURATION.sub(b"<t>", b.read_bytes())
     if a.suffix == ".json":
         try:
             ja, jb = json.loads(a.read_text()), json.loads(b.read_text())
