@@ -37,7 +37,7 @@ from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.rows import RecordInvalid
-from curate.core.io import as_path, input_size, open_input
+from curate.core.io import as_path, input_size, is_url, open_input
 
 IMAGE_TOKEN = "<image>"
 CAPTION_PROMPT = "Describe the image."
@@ -294,6 +294,9 @@ def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def _rows_parquet(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+    if not is_url(part.path):  # native reads (memory-mapped) are much faster than through a Python file
+        yield from _rows_parquet_file(pq.ParquetFile(as_path(part.path), memory_map=True), part)
+        return
     with open_input(part.path) as fh:
         yield from _rows_parquet_file(pq.ParquetFile(fh), part)
 
