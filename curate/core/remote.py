@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -172,7 +173,8 @@ def output(out: str | os.PathLike[str]) -> Iterator[Path]:
     os.environ[_ENV] = json.dumps({**_mapping(), str(local.absolute()): url})
     try:
         yield local
-        push(url, local)
+        n = push(url, local)
+        print(f"outputs in {url} (uploaded {n} objects from the local mirror {local})", file=sys.stderr)
     finally:
         if previous is None:
             os.environ.pop(_ENV, None)
