@@ -106,11 +106,15 @@ def _writable_below(flag: str, path: Path) -> None:
         raise UserError(f"{flag} {path}: permission denied in {base}; choose a folder you can write to")
 
 
+def _local(path: str | os.PathLike[str] | None) -> Path | None:
+    """``path`` to check here, or None when it is not given or is checked when listed (a URL, a pattern)."""
+    return None if path is None or _elsewhere(path) else Path(path)
+
+
 def out_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An output folder: absent (it will be made) or a writable folder, never a file."""
-    if path is None or _elsewhere(path):
+    if (p := _local(path)) is None:
         return
-    p = Path(path)
     if str(path) == "":
         raise UserError(f"{flag}: give a folder path")
     if p.exists() and not p.is_dir():
@@ -120,9 +124,8 @@ def out_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def out_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An output file: absent or a file, never a folder; its folder can be made."""
-    if path is None or _elsewhere(path):
+    if (p := _local(path)) is None:
         return
-    p = Path(path)
     if str(path) == "" or p.is_dir():
         raise UserError(f"{flag} {p}: is a folder; give a file path (for example {p / 'concepts.npy'})")
     _writable_below(flag, p)
@@ -130,9 +133,8 @@ def out_file(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def in_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An input file that exists (``None``: not given)."""
-    if path is None or _elsewhere(path):
+    if (p := _local(path)) is None:
         return
-    p = Path(path)
     if p.is_dir():
         raise UserError(f"{flag} {p}: is a folder; give a file")
     if not p.is_file():

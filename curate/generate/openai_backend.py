@@ -162,8 +162,7 @@ class OpenAIBackend(GenerationBackend):
         super().__init__()
         import httpx
 
-        if max_consecutive_failures < 1:
-            raise UserError(f"--max-consecutive-failures {max_consecutive_failures}: must be at least 1")
+        v.at_least("--max-consecutive-failures", max_consecutive_failures, 1)
         self.max_consecutive_failures = max_consecutive_failures
         self._failures_in_a_row = 0
         self._down: str | None = None  # why the breaker tripped

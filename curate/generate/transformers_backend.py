@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
@@ -143,11 +144,9 @@ class TransformersBackend(GenerationBackend):
                  chat_template_kwargs: dict[str, Any] | None = None, max_image_pixels: int | None = None,
                  max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> None:
         super().__init__()
-        if max_prompt_tokens < 1:
-            raise UserError(f"--max-prompt-tokens {max_prompt_tokens}: must be at least 1")
+        v.at_least("--max-prompt-tokens", max_prompt_tokens, 1)
+        v.at_least("--batch-size", batch_size, 1)
         self.max_prompt_tokens = max_prompt_tokens
-        if batch_size < 1:
-            raise UserError(f"--batch-size {batch_size}: must be at least 1")
         self.model_path = str(model)
         path = Path(self.model_path).expanduser()
         looks_local = path.exists() or self.model_path.startswith((".", "/", "~")) or self.model_path.endswith("/")
