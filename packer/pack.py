@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate.core.columns import as_array, counts_by_source, first_occurrences, rows, source_codes
+from curate.core.columns import counts_by_source, first_occurrences, rows, source_codes
 from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
 from curate.core.io import atomic_open, dumps_json, file_sha256, read_json, write_json, write_parquet
@@ -46,6 +46,9 @@ from packer.plan import batch_padding_tokens, plan_bins
 from packer.report import plot_packing
 from packer.writer import PLAN_ARRAYS, BinRange, ShardWriteTask
 
+
+PLAN_COLUMNS = ("id", "source", "tokens")
+"""What a plan from lengths alone reads (a compute-balanced plan reads every column)."""
 
 
 def _lengths_index() -> Path:
@@ -103,7 +106,7 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     records become Python objects. With ``balance``, the bins are laid out in
     compute-balanced steps (:mod:`packer.balance`).
     """
-    ids = as_array(table.column("id")).cast(pa.string())
+    ids = table.column("id").cast(pa.string())  # chunked as read: no combined copy
     codes, names = source_codes(table.column("source") if "source" in table.column_names else None, len(ids))
     tokens = table.column("tokens").to_numpy().astype(np.int64)
     stats.seen_many(counts_by_source(codes, names))
@@ -196,7 +199,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
     t0 = time.perf_counter()
     reuse: dict[str, Any] | None = None
     if lengths is not None and not inputs:  # a plan from counts alone: no records to check them against
-        table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=False)
+        table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=False,
+                                                      columns=None if balance is not None else PLAN_COLUMNS)
         by_source = _count_by_source(table)
         total.seen_many(by_source)
         total.kept_many(by_source)
@@ -291,11 +295,16 @@ def _processor_of(lengths: Path) -> str:
     return str(found)
 
 
-def _load_lengths(path: Path, *, need_store: bool) -> tuple[pa.Table, Path, str | None]:
+def _load_lengths(path: Path, *, need_store: bool,
+                  columns: Sequence[str] | None = None) -> tuple[pa.Table, Path, str | None]:
+    """Read a lengths file (only ``columns`` of it when given and present)."""
     if not path.exists():
         raise UserError(f"--lengths {path}: no such file")
     try:
-        table = pq.read_table(path)
+        if columns is not None:
+            names = pq.read_schema(path).names
+            columns = [c for c in columns if c in names]
+        table = pq.read_table(path, columns=columns)
     except Exception as exc:  # pyarrow raises several types
         raise UserError(f"--lengths {path}: not a readable Parquet file ({exc})") from None
     missing = {"id", "tokens"} - set(table.column_names)
