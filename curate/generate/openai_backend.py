@@ -70,7 +70,8 @@ def chat_url(endpoint: str) -> str:
 def data_url(path: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> str:
     """A ``data:`` URL of an image file's original bytes; raises :class:`ImageError` for bad images."""
     data = read_bytes(path)
-    info = probe(data, max_pixels=max_pixels, label=str(path))
+    # a file is probed as a file, so its failures keep their file reasons (empty_file, not_an_image...)
+    info = probe(data if isinstance(path, bytes) else path, max_pixels=max_pixels, label=str(path))
     mime = MIME.get(info.format)
     if mime is None:
         raise ImageError("unsupported_format", f"{path}: {info.format}")
