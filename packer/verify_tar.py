@@ -176,6 +176,9 @@ class VerifyTarTask(ShardTask):
 
     stage = "verify"
     unit = "tars"
+    #: Local workers are forked: they inherit the driver's loaded image rule (transformers' smart_resize,
+    #: seconds to import per spawned process) and use no threads, torch or OpenMP themselves.
+    start_method = "fork"
 
     def __init__(self, *, ctx: int, rule: Any, sample: int, balance: dict[str, Any] | None) -> None:
         self.ctx, self.rule = ctx, rule  # the processor's image rule (a small dataclass): workers load no model

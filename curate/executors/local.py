@@ -68,7 +68,7 @@ class LocalExecutor(Executor):
     def _pool(self, task: ShardTask, todo: Sequence[Shard], out: Path, seed: int,
               bar: StageProgress) -> list[dict[str, Any]]:
         results = []
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context(getattr(task, "start_method", "spawn"))  # spawn unless a task is safe to fork
         size = min(self.workers, len(todo))
         with thread_env(task_threads(task)), worker_cpus(available_cpus() // size), ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx,
                                  initializer=_init_worker, initargs=(task,)) as pool:
