@@ -178,6 +178,14 @@ class BalanceConfig:
     tag: TagConfig
     resample: ResampleConfig
     write_records: bool = True
+    match: str = "embeddings"
+    text_field: str | None = None
+    case_sensitive: bool = False
+    match_top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        v.one_of("--match", self.match, MATCHES)
+        v.at_least("--top-k", self.match_top_k, 1)
 
     @property
     def out(self) -> Path:
@@ -186,18 +194,23 @@ class BalanceConfig:
 
     @classmethod
     def build(cls, *, out: PathLike, vocab: PathLike, write_records: bool = True,
-              text_batch_size: int = DEFAULT_TEXT_BATCH, **settings: Any) -> BalanceConfig:
+              text_batch_size: int = DEFAULT_TEXT_BATCH, match: str = "embeddings", text_field: str | None = None,
+              case_sensitive: bool = False, **settings: Any) -> BalanceConfig:
         """The step configs from flat settings (the flags of ``curate balance``).
 
         ``model``, ``precision``, ``device``, ``threads`` and ``seed`` go to every
         step that has them; ``batch_size`` is the image batch, ``text_batch_size``
         the vocabulary's; without ``target``/``fraction`` the inverse mode keeps
-        :data:`DEFAULT_FRACTION`.
+        :data:`DEFAULT_FRACTION`. With ``match="text"`` the records' text is matched
+        against the vocabulary (``text_field``, ``case_sensitive``; ``top_k`` caps the
+        matches kept, default every one) instead of embedding images and concepts.
 
         Raises:
             UserError: a bad setting (named by its flag).
         """
         v.out_dir("--out", out)
+        v.one_of("--match", match, MATCHES)
+        match_top_k = settings.get("top_k") if match == "text" else None
         if settings.get("mode", "inverse") == "inverse" and settings.get("target") is None \
                 and settings.get("fraction") is None:
             settings["fraction"] = DEFAULT_FRACTION
@@ -220,7 +233,8 @@ class BalanceConfig:
         return cls(embed=EmbedConfig(out=out, batch_size=image_batch, **parts["embed"]), vocab=vocab_cfg,
                    tag=TagConfig(out=out, **parts["tag"]),
                    resample=ResampleConfig(out=out, vocab=vocab, **parts["resample"]),
-                   write_records=write_records)
+                   write_records=write_records, match=match, text_field=text_field, case_sensitive=case_sensitive,
+                   match_top_k=match_top_k)
 
 
 __all__ = ["BalanceConfig", "EmbedConfig", "ResampleConfig", "TagConfig", "VocabEmbedConfig"]

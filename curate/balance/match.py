@@ -287,6 +287,19 @@ def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLik
                executor: Any = None, write_stats: bool = True) -> dict[str, Any]:
     """Tag records by substring matching of their text against ``vocab`` into ``OUT/tags.parquet``; resumable.
 
+    Same arguments as :func:`run_match_text`; returns only the ``stats.json`` content.
+    """
+    return run_match_text(inputs, vocab, out=out, text_field=text_field, case_sensitive=case_sensitive,
+                          top_k=top_k, shard_size=shard_size, seed=seed, executor=executor,
+                          write_stats=write_stats)[0]
+
+
+def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLike[str], *,
+                   out: str | os.PathLike[str], text_field: str | None = None, case_sensitive: bool = False,
+                   top_k: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, seed: int = 0,
+                   executor: Any = None, write_stats: bool = True) -> tuple[dict[str, Any], StageStats]:
+    """Tag records by substring matching of their text against ``vocab`` into ``OUT/tags.parquet``; resumable.
+
     Args:
         inputs: record files or folders (any layout curate reads).
         vocab: vocabulary file, one entry per line (concept = line − 1).
@@ -300,7 +313,7 @@ def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLik
         write_stats: write ``OUT/stats.json``.
 
     Returns:
-        The ``stats.json`` content.
+        The ``stats.json`` content and the merged stats (with the rejects).
     """
     from curate.balance.tag import merge_tags
     from curate.executors import run_stage
@@ -341,4 +354,4 @@ def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLik
     }
     if write_stats:
         finish_stage(out, result, stats)
-    return result
+    return result, stats

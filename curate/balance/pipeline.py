@@ -1,5 +1,9 @@
 """``curate balance``: embed → concept embeddings → tag → resample → report, in one folder.
 
+With ``--match text`` the first three steps are one: each record's text is
+matched against the vocabulary (:mod:`curate.balance.match`, no model), writing
+the same ``tags.parquet``; no ``embeddings/`` or ``concepts.npy`` is made.
+
 Layout of ``OUT``::
 
     embeddings/NNNNNN.npy + .ids.parquet   image embeddings, one pair per input shard (curate embed)
@@ -27,6 +31,7 @@ from typing import Any
 
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
 from curate.balance.embed import EMBED_DIR, run_embed
+from curate.balance.match import run_match_text
 from curate.balance.results import BalanceResult
 from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
@@ -73,42 +78,67 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
-    console.print("[bold]1/4[/bold] embed images")
-    embed_result, embed_stats = run_embed(inputs, config.embed, executor=executor, write_stats=False)
-    timings["embed"] = time.perf_counter() - t0
+    text = config.match == "text"
+    concepts: dict[str, Any] | None = None
+    if text:
+        console.print("[bold]1/2[/bold] match the records' text against the vocabulary")
+        tag_result, tag_stats = run_match_text(inputs, vocab, out=out, text_field=config.text_field,
+                                               case_sensitive=config.case_sensitive, top_k=config.match_top_k,
+                                               shard_size=shard_size, seed=seed, executor=executor,
+                                               write_stats=False)
+        embed_result, embed_stats = {"records_embedded": 0}, None
+        timings["match"] = time.perf_counter() - t0
+    else:
+        console.print("[bold]1/4[/bold] embed images")
+        embed_result, embed_stats = run_embed(inputs, config.embed, executor=executor, write_stats=False)
+        timings["embed"] = time.perf_counter() - t0
+
+        t1 = time.perf_counter()
+        console.print("[bold]2/4[/bold] embed the vocabulary")
+        encoder = load_encoder(model, precision=precision, device=e.device)
+        sharded = executor is not None and not executor.in_process
+        concepts = embed_vocab(None, config.vocab, encoder=encoder, executor=executor if sharded else None)
+        if concepts["cached"]:
+            console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
+        timings["vocab_embed"] = time.perf_counter() - t1
+
+        t1 = time.perf_counter()
+        console.print("[bold]3/4[/bold] tag")
+        tag_result, tag_stats = run_tag(out / EMBED_DIR, out / "concepts.npy", config.tag, executor=executor,
+                                        write_stats=False)
+        timings["tag"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    console.print("[bold]2/4[/bold] embed the vocabulary")
-    encoder = load_encoder(model, precision=precision, device=e.device)
-    sharded = executor is not None and not executor.in_process
-    concepts = embed_vocab(None, config.vocab, encoder=encoder, executor=executor if sharded else None)
-    if concepts["cached"]:
-        console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
-    timings["vocab_embed"] = time.perf_counter() - t1
-
-    t1 = time.perf_counter()
-    console.print("[bold]3/4[/bold] tag")
-    tag_result, tag_stats = run_tag(out / EMBED_DIR, out / "concepts.npy", config.tag, executor=executor,
-                                    write_stats=False)
-    timings["tag"] = time.perf_counter() - t1
-
-    t1 = time.perf_counter()
-    console.print("[bold]4/4[/bold] resample and report")
+    console.print("[bold]2/2[/bold] resample and report" if text else "[bold]4/4[/bold] resample and report")
     with console.status("resampling"):
         res_result, res_stats = run_resample(out / "tags.parquet", config.resample, write_stats=False,
                                              records=tuple(inputs) if write_records else None)
     timings["resample"] = time.perf_counter() - t1
 
-    total = _compose(embed_stats, tag_stats, res_stats)
+    total = tag_stats.then(res_stats) if embed_stats is None else _compose(embed_stats, tag_stats, res_stats)
     counts = total.to_dict()
-    settings = {"model": model, "precision": precision, "vocab": str(vocab), "template": template,
-                "scripts": concepts["scripts"], "top_k": top_k, "index": index, "mode": mode,
+    if text:
+        matching = {"match": "text", "text_field": config.text_field, "case_sensitive": config.case_sensitive,
+                    "top_k": config.match_top_k}
+    else:
+        assert concepts is not None
+        matching = {"match": "embeddings", "model": model, "precision": precision, "template": template,
+                    "scripts": concepts["scripts"], "top_k": top_k, "index": index}
+    settings = {**matching, "vocab": str(vocab), "mode": mode,
                 "target": res_result["settings"]["target"], "fraction": fraction,
                 "weighting": weighting, "temperature": temperature, "use_k": use_k,
                 "t": t if mode == "metaclip" else None,
                 "batch_size": batch_size, "shard_size": shard_size}
-    concept_info = {k: concepts[k] for k in ("rows", "dim", "embedded", "skipped", "model", "vocab_sha256",
-                                              "template", "scripts", "cache_dir", "cached")}
+    if concepts is not None:
+        concept_info = {k: concepts[k] for k in ("rows", "dim", "embedded", "skipped", "model", "vocab_sha256",
+                                                  "template", "scripts", "cache_dir", "cached")}
+    else:
+        concept_info = {"rows": tag_result["concept_rows"], "entries": tag_result["concepts_embedded"],
+                        "matches": tag_result["matches"], "rows_without_concept": tag_result["rows_without_concept"],
+                        "rows_without_text": tag_result["rows_without_text"]}
+    first = {"match": _step(tag_result)} if text else {"embed": _step(embed_result), "tag": _step(tag_result)}
+    made = {"tags": "tags.parquet"} if text else {"embeddings": f"{EMBED_DIR}/", "concepts": "concepts.npy",
+                                                  "tags": "tags.parquet"}
     result: dict[str, Any] = {
         **run_header("balance", seed=seed, settings=settings),
         "records_in": counts["records_in"], "records_embedded": embed_result["records_embedded"],
@@ -119,10 +149,9 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
         "concepts": concept_info, "balance": res_result["balance"],
         **({"ivf": tag_result["ivf"]} if "ivf" in tag_result else {}),
         **({"records_written": res_result["records_written"]} if "records_written" in res_result else {}),
-        "steps": {"embed": _step(embed_result), "tag": _step(tag_result), "resample": _step(res_result)},
+        "steps": {**first, "resample": _step(res_result)},
         "timings": {**{k: round(v, 3) for k, v in timings.items()}, "wall": round(time.perf_counter() - t0, 3)},
-        "outputs": {"embeddings": f"{EMBED_DIR}/", "concepts": "concepts.npy", "tags": "tags.parquet",
-                    "selection": "selection.parquet", "plot": "balance.png", "rejects": "rejects.parquet",
+        "outputs": {**made, "selection": "selection.parquet", "plot": "balance.png", "rejects": "rejects.parquet",
                     **({"records": f"{RECORDS_DIR}/"} if write_records else {})},
     }
     return finish_stage(out, result, total)
@@ -139,7 +168,7 @@ def summary_lines(result: BalanceResult | dict[str, Any], out: str | os.PathLike
     b = r.balance
     lines = [
         f"selected {r.records_selected:,} of {r.records_in:,} records "
-        f"({r.records_embedded:,} embedded, {r.pool:,} tagged"
+        "(" + (f"{r.records_embedded:,} embedded, " if r.records_embedded else "") + f"{r.pool:,} tagged"
         + (f"; drawn with replacement: {r.copies_total:,} copies in all)" if r.with_replacement
            else "; drawn without replacement)"),
         f"concepts covered {b.concepts_covered_before:,} → {b.concepts_covered_after:,}; "

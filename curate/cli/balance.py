@@ -196,7 +196,15 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
               show_default=True, help="Vocabulary entries to embed by script (auto: what the tokenizer reads).")
 @click.option("--cache-dir", type=click.Path(path_type=str), default=None,
               help="Concept embedding cache (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
-@click.option("--top-k", type=int, default=5, show_default=True, help="Concepts per record.")
+@click.option("--match", "match", type=click.Choice(MATCHES), default="embeddings", show_default=True,
+              help="How records get their concepts: nearest concept embeddings, or MetaCLIP's substring "
+                   "matching of each record's text against --vocab (no model; no embeddings/ or concepts.npy).")
+@click.option("--text-field", default=None,
+              help="With --match text: match this raw field (caption, text, alt...) instead of the assistant messages.")
+@click.option("--case-sensitive", is_flag=True,
+              help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
+@click.option("--top-k", type=int, default=None,
+              help="Concepts per record (default: 5 with --match embeddings, every match with --match text).")
 @click.option("--index", type=click.Choice(INDEXES), default="flat", show_default=True, help="FAISS index.")
 @click.option("--nlist", type=int, default=None, help="IVF lists (default: 4·√V rounded to a power of 2).")
 @click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
@@ -226,6 +234,7 @@ def balance_cmd(inputs: tuple[str, ...], out: str, threads: int | None, no_recor
       curate balance data/*.jsonl --vocab vocab/500k.txt --fraction 0.3 --out balanced/
       curate balance data/ --vocab vocab/500k.txt --model ViT-B-32-quickgelu:/ckpt/metaclip_b32_400m.pt \\
           --precision bf16 --top-k 5 --target 2000000 --out balanced/
+      curate balance data/ --vocab vocab/500k.txt --match text --text-field caption --mode metaclip --out balanced/
     """
     from curate.balance.config import BalanceConfig
     from curate.balance.pipeline import balance, summary_lines

@@ -103,3 +103,27 @@ def test_cli_match_text(tmp_path: Path) -> None:
     assert max(len(c) for c in pq.read_table(tmp_path / "o" / "tags.parquet").column("concepts").to_pylist()) == 2
     bad = subprocess.run(run[:6] + ["--vocab", str(vocab), "--out", str(tmp_path / "p")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--records" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cli_balance_match_text_on_sample_data(tmp_path: Path) -> None:
+    """``curate balance --match text``: no embeddings, tags and a selection, every record accounted for."""
+    sample = Path(__file__).resolve().parents[3] / "data" / "sample"
+    vocab = tmp_path / "vocab.txt"
+    with open(Path(__file__).resolve().parents[3] / "vocab" / "500k.txt", encoding="utf-8") as fh:
+        vocab.write_text("".join(line for _, line in zip(range(20000), fh)), encoding="utf-8")
+    out = tmp_path / "bal"
+    run = [sys.executable, "-m", "curate", "balance", str(sample / "records.jsonl"), str(sample / "bad" / "records.jsonl"),
+           "--vocab", str(vocab), "--match", "text", "--fraction", "0.5", "--out", str(out)]
+    done = subprocess.run(run, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (out / "tags.parquet").exists() and (out / "selection.parquet").exists()
+    assert not (out / "embeddings").exists() and not (out / "concepts.npy").exists()
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["settings"]["match"] == "text"
+    dropped, errored = sum(stats["dropped"].values()), sum(stats["errored"].values())
+    assert errored > 0 and stats["records_selected"] > 0
+    assert stats["records_in"] == stats["records_selected"] + dropped + errored
+    selection = pq.read_table(out / "selection.parquet")
+    assert selection.num_rows == stats["records_selected"]
+    tags = pq.read_table(out / "tags.parquet")
+    assert set(selection.column("id").to_pylist()) <= set(tags.column("id").to_pylist())
