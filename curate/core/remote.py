@@ -217,27 +217,54 @@ def local_copy(url: str | os.PathLike[str]) -> Path:
     return local
 
 
+def _out_slot(sig: Any, bound: Any, arg: str) -> tuple[str, Any]:
+    """Where a call holds its output folder: the parameter itself, ``**settings`` or ``config.out``."""
+    params = bound.arguments
+    if params.get(arg) is not None:
+        return "param", params[arg]
+    varkw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    if varkw and params.get(varkw, {}).get(arg) is not None:
+        return "settings", params[varkw][arg]
+    config = params.get("config")
+    if config is not None and getattr(config, arg, None) is not None:
+        return "config", getattr(config, arg)
+    return "none", None
+
+
 def remote_out(arg: str = "out", position: int | None = None) -> Any:
-    """Decorate a stage function so that its ``arg`` (``--out``) may be a URL (see :func:`output`)."""
+    """Decorate a stage function so that its ``arg`` (``--out``) may be a URL (see :func:`output`).
+
+    The output folder is found by name wherever the call gives it: as the parameter (by keyword
+    or position), among ``**settings``, or as the field of a ``config`` dataclass (``PackConfig(out=URL)``);
+    the stage then runs on the local mirror. ``position`` is accepted for older callers and unused.
+    """
+    import dataclasses
     import functools
+    import inspect
+
+    del position
 
     def deco(fn: Any) -> Any:
+        sig = inspect.signature(fn)
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if arg in kwargs:
-                value = kwargs[arg]
-            elif position is not None and len(args) > position:
-                value = args[position]
-            else:
-                return fn(*args, **kwargs)
+            try:
+                bound = sig.bind_partial(*args, **kwargs)
+            except TypeError:
+                return fn(*args, **kwargs)  # let the function raise its own error
+            where, value = _out_slot(sig, bound, arg)
             if value is None or not is_url(os.fspath(value)):
                 return fn(*args, **kwargs)
             with output(value) as local:
-                if arg in kwargs:
-                    kwargs[arg] = local
+                if where == "param":
+                    bound.arguments[arg] = local
+                elif where == "settings":
+                    varkw = next(p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD)
+                    bound.arguments[varkw] = {**bound.arguments[varkw], arg: local}
                 else:
-                    args = (*args[:position], local, *args[position + 1:])
-                return fn(*args, **kwargs)
+                    bound.arguments["config"] = dataclasses.replace(bound.arguments["config"], **{arg: local})
+                return fn(*bound.args, **bound.kwargs)
         return wrapper
     return deco
 

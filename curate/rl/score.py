@@ -38,6 +38,7 @@ from curate.rl.config import ScoreConfig
 from curate.executors import Executor, run_stage
 from curate.core.io import write_parquet
 from curate.core.records import BadRecord, Part, iter_rows, read_records, split_file
+from curate.core.remote import remote_out
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats, finish_stage, run_header
 
@@ -198,6 +199,7 @@ def _summaries(table: pa.Table) -> dict[str, Any]:
             "per_verifier": grouped("verifier")}
 
 
+@remote_out("out")
 def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: str | os.PathLike[str] | None = None,
           out: str | os.PathLike[str] | None = None, config: ScoreConfig | None = None, *,
           executor: Executor | None = None, **settings: Any) -> dict[str, Any]:

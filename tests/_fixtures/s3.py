@@ -27,13 +27,19 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """The endpoint URL of a moto S3 server on loopback (skipped when moto is not installed)."""
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The endpoint URL of a moto S3 server on loopback (skipped when moto is not installed).
+
+    Its request recorder (``/moto-api/recorder/...``, off until a test starts it) writes to a
+    temporary file, not the current folder.
+    """
     pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
     port = _free_port()
+    recording = tmp_path_factory.mktemp("moto") / "recording.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
