@@ -25,8 +25,11 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def check_lengths(lengths: Any) -> np.ndarray:
-    """Token lengths as a 1-D int64 array, or a UserError naming the first bad entry."""
+def check_lengths(lengths: Any, *, keep_int: bool = False) -> np.ndarray:
+    """Token lengths as a 1-D int64 array, or a UserError naming the first bad entry.
+
+    With ``keep_int``, an int32 or int64 array is checked and returned as it is (no int64 copy).
+    """
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise UserError(f"lengths must be a 1-D array of token counts, got shape {arr.shape}")
@@ -41,7 +44,8 @@ def check_lengths(lengths: Any) -> np.ndarray:
         raise UserError(f"lengths must be integer token counts, got dtype {arr.dtype}")
     if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
         raise UserError("token counts do not fit in int64")
-    arr = arr.astype(np.int64, copy=False)
+    if not (keep_int and arr.dtype in (np.int32, np.int64)):
+        arr = arr.astype(np.int64, copy=False)
     neg = arr < 0
     if neg.any():
         i = int(np.flatnonzero(neg)[0])

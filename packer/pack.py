@@ -99,31 +99,42 @@ def _reject(stats: StageStats, kind: str, reason: str, index: np.ndarray, ids: p
 
 
 def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, stats: StageStats,
-              balance: BalanceOptions | None = None) -> dict[str, Any]:
+              balance: BalanceOptions | None = None,
+              sources: tuple[np.ndarray, list[str]] | None = None) -> dict[str, Any]:
     """Drop duplicates and too-long records, pack the rest, write the plan files; return plan stats.
 
     Works on columns (dictionary-encoded ids and sources, numpy masks): only rejected
     records become Python objects. With ``balance``, the bins are laid out in
-    compute-balanced steps (:mod:`packer.balance`).
+    compute-balanced steps (:mod:`packer.balance`). ``sources``: the table's
+    :func:`source_codes` when the caller has them already.
     """
     ids = table.column("id").cast(pa.string())  # chunked as read: no combined copy
-    codes, names = source_codes(table.column("source") if "source" in table.column_names else None, len(ids))
-    tokens = table.column("tokens").to_numpy().astype(np.int64)
+    codes, names = sources if sources is not None else _source_codes(table)
+    tokens = table.column("tokens").to_numpy()  # as stored (int32): the planner takes int64 of the candidates only
+    if tokens.dtype.kind not in "iu":
+        tokens = tokens.astype(np.int64)
     stats.seen_many(counts_by_source(codes, names))
     keep = first_occurrences(ids)
+    pa.default_memory_pool().release_unused()  # the sort's buffers go back to the system before the planner
     _reject(stats, "errored", "duplicate_id", np.flatnonzero(~keep), ids, codes, names,
             "id already seen earlier in the input")
     candidates = np.flatnonzero(keep)
-    plan = plan_bins(tokens[candidates], ctx, seed=seed, workers=workers)
+    counted = tokens[candidates]  # every counted sample, the too long ones included (for the plot)
+    plan = plan_bins(counted, ctx, seed=seed, workers=workers)
     too_long = candidates[plan.too_long]
     _reject(stats, "dropped", "too_long", too_long, ids, codes, names,
             [f"{t} tokens > ctx {ctx}" for t in tokens[too_long].tolist()])
     _reject(stats, "dropped", "empty", candidates[plan.empty], ids, codes, names, "0 tokens")
     members = candidates[plan.members]
+    pa.default_memory_pool().release_unused()
     stats.kept_many(counts_by_source(codes[members], names))
-    offsets, bin_tokens, extra, columns, balanced = plan.bin_offsets, plan.bin_tokens, {}, {}, None
+    packed = plan.bin_of >= 0
+    offsets, bin_tokens, lower_bound, packed_tokens = plan.bin_offsets, plan.bin_tokens, plan.lower_bound_bins, \
+        plan.packed_tokens
+    del plan, candidates, keep  # per-record arrays not needed any more (the plan's are in candidate order)
+    extra, columns, balanced = {}, {}, None
     if balance is not None:
-        balanced = balance_table(table, plan.bin_offsets, members, balance, seed=seed)
+        balanced = balance_table(table, offsets, members, balance, seed=seed)
         offsets, members, bin_tokens, extra = balanced.bin_offsets, balanced.members, balanced.bin_tokens, plan_arrays(balanced)
         columns = plan_columns(balanced)
     np_path = out / PLAN_ARRAYS
@@ -136,14 +147,14 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
                                                   "id": ids.take(pa.array(members, pa.int64())),
                                                   "tokens": pa.array(tokens[members], pa.int32()),
                                                   **{k: v[bins] for k, v in columns.items()}}))
-    padding = n_bins * ctx - plan.packed_tokens
-    baseline = batch_padding_tokens(tokens[candidates][plan.bin_of >= 0], batch_size=8, seed=seed)
+    del bins, columns  # the plan table is written: free its columns before the padding baseline
+    padding = n_bins * ctx - packed_tokens
+    baseline = batch_padding_tokens(counted[packed], batch_size=8, seed=seed)
     reduction = (1.0 if baseline == 0 else math.inf) if padding == 0 else baseline / padding
-    counted = tokens[candidates]  # every counted sample, the too long ones included (for the plot)
     return {
-        "bins": n_bins, "lower_bound_bins": plan.lower_bound_bins,
-        "bins_over_lower_bound": n_bins / plan.lower_bound_bins if plan.lower_bound_bins else 1.0,
-        "fill_ratio": plan.packed_tokens / (n_bins * ctx) if n_bins else 0.0, "packed_tokens": plan.packed_tokens,
+        "bins": n_bins, "lower_bound_bins": lower_bound,
+        "bins_over_lower_bound": n_bins / lower_bound if lower_bound else 1.0,
+        "fill_ratio": packed_tokens / (n_bins * ctx) if n_bins else 0.0, "packed_tokens": packed_tokens,
         "padding_reduction": None if math.isinf(reduction) else reduction,
         "padding_tokens_packed": padding,
         **({"balance": balanced.stats} if balanced is not None else {}),
@@ -198,10 +209,12 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
 
     t0 = time.perf_counter()
     reuse: dict[str, Any] | None = None
+    sources: tuple[np.ndarray, list[str]] | None = None  # the source codes, when the lengths-only path made them
     if lengths is not None and not inputs:  # a plan from counts alone: no records to check them against
         table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=False,
                                                       columns=None if balance is not None else PLAN_COLUMNS)
-        by_source = _count_by_source(table)
+        sources = _source_codes(table)
+        by_source = counts_by_source(*sources)
         total.seen_many(by_source)
         total.kept_many(by_source)
     else:
@@ -231,7 +244,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
 
     t0 = time.perf_counter()
     planned = StageStats()
-    plan_stats = plan_step(table, ctx, out, seed=seed, workers=workers, stats=planned, balance=balance)
+    plan_stats = plan_step(table, ctx, out, seed=seed, workers=workers, stats=planned, balance=balance,
+                           sources=sources)
     balanced = plan_stats.pop("_balanced")
     total = total.then(planned)
     timings["plan"] = time.perf_counter() - t0
@@ -278,9 +292,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
     return finish_stage(out, result, total)
 
 
-def _count_by_source(table: pa.Table) -> dict[str, int]:
-    codes, names = source_codes(table.column("source") if "source" in table.column_names else None, table.num_rows)
-    return counts_by_source(codes, names)
+def _source_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
+    return source_codes(table.column("source") if "source" in table.column_names else None, table.num_rows)
 
 
 def _processor_of(lengths: Path) -> str:

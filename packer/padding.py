@@ -28,7 +28,7 @@ def batch_padding_tokens(lengths: np.ndarray, *, batch_size: int = 8, seed: int 
     Returns:
         Σ over batches of (longest × batch size − Σ lengths).
     """
-    lengths = check_lengths(lengths)
+    lengths = check_lengths(lengths, keep_int=True)  # sums below are taken in int64
     batch_size = check_int("batch_size", batch_size, 1)
     seed = check_int("seed", seed, 0)
     n = lengths.shape[0]
@@ -38,7 +38,7 @@ def batch_padding_tokens(lengths: np.ndarray, *, batch_size: int = 8, seed: int 
     starts = np.arange(0, n, batch_size)
     longest = np.maximum.reduceat(shuffled, starts)
     sizes = np.diff(np.append(starts, n))
-    return int((longest * sizes).sum(dtype=np.int64) - shuffled.sum(dtype=np.int64))
+    return int((longest.astype(np.int64) * sizes).sum(dtype=np.int64) - shuffled.sum(dtype=np.int64))
 
 
 def padding_reduction(

@@ -179,7 +179,7 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
         UserError: On a bad ``ctx``, ``seed`` or ``workers``, or on lengths that
             are not 1-D non-negative integers.
     """
-    lengths = check_lengths(lengths)
+    lengths = check_lengths(lengths, keep_int=True)  # int32 counts stay int32: comparisons and keys only
     ctx = check_int("ctx", ctx, 1)
     if ctx > MAX_CTX:
         raise UserError(f"ctx {ctx} is larger than the supported maximum {MAX_CTX}")
@@ -213,9 +213,7 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
     bin_of = np.full(n, TOO_LONG, dtype=np.int64)
     empty = np.flatnonzero(lengths == 0)
     bin_of[empty] = EMPTY
-    bin_ids = np.repeat(np.arange(bin_tokens.shape[0], dtype=np.int64), np.diff(bin_offsets))
-    _scatter(bin_of, members, bin_ids, workers)
-    del bin_ids
+    _scatter_bins(bin_of, members, bin_offsets, workers)
 
     return PackPlan(
         ctx=ctx,
@@ -312,13 +310,18 @@ def _place(
     return members, offsets, pat_tok[out_pat]
 
 
-def _scatter(out: np.ndarray, index: np.ndarray, values: np.ndarray, workers: int) -> None:
-    """``out[index] = values``, split over threads when large (same result)."""
+def _scatter_bins(out: np.ndarray, members: np.ndarray, offsets: np.ndarray, workers: int) -> None:
+    """``out[members[j]] = bin of slot j``, a piece of bins at a time (no array of every slot's bin id)."""
+    n_bins = offsets.shape[0] - 1
+    step = _PIECE * 4
 
     def part(lo: int, hi: int) -> None:
-        out[index[lo:hi]] = values[lo:hi]
+        for b0 in range(lo, hi, step):
+            b1 = min(hi, b0 + step)
+            bins = np.repeat(np.arange(b0, b1, dtype=np.int64), np.diff(offsets[b0 : b1 + 1]))
+            out[members[offsets[b0] : offsets[b1]]] = bins
 
-    _split(index.shape[0], workers, part)
+    _split(n_bins, workers, part)
 
 
 def _split(n: int, workers: int, fn: Callable[[int, int], Any]) -> None:
