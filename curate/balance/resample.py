@@ -133,7 +133,8 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     rng = np.random.default_rng([seed, _SALT])
     if mode == "inverse":
         n_target = target if target is not None else max(1, int(round(fraction * pool)))
-        weights = np.where(eligible, record_weights(arrays, before, weighting=weighting, temperature=temperature), 0.0)
+        weights = record_weights(arrays, before, weighting=weighting, temperature=temperature)
+        weights[~eligible] = 0.0  # in place: no second array of 10M weights
         copies = draw(weights, n_target, rng)
     else:
         n_target = None

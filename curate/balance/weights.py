@@ -193,6 +193,7 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarr
     if target <= pool.size:
         keys = rng.standard_exponential(pool.size)
         keys /= w
+        del w  # freed before the partition's index array
         chosen = np.argpartition(keys, target - 1)[:target] if target < pool.size else np.arange(pool.size)
         copies[pool[chosen]] = 1
     else:
