@@ -4,8 +4,9 @@ For each shard the task writes
 
 * ``lengths/<shard>.parquet``: ``id, source, tokens, text_tokens, image_tokens, n_images, image_grids``;
 * ``_records/<shard>.arrow``: the canonical records (messages as JSON, image paths and
-  extensions, image grids; images carried as bytes in ``image_bytes``, their path empty),
-  memory-mapped later by the shard writer.
+  extensions, image grids; images carried as bytes in ``image_bytes``, their path empty, except
+  tar members: their tar in ``images`` and ``[offset, size]`` in ``image_spans``, read again by the
+  writer instead of copied), memory-mapped later by the shard writer.
 
 Image tokens come from image headers (never decoding pixels) unless ``exact``.
 
@@ -41,12 +42,24 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.errors import UserError
+from curate.core.formats.wds import MemberBytes
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
 from curate.core.io import write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from packer.tokens import TokenCounter
+
+def _member(image: Any) -> bool:
+    return isinstance(image, MemberBytes)
+
+
+def _where(image: Any) -> str:
+    """What ``_records`` keeps in ``images``: a path, a tar member's tar ("" for other bytes)."""
+    if isinstance(image, MemberBytes):
+        return image.tar
+    return "" if isinstance(image, bytes) else image
+
 
 LENGTHS_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("tokens", pa.int32()), ("text_tokens", pa.int32()),
@@ -57,6 +70,7 @@ RECORDS_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("messages", pa.string()), ("images", pa.list_(pa.string())),
     ("image_bytes", pa.list_(pa.large_binary())), ("image_exts", pa.list_(pa.string())), ("image_grids", pa.list_(pa.list_(pa.int32()))),
     ("image_tokens", pa.list_(pa.int32())), ("tokens", pa.int32()),
+    ("image_spans", pa.list_(pa.list_(pa.int64()))),
 ])
 _BATCH = 256
 DEFAULT_VERIFY_SAMPLE = 1000
@@ -272,8 +286,10 @@ class LengthsTask(ShardTask):
         store = pa.table({
             "id": lengths["id"], "source": lengths["source"],
             "messages": [json.dumps(r["messages"], ensure_ascii=False) for r in rows],
-            "images": [["" if isinstance(p, bytes) else p for p in r["images"]] for r in rows],
-            "image_bytes": [[p if isinstance(p, bytes) else None for p in r["images"]] for r in rows],
+            "images": [[_where(p) for p in r["images"]] for r in rows],
+            "image_bytes": [[p if isinstance(p, bytes) and not _member(p) else None for p in r["images"]]
+                            for r in rows],
+            "image_spans": [[[p.offset, len(p)] if _member(p) else [] for p in r["images"]] for r in rows],
             "image_exts": [r["image_exts"] for r in rows],
             "image_grids": lengths["image_grids"], "image_tokens": [r["image_tokens"] for r in rows],
             "tokens": lengths["tokens"],

@@ -19,6 +19,7 @@ headers are fixed (mtime 0, uid/gid 0, mode 0644) so a rerun gives the same byte
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import tarfile
@@ -28,7 +29,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from curate.core.formats.wds import read_member
 from curate.core.images import read_bytes, ImageError
+from curate.core.io import open_input
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
 
@@ -74,7 +77,7 @@ class ShardWriteTask(ShardTask):
 
     stage = "write"
     unit = "sequences"
-    transient = ("_store", "_plan")
+    transient = ("_store", "_plan", "_tars")
 
     def __init__(self, out: str, *, ctx: int, processor: str, store_dir: str | None = None) -> None:
         self.out = out
@@ -83,6 +86,7 @@ class ShardWriteTask(ShardTask):
         self.processor = processor
         self._store: pa.Table | None = None
         self._plan: dict[str, np.ndarray] | None = None
+        self._tars: dict[str, Any] = {}
 
     def settings(self) -> dict[str, Any]:
         """Outputs depend on the context length and the processor fingerprint (the plan is checked separately)."""
@@ -111,7 +115,9 @@ class ShardWriteTask(ShardTask):
         sequences = 0
         path = work / "shards" / f"{shard.id}.tar"  # work is private: the runner renames the file into place
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as fh:
+        with open(path, "wb") as fh, contextlib.ExitStack() as opened:
+            self._tars = {}
+            opened.callback(self._close_tars)
             with tarfile.open(fileobj=fh, mode="w", format=tarfile.USTAR_FORMAT) as tar:
                 for b in range(first, stop):
                     rows = records[offsets[b] - base:offsets[b + 1] - base]
@@ -128,6 +134,20 @@ class ShardWriteTask(ShardTask):
                     ctx.progress(1)
         stats.extra["sequences"] = sequences
         return stats
+
+    def _member(self, tar: str, span: list[int]) -> bytes:
+        """A tar member's bytes read again from its input tar (kept open for the rest of the shard)."""
+        try:
+            if tar not in self._tars:
+                self._tars[tar] = open_input(tar)
+            return read_member(self._tars[tar], int(span[0]), int(span[1]))
+        except OSError as exc:
+            raise ImageError("image_vanished", f"{tar} at offset {span[0]}: {exc}") from None
+
+    def _close_tars(self) -> None:
+        for fh in self._tars.values():
+            fh.close()
+        self._tars = {}
 
     def _step_of(self, b: int) -> dict[str, Any]:
         """``step``, ``rank``, ``micro``, ``cost``, ``dp``, ``micro_batches``, ``steps`` of a balanced plan's bin."""
@@ -150,8 +170,10 @@ class ShardWriteTask(ShardTask):
             stats.seen(source)
             paths, exts = rec["images"], rec["image_exts"]
             carried = rec.get("image_bytes") or [None] * len(paths)
-            try:  # images carried as bytes are written as they came; paths are read now
-                data = [b if b is not None else read_bytes(p) for p, b in zip(paths, carried)]
+            spans = rec.get("image_spans") or [None] * len(paths)
+            try:  # images carried as bytes are written as they came; paths and tar members are read now
+                data = [b if b is not None else self._member(p, span) if span else read_bytes(p)
+                        for p, b, span in zip(paths, carried, spans)]
             except ImageError as exc:  # changed or deleted since it was counted
                 stats.error(rid, source, "image_vanished", exc.detail)
                 continue

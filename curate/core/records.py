@@ -305,7 +305,7 @@ def _rows_tar(part: Part) -> Iterator[tuple[int, Any, str | None]]:
     with open_input(part.path) as fh:
         groups = wds.scan_groups(fh, input_size(part.path), part.offset)
         for row, group in zip(range(part.start, part.stop), groups):
-            raw, problem = wds.group_row(fh, group)
+            raw, problem = wds.group_row(fh, group, part.path)
             yield row, raw, problem
 
 

@@ -69,7 +69,7 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         if not len(value):
             raise RecordInvalid("missing_image", f"column {column!r}: empty image bytes")
-        return bytes(value)
+        return value if isinstance(value, bytes) else bytes(value)  # keeps a tar member's reference
     if isinstance(value, dict):
         if not ({"bytes", "path"} & value.keys()):
             raise RecordInvalid("invalid_image_column",

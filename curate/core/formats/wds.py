@@ -27,6 +27,34 @@ from typing import IO, Any
 
 from curate.core.formats.rows import IMAGE_EXTS
 
+class MemberBytes(bytes):
+    """The bytes of a tar member that also say where they came from (``tar``, ``offset``, ``size``).
+
+    Pack's length step stores this reference instead of the bytes; the shard writer reads the
+    member again (:func:`read_member`). Anything that makes new bytes from it gets plain bytes.
+    """
+
+    tar: str
+    offset: int
+
+    def __new__(cls, data: bytes, tar: str, offset: int) -> MemberBytes:
+        obj = super().__new__(cls, data)
+        obj.tar, obj.offset = tar, offset
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MemberBytes, (bytes(self), self.tar, self.offset))
+
+
+def read_member(fh: IO[bytes], offset: int, size: int) -> bytes:
+    """``size`` bytes of an open tar at ``offset`` (a member's data); OSError when it is shorter now."""
+    fh.seek(offset)
+    data = fh.read(size)
+    if len(data) != size:
+        raise OSError(f"member at offset {offset} is cut short ({len(data)} of {size} bytes)")
+    return data
+
+
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 
@@ -114,8 +142,11 @@ def count_groups(fh: IO[bytes], size: int) -> tuple[list[int], int]:
     return offsets, len(offsets)
 
 
-def group_row(fh: IO[bytes], group: Group) -> tuple[dict[str, Any], str | None]:
-    """Read one group's members into a raw row; ``({"id": key}, "reason:detail")`` for a bad group."""
+def group_row(fh: IO[bytes], group: Group, tar: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """Read one group's members into a raw row; ``({"id": key}, "reason:detail")`` for a bad group.
+
+    With ``tar`` (the tar's path or URL) images are :class:`MemberBytes` that remember their member.
+    """
     bad = {"id": group.key}
     if group.truncated:
         return bad, f"truncated_tar:group {group.key}: {group.truncated}"
@@ -129,7 +160,7 @@ def group_row(fh: IO[bytes], group: Group) -> tuple[dict[str, Any], str | None]:
             return bad, f"truncated_tar:group {group.key}: member .{ext} is cut short"
         last = ext.rsplit(".", 1)[-1]
         if last in IMAGE_EXTS:
-            images.append(data)
+            images.append(MemberBytes(data, tar, at) if tar is not None else data)
         elif last == "txt" and text is None:
             text = data.decode("utf-8", errors="replace")
         elif last == "json" and meta is None:

@@ -49,3 +49,19 @@ def test_layout_verifies_and_loads(packed_layouts: dict, layouts: Layouts, tiny_
     for item in PackedDataset(out / "shards", str(tiny_processor_dir)):
         seen.extend(item["ids"])
     assert sorted(seen) == sorted(by_id)
+
+
+def test_tar_members_are_referenced_not_copied(packed_layouts: dict, layouts: Layouts) -> None:
+    """Pack's store keeps each tar member's tar and [offset, size]; the writer reads the member again."""
+    import pyarrow as pa
+
+    out, _ = packed_layouts["wds"]
+    rows = [r for p in sorted((out / "_records").glob("*.arrow"))
+            for r in pa.ipc.open_file(pa.memory_map(str(p))).read_all().to_pylist()]
+    assert len(rows) == len(layouts.items)
+    by_id = {it["id"]: it["bytes"] for it in layouts.items}
+    for r in rows:
+        assert r["image_bytes"] == [None] and len(r["image_spans"][0]) == 2, r["id"]
+        with open(r["images"][0], "rb") as fh:
+            fh.seek(r["image_spans"][0][0])
+            assert fh.read(r["image_spans"][0][1]) == by_id[r["id"]]
