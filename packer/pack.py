@@ -42,7 +42,8 @@ from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 
 from packer.lengths import LengthsTask
 from packer.reuse import reuse_report
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
-from packer.plan import batch_padding_tokens, plan_bins
+from packer.padding import batch_padding_tokens, reduction_ratio
+from packer.plan import plan_bins
 from packer.report import plot_packing
 from packer.writer import PLAN_ARRAYS, BinRange, ShardWriteTask
 
@@ -150,7 +151,7 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     del bins, columns  # the plan table is written: free its columns before the padding baseline
     padding = n_bins * ctx - packed_tokens
     baseline = batch_padding_tokens(counted[packed], batch_size=8, seed=seed)
-    reduction = (1.0 if baseline == 0 else math.inf) if padding == 0 else baseline / padding
+    reduction = reduction_ratio(baseline, padding)
     return {
         "bins": n_bins, "lower_bound_bins": lower_bound,
         "bins_over_lower_bound": n_bins / lower_bound if lower_bound else 1.0,
@@ -219,7 +220,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         total.kept_many(by_source)
     else:
         if lengths is not None:
-            _load_lengths(Path(lengths), need_store=False)  # one line for an unreadable file, before any work
+            _load_lengths(Path(lengths), need_store=False, columns=("id", "tokens"))  # one line for an unreadable file, before any work
             processor = processor or _processor_of(Path(lengths))
         shards = plan_shards(inputs, shard_size)
         key = _lengths_key(shards, {})  # finds a folder that counted these inputs; record keys decide what is reused

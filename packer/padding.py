@@ -72,7 +72,11 @@ def padding_reduction(
             f"{plan.bin_of.shape[0]} records; pass the lengths the plan was made from"
         )
     baseline = batch_padding_tokens(lengths[plan.bin_of >= 0], batch_size=batch_size, seed=seed)
-    packed = plan.padding_tokens
+    return reduction_ratio(baseline, plan.padding_tokens)
+
+
+def reduction_ratio(baseline: int, packed: int) -> float:
+    """``baseline / packed`` padding; ``math.inf`` when the bins have none, 1.0 when neither side has any."""
     if packed == 0:
         return 1.0 if baseline == 0 else math.inf
     return baseline / packed

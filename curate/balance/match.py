@@ -121,15 +121,18 @@ class TextMatcher:
             self._automaton = automaton
 
     def save(self, path: str | Path) -> None:
-        """Write the automaton (``path``) and its groups (``path.groups.json``) for workers to load."""
+        """Write the automaton (``path``), then its groups (``path.groups.json``) for workers to load.
+
+        The groups file is written last: its presence marks a complete save.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        with atomic_open(path.with_name(path.name + ".groups.json"), "w") as fh:
-            json.dump({"case_sensitive": self.case_sensitive, "groups": self.groups}, fh)
         if self._automaton is not None:
             self._automaton.save(str(tmp))
             os.replace(tmp, path)
+        with atomic_open(path.with_name(path.name + ".groups.json"), "w") as fh:
+            json.dump({"case_sensitive": self.case_sensitive, "groups": self.groups}, fh)
 
     @classmethod
     def load(cls, path: str | Path) -> TextMatcher:

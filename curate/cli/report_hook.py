@@ -19,13 +19,19 @@ def report_after(verb: str, params: dict) -> None:
         return
     if not os.path.exists(os.path.join(str(out), "stats.json")):
         return
+    write_report_or_warn(out)
+
+
+def write_report_or_warn(out: object) -> None:
+    """Write OUT/report/ and print where it is; a failure only warns (the outputs are complete without it)."""
+    from rich.markup import escape
+
     from curate.core.progress import console
     from curate.report import write_report
 
     try:
         index = write_report(out)
     except Exception as exc:  # noqa: BLE001 - the stage's outputs are complete; the report is a view of them
-        console.print(f"[yellow]warning:[/yellow] report not written ({type(exc).__name__}: {exc}); "
-                      f"try: curate report {out}", markup=True)
+        console.print(f"[yellow]warning:[/yellow] {escape(f'report not written ({type(exc).__name__}: {exc}); try: curate report {out}')}")
         return
     console.print(f"report: {index}", markup=False, highlight=False)

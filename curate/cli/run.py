@@ -123,12 +123,6 @@ def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, 
     if is_url(folder) and not no_report:
         console.print(f"report: not written for a bucket ({folder}); copy the run folder and run curate report on it")
     elif not no_report:
-        from curate.report import write_report
+        from curate.cli.report_hook import write_report_or_warn
 
-        try:
-            index = write_report(folder)
-        except Exception as exc:  # noqa: BLE001 - the steps' outputs are complete; the report is a view of them
-            console.print(f"warning: report not written ({type(exc).__name__}: {exc}); try: curate report {folder}",
-                          markup=False, highlight=False)
-            return
-        console.print(f"report: {index}", markup=False, highlight=False)
+        write_report_or_warn(folder)

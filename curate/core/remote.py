@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.core.io import is_url, url_fs
+from curate.core.io import as_path, is_url, url_fs
 
 _ENV = "CURATE_REMOTE_OUT"  # JSON {local staging folder: URL}
 _SKIP = (".tmp/", ".curate.lock")
@@ -162,7 +162,7 @@ def output(out: str | os.PathLike[str]) -> Iterator[Path]:
     """The local folder a stage writes into: ``out`` itself, or a staging mirror of a URL (see module doc)."""
     text = os.fspath(out)
     if not is_url(text):
-        yield Path(text[len("file://"):] if text.startswith("file://") else text)
+        yield Path(as_path(text))
         return
     url = text.rstrip("/")
     check_reachable(url)
@@ -188,7 +188,7 @@ def input_file(path: str | os.PathLike[str] | None) -> Path | None:
         return None
     text = os.fspath(path)
     if not is_url(text):
-        return Path(text[len("file://"):] if text.startswith("file://") else text)
+        return Path(as_path(text))
     check_reachable(text)
     fs, inner = _fs(text)
     if not fs.exists(inner):
@@ -208,7 +208,7 @@ def local_copy(url: str | os.PathLike[str]) -> Path:
     """A read-only local mirror of a folder (a pack output for ``verify``): pulled, never pushed."""
     text = os.fspath(url)
     if not is_url(text):
-        return Path(text[len("file://"):] if text.startswith("file://") else text)
+        return Path(as_path(text))
     text = text.rstrip("/")
     check_reachable(text)
     local = staging(text)

@@ -8,7 +8,6 @@ network: styles and script are inline, images are files beside the pages.
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
 CSS = """
@@ -126,9 +125,3 @@ def filters(target: str, selects: dict[str, list[str]], placeholder: str = "sear
         parts.append(f'<select name="{esc(name)}"><option value="">all {esc(name)}{"es" if name.endswith("s") else "s"}</option>{opts}</select>')
     parts.append('<span class="count muted"></span></div>')
     return "".join(parts)
-
-
-def json_block(element_id: str, data: Any) -> str:
-    """Data for scripts, as an inert JSON script element."""
-    text = json.dumps(data, ensure_ascii=False, sort_keys=True).replace("</", "<\\/")
-    return f'<script type="application/json" id="{esc(element_id)}">{text}</script>'

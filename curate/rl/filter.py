@@ -325,7 +325,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     }
     extra = counts.get("extra", {})
     record_run(out, "rl-filter", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),
-               unanswered=int(extra.get(UNANSWERED, 0)), backend=task.settings()["backend"])
+               unanswered=int(extra.get(UNANSWERED, 0)), backend=settings["backend"])
     if extra.get(UNANSWERED):
         console.print(f"[yellow]{extra[UNANSWERED]} prompts got no answer from the server (errored: "
                       f"{counts['errored']}); rerun the same command to ask them again[/yellow]")

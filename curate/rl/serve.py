@@ -163,11 +163,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def check_options(*, port: int, workers: int, pool_workers: int | None, deadline: float | None) -> None:
-    """Refuse impossible options with one line each (:class:`UserError`), before anything starts."""
-    ServeRewardsConfig(port=port, workers=workers, pool_workers=pool_workers, deadline=deadline)
-
-
 def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
     """Run the reward service with uvicorn until interrupted.
 

@@ -7,13 +7,6 @@ from pathlib import Path
 from curate.core.io import RemotePath, as_path, atomic_open, is_url, url_fs
 
 
-def join(out: Path | RemotePath, *parts: str) -> Path | RemotePath:
-    """``out / part / ...`` for a local folder or a URL."""
-    for part in parts:
-        out = out / part
-    return out
-
-
 def exists(path: str | Path | RemotePath) -> bool:
     """Whether a file or folder (a prefix holding objects) exists."""
     if is_url(path):

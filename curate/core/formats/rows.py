@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from curate.core.io import as_path, is_url
+
 #: Column names (and WebDataset member extensions) that hold raw image bytes.
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm"})
 _TEXT_LAYOUTS = frozenset({"messages", "conversations", "caption", "problem"})
@@ -41,18 +43,16 @@ def looks_like_image(data: bytes) -> bool:
     return data.startswith(_MAGIC) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
 
 
-def is_url(path: str) -> bool:
-    """Whether a path is an fsspec URL (``s3://``, ``gs://``, ``file://``...)."""
-    return "://" in path[:32]
-
-
 def _resolve(path: str, base_dir: Path | str) -> str:
-    if os.path.isabs(path) or is_url(path):
+    if is_url(path):
+        return path
+    path = str(as_path(path))  # a file:// URL is a local path
+    if os.path.isabs(path):
         return path
     base = str(base_dir)
     if is_url(base):
         return base.rstrip("/") + "/" + path
-    return os.path.normpath(os.path.join(base, path))
+    return os.path.normpath(os.path.join(str(as_path(base)), path))
 
 
 def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
