@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -96,33 +95,124 @@ def _split_name(name: str) -> tuple[str, str] | None:
     return name[:dot], name[dot + 1:]
 
 
+_BLOCK = 512
+_FILE_TYPES = frozenset(b"0\x007")  # regular files (tarfile's REGTYPE, AREGTYPE, CONTTYPE)
+_PAX_RECORD = re.compile(rb"(\d+) ")
+
+
+class _BadTar(Exception):
+    """The headers stop making sense at some byte (checksum, size field, long-name data)."""
+
+
+def _number(field: bytes) -> int:
+    """A tar numeric field: octal text, or base-256 when the first byte has its high bit set."""
+    if field[:1] and field[0] & 0x80:
+        return int.from_bytes(field[1:], "big") | ((field[0] & 0x3F) << (8 * (len(field) - 1)))
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise _BadTar(f"size field {text[:12]!r} is not a number") from None
+
+
+def _pax(data: bytes) -> dict[bytes, bytes]:
+    """The ``key=value`` records of a PAX extended header."""
+    out, pos = {}, 0
+    while pos < len(data):
+        match = _PAX_RECORD.match(data, pos)
+        if match is None or int(match.group(1)) <= 0:
+            break
+        length = int(match.group(1))
+        key, _, value = data[match.end():pos + length - 1].partition(b"=")
+        out[key] = value
+        pos += length
+    return out
+
+
+def _walk(fh: IO[bytes], size: int, offset: int) -> Iterator[tuple[str, int, int, int, bool]]:
+    """Yield ``(name, header offset, data offset, data size, is a regular file)`` per member, headers only.
+
+    The header offset is that of the member's first extended header (PAX ``x``/``g``, GNU ``L``), as
+    :mod:`tarfile` reports it. Stops at the first all-zero block; raises :class:`_BadTar` on a bad
+    checksum or at end of file inside a header.
+    """
+    pos = offset
+    first: int | None = None
+    long_name: str | None = None
+    pax_size: int | None = None
+    while True:
+        fh.seek(pos)
+        block = fh.read(_BLOCK)
+        if len(block) < _BLOCK:
+            if block.strip(b"\0") or first is not None:
+                raise _BadTar(f"the tar ends at byte {size} inside a header")
+            return
+        if block.count(0) == _BLOCK:
+            return
+        stored, unsigned = _number(block[148:156]), sum(block) - sum(block[148:156]) + 256
+        if stored != unsigned and stored != unsigned - 2 * sum(b for b in block if b > 127):  # signed sum too
+            raise _BadTar("bad header checksum")
+        kind = block[156]
+        n = _number(block[124:136])
+        data_at = pos + _BLOCK
+        if first is None:
+            first = pos
+        if kind in (0x78, 0x67, 0x4C):  # PAX x, PAX g, GNU long name: they describe the next header
+            fh.seek(data_at)
+            data = fh.read(n)
+            if len(data) < n:
+                raise _BadTar(f"the tar ends at byte {size} inside an extended header")
+            if kind == 0x4C:
+                long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            else:
+                fields = _pax(data)
+                if b"path" in fields:
+                    long_name = fields[b"path"].decode("utf-8", "surrogateescape")
+                if b"size" in fields:
+                    pax_size = int(fields[b"size"])
+            pos = data_at + ((n + _BLOCK - 1) // _BLOCK) * _BLOCK
+            continue
+        if pax_size is not None:
+            n = pax_size
+        if long_name is not None:
+            name = long_name
+        else:
+            name = block[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            prefix = block[345:500].split(b"\0", 1)[0] if block[257:263] == b"ustar\0" else b""
+            if prefix:
+                name = prefix.decode("utf-8", "surrogateescape") + "/" + name
+        yield name, first, data_at, n, kind in _FILE_TYPES
+        pos = data_at + ((n + _BLOCK - 1) // _BLOCK) * _BLOCK
+        first, long_name, pax_size = None, None, None
+
+
 def scan_groups(fh: IO[bytes], size: int, offset: int = 0) -> Iterator[Group]:
     """Yield the member groups of a tar from byte ``offset`` on, reading headers only.
 
-    The last group carries ``truncated`` (a reason detail) when the archive does not end cleanly.
+    The headers are walked directly (512-byte blocks, member data skipped by seeking), which is
+    several times faster than :mod:`tarfile` and gives the same offsets. The last group carries
+    ``truncated`` (a reason detail) when the archive does not end cleanly.
     """
-    fh.seek(offset)
     current: Group | None = None
     end, problem = offset, ""
     try:
-        with tarfile.open(fileobj=fh, mode="r:") as tar:
-            for info in tar:
-                end = info.offset_data + ((info.size + 511) // 512) * 512
-                if not info.isfile():
-                    continue
-                parts = _split_name(info.name)
-                if parts is None:
-                    continue
-                key, ext = parts
-                if current is not None and key != current.key:
-                    yield current
-                    current = None
-                if current is None:
-                    current = Group(key, info.offset)
-                current.members.append((ext.lower(), info.offset_data, info.size))
-            if end > size:
-                problem = f"the tar ends at byte {size}, inside a member"
-    except tarfile.ReadError as exc:
+        for name, at, data_at, n, regular in _walk(fh, size, offset):
+            end = data_at + ((n + _BLOCK - 1) // _BLOCK) * _BLOCK
+            if not regular:
+                continue
+            parts = _split_name(name)
+            if parts is None:
+                continue
+            key, ext = parts
+            if current is not None and key != current.key:
+                yield current
+                current = None
+            if current is None:
+                current = Group(key, at)
+            current.members.append((ext.lower(), data_at, n))
+        if end > size:
+            problem = f"the tar ends at byte {size}, inside a member"
+    except _BadTar as exc:
         problem = f"unreadable tar after byte {end}: {exc}"
     if not problem:
         fh.seek(end)

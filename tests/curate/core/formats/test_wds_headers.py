@@ -1,0 +1,54 @@
+"""The tar header walker finds the same members, offsets and sizes as :mod:`tarfile`, in every tar format."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+
+from curate.core.formats.wds import scan_groups
+
+
+def _tarfile_view(path: Path) -> list[tuple[str, int, int, int]]:
+    with tarfile.open(path) as tar:
+        return [(m.name, m.offset, m.offset_data, m.size) for m in tar.getmembers() if m.isfile()]
+
+
+def _walker_view(path: Path) -> list[tuple[str, int, int, int]]:
+    with open(path, "rb") as fh:
+        groups = list(scan_groups(fh, path.stat().st_size))
+    assert not any(g.truncated for g in groups)
+    return [(f"{g.key}.{ext}", g.offset if i == 0 else -1, at, size)
+            for g in groups for i, (ext, at, size) in enumerate(g.members)]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, "webdataset"])
+def test_walker_matches_tarfile(tmp_path: Path, fmt: object) -> None:
+    path = tmp_path / "t.tar"
+    names = ["dir/" + "long" * 30 + "/k1.jpg", "dir/" + "long" * 30 + "/k1.txt", "k2.png", "k2.json",
+             "k3.seg.png", "k3.seg.txt", "ünï/k4.jpg", "k4.txt"]
+    if fmt == "webdataset":
+        with wds.TarWriter(str(path)) as sink:
+            for i in range(0, len(names), 2):
+                key, ext1 = names[i].split(".", 1)
+                sink.write({"__key__": key, ext1: b"x" * (700 * i + 1), names[i + 1].split(".", 1)[1]: b"caption"})
+    else:
+        if fmt == tarfile.USTAR_FORMAT:
+            names = [n.replace("ünï", "uni") for n in names]
+        with tarfile.open(path, "w", format=fmt) as tar:
+            folder = tarfile.TarInfo("dir")
+            folder.type = tarfile.DIRTYPE
+            tar.addfile(folder)
+            for i, name in enumerate(names):
+                info = tarfile.TarInfo(name)
+                info.size = 513 * i
+                tar.addfile(info, io.BytesIO(b"y" * info.size))
+    expected = _tarfile_view(path)
+    got = _walker_view(path)
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    assert [(g[2], g[3]) for g in got] == [(e[2], e[3]) for e in expected]
+    starts = {g[0]: g[1] for g in got if g[1] >= 0}
+    assert all(starts[name] == offset for name, offset, _, _ in expected if name in starts)
