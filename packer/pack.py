@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate.core.columns import counts_by_source, first_occurrences, rows, source_codes
+from curate.core.columns import counts_by_source, first_occurrences, source_codes
 from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
 from curate.core.io import atomic_open, dumps_json, file_sha256, read_json, write_json, write_parquet
@@ -92,11 +93,14 @@ def _merge_lengths(out: Path) -> pa.Table:
     return table
 
 
-def _reject(stats: StageStats, kind: str, reason: str, index: np.ndarray, ids: pa.Array, codes: np.ndarray,
-            names: list[str], details: list[str] | str) -> None:
-    """List the rows ``index`` as rejects (only rejected rows become Python objects)."""
-    if len(index):
-        stats.reject_many(kind, reason, rows(ids, index), [names[c] for c in codes[index].tolist()], details)
+def _reject(stats: StageStats, kind: str, reason: str, index: np.ndarray, ids: pa.ChunkedArray | pa.Array,
+            codes: np.ndarray, names: pa.Array, details: pa.Array | str) -> np.ndarray:
+    """List the rows ``index`` as rejects, as columns; return their count per source code."""
+    if not len(index):
+        return np.zeros(len(names), np.int64)
+    picked = codes[index]
+    stats.reject_columns(kind, reason, ids.take(pa.array(index, pa.int64())), names.take(pa.array(picked)), details)
+    return np.bincount(picked, minlength=len(names))
 
 
 def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, stats: StageStats,
@@ -104,8 +108,8 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
               sources: tuple[np.ndarray, list[str]] | None = None) -> dict[str, Any]:
     """Drop duplicates and too-long records, pack the rest, write the plan files; return plan stats.
 
-    Works on columns (dictionary-encoded ids and sources, numpy masks): only rejected
-    records become Python objects. With ``balance``, the bins are laid out in
+    Works on columns (source codes, numpy masks, Arrow takes): no Python object is
+    made per record, rejected ones included. With ``balance``, the bins are laid out in
     compute-balanced steps (:mod:`packer.balance`). ``sources``: the table's
     :func:`source_codes` when the caller has them already.
     """
@@ -114,25 +118,29 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     tokens = table.column("tokens").to_numpy()  # as stored (int32): the planner takes int64 of the candidates only
     if tokens.dtype.kind not in "iu":
         tokens = tokens.astype(np.int64)
-    stats.seen_many(counts_by_source(codes, names))
+    seen = np.bincount(codes, minlength=len(names))
+    stats.seen_many(dict(zip(names, seen.tolist())))
+    name_array = pa.array(names, pa.string())
     keep = first_occurrences(ids)
     pa.default_memory_pool().release_unused()  # the sort's buffers go back to the system before the planner
-    _reject(stats, "errored", "duplicate_id", np.flatnonzero(~keep), ids, codes, names,
-            "id already seen earlier in the input")
+    rejected = _reject(stats, "errored", "duplicate_id", np.flatnonzero(~keep), ids, codes, name_array,
+                       "id already seen earlier in the input")
     candidates = np.flatnonzero(keep)
+    del keep
     counted = tokens[candidates]  # every counted sample, the too long ones included (for the plot)
     plan = plan_bins(counted, ctx, seed=seed, workers=workers)
     too_long = candidates[plan.too_long]
-    _reject(stats, "dropped", "too_long", too_long, ids, codes, names,
-            [f"{t} tokens > ctx {ctx}" for t in tokens[too_long].tolist()])
-    _reject(stats, "dropped", "empty", candidates[plan.empty], ids, codes, names, "0 tokens")
+    long_tokens = pa.array(tokens[too_long]).cast(pa.string())
+    rejected += _reject(stats, "dropped", "too_long", too_long, ids, codes, name_array,
+                        pc.binary_join_element_wise(long_tokens, f" tokens > ctx {ctx}", ""))
+    rejected += _reject(stats, "dropped", "empty", candidates[plan.empty], ids, codes, name_array, "0 tokens")
     members = candidates[plan.members]
     pa.default_memory_pool().release_unused()
-    stats.kept_many(counts_by_source(codes[members], names))
-    packed = plan.bin_of >= 0
+    stats.kept_many(dict(zip(names, (seen - rejected).tolist())))
+    packed = (counted > 0) & (counted <= ctx)  # what the planner packs (plan.bin_of >= 0)
     offsets, bin_tokens, lower_bound, packed_tokens = plan.bin_offsets, plan.bin_tokens, plan.lower_bound_bins, \
         plan.packed_tokens
-    del plan, candidates, keep  # per-record arrays not needed any more (the plan's are in candidate order)
+    del plan, candidates  # per-record arrays not needed any more (the plan's are in candidate order)
     extra, columns, balanced = {}, {}, None
     if balance is not None:
         balanced = balance_table(table, offsets, members, balance, seed=seed)
@@ -315,16 +323,19 @@ def _load_lengths(path: Path, *, need_store: bool,
     if not path.exists():
         raise UserError(f"--lengths {path}: no such file")
     try:
+        # ParquetFile, not read_table: the dataset layer (and the pandas it imports) is not needed for one file
+        schema = pq.read_schema(path)
         if columns is not None:
-            names = pq.read_schema(path).names
-            columns = [c for c in columns if c in names]
-        table = pq.read_table(path, columns=columns)
+            columns = [c for c in columns if c in schema.names]
+        as_codes = [c for c in ("source",) if columns is not None and c in columns  # a few names: read as codes
+                    and pa.types.is_string(schema.field(c).type)]
+        table = pq.ParquetFile(path, read_dictionary=as_codes or None).read(columns=columns)
     except Exception as exc:  # pyarrow raises several types
         raise UserError(f"--lengths {path}: not a readable Parquet file ({exc})") from None
     missing = {"id", "tokens"} - set(table.column_names)
     if missing:
         raise UserError(f"--lengths {path}: missing column(s) {', '.join(sorted(missing))}; need at least id and tokens")
-    if table.num_rows and pa.compute.min(table.column("tokens")).as_py() < 0:
+    if table.num_rows and pc.min(table.column("tokens")).as_py() < 0:
         raise UserError(f"--lengths {path}: negative token counts")
     folder = path.parent
     fingerprint = None

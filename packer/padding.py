@@ -34,7 +34,8 @@ def batch_padding_tokens(lengths: np.ndarray, *, batch_size: int = 8, seed: int 
     n = lengths.shape[0]
     if n == 0:
         return 0
-    shuffled = lengths[np.random.default_rng([seed, 2]).permutation(n)]
+    shuffled = lengths.copy()  # shuffled in place: the same order as lengths[rng.permutation(n)], no index array
+    np.random.default_rng([seed, 2]).shuffle(shuffled)
     starts = np.arange(0, n, batch_size)
     longest = np.maximum.reduceat(shuffled, starts)
     sizes = np.diff(np.append(starts, n))

@@ -17,17 +17,18 @@ def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: i
     cost of every step), a third panel compares the step imbalance of the
     token-only plan and of the compute-balanced one.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # no pyplot: its import and figure manager are not needed for a file
 
     panels = 3 if step_ratio is not None else 2
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), dpi=110)
+    fig = Figure(figsize=(5.5 * panels, 4), dpi=110)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, panels)
     left, right = axes[0], axes[1]
     if lengths.size:
-        counts, edges = np.histogram(lengths, bins=min(80, max(10, int(np.sqrt(lengths.size)))))
-        left.stairs(counts, edges, fill=True, color="#4c72b0")  # histogram first: 10M points in one numpy call
+        values, weights = _value_counts(lengths)  # the histograms are binned from per-value counts
+        counts, edges = np.histogram(values, bins=min(80, max(10, int(np.sqrt(lengths.size)))), weights=weights)
+        left.stairs(counts, edges, fill=True, color="#4c72b0")
         left.axvline(ctx, color="#c44e52", ls="--", lw=1, label=f"ctx {ctx}")
         left.set_yscale("log")
         left.legend(loc="upper right")
@@ -35,10 +36,11 @@ def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: i
     left.set_ylabel("samples (log)")
     left.set_title(f"sample lengths (n={lengths.size:,})")
     if bin_tokens.size:
-        fill = bin_tokens / ctx
-        counts, edges = np.histogram(fill, bins=np.linspace(0, 1, 41))
+        values, weights = _value_counts(bin_tokens)
+        counts, edges = np.histogram(values / ctx, bins=np.linspace(0, 1, 41), weights=weights)
+        mean = float((values * weights).sum() / weights.sum() / ctx)
         right.stairs(counts, edges, fill=True, color="#55a868")
-        right.axvline(float(fill.mean()), color="#333333", ls=":", lw=1, label=f"mean fill {fill.mean():.3f}")
+        right.axvline(mean, color="#333333", ls=":", lw=1, label=f"mean fill {mean:.3f}")
         right.legend(loc="upper left")
     right.set_xlabel("bin fill (used tokens / ctx)")
     right.set_ylabel("bins")
@@ -47,10 +49,19 @@ def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: i
         _imbalance_panel(axes[2], step_ratio)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.075 if panels == 2 else 0.055, right=0.98, bottom=0.13, top=0.84 if title else 0.9,
+                        wspace=0.25)  # fixed margins: tight_layout measured every text (~1 s)
     with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", metadata={"Software": None})
-    plt.close(fig)
+
+
+def _value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values and their counts (``bincount`` for integers: one pass, no sort)."""
+    if values.dtype.kind in "iu" and values.size and int(values.min()) >= 0 and int(values.max()) < 1 << 26:
+        counts = np.bincount(values)
+        found = np.flatnonzero(counts)
+        return found, counts[found]
+    return np.unique(values, return_counts=True)
 
 
 def _imbalance_panel(ax: object, step_ratio: dict[str, np.ndarray]) -> None:

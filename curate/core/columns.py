@@ -28,9 +28,32 @@ def source_codes(sources: pa.Array | pa.ChunkedArray | None, n: int) -> tuple[np
     """
     if sources is None:
         return np.zeros(n, np.int32), ["unknown"]
+    if pa.types.is_dictionary(sources.type):
+        return _dictionary_codes(sources)
     arr = pc.fill_null(as_array(sources).cast(pa.string()), "unknown")
     enc = arr.dictionary_encode()
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), enc.dictionary.to_pylist()
+
+
+def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Codes of a dictionary-typed column (as Parquet gives it with ``read_dictionary``), chunk by chunk.
+
+    Each chunk's (small) dictionary is mapped to one list of names; rows index
+    it through numpy, so no string is made per row.
+    """
+    chunks = sources.chunks if isinstance(sources, pa.ChunkedArray) else [sources]
+    where: dict[str, int] = {}  # name -> code, in order of first appearance
+    parts = []
+    for chunk in chunks:
+        values = pc.fill_null(chunk.dictionary.cast(pa.string()), "unknown").to_pylist()
+        index = chunk.indices
+        if index.null_count:
+            values.append("unknown")
+            index = pc.fill_null(index, len(values) - 1)
+        lut = np.array([where.setdefault(v, len(where)) for v in values], np.int32)
+        parts.append(lut[index.to_numpy(zero_copy_only=False)] if len(lut) else np.zeros(len(index), np.int32))
+    codes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return codes, list(where) or ["unknown"]  # names no row uses count 0 and are left out of counts
 
 
 def counts_by_source(codes: np.ndarray, names: Sequence[str], mask: np.ndarray | None = None) -> dict[str, int]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from curate.core.io import write_json, write_parquet
 
@@ -50,6 +51,8 @@ class StageStats:
     timings: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     rejects: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    reject_blocks: list[pa.Table] = field(default_factory=list)
+    """Rejects listed as columns (:meth:`reject_columns`), in order after the rows of ``rejects``."""
 
     def _src(self, source: str) -> dict[str, Any]:
         entry = self.per_source.get(source)
@@ -117,6 +120,41 @@ class StageStats:
         texts = [details[:500]] * len(ids) if isinstance(details, str) else [d[:500] for d in details]
         self.rejects.extend(zip(ids, sources, [kind] * len(ids), [reason] * len(ids), texts))
 
+    def reject_columns(self, kind: str, reason: str, ids: pa.Array, sources: pa.Array,
+                       details: pa.Array | str = "") -> None:
+        """Columnar form of :meth:`reject_many`: the rows stay one Arrow block, no Python object per record.
+
+        Args:
+            kind: ``dropped`` or ``errored``.
+            reason: the reason of every row.
+            ids: the rejected ids (strings).
+            sources: their sources (strings, same length).
+            details: one string for all of them, or a string array (each cut to 500 characters).
+        """
+        if kind not in ("dropped", "errored"):
+            raise ValueError(f"kind must be dropped or errored, got {kind!r}")
+        n = len(ids)
+        if not n:
+            return
+        counter = self.dropped if kind == "dropped" else self.errored
+        counter[reason] += n
+        for entry in pc.value_counts(sources).to_pylist():
+            self._src(entry["values"])[kind][reason] += entry["counts"]
+        text = (pa.repeat(pa.scalar(details[:500], pa.string()), n) if isinstance(details, str)
+                else pc.utf8_slice_codeunits(details.cast(pa.string()), 0, 500))
+        self.reject_blocks.append(pa.table([ids.cast(pa.string()), sources.cast(pa.string()),
+                                            pa.repeat(pa.scalar(kind, pa.string()), n),
+                                            pa.repeat(pa.scalar(reason, pa.string()), n), text],
+                                           schema=REJECT_SCHEMA))
+
+    def _append_rejects(self, other: StageStats) -> None:
+        """Add ``other``'s rejects after this one's, keeping their order (rows before blocks)."""
+        if self.reject_blocks and other.rejects:
+            self.reject_blocks.append(_rows_table(other.rejects))
+        else:
+            self.rejects.extend(other.rejects)
+        self.reject_blocks.extend(other.reject_blocks)
+
     @contextmanager
     def timer(self, step: str) -> Iterator[None]:
         """Add the wall time of a block to ``timings[step]``."""
@@ -156,7 +194,7 @@ class StageStats:
                 self.extra[key] = self.extra.get(key, 0) + value
             elif key not in self.extra:
                 self.extra[key] = value
-        self.rejects.extend(other.rejects)
+        self._append_rejects(other)
         return self
 
     def then(self, nxt: StageStats) -> StageStats:
@@ -172,7 +210,9 @@ class StageStats:
             raise AccountingError(f"next step saw {nxt.records_in} records, previous gave {self.records_out}")
         result = StageStats(records_in=self.records_in, records_out=nxt.records_out,
                             dropped=self.dropped + nxt.dropped, errored=self.errored + nxt.errored,
-                            timings=dict(self.timings), extra=dict(self.extra), rejects=self.rejects + nxt.rejects)
+                            timings=dict(self.timings), extra=dict(self.extra), rejects=list(self.rejects),
+                            reject_blocks=list(self.reject_blocks))
+        result._append_rejects(nxt)
         for key, value in nxt.timings.items():
             result.timings[key] = result.timings.get(key, 0.0) + value
         result.extra.update(nxt.extra)
@@ -215,9 +255,16 @@ class StageStats:
         return stats
 
     def rejects_table(self) -> pa.Table:
-        """The dropped and errored records as a table (id, source, kind, reason, detail)."""
-        cols = list(zip(*self.rejects)) if self.rejects else [[], [], [], [], []]
-        return pa.table([pa.array(list(c), pa.string()) for c in cols], schema=REJECT_SCHEMA)
+        """The dropped and errored records as a table (id, source, kind, reason, detail), one chunk."""
+        table = _rows_table(self.rejects)
+        if self.reject_blocks:
+            table = pa.concat_tables([table, *self.reject_blocks]).combine_chunks()
+        return table
+
+
+def _rows_table(rows: Sequence[tuple[str, str, str, str, str]]) -> pa.Table:
+    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
+    return pa.table([pa.array(list(c), pa.string()) for c in cols], schema=REJECT_SCHEMA)
 
 
 def versions() -> dict[str, str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from curate.report.assets import read_sampled, sample_indices
 from curate.report.html import Raw, esc, filters, section, table
 
@@ -13,14 +15,17 @@ def _sample_rows(path: Path, per_reason: int, seed: int) -> tuple[list[dict[str,
     table, total, partial = read_sampled(path, None, seed)
     if table.num_rows == 0:
         return [], total, partial
-    kinds, reasons = table.column("kind").to_pylist(), table.column("reason").to_pylist()
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, key in enumerate(zip(kinds, reasons)):
-        groups.setdefault(key, []).append(i)
+    # group rows by (kind, reason) through dictionary codes: no Python object per row
+    kind = table.column("kind").combine_chunks().dictionary_encode()
+    reason = table.column("reason").combine_chunks().dictionary_encode()
+    n_reasons = len(reason.dictionary)
+    key = kind.indices.to_numpy().astype(np.int64) * n_reasons + reason.indices.to_numpy()
+    kinds, reasons = kind.dictionary.to_pylist(), reason.dictionary.to_pylist()
+    groups = {(kinds[k // n_reasons], reasons[k % n_reasons]): k for k in np.unique(key).tolist()}
     chosen: list[int] = []
-    for salt, key in enumerate(sorted(groups)):
-        rows = groups[key]
-        chosen.extend(rows[j] for j in sample_indices(len(rows), per_reason, seed, salt))
+    for salt, name in enumerate(sorted(groups)):
+        rows = np.flatnonzero(key == groups[name])
+        chosen.extend(rows[sample_indices(len(rows), per_reason, seed, salt)].tolist())
     chosen.sort()
     return table.take(chosen).to_pylist(), total, partial
 

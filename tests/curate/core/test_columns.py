@@ -57,3 +57,39 @@ def test_bulk_stats_equal_per_record_calls() -> None:
     assert one.rejects == bulk.rejects
     with pytest.raises(ValueError):
         bulk.reject_many("lost", "x", ["y"], ["a"])
+
+
+def test_dictionary_source_codes_count_like_plain_strings() -> None:
+    values = ["b", "a", None, "b", "unknown", "c", None, "a"]
+    plain = pa.array(values, pa.string())
+    chunked = pa.chunked_array([plain.slice(0, 3).dictionary_encode(), plain.slice(3).dictionary_encode()])
+    codes, names = source_codes(chunked, len(values))
+    assert [names[c] for c in codes] == ["unknown" if v is None else v for v in values]
+    assert counts_by_source(codes, names) == counts_by_source(*source_codes(plain, len(values)))
+
+
+def test_reject_columns_equal_reject_many_and_keep_the_order() -> None:
+    rows, cols = StageStats(), StageStats()
+    for s in ("a", "b", "a", "c"):
+        rows.seen(s)
+        cols.seen(s)
+    rows.reject_many("errored", "duplicate_id", ["x"], ["a"], "again")
+    cols.reject_columns("errored", "duplicate_id", pa.array(["x"]), pa.array(["a"]), "again")
+    rows.reject_many("dropped", "too_long", ["y", "z"], ["b", "a"], ["9 > 5", "8" * 600])
+    cols.reject_columns("dropped", "too_long", pa.array(["y", "z"]), pa.array(["b", "a"]),
+                        pa.array(["9 > 5", "8" * 600]))
+    rows.kept("c")
+    cols.kept("c")
+    assert rows.to_dict() == cols.to_dict()
+    assert rows.rejects_table().equals(cols.rejects_table())
+    # rows listed before and after a columnar block stay in call order through then() and merge()
+    first = StageStats(records_in=1, dropped=Counter(bad=1), rejects=[("w", "a", "dropped", "bad", "")],
+                       per_source={"a": {"records_in": 1, "records_out": 0, "dropped": Counter(bad=1),
+                                         "errored": Counter()}})
+    nothing = StageStats()
+    later = StageStats(rejects=[("v", "c", "dropped", "late", "")])
+    joined = first.merge(nothing).merge(cols).merge(later)
+    assert joined.rejects_table()["id"].to_pylist() == ["w", "x", "y", "z", "v"]
+    assert cols.then(StageStats(records_in=1, records_out=1, per_source={
+        "c": {"records_in": 1, "records_out": 1, "dropped": Counter(), "errored": Counter()}})
+    ).rejects_table().equals(cols.rejects_table())
