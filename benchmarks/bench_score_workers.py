@@ -1,15 +1,25 @@
-"""``curate score`` on distinct math answers: responses/s with --workers 2 vs --workers 1 (isolated math verifiers).
+"""``curate score`` on distinct math answers: does scoring scale with the cores it is given?
 
 Usage:
-    python benchmarks/bench_score_workers.py            # 1,200 responses, every answer distinct
-    python benchmarks/bench_score_workers.py --quick    # 300
+    python benchmarks/bench_score_workers.py              # 6,000 responses, every answer distinct
+    python benchmarks/bench_score_workers.py --quick      # 1,500
+    python benchmarks/bench_score_workers.py --repeat 3   # A, B, C three times, interleaved; medians
 
-Every response is a different LaTeX expression, so the result cache never hits
-and each one costs a math-verify parse and comparison in the verifier pool. With
---workers N the executor gives each worker process cores // N cores and its
-verifier pool that many processes (``CURATE_WORKER_CPUS``); before issue 14 the pool
-was capped at 4 per process. Prints responses/s for 1 and 2 workers and the ratio
-(target >= 1.6x on a machine with >= 2 idle cores).
+Every response is a different LaTeX expression, so no cache ever hits and each one
+costs two math-verify parses and a comparison in the verifier pool. A process sizes
+its verifier pool from the cores it is given: its CPU affinity
+(``os.sched_getaffinity``), or ``CURATE_WORKER_CPUS`` set by the executor (cores ÷
+``--workers``, a Ray actor's CPUs). The runs, each a whole ``curate score`` command
+pinned with ``os.sched_setaffinity``:
+
+* A: ``--workers 1`` on one core (a pool of 1);
+* B: ``--workers 2`` on two cores (two processes, a pool of 1 each);
+* C: ``--workers 1`` on two cores (one process, a pool of 2), for contrast.
+
+Prints responses/s end to end (process start, record loading, merge and report
+included), the fixed cost of each setting (the same command on 16 responses) and the
+rate beyond it, the CPU seconds a run used, the load average, and B / A (target
+>= 1.6x). The machine is shared: read the ratio with the load beside it.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SMALL = 16  # responses of the run that measures the fixed cost of each setting
 
 
 def write_inputs(folder: Path, n: int) -> tuple[Path, Path]:
@@ -40,35 +53,80 @@ def write_inputs(folder: Path, n: int) -> tuple[Path, Path]:
     return records, responses
 
 
+def pool_size(cores: set[int], workers: int, env: dict[str, str]) -> int:
+    """The verifier pool one score process gets: asked of a process pinned like the run (÷ workers, as the executor)."""
+    code = "from curate.rewards.runtime.limits import default_size; print(default_size())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    return max(1, int(out.stdout.strip()) // workers)
+
+
+def run_once(records: Path, responses: Path, out: Path, n: int, workers: int, cores: set[int],
+             env: dict[str, str]) -> dict[str, float]:
+    """One ``curate score`` command pinned to ``cores``: wall and CPU seconds, load average before."""
+    cmd = [sys.executable, "-m", "curate", "score", "--records", str(records), "--responses", str(responses),
+           "--out", str(out), "--workers", str(workers), "--shard-size", str(max(1, n // 8))]
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stats = json.loads((out / "stats.json").read_text())
+    if stats.get("scored") != n:
+        raise SystemExit(f"scored {stats.get('scored')} of {n}: {stats.get('errored')}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": wall, "cpu": cpu, "load": load}
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1200)
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--n", type=int, default=6000, help="distinct responses (default 6,000)")
+    ap.add_argument("--quick", action="store_true", help="1,500 responses")
+    ap.add_argument("--repeat", type=int, default=1, help="run A, B, C this many times, interleaved (medians)")
     args = ap.parse_args(argv)
-    n = 300 if args.quick else args.n
-    print(f"score: {n:,} distinct math responses; machine: {os.cpu_count()} cores, "
+    n = 1500 if args.quick else args.n
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        print(f"score workers: needs 2 cores, this process may use {len(mine)}; skipped")
+        return
+    one, two = {mine[0]}, set(mine[:2])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for var in ("CURATE_REWARD_WORKERS", "CURATE_WORKER_CPUS"):
+        env.pop(var, None)
+    runs = {"A": (1, one, "--workers 1 on 1 core "), "B": (2, two, "--workers 2 on 2 cores"),
+            "C": (1, two, "--workers 1 on 2 cores")}
+    print(f"score: {n:,} distinct math responses; machine: {os.cpu_count()} cores, cores used {mine[:2]}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    rates = {}
+    got: dict[str, list[dict[str, float]]] = {k: [] for k in runs}
+    fixed: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         records, responses = write_inputs(tmp, n)
-        for workers in (1, 2):
-            out = tmp / f"out{workers}"
-            cmd = [sys.executable, "-m", "curate", "score", "--records", str(records), "--responses", str(responses),
-                   "--out", str(out), "--workers", str(workers), "--shard-size", str(max(1, n // 8))]
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            env.pop("CURATE_REWARD_WORKERS", None)
-            t0 = time.perf_counter()
-            subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-            seconds = time.perf_counter() - t0
-            stats = json.loads((out / "stats.json").read_text())
-            rates[workers] = n / seconds
-            overall = stats.get("summary", stats).get("overall", {}) if isinstance(stats, dict) else {}
-            print(f"  --workers {workers}: {rates[workers]:,.1f} responses/s ({seconds:.1f} s, process start "
-                  f"included; mean accuracy {overall.get('mean_accuracy')})")
-    print(f"  ratio --workers 2 / 1: {rates[2] / rates[1]:.2f}x  (target >= 1.6x)")
-
+        small = tmp / "small"
+        small.mkdir()
+        small_records, small_responses = write_inputs(small, SMALL)
+        sizes = {k: pool_size(cores, workers, env) for k, (workers, cores, _) in runs.items()}
+        for key, (workers, cores, _) in runs.items():  # start-up, records, merge, report: the cost n does not change
+            fixed[key] = run_once(small_records, small_responses, small / f"out{key}", SMALL, workers, cores, env)["wall"]
+        for r in range(args.repeat):
+            for key, (workers, cores, label) in runs.items():
+                m = run_once(records, responses, tmp / f"out{key}{r}", n, workers, cores, env)
+                got[key].append(m)
+                print(f"  {key} {label} (pool {sizes[key]} per process): {n / m['wall']:7,.1f} responses/s end to end "
+                      f"({m['wall']:.1f} s, of which ~{fixed[key]:.1f} s fixed: "
+                      f"{(n - SMALL) / max(m['wall'] - fixed[key], 1e-9):,.1f}/s beyond it); CPU {m['cpu']:.1f} s; "
+                      f"load {m['load']:.1f}", flush=True)
+    rate = {k: statistics.median(n / m["wall"] for m in v) for k, v in got.items()}
+    beyond = {k: statistics.median((n - SMALL) / max(m["wall"] - fixed[k], 1e-9) for m in v) for k, v in got.items()}
+    per_cpu = statistics.median(n / m["cpu"] for m in got["A"])
+    print(f"  A: {per_cpu:,.1f} responses per CPU second (whole command)")
+    print(f"  ratio B / A (--workers 2 on 2 cores vs --workers 1 on 1 core): {rate['B'] / rate['A']:.2f}x end to end, "
+          f"{beyond['B'] / beyond['A']:.2f}x beyond the fixed cost  (target >= 1.6x)")
+    print(f"  ratio C / A (--workers 1 on 2 cores vs 1 core): {rate['C'] / rate['A']:.2f}x end to end, "
+          f"{beyond['C'] / beyond['A']:.2f}x beyond the fixed cost; load average now {os.getloadavg()[0]:.1f}")
 
 if __name__ == "__main__":
     main()

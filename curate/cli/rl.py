@@ -57,7 +57,7 @@ def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--workers", type=int, default=1, show_default=True, help="Server processes.")
 @click.option("--pool-workers", type=int, default=None,
-              help="Verifier worker processes per server process (time-limited verifiers; default: CPUs, at most 4).")
+              help="Verifier worker processes per server process (time-limited verifiers; default: the cores the process may use).")
 @click.option("--deadline", type=float, default=300.0, show_default=True,
               help="Seconds per request; items unfinished by then score 0 with error 'deadline'.")
 @click.option("--log-level", default="warning", show_default=True,

@@ -81,11 +81,12 @@ class ScoreTask(ShardTask):
         return {"records": self.records, "progress": self.progress}
 
     def setup(self) -> None:
-        """Load the records once per worker and start the verifier pool."""
+        """Start the verifier pool (in the background) and load the records, once per worker."""
         if self._by_id is None:
-            self._by_id, self._bad = load_records(self.records)
             from curate.rewards import warm_up
-            warm_up()
+
+            warm_up()  # first: the pool's factory imports math-verify while the records load
+            self._by_id, self._bad = load_records(self.records)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Score the shard's responses; write ``scores/<shard>.parquet``."""

@@ -170,7 +170,7 @@ def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
         config: The settings (see :class:`ServeRewardsConfig`): ``host`` (``127.0.0.1`` for local
             use only), ``port``, ``workers`` (uvicorn server processes, each with its own verifier
             worker pool), ``pool_workers`` (verifier worker processes per server process; default:
-            CPUs, at most 4), ``log_level`` and ``deadline`` (seconds per request, default 300;
+            the cores the process may use), ``log_level`` and ``deadline`` (seconds per request, default 300;
             unfinished items get ``error: "deadline"``).
         **settings: Fields of :class:`ServeRewardsConfig`, instead of or over ``config``.
 

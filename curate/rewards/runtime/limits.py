@@ -17,8 +17,8 @@ The workers themselves (forked by a zygote, so a replacement takes milliseconds)
 item by item, each item with its own deadline. Each worker has an address-space limit
 (``CURATE_REWARD_WORKER_MEMORY_MB``, default 4096 MB above its start size).
 
-The pool size is ``CURATE_REWARD_WORKERS`` (default: the number of CPUs, at most 4) or
-:func:`configure`. Code execution is not pooled: the code verifier runs each program
+The pool size is ``CURATE_REWARD_WORKERS`` (default: the cores this process was given, see
+:func:`default_size`) or :func:`configure`. Code execution is not pooled: the code verifier runs each program
 in its own sandbox subprocess (:mod:`curate.rewards.verifiers.code`). Successful results are cached
 by :class:`curate.rewards.runtime.cache.ResultCache`.
 """

@@ -21,7 +21,8 @@ process group is killed at the wall limit), inside a new network namespace when
 RLIMIT_CPU / RLIMIT_AS / RLIMIT_FSIZE / RLIMIT_NPROC=0, root dropped to ``nobody``, and
 an audit hook refusing process creation, sockets, ctypes, writes outside the folder and
 reads outside it and the standard library (see :mod:`curate.rewards.runtime._sandbox_boot`).
-At most ``os.cpu_count()`` sandboxes run at once per process.
+At most one sandbox per core this process was given runs at once
+(:func:`curate.core.threads.available_cpus`).
 
 Parameters: ``cpu_seconds`` (default 5), ``wall_seconds`` (10), ``memory_mb`` (512),
 ``partial`` (false), ``mode`` (auto), ``fn_name`` (solution).
@@ -46,6 +47,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from curate.core.threads import available_cpus
 from curate.rewards.extract import extract_answer, last_code_block
 from curate.rewards.result import Context, RecordError, VerifierFailure, param, where
 from curate.rewards.runtime import deadline
@@ -58,7 +60,7 @@ FILE_BYTES = 16 * 1024 * 1024
 warnings.filterwarnings("ignore", category=SyntaxWarning, module="<solution>")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="<solution>")
 _BOOT = (Path(__file__).parents[1] / "runtime" / "_sandbox_boot.py").read_text(encoding="utf-8")
-_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+_SLOTS = threading.BoundedSemaphore(available_cpus())
 
 
 @dataclass(frozen=True, slots=True)

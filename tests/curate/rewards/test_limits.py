@@ -105,3 +105,21 @@ def test_math_timeout_through_score() -> None:
     assert time.monotonic() - t0 < 6.0
     assert result.accuracy == 0.0
     assert result.error in (None, "timeout") or result.error.startswith("verifier_error")
+
+
+def test_pool_size_follows_the_cpu_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process pinned to one core (taskset, a cgroup cpuset) sizes its pool to one worker, not to os.cpu_count()."""
+    import os
+
+    from curate.core.threads import CPUS_VAR
+    from curate.rewards.runtime.limits import default_size
+
+    monkeypatch.delenv("CURATE_REWARD_WORKERS", raising=False)
+    monkeypatch.delenv(CPUS_VAR, raising=False)
+    mine = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mine)})
+        assert default_size() == 1
+    finally:
+        os.sched_setaffinity(0, mine)
+    assert default_size() == len(mine)
