@@ -10,13 +10,22 @@ depends on the run's history goes here instead, per stage:
 * ``generation``: backend counters (requests, attempts, retries per reason, errors per
   reason, seconds) summed over the last execution of every shard;
 * ``unanswered``: requests that failed on the server's side in the last invocation
-  (asked again by a rerun), and the server's learned ``choices_per_call``, if any.
+  (asked again by a rerun), and the server's learned ``choices_per_call``, if any;
+* per run, its ``operational`` settings (:data:`OPERATIONAL`).
+
+**Operational settings** change how a run goes, never what it writes: how many requests
+are in flight, time-outs and retries, the batch size and device of a local model, what a
+server was found to return per call, rows a rollouts file had to skip. They are recorded
+here, per run, and left out of the settings that key a resume (:func:`backend_identity`),
+so a killed run can be resumed with another ``--concurrency`` or ``--timeout``, while a
+change of model, ``--n``, sampling or prompts is still refused. Every generating stage
+(``recaption``, ``rl-filter``) uses this one notion.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +34,8 @@ from curate.core.shards import is_complete, marker_path
 from curate.core.stats import command_line
 
 HISTORY = "history.json"
-#: Backend description keys that a run learns (they depend on the history, not on the settings).
-LEARNED = ("choices_per_call",)
+#: Backend description keys that change how a run goes, not its outputs (see the module docstring).
+OPERATIONAL = ("concurrency", "timeout", "max_retries", "choices_per_call", "batch_size", "device", "skipped_rows")
 
 
 def split_extra(extra: dict[str, Any], prefix: str = "generation.") -> dict[str, Any]:
@@ -34,9 +43,21 @@ def split_extra(extra: dict[str, Any], prefix: str = "generation.") -> dict[str,
     return {k[len(prefix):]: v for k, v in sorted(extra.items()) if k.startswith(prefix)}
 
 
-def without_learned(described: dict[str, Any]) -> dict[str, Any]:
-    """A backend description without what the run learned (:data:`LEARNED`)."""
-    return {k: v for k, v in described.items() if k not in LEARNED}
+def operational_of(described: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`OPERATIONAL` settings of a backend description (for ``history.json``)."""
+    return {k: described[k] for k in OPERATIONAL if k in described}
+
+
+def backend_identity(described: Mapping[str, Any]) -> dict[str, Any]:
+    """What in a backend description decides the answers: all but :data:`OPERATIONAL`.
+
+    The endpoint is left out too when the served model is named: the server may move
+    (another host or port) and still serve the same model.
+    """
+    identity = {k: v for k, v in described.items() if k not in OPERATIONAL}
+    if identity.get("model") != identity.get("endpoint"):
+        identity.pop("endpoint", None)
+    return identity
 
 
 def shards_done(out: Path, stage: str, shards: Sequence[Any]) -> int:
@@ -45,7 +66,7 @@ def shards_done(out: Path, stage: str, shards: Sequence[Any]) -> int:
 
 
 def record_run(out: Path, stage: str, *, timings: dict[str, float], shards: int, reused: int,
-               **figures: Any) -> dict[str, Any]:
+               operational: Mapping[str, Any] | None = None, **figures: Any) -> dict[str, Any]:
     """Append this invocation to ``OUT/history.json`` under ``stage`` and set its ``figures``; return the entry.
 
     Args:
@@ -54,6 +75,7 @@ def record_run(out: Path, stage: str, *, timings: dict[str, float], shards: int,
         timings: Wall seconds per step of this invocation.
         shards: Shards of the run.
         reused: Shards found complete when this invocation started (:func:`shards_done`).
+        operational: This invocation's operational settings (:func:`operational_of`), kept with its run.
         **figures: Counters of the run's history (``generation``, ``unanswered``...).
     """
     path = Path(out) / HISTORY
@@ -64,7 +86,8 @@ def record_run(out: Path, stage: str, *, timings: dict[str, float], shards: int,
     entry = data.get(stage) if isinstance(data.get(stage), dict) else {}
     runs = list(entry.get("runs", [])) + [{"finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                            "command": command_line(), "shards": shards, "shards_reused": reused,
-                                           "timings": {k: round(v, 6) for k, v in sorted(timings.items())}}]
+                                           "timings": {k: round(v, 6) for k, v in sorted(timings.items())},
+                                           **({"operational": dict(operational)} if operational else {})}]
     entry = {**entry, **figures, "runs": runs, "resumes": sum(1 for r in runs if r.get("shards_reused"))}
     data[stage] = entry
     write_json(path, data)

@@ -83,7 +83,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
 
     from curate.executors import run_stage
     from curate.core.shards import plan_shards
-    from curate.core.history import HISTORY, record_run, shards_done, split_extra, without_learned
+    from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
     from curate.core.stats import run_header
 
     config = configure(RecaptionConfig, config, out=out, **settings)
@@ -106,8 +106,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
         per_source[source] = {**entry, "captions": {lang: caption_report([r for r in mine if r["lang"] == lang])
                                                     for lang in lang_list}}
     result = {
-        **run_header("recaption", seed=seed, settings={**task.settings(),
-                                                       "backend_described": without_learned(task.backend.describe())}),
+        **run_header("recaption", seed=seed, settings=task.settings()),
         "records_in": counts["records_in"], "records_out": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"],
         "captions": caption_report(rows),
@@ -118,7 +117,8 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
         "outputs": {"captions": "captions.parquet", "records": records_name, "rejects": "rejects.parquet"},
     }
     record_run(out, "recaption", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),
-               unanswered=int(extra.get(UNANSWERED, 0)), backend=task.backend.describe())
+               unanswered=int(extra.get(UNANSWERED, 0)), backend=task.backend.describe(),
+               operational=operational_of(task.backend.describe()))
     if extra.get(UNANSWERED):
         from curate.core.progress import console
         console.print(f"[yellow]{extra[UNANSWERED]} caption requests got no answer from the server (errored: "

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.formats.writeback import dumps_record, image_ref
+from curate.core.history import backend_identity
 from curate.core.io import write_parquet
 from curate.core.journal import JournalWriter, read_journal
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
@@ -29,8 +30,6 @@ CAPTION_SCHEMA = pa.schema([
     ("caption", pa.string()), ("model", pa.string()), ("error", pa.string()), ("detail", pa.string()),
     ("attempts", pa.int32()), ("truncated", pa.bool_()), ("raw", pa.string()),
 ])
-# Backend settings that do not change answers: a resumed run may change them.
-_OPERATIONAL = ("concurrency", "timeout", "max_retries", "choices_per_call", "batch_size", "device", "skipped_rows")
 
 
 @dataclass(frozen=True)
@@ -75,11 +74,7 @@ class RecaptionTask(GenerationTask):
 
     def settings(self) -> dict[str, Any]:
         """What changes the captions: the model, languages, mix, prompts, sampling and check rules."""
-        described = self.backend.describe()
-        identity = {k: v for k, v in described.items() if k not in _OPERATIONAL}
-        if identity.get("model") != identity.get("endpoint"):
-            identity.pop("endpoint", None)  # a served model name is enough: the server may move
-        return {"backend": identity, "langs": self.langs, "mix": self.mix, "prompts": self.prompts,
+        return {"backend": backend_identity(self.backend.describe()),  # operational settings may change on a rerun "langs": self.langs, "mix": self.mix, "prompts": self.prompts,
                 "sampling": self.sampling, "rules": asdict(self.rules), "images": "first"}
 
     def langs_for(self, rid: str, seed: int) -> list[str]:

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from curate.core.remote import remote_out
 from curate.core.formats.writeback import dumps_record, loads_record, write_records
@@ -141,9 +144,12 @@ class RolloutTask(GenerationTask):
             warm_up()
 
     def settings(self) -> dict[str, Any]:
-        """Answers depend on the backend, n, sampling, prompt style and templates (not the thresholds)."""
+        """Answers depend on the backend, n, sampling, prompt style and templates (not the thresholds,
+        nor the backend's operational settings such as ``concurrency``: see :mod:`curate.core.history`)."""
+        from curate.core.history import backend_identity
+
         self.setup()
-        return {"backend": self.backend.describe(), "n": self.n, "sampling": self.sampling,
+        return {"backend": backend_identity(self.backend.describe()), "n": self.n, "sampling": self.sampling,
                 "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
                 "max_prompt_chars": self.max_prompt_chars}
 
@@ -211,11 +217,14 @@ class RolloutTask(GenerationTask):
         rollouts: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []
         records_out = []
-        for rec, raw in zip(prompts, raws):
+        answers = [done[rec["id"]]["responses"] if done[rec["id"]]["error"] is None else [] for rec in prompts]
+        # the whole shard in one call: one batch to the verifier pool, spread over its workers
+        scored = score_many([(rec, text) for rec, texts in zip(prompts, answers) for text in texts],
+                            progress=self.progress, on_record_error="result")
+        at = 0
+        for rec, raw, responses in zip(prompts, raws, answers):
             entry = done[rec["id"]]
-            responses = entry["responses"] if entry["error"] is None else []
-            results = score_many([(rec, text) for text in responses], progress=self.progress,
-                                 on_record_error="result")
+            results, at = scored[at:at + len(responses)], at + len(responses)
             truncated = list(entry["truncated"]) + [False] * (len(responses) - len(entry["truncated"]))
             for j, (text, res) in enumerate(zip(responses, results)):
                 rollouts.append({"id": rec["id"], "sample": j, "response": text, "truncated": bool(truncated[j]),
@@ -229,12 +238,37 @@ class RolloutTask(GenerationTask):
                          "error": entry["error"] if entry["error"] is not None else (None if responses else "no_responses"),
                          "error_detail": entry.get("detail") or ""})
             records_out.append(dumps_record(raw))  # image bytes kept (base64 in this shard file)
-            stats.kept(rec["source"])  # every readable prompt reaches the selection, which decides
+        stats.kept_many(Counter(rec["source"] for rec in prompts))  # every readable prompt reaches the selection
         write_parquet(work / "rollouts" / f"{shard_id}.parquet", pa.Table.from_pylist(rollouts, schema=ROLLOUT_SCHEMA))
         write_parquet(work / "prompts" / f"{shard_id}.parquet", pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA))
         path = work / "records" / f"{shard_id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
+
+
+def write_kept(out: Path, sizes: list[int], shard_ids: list[str], kept: np.ndarray, decided: pa.Table) -> str:
+    """``kept.jsonl`` (``kept.parquet`` when images are bytes): the kept prompts' input rows, in input order,
+    with ``pass_at_1``, ``pass_at_n`` and ``mean_reward`` added; returns the file name.
+
+    Only the shards' record files that hold a kept prompt are read, and only kept lines are parsed.
+    """
+    idx = np.flatnonzero(kept)
+    metrics = {c: decided.column(c).take(pa.array(idx, pa.int64())).to_pylist()
+               for c in ("pass_at_1", "pass_at_n", "mean_reward")}
+    rows: list[dict[str, Any]] = []
+    start = 0
+    for size, shard_id in zip(sizes, shard_ids):
+        mine = idx[(idx >= start) & (idx < start + size)] - start
+        if len(mine):
+            lines = (out / "records" / f"{shard_id}.jsonl").read_text(encoding="utf-8").split("\n")
+            for i in mine.tolist():
+                rec = loads_record(lines[i])
+                j = len(rows)
+                rec.update(pass_at_1=metrics["pass_at_1"][j], pass_at_n=metrics["pass_at_n"][j],
+                           mean_reward=metrics["mean_reward"][j])
+                rows.append(rec)
+        start += size
+    return write_records(out, "kept", rows)  # kept.parquet (image structs) when images are bytes
 
 
 @remote_out("out", position=1)
@@ -255,12 +289,13 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     """
     import pyarrow.parquet as pq
 
-    from curate.executors import run_stage
-    from curate.rl.selection import evaluate, plot_pass_at_1, source_report
-    from curate.core.shards import plan_shards
-    from curate.core.history import HISTORY, record_run, shards_done, split_extra, without_learned
+    from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
     from curate.core.progress import console
+    from curate.core.shards import plan_shards
     from curate.core.stats import run_header
+    from curate.executors import run_stage
+    from curate.rl.decide import DECISIONS, KEPT, account, decide, output_table, reports
+    from curate.rl.selection import plot_pass_at_1
 
     config = configure(RlFilterConfig, config, out=out, **settings)
     out, seed, plot = Path(config.out), config.seed, config.plot
@@ -272,60 +307,40 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]
-    rows = [r for t in prompt_tables for r in t.to_pylist()]
-    raws = [line for s in shards for line in (out / "records" / f"{s.id}.jsonl").read_text(encoding="utf-8").splitlines()]
-    decided = []
-    for row in rows:
-        th = per_source.get(row["source"], default_th)
-        decided.append({**row, **evaluate(row, th)})
-    selection = StageStats()
-    for row in decided:
-        selection.seen(row["source"])
-        if row["decision"] == "kept":
-            selection.kept(row["source"])
-        elif row["decision"] == "dropped":
-            selection.drop(row["id"], row["source"], row["reason"], f"pass@1 {row['pass_at_1']:.3f}, "
-                           f"pass@N {row['pass_at_n']:.3f}, mean reward {row['mean_reward']:.3f}")
-        else:
-            selection.error(row["id"], row["source"], row["reason"], row.get("error_detail") or row["reason"])
-    total = stats.then(selection)
-    kept_rows = []
-    for row, raw in zip(decided, raws):
-        if row["decision"] == "kept":
-            rec = loads_record(raw)
-            rec.update(pass_at_1=row["pass_at_1"], pass_at_n=row["pass_at_n"], mean_reward=row["mean_reward"])
-            kept_rows.append(rec)
-    kept_name = write_records(out, "kept", kept_rows)  # kept.parquet (image structs) when images are bytes
+    decided = decide(pa.concat_tables(prompt_tables) if prompt_tables else PROMPT_SCHEMA.empty_table(),
+                     default_th, per_source)
+    total = stats.then(account(decided))
+    kept = pc.index_in(decided.column("decision"), pa.array(DECISIONS)).to_numpy(zero_copy_only=False) == KEPT
+    kept_name = write_kept(out, [t.num_rows for t in prompt_tables], [s.id for s in shards], kept, decided)
     rollout_tables = [pq.read_table(out / "rollouts" / f"{s.id}.parquet") for s in shards]
     write_parquet(out / "rollouts.parquet", pa.concat_tables(rollout_tables) if rollout_tables
                   else ROLLOUT_SCHEMA.empty_table())
-    keep_cols = ("id", "source", "answer_type", "prompt_type", "n", "passes", "pass_at_1", "pass_at_n", "gap",
-                 "mean_reward", "reward_std", "reward_sum", "decision", "reason")
-    write_parquet(out / "prompts.parquet", pa.Table.from_pylist([{k: r[k] for k in keep_cols} for r in decided]))
+    write_parquet(out / "prompts.parquet", output_table(decided))
 
     counts = total.to_dict()
-    sources = sorted({r["source"] for r in decided} | set(counts["per_source"]))
+    sources = sorted(set(pc.unique(decided.column("source")).to_pylist()) | set(counts["per_source"]))
+    overall, per = reports(decided, sources)
 
-    def report(rows: list[dict[str, Any]], entry: dict[str, Any]) -> dict[str, Any]:
+    def report(figures: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
         # records, not only the prompts that reached the selection: unreadable and errored rows count too
-        return {**source_report(rows), "records_in": entry["records_in"], "kept": entry["records_out"],
+        return {**figures, "records_in": entry["records_in"], "kept": entry["records_out"],
                 "dropped": entry["dropped"], "errored": entry["errored"]}
 
     settings = task.settings()
     result = {
-        **run_header("rl-filter", seed=seed, settings={**settings, "backend": without_learned(settings["backend"]),
-                                                       "thresholds": {"default": default_th.__dict__, "sources": {
-                                                           k: v.__dict__ for k, v in per_source.items()}}}),
+        **run_header("rl-filter", seed=seed, settings={**settings, "thresholds": {"default": default_th.__dict__, "sources": {
+            k: v.__dict__ for k, v in per_source.items()}}}),
         "records_in": counts["records_in"], "kept": counts["records_out"], "dropped": counts["dropped"],
         "errored": counts["errored"],
-        "overall": report(decided, counts),
-        "per_source": {s: report([r for r in decided if r["source"] == s], counts["per_source"].get(s, {
+        "overall": report(overall, counts),
+        "per_source": {s: report(per[s], counts["per_source"].get(s, {
             "records_in": 0, "records_out": 0, "dropped": {}, "errored": {}})) for s in sources},
         "kept_file": kept_name, "history": HISTORY,
     }
     extra = counts.get("extra", {})
+    described = task.backend.describe()
     record_run(out, "rl-filter", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),
-               unanswered=int(extra.get(UNANSWERED, 0)), backend=settings["backend"])
+               unanswered=int(extra.get(UNANSWERED, 0)), backend=described, operational=operational_of(described))
     if extra.get(UNANSWERED):
         console.print(f"[yellow]{extra[UNANSWERED]} prompts got no answer from the server (errored: "
                       f"{counts['errored']}); rerun the same command to ask them again[/yellow]")

@@ -181,8 +181,11 @@ def source_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def plot_pass_at_1(path: Path, rows: list[dict[str, Any]], thresholds: dict[str, Thresholds]) -> None:
-    """``rl_filter.png``: per source, the distribution of pass@1, the kept band marked, kept share in the title."""
+def plot_pass_at_1(path: Path, prompts: Any, thresholds: dict[str, Thresholds]) -> None:
+    """``rl_filter.png``: per source, the distribution of pass@1, the kept band marked, kept share in the title.
+
+    ``prompts``: a table (``pyarrow.Table``) or rows (dicts) with ``source``, ``decision`` and ``pass_at_1``.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,21 +193,29 @@ def plot_pass_at_1(path: Path, rows: list[dict[str, Any]], thresholds: dict[str,
 
     from curate.core.io import atomic_open
 
-    sources = sorted({r["source"] for r in rows}) or ["(none)"]
-    cols = min(3, len(sources))
-    nrows = -(-len(sources) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), dpi=100, squeeze=False)
+    if isinstance(prompts, list):
+        cols = {k: [r[k] for r in prompts] for k in ("source", "decision", "pass_at_1")}
+    else:
+        cols = {k: prompts.column(k).to_pylist() if k != "pass_at_1" else prompts.column(k) for k in
+                ("source", "decision", "pass_at_1")}
+    source = np.asarray(cols["source"], dtype=object)
+    decision = np.asarray(cols["decision"], dtype=object)
+    p1 = np.asarray(cols["pass_at_1"], dtype=float)
+    sources = sorted(set(source.tolist())) or ["(none)"]
+    cols_n = min(3, len(sources))
+    nrows = -(-len(sources) // cols_n)
+    fig, axes = plt.subplots(nrows, cols_n, figsize=(4.2 * cols_n, 3.0 * nrows), dpi=100, squeeze=False)
     bins = np.linspace(0, 1, 18)
     for ax, src in zip(axes.ravel(), sources):
-        group = [r for r in rows if r["source"] == src and r["decision"] != "errored"]
-        kept = [r["pass_at_1"] for r in group if r["decision"] == "kept"]
-        other = [r["pass_at_1"] for r in group if r["decision"] != "kept"]
+        group = (source == src) & (decision != "errored")
+        kept = p1[group & (decision == "kept")]
+        other = p1[group & (decision != "kept")]
         ax.hist([kept, other], bins=bins, stacked=True, color=["#55a868", "#c8c8c8"], label=["kept", "dropped"])
         th = thresholds.get(src)
         if th is not None and th.filter and th.metric in ("mean_reward", "pass_at_1"):
             lo, hi = th.band
             ax.axvspan(max(lo, 0), min(hi, 1), color="#55a868", alpha=0.12, label=f"band ({th.metric})")
-        ax.set_title(f"{src}: kept {len(kept)}/{len(group)}", fontsize=10)
+        ax.set_title(f"{src}: kept {len(kept)}/{int(group.sum())}", fontsize=10)
         ax.set_xlabel("pass@1")
         ax.set_xlim(0, 1)
         ax.legend(fontsize=7)
