@@ -74,7 +74,9 @@ class RecaptionTask(GenerationTask):
 
     def settings(self) -> dict[str, Any]:
         """What changes the captions: the model, languages, mix, prompts, sampling and check rules."""
-        return {"backend": backend_identity(self.backend.describe()),  # operational settings may change on a rerun "langs": self.langs, "mix": self.mix, "prompts": self.prompts,
+        # operational backend settings (concurrency, timeout...) may change on a rerun: not part of the settings
+        return {"backend": backend_identity(self.backend.describe()), "langs": self.langs, "mix": self.mix,
+                "prompts": self.prompts,
                 "sampling": self.sampling, "rules": asdict(self.rules), "images": "first"}
 
     def langs_for(self, rid: str, seed: int) -> list[str]:
