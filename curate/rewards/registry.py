@@ -216,11 +216,32 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
     params = reward.get("parameters", reward.get("verifier_parm", reward.get("verifier_params", reward.get("params")))) or {}
     if not isinstance(params, (dict, Mapping)):
         raise RecordError(f"{where(rid)}: reward.parameters must be an object")
+    a, f = _weights(reward, rid)
+    return Plan(v, golds, params, _prompt_type(record), a, f)
+
+
+def _prompt_type(record: Mapping[str, Any]) -> str:
     prompt_type = _key(record.get("prompt_type") or "normal")
     if prompt_type not in PROMPT_TYPES:
-        raise RecordError(f"{where(rid)}: prompt_type {record.get('prompt_type')!r} is not 'normal' or 'think'")
-    a, f = _weights(reward, rid)
-    return Plan(v, golds, params, prompt_type, a, f)
+        raise RecordError(f"{where(record.get('id'))}: prompt_type {record.get('prompt_type')!r} is not 'normal' or 'think'")
+    return prompt_type
+
+
+def format_only(record: Mapping[str, Any], response: Any) -> float:
+    """The format score of ``response`` for ``record``'s prompt style, alone (see :mod:`curate.rewards.format`).
+
+    Only ``prompt_type`` is read: no verifier runs and no gold is needed, so a format
+    reward costs one linear scan of the response, never a verifier or the worker pool.
+
+    Raises:
+        RecordError: the record is not a mapping, its ``prompt_type`` is neither normal nor
+            think, or the response is not a string.
+    """
+    if not isinstance(record, Mapping):
+        raise RecordError(f"a record must be a JSON object, got {type(record).__name__}")
+    prompt_type = _prompt_type(record)
+    text = _coerce(response)
+    return format_score(text, prompt_type) if len(text) <= MAX_RESPONSE_CHARS else 0.0
 
 
 def _finish(p: Plan, accuracy: float | None, fmt: float, error: str | None) -> RewardResult:

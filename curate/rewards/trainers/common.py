@@ -172,6 +172,29 @@ def _warn(results: Sequence[RewardResult], records: Sequence[Mapping[str, Any]])
                            res.error.split(": ", 1)[-1])
 
 
+def format_batch(records: Sequence[Mapping[str, Any]], responses: Sequence[str]) -> list[float]:
+    """The format score of ``responses[i]`` for ``records[i]``'s prompt style, without running any verifier.
+
+    For format-only reward functions: only ``prompt_type`` is read (:func:`curate.rewards.registry.format_only`),
+    so a math or code record costs no verifier call and no worker pool. A record whose
+    ``prompt_type`` is invalid scores 0 with a logged warning.
+    """
+    from curate.rewards.registry import format_only
+
+    if len(records) != len(responses):
+        raise ValueError(f"{len(records)} records for {len(responses)} responses")
+    out, failed = [], []
+    for record, response in zip(records, responses):
+        try:
+            out.append(format_only(record, response))
+        except rewards.RecordError as exc:
+            out.append(0.0)
+            failed.append((RewardResult(0.0, 0.0, 0.0, f"record_error: {exc}", ""), record))
+    if failed:
+        _warn([r for r, _ in failed], [rec for _, rec in failed])
+    return out
+
+
 def score_batch(records: Sequence[Mapping[str, Any]], responses: Sequence[str], *,
                 progress: float | None = None) -> list[RewardResult]:
     """Score ``responses[i]`` against ``records[i]`` with :func:`curate.rewards.score_many`.

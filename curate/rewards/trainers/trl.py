@@ -19,7 +19,8 @@ strings or conversational (``[{"role": "assistant", "content": ...}]``). The tra
 progress (``trainer_state.global_step / max_steps``) feeds the dynamic IoU threshold.
 
 - :func:`accuracy_reward`: the verifier's accuracy in [0, 1].
-- :func:`format_reward`: the format score of the record's prompt style in [0, 1].
+- :func:`format_reward`: the format score of the record's prompt style in [0, 1] (the format
+  check alone: no verifier runs, no gold is needed).
 - :func:`curate_reward`: the record's combined reward (``reward.accuracy_ratio`` /
   ``format_ratio``), the value ``curate score`` and ``rl-filter`` report.
 
@@ -38,15 +39,19 @@ from curate.rewards import RewardResult
 from curate.rewards.trainers.common import (
     RECORD_FIELDS,
     completion_text,
+    format_batch,
     progress_of,
     record_from_label,
     score_batch,
 )
 
-def _records(n: int, columns: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One record per completion from TRL's per-completion column lists."""
+def _records(n: int, columns: Mapping[str, Any], *, need_gold: bool = True) -> list[dict[str, Any]]:
+    """One record per completion from TRL's per-completion column lists (``need_gold=False``: the
+    ``answer`` column may be missing, as for the format reward)."""
     present = [k for k in RECORD_FIELDS if k != "answer" and isinstance(columns.get(k), (list, tuple))]
     gold = columns.get("answer", columns.get("solution"))
+    if gold is None and not need_gold:
+        return [{k: columns[k][i] for k in present if i < len(columns[k])} for i in range(n)]
     if not isinstance(gold, (list, tuple)) or len(gold) != n:
         raise UserError("curate reward functions need an 'answer' (or 'solution') column in the training "
                         f"dataset, one value per completion; got {type(gold).__name__}: add the gold answers")
@@ -79,8 +84,12 @@ def accuracy_reward(prompts: Sequence[Any] | None = None, completions: Sequence[
 
 def format_reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                   **columns: Any) -> list[float]:
-    """GRPO reward function: the format score of each completion (``normal`` or ``think`` style)."""
-    return [r.format for r in score_completions(prompts, completions, **columns)]
+    """GRPO reward function: the format score of each completion (``normal`` or ``think`` style).
+
+    Only the format check runs (no verifier: a right format with a wrong answer scores 1.0).
+    """
+    records = _records(len(completions), columns, need_gold=False)
+    return format_batch(records, [completion_text(c) for c in completions])
 
 
 def curate_reward(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),

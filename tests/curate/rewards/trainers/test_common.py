@@ -76,3 +76,29 @@ def test_trl_functions_without_an_answer_column_say_what_to_add() -> None:
 
     with pytest.raises(UserError, match="'answer'"):
         accuracy_reward(prompts=["p"], completions=["7"], answer_type=["number"])
+
+
+def test_format_rewards_run_the_format_check_only() -> None:
+    """TRL's format_reward and AReaL's format_reward_fn never call a verifier: a right format with a
+    wrong math answer gets the format reward, and the math verifier (and its worker pool) is not used."""
+    from curate.rewards import counters, score
+    from curate.rewards.runtime.limits import get_pool
+    from curate.rewards.trainers import areal
+    from curate.rewards.trainers import trl as curate_trl
+
+    think = "<think>" + "add the two fractions, then simplify " * 3 + "</think><answer>x^2 + 1</answer>"
+    texts = ["<answer>\\frac{1}{3}</answer>", think, "it is 1", "<answer>2</answer><answer>3</answer>"]
+    cols = {"answer": ["\\frac{1}{2}", "x^3", "1", "2"], "answer_type": ["math"] * 4,
+            "prompt_type": ["normal", "think", "normal", "normal"]}
+    calls, tasks = counters().get("calls:math", 0), get_pool().counts["tasks"]
+    fmt = curate_trl.format_reward(prompts=["p"] * 4, completions=texts, **cols)
+    no_gold = curate_trl.format_reward(prompts=["p"] * 4, completions=texts, prompt_type=cols["prompt_type"])
+    one = areal.format_reward_fn("p", texts[0] + "<|im_end|>", [], [], answer="\\frac{1}{2}", answer_type="math")
+    bad = curate_trl.format_reward(prompts=["p"], completions=[texts[0]], answer=["1"], prompt_type=["weird"])
+    assert counters().get("calls:math", 0) == calls and get_pool().counts["tasks"] == tasks  # no verifier ran
+    assert fmt == no_gold == [1.0, 1.0, 0.0, 0.0] and one == 1.0 and bad == [0.0]
+    records = [{"answer": a, "answer_type": "math", "prompt_type": p} for a, p in zip(cols["answer"], cols["prompt_type"])]
+    full = [score(r, t) for r, t in zip(records, texts)]
+    assert [r.format for r in full] == fmt  # the same format scores as the full scoring
+    assert full[0].accuracy == 0.0 and full[1].accuracy == 0.0  # wrong answers: only the format was rewarded
+    assert counters().get("calls:math", 0) > calls  # (the full scoring does go through the math verifier)
