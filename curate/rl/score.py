@@ -23,11 +23,11 @@ counts as scored, not errored (the model's output is the problem, not the input)
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -159,6 +159,29 @@ def plan_response_shards(responses: str | os.PathLike[str], shard_size: int) -> 
     return [Shard(i, (p,)) for i, p in enumerate(parts)]
 
 
+def rank_within_id(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The rank of every row among the rows of its id, in row order (0, 1, ... per id), on columns.
+
+    One stable sort brings each id's rows together in row order; a row's rank is its
+    distance from the first row of its run.
+    """
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = pc.sort_indices(ids).to_numpy()  # stable
+    ordered = ids.take(pa.array(order))
+    starts = np.ones(n, dtype=bool)
+    if n > 1:
+        same = pc.fill_null(pc.equal(ordered.slice(1), ordered.slice(0, n - 1)), False)
+        starts[1:] = ~np.asarray(same.to_numpy(zero_copy_only=False) if isinstance(same, pa.Array)
+                                 else same.combine_chunks().to_numpy(zero_copy_only=False))
+    position = np.arange(n)
+    first = np.maximum.accumulate(np.where(starts, position, 0))
+    rank = np.empty(n, np.int64)
+    rank[order] = position - first
+    return rank
+
+
 def _summaries(table: pa.Table) -> dict[str, Any]:
     """Means and error counts overall, per source and per verifier, computed on columns (group_by)."""
     err = table.column("error").combine_chunks()
@@ -219,12 +242,8 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
     tables = [pq.read_table(out / "scores" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     # number the samples of each id in file order where the file gives none
-    rank: dict[str, int] = defaultdict(int)
-    samples = []
-    for rid, sample in zip(table.column("id").to_pylist(), table.column("sample").to_pylist()):
-        samples.append(sample if sample is not None else rank[rid])
-        rank[rid] += 1
-    table = table.set_column(1, "sample", pa.array(samples, pa.int32()))
+    table = table.set_column(1, "sample", pc.coalesce(table.column("sample").combine_chunks(),
+                                                      pa.array(rank_within_id(table.column("id")), pa.int32())))
     write_parquet(out / "scores.parquet", table)
     counts = stats.to_dict()
     result = {**run_header("score", seed=seed, settings={**task.settings(), "responses": str(responses)}),

@@ -89,3 +89,22 @@ def test_parquet_responses_and_rows_without_text(tmp_path) -> None:
     pq.write_table(pa.table({"id": ["a"]}), tmp_path / "nocol.parquet")
     with pytest.raises(UserError, match="missing response"):
         score([records], tmp_path / "nocol.parquet", tmp_path / "out3")
+
+
+def test_sample_numbers_on_columns_equal_a_count_per_id() -> None:
+    import random
+
+    import pyarrow as pa
+
+    from curate.rl.score import rank_within_id
+
+    rng = random.Random(5)
+    ids = [f"q{rng.randrange(40)}" for _ in range(1000)]
+    seen: dict[str, int] = {}
+    want = []
+    for rid in ids:
+        want.append(seen.get(rid, 0))
+        seen[rid] = want[-1] + 1
+    chunked = pa.chunked_array([ids[:333], ids[333:]])
+    assert rank_within_id(chunked).tolist() == want
+    assert rank_within_id(pa.array([], pa.string())).tolist() == []
