@@ -5,8 +5,10 @@ For each shard the task writes
 * ``lengths/<shard>.parquet``: ``id, source, tokens, text_tokens, image_tokens, n_images, image_grids``;
 * ``_records/<shard>.arrow``: the canonical records (messages as JSON, image paths and
   extensions, image grids; images carried as bytes in ``image_bytes``, their path empty, except
-  tar members: their tar in ``images`` and ``[offset, size]`` in ``image_spans``, read again by the
-  writer instead of copied), memory-mapped later by the shard writer.
+  those that remember where they came from, which are read again by the writer instead of copied:
+  tar members (their tar in ``images``, ``[offset, size]`` in ``image_spans``) and Parquet cells (their
+  file in ``images``, ``[row, column index, list item or -1, size]`` in ``image_spans``)), memory-mapped
+  later by the shard writer.
 
 Image tokens come from image headers (never decoding pixels) unless ``exact``.
 
@@ -42,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.errors import UserError
+from curate.core.formats.parquet import ParquetBytes
 from curate.core.formats.wds import MemberBytes
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
 from curate.core.io import write_parquet
@@ -50,14 +53,18 @@ from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from packer.tokens import TokenCounter
 
+_REFS = (MemberBytes, ParquetBytes)
+
+
 def _member(image: Any) -> bool:
-    return isinstance(image, MemberBytes)
+    """Whether an image is bytes that remember their place in an input (a tar member, a Parquet cell)."""
+    return isinstance(image, _REFS)
 
 
 def _where(image: Any) -> str:
-    """What ``_records`` keeps in ``images``: a path, a tar member's tar ("" for other bytes)."""
-    if isinstance(image, MemberBytes):
-        return image.tar
+    """What ``_records`` keeps in ``images``: a path, the tar or Parquet file of a referenced image ("" for other bytes)."""
+    if isinstance(image, _REFS):
+        return image.file
     return "" if isinstance(image, bytes) else image
 
 
@@ -289,7 +296,7 @@ class LengthsTask(ShardTask):
             "images": [[_where(p) for p in r["images"]] for r in rows],
             "image_bytes": [[p if isinstance(p, bytes) and not _member(p) else None for p in r["images"]]
                             for r in rows],
-            "image_spans": [[[p.offset, len(p)] if _member(p) else [] for p in r["images"]] for r in rows],
+            "image_spans": [[p.span() if _member(p) else [] for p in r["images"]] for r in rows],
             "image_exts": [r["image_exts"] for r in rows],
             "image_grids": lengths["image_grids"], "image_tokens": [r["image_tokens"] for r in rows],
             "tokens": lengths["tokens"],

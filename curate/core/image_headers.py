@@ -54,8 +54,11 @@ def read_header(path: str | os.PathLike[str], size: int, fd: int) -> Header | No
 
 
 def header_of_bytes(data: bytes) -> Header | None:
-    """:func:`read_header` for an image held in memory (bytes from Parquet or a tar member)."""
-    head, tail = data[:HEAD], data[-TAIL:]
+    """:func:`read_header` for an image held in memory (bytes from Parquet or a tar member).
+
+    The head is a view (no copy of the first 64 KiB); only the last 4 KiB are copied.
+    """
+    head, tail = memoryview(data)[:HEAD], bytes(data[-TAIL:])
     if head[:3] == b"\xff\xd8\xff":
         return _jpeg(head, tail)
     if head[:8] == b"\x89PNG\r\n\x1a\n":

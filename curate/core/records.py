@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
+from curate.core.formats.parquet import table_rows
 from curate.core.formats.rows import RecordInvalid
 from curate.core.io import as_path, input_size, is_url, open_input
 
@@ -320,8 +321,8 @@ def _rows_parquet_file(pf: pq.ParquetFile, part: Part) -> Iterator[tuple[int, An
             break
         table = pf.read_row_group(rg)
         lo, hi = max(part.start - row, 0), min(part.stop - row, n)
-        for i, item in enumerate(table.slice(lo, hi - lo).to_pylist()):
-            yield row + lo + i, item, None
+        for i, item in enumerate(table_rows(table.slice(lo, hi - lo), part.path, row + lo, pf.schema_arrow)):
+            yield row + lo + i, item, None  # image bytes are ParquetBytes: they remember file, row and column
         row += n
 
 

@@ -69,7 +69,7 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         if not len(value):
             raise RecordInvalid("missing_image", f"column {column!r}: empty image bytes")
-        return value if isinstance(value, bytes) else bytes(value)  # keeps a tar member's reference
+        return value if isinstance(value, bytes) else bytes(value)  # keeps a tar member's or Parquet address
     if isinstance(value, dict):
         if not ({"bytes", "path"} & value.keys()):
             raise RecordInvalid("invalid_image_column",
@@ -77,7 +77,7 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
                                 "(expected the datasets Image struct {bytes, path})")
         data, path = value.get("bytes"), value.get("path")
         if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
-            return bytes(data)
+            return data if isinstance(data, bytes) else bytes(data)  # keeps a ParquetBytes' address
         if isinstance(path, str) and path:
             return _resolve(path, base_dir)
         raise RecordInvalid("missing_image", f"column {column!r}: image struct without bytes or path")

@@ -44,6 +44,15 @@ class MemberBytes(bytes):
     def __reduce__(self) -> tuple[Any, ...]:
         return (MemberBytes, (bytes(self), self.tar, self.offset))
 
+    @property
+    def file(self) -> str:
+        """The tar it came from (as :attr:`ParquetBytes.file <curate.core.formats.parquet.ParquetBytes>`)."""
+        return self.tar
+
+    def span(self) -> list[int]:
+        """Where the writer finds it again: ``[offset, size]``."""
+        return [self.offset, len(self)]
+
 
 def read_member(fh: IO[bytes], offset: int, size: int) -> bytes:
     """``size`` bytes of an open tar at ``offset`` (a member's data); OSError when it is shorter now."""

@@ -51,17 +51,27 @@ def test_layout_verifies_and_loads(packed_layouts: dict, layouts: Layouts, tiny_
     assert sorted(seen) == sorted(by_id)
 
 
-def test_tar_members_are_referenced_not_copied(packed_layouts: dict, layouts: Layouts) -> None:
-    """Pack's store keeps each tar member's tar and [offset, size]; the writer reads the member again."""
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_images_are_referenced_not_copied(packed_layouts: dict, layouts: Layouts, name: str) -> None:
+    """Pack's store keeps where each image is (a tar member's [offset, size], a Parquet cell's
+    [row, column, item, size]), never its bytes; the writer reads the image again."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    out, _ = packed_layouts["wds"]
+    from curate.core.formats.parquet import read_images
+
+    out, _ = packed_layouts[name]
     rows = [r for p in sorted((out / "_records").glob("*.arrow"))
             for r in pa.ipc.open_file(pa.memory_map(str(p))).read_all().to_pylist()]
     assert len(rows) == len(layouts.items)
     by_id = {it["id"]: it["bytes"] for it in layouts.items}
     for r in rows:
-        assert r["image_bytes"] == [None] and len(r["image_spans"][0]) == 2, r["id"]
-        with open(r["images"][0], "rb") as fh:
-            fh.seek(r["image_spans"][0][0])
-            assert fh.read(r["image_spans"][0][1]) == by_id[r["id"]]
+        span = r["image_spans"][0]
+        assert r["image_bytes"] == [None] and len(span) == (2 if name == "wds" else 4), r["id"]
+        if name == "wds":
+            with open(r["images"][0], "rb") as fh:
+                fh.seek(span[0])
+                assert fh.read(span[1]) == by_id[r["id"]]
+        else:
+            cells = read_images(pq.ParquetFile(r["images"][0]), [tuple(span[:3])])
+            assert cells[tuple(span[:3])] == by_id[r["id"]] and span[3] == len(by_id[r["id"]])

@@ -1,0 +1,162 @@
+"""Parquet rows whose image bytes remember where they came from.
+
+A Parquet row group is read once as Arrow; its columns become Python rows with
+:meth:`pyarrow.Table.to_pylist`, except the columns that hold image bytes (raw ``binary``
+columns such as img2dataset's ``jpg``, the ``datasets`` image struct ``{bytes, path}``, or a list
+of either): their values are cut straight from the Arrow buffers into :class:`ParquetBytes`
+(one copy per image, no intermediate Python ``bytes``). A :class:`ParquetBytes` is the image
+bytes plus its address in the file (``file``, ``row``, ``field``, ``item``), so pack's length
+step keeps only the address and the shard writer reads the image again
+(:func:`read_images`), as it does for tar members.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+
+class ParquetBytes(bytes):
+    """The bytes of an image in a Parquet file that also say where they are.
+
+    ``file`` (path or URL), ``row`` (in the file), ``field`` (index of the top-level column) and
+    ``item`` (position in a list column, -1 for a single image). Anything that makes new bytes
+    from it gets plain bytes.
+    """
+
+    file: str
+    row: int
+    field: int
+    item: int
+
+    def __new__(cls, data: Any, file: str, row: int, field: int, item: int) -> ParquetBytes:
+        obj = super().__new__(cls, data)
+        obj.file, obj.row, obj.field, obj.item = file, row, field, item
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ParquetBytes, (bytes(self), self.file, self.row, self.field, self.item))
+
+    def span(self) -> list[int]:
+        """Where the writer finds it again: ``[row, field, item, size]``."""
+        return [self.row, self.field, self.item, len(self)]
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def _image_kind(t: pa.DataType) -> str | None:
+    """``binary``, ``struct``, ``list-binary`` or ``list-struct`` for a column that can hold image bytes."""
+    if _is_binary(t):
+        return "binary"
+    if pa.types.is_struct(t):
+        idx = t.get_field_index("bytes")
+        return "struct" if idx >= 0 and _is_binary(t.field(idx).type) else None
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _image_kind(t.value_type)
+        return f"list-{inner}" if inner in ("binary", "struct") else None
+    return None
+
+
+def _binary_values(arr: pa.Array, make: Any) -> list[Any]:
+    """The values of a binary array as ``make(memoryview slice, index)`` (None for nulls)."""
+    n = len(arr)
+    if n == 0:
+        return []
+    _, offsets_buf, data_buf = arr.buffers()[:3]
+    dtype = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    offsets = np.frombuffer(offsets_buf, dtype=dtype)[arr.offset:arr.offset + n + 1].tolist()
+    data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
+    valid = arr.is_valid().to_numpy(zero_copy_only=False).tolist() if arr.null_count else None
+    return [make(data[offsets[i]:offsets[i + 1]], i) if valid is None or valid[i] else None for i in range(n)]
+
+
+def _struct_values(arr: pa.Array, make: Any) -> list[Any]:
+    """The values of an image-struct array as dicts, ``bytes`` cut by :func:`_binary_values`."""
+    names = [arr.type.field(i).name for i in range(arr.type.num_fields)]
+    children = arr.flatten()  # the struct's offset and nulls applied to each field
+    cols = [_binary_values(c, make) if name == "bytes" else c.to_pylist() for name, c in zip(names, children)]
+    valid = arr.is_valid().to_numpy(zero_copy_only=False).tolist() if arr.null_count else None
+    return [dict(zip(names, values)) if valid is None or valid[i] else None
+            for i, values in enumerate(zip(*cols))] if cols else [None] * len(arr)
+
+
+def _column_values(col: pa.Array, kind: str, file: str, first_row: int, field: int) -> list[Any]:
+    """Python values of an image column with :class:`ParquetBytes` in place of image bytes."""
+    values_of = _binary_values if kind.endswith("binary") else _struct_values
+    if not kind.startswith("list"):
+        return values_of(col, lambda mv, i: ParquetBytes(mv, file, first_row + i, field, -1))
+    # a list column: cut the flat values, then regroup them by the list offsets
+    offsets = col.offsets.to_numpy().tolist()
+    base = offsets[0]
+    flat = col.values.slice(base, offsets[-1] - base)
+    row_of = np.repeat(np.arange(len(col)), np.diff(offsets)).tolist()
+    values = values_of(flat, lambda mv, j: ParquetBytes(mv, file, first_row + row_of[j], field,
+                                                        base + j - offsets[row_of[j]]))
+    valid = col.is_valid().to_numpy(zero_copy_only=False).tolist()
+    return [values[offsets[r] - base:offsets[r + 1] - base] if valid[r] else None for r in range(len(col))]
+
+
+def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema) -> list[dict[str, Any]]:
+    """The rows of ``table`` (rows ``first_row...`` of ``file``) as dicts, image bytes as :class:`ParquetBytes`.
+
+    ``schema`` is the file's schema (column positions are its field indices).
+    """
+    columns: dict[str, list[Any]] = {}
+    for name in table.column_names:
+        col = table.column(name).combine_chunks()
+        kind = _image_kind(col.type)
+        if kind is None:
+            columns[name] = col.to_pylist()
+        else:
+            columns[name] = _column_values(col, kind, file, first_row, schema.get_field_index(name))
+    names = list(columns)
+    return [dict(zip(names, values)) for values in zip(*columns.values())] if names else []
+
+
+def _pick(value: Any, item: int) -> Any:
+    if item >= 0:
+        value = value[item] if isinstance(value, list) and item < len(value) else None
+    return value.get("bytes") if isinstance(value, dict) else value
+
+
+def read_images(pf: Any, refs: Iterable[tuple[int, int, int]]) -> dict[tuple[int, int, int], bytes | None]:
+    """The image bytes at each ``(row, field, item)`` of an open :class:`pyarrow.parquet.ParquetFile`.
+
+    Each row group is read once (only the columns asked for) and only the wanted rows are
+    turned into Python values; a ref that holds no bytes now maps to None.
+    """
+    meta = pf.metadata
+    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+    names = pf.schema_arrow.names
+    wanted: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for ref in set(refs):
+        group = int(np.searchsorted(starts, ref[0], side="right")) - 1
+        wanted[group].append(ref)
+    found: dict[tuple[int, int, int], bytes | None] = {}
+    for group in sorted(wanted):
+        refs_g = sorted(wanted[group])
+        if group < 0 or group >= meta.num_row_groups:
+            found.update((r, None) for r in refs_g)
+            continue
+        fields = sorted({r[1] for r in refs_g})
+        table = pf.read_row_group(group, columns=[names[f] for f in fields if f < len(names)])
+        for f in fields:
+            if f >= len(names) or names[f] not in table.column_names:
+                found.update((r, None) for r in refs_g if r[1] == f)
+                continue
+            mine = [r for r in refs_g if r[1] == f]
+            local = pa.array([r[0] - int(starts[group]) for r in mine], type=pa.int64())
+            if local.to_numpy().max(initial=-1) >= table.num_rows:
+                found.update((r, None) for r in mine)
+                continue
+            values = table.column(names[f]).take(local).to_pylist()
+            for r, value in zip(mine, values):
+                data = _pick(value, r[2])
+                found[r] = bytes(data) if isinstance(data, (bytes, bytearray)) else None
+    return found

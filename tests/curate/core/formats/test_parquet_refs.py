@@ -1,0 +1,53 @@
+"""Parquet image bytes come out as ParquetBytes that remember their cell, in every image column shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from curate.core.formats.parquet import ParquetBytes, read_images
+from curate.core.records import BadRecord, read_part, split_file
+
+STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def test_every_shape_keeps_bytes_and_address(tmp_path: Path, sample_data: Path) -> None:
+    blobs = [p.read_bytes() for p in sorted((sample_data / "images").glob("*.jpg"))[:3]]
+    lists = [[blobs[0], blobs[1]], None, [blobs[2]], [], [blobs[1], None, blobs[0]], [blobs[2], blobs[0]], [blobs[1]]]
+    n = len(lists)
+    table = pa.table({
+        "id": [f"r{i}" for i in range(n)], "caption": [f"caption {i}" for i in range(n)],
+        "images": pa.array([None if v is None else [None if b is None else {"bytes": b, "path": f"p{i}"} for b in v]
+                            for i, v in enumerate(lists)], type=pa.list_(STRUCT)),
+        "raw": pa.array([None if v is None else list(v) for v in lists], type=pa.list_(pa.large_binary())),
+        "one": pa.array([None if i == 3 else {"bytes": blobs[i % 3], "path": "x.jpg"} for i in range(n)], type=STRUCT),
+    })
+    path = tmp_path / "shapes.parquet"
+    pq.write_table(table, path, row_group_size=3)
+    expected = table.to_pylist()
+    got, refs = [], []
+    for part in split_file(path, 2):  # parts cut row groups: sliced Arrow arrays with offsets
+        got.extend(raw for raw, _ in read_part(part, with_raw=True))
+    assert got == expected  # same values as to_pylist, bytes compare equal
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    for row, raw in enumerate(got):
+        cells = [(raw["one"] or {}).get("bytes"), *[(s or {}).get("bytes") for s in raw["images"] or []],
+                 *(raw["raw"] or [])]
+        for data in cells:
+            if data is None:
+                continue
+            assert isinstance(data, ParquetBytes) and data.file == str(path) and data.row == row
+            column = expected[row][names[data.field]]
+            item = column if data.item < 0 else column[data.item]
+            assert data == (item["bytes"] if isinstance(item, dict) else item)
+            refs.append(((data.row, data.field, data.item), bytes(data)))
+    assert len(refs) == (n - 1) + 2 * sum(b is not None for v in lists if v for b in v)
+    found = read_images(pf, [r for r, _ in refs] + [(99, 2, 0)])
+    assert all(found[r] == data for r, data in refs) and found[(99, 2, 0)] is None
+    records = [r for part in split_file(path, 100) for r in read_part(part)]
+    by_id = {r.id if isinstance(r, BadRecord) else r["id"]: r for r in records}
+    assert isinstance(by_id["r4"], BadRecord) and by_id["r4"].reason == "missing_image"  # a null struct in the list
+    assert by_id["r2"]["images"] == [blobs[2]] and isinstance(by_id["r2"]["images"][0], ParquetBytes)
