@@ -4,7 +4,9 @@
    set's prompts repeated with new ids, answers right or wrong at random): wall time
    of the whole command (sharding, scoring, journaling, selection, outputs) and the
    scoring-only time of the same pairs through ``curate.rewards.score_many``.
-2. Transformers backend with the tiny offline Qwen2-VL: ``rl_filter`` vs a bare loop
+2. Distinct math answers (16 per prompt): ``score_many`` once per prompt, as rl-filter
+   scored before issue 14, against one call per shard, as it scores now (ratio).
+3. Transformers backend with the tiny offline Qwen2-VL: ``rl_filter`` vs a bare loop
    that calls the same backend (same prompts, n, sampling) and scores with
    ``score_many``, nothing else. Ratio = bare / rl-filter (target >= 0.9).
 
@@ -56,14 +58,38 @@ def rollouts_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:
         row = json.loads(line)
         pairs.append((records[row["id"]], row["response"]))
     t0 = time.perf_counter()
-    for k in range(0, len(pairs), n):
-        score_many(pairs[k:k + n])
+    for k in range(0, len(pairs), 1000 * n):  # as rl-filter scores: one call per shard of 1,000 prompts
+        score_many(pairs[k:k + 1000 * n])
     scoring = time.perf_counter() - t0
     total = prompts_n * n
     print(f"rollouts backend: {total:,} rollouts of {prompts_n:,} prompts in {whole:.1f}s "
           f"({total / whole:,.0f} rollouts/s); kept {stats['kept']:,}")
-    print(f"  scoring alone (score_many per prompt): {scoring:.1f}s; pipeline overhead {whole - scoring:.1f}s "
+    print(f"  scoring alone (score_many per shard): {scoring:.1f}s; pipeline overhead {whole - scoring:.1f}s "
           f"({(whole - scoring) / whole:.0%} of the run)")
+
+
+def batching_case(prompts_n: int, n: int) -> None:
+    """Distinct math answers: score_many per prompt (rl-filter before issue 14) vs one call per shard (now)."""
+    def pairs(offset: int) -> list[tuple[dict, str]]:
+        out = []
+        for i in range(offset, offset + prompts_n):
+            gold = f"\\frac{{{i % 89 + 2}}}{{{i // 89 + 3}}} + {i}"
+            rec = {"id": f"m{i}", "answer": gold, "answer_type": "math", "source": "bench"}
+            out += [(rec, f"<answer>{gold if j % 3 == 0 else f'{gold} + {j}'}</answer>") for j in range(n)]
+        return out
+
+    warm_up(wait=True)
+    per_prompt, per_shard = pairs(0), pairs(10 * prompts_n)  # disjoint: no cache hit from one side to the other
+    t0 = time.perf_counter()
+    for k in range(0, len(per_prompt), n):
+        score_many(per_prompt[k:k + n])
+    one_by_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    score_many(per_shard)
+    batched = time.perf_counter() - t0
+    total = prompts_n * n
+    print(f"math scoring, {prompts_n:,} prompts x {n} distinct answers: per prompt {total / one_by_one:,.0f} answers/s, "
+          f"one call per shard {total / batched:,.0f}/s ({one_by_one / batched:.2f}x); load {os.getloadavg()[0]:.1f}")
 
 
 def transformers_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:
@@ -107,6 +133,7 @@ def main() -> None:
         sample = tmp / "sample"
         make_sample_data(sample)
         rollouts_case(tmp, sample, 625 if args.quick else 6250, 16)
+        batching_case(40 if args.quick else 150, 16)
         transformers_case(tmp, sample, 16 if args.quick else 48, 4)
 
 
