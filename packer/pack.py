@@ -21,7 +21,8 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -105,13 +106,16 @@ def _reject(stats: StageStats, kind: str, reason: str, index: np.ndarray, ids: p
 
 def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, stats: StageStats,
               balance: BalanceOptions | None = None,
-              sources: tuple[np.ndarray, list[str]] | None = None) -> dict[str, Any]:
+              sources: tuple[np.ndarray, list[str]] | None = None,
+              background: ThreadPoolExecutor | None = None) -> dict[str, Any]:
     """Drop duplicates and too-long records, pack the rest, write the plan files; return plan stats.
 
     Works on columns (source codes, numpy masks, Arrow takes): no Python object is
     made per record, rejected ones included. With ``balance``, the bins are laid out in
     compute-balanced steps (:mod:`packer.balance`). ``sources``: the table's
-    :func:`source_codes` when the caller has them already.
+    :func:`source_codes` when the caller has them already. ``background``: a thread that
+    computes the padding baseline while the planner runs and writes ``plan.parquet``
+    while the caller draws the plot (wait for ``_pending`` of the result before the marker).
     """
     ids = table.column("id").cast(pa.string())  # chunked as read: no combined copy
     codes, names = sources if sources is not None else _source_codes(table)
@@ -128,6 +132,9 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     candidates = np.flatnonzero(keep)
     del keep
     counted = tokens[candidates]  # every counted sample, the too long ones included (for the plot)
+    packed = (counted > 0) & (counted <= ctx)  # what the planner packs (plan.bin_of >= 0)
+    baseline = _submit(background, batch_padding_tokens, counted[packed], batch_size=8, seed=seed)
+    del packed
     plan = plan_bins(counted, ctx, seed=seed, workers=workers)
     too_long = candidates[plan.too_long]
     long_tokens = pa.array(tokens[too_long]).cast(pa.string())
@@ -137,7 +144,6 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     members = candidates[plan.members]
     pa.default_memory_pool().release_unused()
     stats.kept_many(dict(zip(names, (seen - rejected).tolist())))
-    packed = (counted > 0) & (counted <= ctx)  # what the planner packs (plan.bin_of >= 0)
     offsets, bin_tokens, lower_bound, packed_tokens = plan.bin_offsets, plan.bin_tokens, plan.lower_bound_bins, \
         plan.packed_tokens
     del plan, candidates  # per-record arrays not needed any more (the plan's are in candidate order)
@@ -151,15 +157,10 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
     with atomic_open(np_path, "wb") as fh:
         np.savez(fh, bin_offsets=offsets, members=members, bin_tokens=bin_tokens, **extra)
     n_bins = int(bin_tokens.shape[0])
-    bins = np.repeat(np.arange(n_bins, dtype=np.int64), np.diff(offsets))
-    write_parquet(out / "plan.parquet", pa.table({"bin": pa.array(bins, pa.int64()),
-                                                  "id": ids.take(pa.array(members, pa.int64())),
-                                                  "tokens": pa.array(tokens[members], pa.int32()),
-                                                  **{k: v[bins] for k, v in columns.items()}}))
-    del bins, columns  # the plan table is written: free its columns before the padding baseline
+    pending = _submit(background, _write_plan, out / "plan.parquet", offsets, members, ids, tokens, columns)
+    del ids, tokens, columns
     padding = n_bins * ctx - packed_tokens
-    baseline = batch_padding_tokens(counted[packed], batch_size=8, seed=seed)
-    reduction = reduction_ratio(baseline, padding)
+    reduction = reduction_ratio(baseline.result(), padding)
     return {
         "bins": n_bins, "lower_bound_bins": lower_bound,
         "bins_over_lower_bound": n_bins / lower_bound if lower_bound else 1.0,
@@ -167,8 +168,26 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
         "padding_reduction": None if math.isinf(reduction) else reduction,
         "padding_tokens_packed": padding,
         **({"balance": balanced.stats} if balanced is not None else {}),
-        "_bin_tokens": bin_tokens, "_lengths": counted, "_balanced": balanced,
+        "_bin_tokens": bin_tokens, "_lengths": counted, "_balanced": balanced, "_pending": pending,
     }
+
+
+def _write_plan(path: Path, offsets: np.ndarray, members: np.ndarray, ids: pa.ChunkedArray | pa.Array,
+                tokens: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+    """``plan.parquet``: bin, id and tokens of every packed record in plan order (and ``columns`` per bin)."""
+    bins = np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
+    write_parquet(path, pa.table({"bin": pa.array(bins, pa.int64()), "id": ids.take(pa.array(members, pa.int64())),
+                                  "tokens": pa.array(tokens[members], pa.int32()),
+                                  **{k: v[bins] for k, v in columns.items()}}))
+
+
+def _submit(pool: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+    """``fn`` run by ``pool``, or here and now without one; its future either way."""
+    if pool is not None:
+        return pool.submit(fn, *args, **kwargs)
+    done: Future = Future()
+    done.set_result(fn(*args, **kwargs))
+    return done
 
 
 def _check_ctx(out: Path, ctx: int) -> None:
@@ -253,9 +272,11 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
 
     t0 = time.perf_counter()
     planned = StageStats()
+    background = ThreadPoolExecutor(1) if workers > 1 else None  # a second core: baseline and plan writing
     plan_stats = plan_step(table, ctx, out, seed=seed, workers=workers, stats=planned, balance=balance,
-                           sources=sources)
-    balanced = plan_stats.pop("_balanced")
+                           sources=sources, background=background)
+    del table, sources
+    balanced, pending = plan_stats.pop("_balanced"), plan_stats.pop("_pending")
     total = total.then(planned)
     timings["plan"] = time.perf_counter() - t0
 
@@ -294,10 +315,13 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         "outputs": {"lengths": "lengths.parquet", "plan": "plan.parquet", "rejects": "rejects.parquet",
                     **({} if plan_only else {"shards": "shards/"}), **({"plot": "packing.png"} if plot else {})},
     }
-    if plot:
+    if plot:  # drawn while the background thread may still be writing plan.parquet
         plot_packing(out / "packing.png", counted_lengths, bin_tokens, ctx,
                      step_ratio=None if balanced is None else balanced.step_ratio,
                      title=f"{counts['records_out']:,} samples → {plan_stats['bins']:,} sequences of ≤{ctx} tokens")
+    pending.result()  # plan.parquet complete before stats.json, the marker
+    if background is not None:
+        background.shutdown()
     return finish_stage(out, result, total)
 
 
