@@ -17,11 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.core.columns import as_array, counts_by_source, rows, source_codes
+from curate.core.columns import as_array, counts_by_source, first_occurrences, rows, source_codes
 from curate.core.stats import StageStats
 from curate.rl.selection import METRICS, Thresholds
 
 KEPT, DROPPED, ERRORED = 0, 1, 2
+DUPLICATE = "duplicate_id"
 DECISIONS = ("kept", "dropped", "errored")
 _REASONS = ("", "unfiltered", "too_hard", "too_easy", "small_gap")
 OUTPUT_COLUMNS = ("id", "source", "answer_type", "prompt_type", "n", "passes", "pass_at_1", "pass_at_n", "gap",
@@ -44,6 +45,22 @@ def _per_code(names: list[str], default: Thresholds, per_source: Mapping[str, Th
             "pass_threshold": np.array([t.pass_threshold for t in ths], float),
             "metric": np.array([METRICS.index(t.metric) for t in ths], np.int64),
             "inclusive": np.array([t.inclusive for t in ths], bool), "filter": np.array([t.filter for t in ths], bool)}
+
+
+def mark_repeats(prompts: pa.Table) -> pa.Table:
+    """Prompts whose id an earlier shard already had are errored (``duplicate_id``), found by one stable sort.
+
+    A shard errors the repeats within itself as it reads them; this catches those across shards.
+    """
+    keep = first_occurrences(prompts.column("id"))
+    if keep.all():
+        return prompts
+    repeat = pa.array(~keep)
+    error = pc.if_else(repeat, pa.scalar(DUPLICATE, pa.string()), as_array(prompts.column("error")).cast(pa.string()))
+    detail = pc.if_else(repeat, pa.scalar("id already seen in an earlier shard", pa.string()),
+                        as_array(prompts.column("error_detail")).cast(pa.string()))
+    out = prompts.set_column(prompts.schema.get_field_index("error"), "error", error)
+    return out.set_column(out.schema.get_field_index("error_detail"), "error_detail", detail)
 
 
 def decide(prompts: pa.Table, default: Thresholds, per_source: Mapping[str, Thresholds]) -> pa.Table:

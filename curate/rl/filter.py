@@ -16,8 +16,10 @@ that have no answers yet (failed prompts are asked again). A shard with prompts
 the server failed (timeouts, lost connections, 429/5xx after the retries) is written
 but not complete, so a rerun of the same command asks for exactly those again; the
 backend's counters and timings go to ``history.json``, never to ``stats.json``. The selection itself
-(:mod:`curate.rl.selection`) runs on the driver from these files, so thresholds can be
-changed without generating again.
+(the rules of :mod:`curate.rl.selection`, run on columns by :mod:`curate.rl.decide`) runs on the
+driver from these files, so thresholds can be changed without generating again; an id that an
+earlier shard already had is errored there (``duplicate_id``). Every answer of a shard is scored
+in one :func:`curate.rewards.score_many` call (one batch to the verifier pool).
 """
 
 from __future__ import annotations
@@ -294,7 +296,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     from curate.core.shards import plan_shards
     from curate.core.stats import run_header
     from curate.executors import run_stage
-    from curate.rl.decide import DECISIONS, KEPT, account, decide, output_table, reports
+    from curate.rl.decide import DECISIONS, KEPT, account, decide, mark_repeats, output_table, reports
     from curate.rl.selection import plot_pass_at_1
 
     config = configure(RlFilterConfig, config, out=out, **settings)
@@ -307,7 +309,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]
-    decided = decide(pa.concat_tables(prompt_tables) if prompt_tables else PROMPT_SCHEMA.empty_table(),
+    decided = decide(mark_repeats(pa.concat_tables(prompt_tables) if prompt_tables else PROMPT_SCHEMA.empty_table()),
                      default_th, per_source)
     total = stats.then(account(decided))
     kept = pc.index_in(decided.column("decision"), pa.array(DECISIONS)).to_numpy(zero_copy_only=False) == KEPT

@@ -88,3 +88,24 @@ def test_pass_at_1_is_the_estimator_bit_for_bit(n: int, c: int) -> None:
     got = decide(pa.Table.from_pylist([row], schema=PROMPT_SCHEMA), Thresholds(), {}).to_pylist()[0]
     want = evaluate(row, Thresholds())
     assert (got["pass_at_1"], got["pass_at_n"], got["gap"]) == (want["pass_at_1"], want["pass_at_n"], want["gap"])
+
+
+def test_ids_repeated_across_shards_are_errored(tmp_path) -> None:
+    """A shard errors its own repeats; the driver errors an id an earlier shard already had (duplicate_id)."""
+    import json
+
+    from curate.rl.filter import rl_filter
+
+    rows = [{"id": f"q{i % 5}", "source": "alpha" if i < 5 else "beta", "problem": f"{i} + 1 = ?",
+             "answer": str(i % 5 + 1), "answer_type": "number"} for i in range(8)]
+    src = tmp_path / "rl.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": f"q{i}", "response": f"<answer>{i + 1}</answer>"}) + "\n"
+                               for i in range(5)))
+    stats = rl_filter([str(src)], tmp_path / "out", backend={"rollouts": str(answers)}, n=1, plot=False,
+                      shard_size=5, band=(-1.0, 2.0))
+    assert stats["errored"] == {"duplicate_id": 3} and stats["kept"] == 5
+    assert stats["per_source"]["beta"]["errored"] == {"duplicate_id": 3}
+    kept = [json.loads(line) for line in (tmp_path / "out" / "kept.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in kept] == [f"q{i}" for i in range(5)] and {r["source"] for r in kept} == {"alpha"}
