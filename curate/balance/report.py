@@ -75,15 +75,26 @@ def top_concepts(counts: np.ndarray, n: int = 10, names: list[str] | None = None
     return rows
 
 
+def _tick_label(value: float, _position: float | None = None) -> str:
+    """``1``, ``10``, ``1,000``, ``1e+06``: plain text, no mathtext to typeset."""
+    return f"{value:,.0f}" if 1 <= value < 1e5 else f"{value:.0e}"
+
+
 def plot_balance(path: str | os.PathLike[str], before: np.ndarray, after: np.ndarray, *,
                  title: str = "", stats: dict[str, Any] | None = None) -> Path:
-    """Write the frequency-vs-rank plot (log-log) of both distributions to ``path`` (PNG)."""
-    import matplotlib
+    """Write the frequency-vs-rank plot (log-log) of both distributions to ``path`` (PNG).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on a bare Agg figure (no pyplot, fixed margins, plain tick labels): a
+    fraction of a second even next to a 10M-record resample.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, NullLocator
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    fig = Figure(figsize=(7, 4.5), dpi=110)
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
+    ax = fig.add_subplot()
     for counts, label, color in ((before, "before", "#c0392b"), (after, "after", "#2471a3")):
         ranked = np.sort(np.asarray(counts)[np.asarray(counts) > 0])[::-1]
         if ranked.size:
@@ -94,17 +105,18 @@ def plot_balance(path: str | os.PathLike[str], before: np.ndarray, after: np.nda
             # At most ~2,000 log-spaced ranks: the same curve on a log axis, drawn in milliseconds.
             ranks = np.unique(np.geomspace(1, ranked.size, num=min(ranked.size, 2000)).round().astype(np.int64))
             ax.loglog(ranks, ranked[ranks - 1], label=label + extra, color=color, lw=1.6)
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(_tick_label))
+        axis.set_minor_locator(NullLocator())  # no minor tick objects to build
     ax.set_xlabel("concept rank")
     ax.set_ylabel("records tagged with the concept")
-    ax.set_title(title or "Concept frequency before and after balancing")
-    ax.grid(True, which="both", alpha=0.25)
+    ax.set_title(title or "Concept frequency before and after balancing", fontsize=10)
+    ax.grid(True, which="major", alpha=0.25)
     if ax.get_lines():
         ax.legend(loc="upper right", fontsize=8)
     else:
         ax.text(0.5, 0.5, "no tagged records", ha="center", va="center", transform=ax.transAxes)
-    fig.tight_layout()
     path = Path(path)
     with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", metadata={"Software": None})
-    plt.close(fig)
     return path

@@ -48,19 +48,21 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
 from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.weights import (TagArrays, concept_counts, draw, draw_metaclip, keep_best,  # noqa: F401
                                     read_tags, record_weights)
-from curate.core.columns import counts_by_source, first_occurrences, rows
-from curate.core.io import write_parquet
+from curate.core.columns import first_occurrences, rows
+from curate.core.io import atomic_open
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
@@ -71,17 +73,27 @@ _SALT = 0x5E1EC7
 
 
 def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copies: np.ndarray) -> StageStats:
-    """Counts per source; duplicates and untagged records as rejects, not-selected as a count."""
+    """Counts per source; duplicates and untagged records as rejects, not-selected as a count.
+
+    Two passes over the records (all, then the selected); the not-selected per source
+    are what is left once the few rejects are taken away.
+    """
     stats = StageStats()
     codes, names = tags.codes, tags.source_names
-    stats.seen_many(counts_by_source(codes, names))
-    stats.kept_many(counts_by_source(codes, names, copies > 0))
-    for name, n in counts_by_source(codes, names, first & has_tags & (copies == 0)).items():
-        stats.drop_unlisted(name, "not_selected", n)
+    size = len(names)
+    seen = np.bincount(codes, minlength=size)
+    kept = np.bincount(codes[copies > 0], minlength=size)
+    left = seen - kept
+    stats.seen_many(dict(zip(names, seen.tolist())))
+    stats.kept_many(dict(zip(names, kept.tolist())))
     for mask, kind, reason, detail in ((~first, "errored", "duplicate_id", "id already seen earlier in the tags"),
                                        (first & ~has_tags, "dropped", "no_concept", "record has no concept tag")):
         index = np.flatnonzero(mask)
+        left -= np.bincount(codes[index], minlength=size)
         stats.reject_many(kind, reason, rows(tags.ids, index), [names[c] for c in codes[index].tolist()], detail)
+    for name, n in zip(names, left.tolist()):
+        if n:
+            stats.drop_unlisted(name, "not_selected", n)
     stats.check()
     return stats
 
@@ -118,15 +130,18 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    arrays = read_tags(tags)
-    if use_k is not None:
-        arrays = keep_best(arrays, use_k)
-    timings = {"read": time.perf_counter() - t0}
-    n_concepts = int(arrays.flat.max()) + 1 if arrays.flat.size else 0
-
-    t1 = time.perf_counter()
-    first = first_occurrences(arrays.ids)
-    has_tags = arrays.lengths > 0
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # Duplicate ids are looked for (a string sort, outside the GIL) while the concepts are read.
+        found: list[Future[np.ndarray]] = []
+        arrays = read_tags(tags, ids_ready=lambda ids: found.append(pool.submit(first_occurrences, ids)))
+        if use_k is not None:
+            arrays = keep_best(arrays, use_k)
+        timings = {"read": time.perf_counter() - t0}
+        n_concepts = int(arrays.flat.max()) + 1 if arrays.flat.size else 0
+        t1 = time.perf_counter()
+        first = found[0].result()
+    pa.default_memory_pool().release_unused()  # the read's and the sort's buffers go back to the system
+    has_tags = arrays.has_tags()
     eligible = first & has_tags
     pool = int(eligible.sum())
     before = concept_counts(arrays, n_concepts, eligible)
@@ -144,10 +159,10 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
 
     t1 = time.perf_counter()
     chosen = np.flatnonzero(copies > 0)
-    selection = pa.table([arrays.ids.take(pa.array(chosen)), arrays.sources.take(pa.array(chosen)).cast(pa.string()),
+    selection = pa.table([arrays.ids.take(pa.array(chosen)), arrays.source_column(chosen),
                           pa.array(copies[chosen], pa.int32()), pa.array(weights[chosen], pa.float64())],
                          schema=SELECTION_SCHEMA)
-    write_parquet(out / "selection.parquet", selection)
+    write_selection(out / "selection.parquet", selection)
     timings["write_selection"] = time.perf_counter() - t1
 
     written = None
@@ -186,6 +201,14 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     if write_stats:
         finish_stage(out, result, stats)
     return result, stats
+
+
+def write_selection(path: Path, selection: pa.Table) -> None:
+    """Write ``selection.parquet`` atomically: zstd, a dictionary for ``source`` only (ids are unique,
+    weights and copies barely repeat), statistics for ``id``; the same bytes for the same table."""
+    with atomic_open(path, "wb") as fh:
+        pq.write_table(selection, fh, compression="zstd", use_dictionary=["source"], write_statistics=["id"],
+                       store_schema=True)
 
 
 def _vocab_names(vocab: str | os.PathLike[str] | None) -> list[str] | None:

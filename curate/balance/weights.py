@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.balance.config import WEIGHTINGS
+from curate.core.columns import source_codes
 from curate.core.errors import UserError
 
 BLOCK = 1 << 20
@@ -30,55 +31,92 @@ BLOCK = 1 << 20
 class TagArrays:
     """The tags of every record as flat arrays (record ``i`` has ``flat[offsets[i]:offsets[i+1]]``).
 
-    ``sources`` is dictionary-encoded (``codes`` into ``source_names``).
+    Sources are dictionary codes (``codes`` into ``source_names``). When every record has
+    exactly K tags (the usual output of ``curate tag``), ``width`` is K and ``offsets`` is None:
+    the tags are a ``(records, K)`` matrix and the per-record reductions work on its columns.
     """
 
-    ids: pa.Array
-    sources: pa.DictionaryArray
-    offsets: np.ndarray
+    ids: pa.ChunkedArray | pa.Array
+    codes: np.ndarray
+    source_names: list[str]
+    offsets: np.ndarray | None
     flat: np.ndarray
     taggable: int | None
+    width: int | None = None
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return len(self.codes)
 
     @property
     def lengths(self) -> np.ndarray:
         """Number of tags of each record."""
+        if self.offsets is None:
+            return np.full(len(self), self.width, np.int64)
         return np.diff(self.offsets)
 
-    @property
-    def codes(self) -> np.ndarray:
-        """Source code of each record (an index into :attr:`source_names`)."""
-        return self.sources.indices.to_numpy(zero_copy_only=False)
+    def has_tags(self) -> np.ndarray:
+        """Whether each record has at least one tag."""
+        if self.offsets is None:
+            return np.ones(len(self), bool)
+        return self.offsets[1:] > self.offsets[:-1]
 
-    @property
-    def source_names(self) -> list[str]:
-        """The distinct sources."""
-        return self.sources.dictionary.to_pylist()
+    def source_column(self, index: np.ndarray) -> pa.Array:
+        """The source names of the records ``index`` as a string column."""
+        codes = pa.array(self.codes[index], pa.int32())
+        return pa.DictionaryArray.from_arrays(codes, pa.array(self.source_names, pa.string())).cast(pa.string())
 
     def blocks(self, size: int | None = None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         """``(first record, end record, flat tags, offsets from 0)`` for consecutive blocks of records."""
         size = size or BLOCK
         for lo in range(0, len(self), size):
             hi = min(len(self), lo + size)
+            if self.offsets is None:
+                k = int(self.width or 0)
+                yield lo, hi, self.flat[lo * k:hi * k], np.arange(0, (hi - lo) * k + 1, k, dtype=np.int64)
+                continue
             start, end = int(self.offsets[lo]), int(self.offsets[hi])
             yield lo, hi, self.flat[start:end], self.offsets[lo:hi + 1] - start
 
 
-def _dictionary_sources(column: pa.ChunkedArray | None, n: int) -> pa.DictionaryArray:
-    if column is None:
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array(["unknown"]))
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if not pa.types.is_dictionary(arr.type):
-        arr = arr.cast(pa.string()).dictionary_encode()
-    if arr.null_count:
-        arr = pc.fill_null(arr.cast(pa.string()), "unknown").dictionary_encode()
-    return arr
+def _uniform_width(offsets: np.ndarray) -> int | None:
+    n = len(offsets) - 1
+    if n <= 0 or offsets[-1] % n:
+        return None
+    k = int(offsets[-1] // n)
+    if k == 0:
+        return None
+    return k if np.array_equal(offsets, np.arange(0, k * n + 1, k, dtype=np.int64)) else None
 
 
-def read_tags(path: str | os.PathLike[str]) -> TagArrays:
-    """Read ``tags.parquet`` (``id``, ``source``, ``concepts``) into flat arrays.
+def _concept_values(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(lengths, flat int32 values)`` of one list chunk; null lists count as empty."""
+    if chunk.null_count:
+        chunk = pc.if_else(pc.is_null(chunk), pa.scalar([], chunk.type), chunk)
+    offsets = chunk.offsets.to_numpy()
+    values = chunk.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    values = values.to_numpy(zero_copy_only=False)
+    return np.diff(offsets), values if values.dtype == np.int32 else values.astype(np.int32)
+
+
+def _leaf_values(meta: pq.FileMetaData, column: str) -> int:
+    """Upper bound of the list values of ``column`` (its leaf level count over all row groups)."""
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        total += sum(group.column(j).num_values for j in range(group.num_columns)
+                     if group.column(j).path_in_schema.split(".")[0] == column)
+    return total
+
+
+def read_tags(path: str | os.PathLike[str],
+              ids_ready: Callable[[pa.ChunkedArray], None] | None = None) -> TagArrays:
+    """Read ``tags.parquet`` (``id``, ``source``, ``concepts``) into flat arrays, one row group at a time.
+
+    The ids are read first (one chunk per row group, no combined copy) and handed to
+    ``ids_ready`` if given, so a caller can start on them (e.g. look for duplicates in
+    a thread) while the rest is read. The concept lists are copied straight into one
+    flat ``int32`` array and sources are read dictionary-encoded, so the peak stays
+    near the size of the columns.
 
     Raises:
         UserError: missing file or columns.
@@ -87,29 +125,55 @@ def read_tags(path: str | os.PathLike[str]) -> TagArrays:
     if not path.is_file():
         raise UserError(f"--tags {path}: no such file; make it with curate tag")
     try:
-        schema = pq.read_schema(path)
+        parquet = pq.ParquetFile(path, read_dictionary=["source"])
+        schema = parquet.schema_arrow
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
         raise UserError(f"--tags {path}: not a readable Parquet file ({exc})") from None
     missing = {"id", "concepts"} - set(schema.names)
     if missing:
         raise UserError(f"--tags {path}: missing column(s) {', '.join(sorted(missing))}; expected id, concepts")
-    cols = ["id", "concepts"] + (["source"] if "source" in schema.names else [])
-    table = pq.read_table(path, columns=cols, read_dictionary=["source"] if "source" in cols else None)
-    ids = table.column("id").combine_chunks().cast(pa.string())
-    sources = _dictionary_sources(table.column("source") if "source" in cols else None, table.num_rows)
-    concepts = table.column("concepts").combine_chunks()
-    del table
-    if concepts.null_count:
-        concepts = pc.if_else(pc.is_null(concepts), pa.scalar([], concepts.type), concepts)
-    offsets = concepts.offsets.to_numpy().astype(np.int64)
-    flat = concepts.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    offsets -= offsets[0]
-    flat = flat.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    groups = range(parquet.num_row_groups)
+    ids = pa.chunked_array([c for g in groups for c in parquet.read_row_group(g, columns=["id"]).column(0).chunks],
+                           schema.field("id").type)
+    if not pa.types.is_string(ids.type):
+        ids = ids.cast(pa.string())
+    if ids_ready is not None:
+        ids_ready(ids)
+    cols = ["concepts"] + (["source"] if "source" in schema.names else [])
+    n = parquet.metadata.num_rows
+    flat = np.empty(_leaf_values(parquet.metadata, "concepts"), np.int32)  # untouched pages cost nothing
+    width: int | None = None  # K while every record so far has K tags; offsets are made only when not
+    offsets: np.ndarray | None = None
+    sources, row, used = [], 0, 0
+    for g in groups:
+        group = parquet.read_row_group(g, columns=cols)
+        if "source" in cols:
+            sources.extend(group.column("source").chunks)
+        for chunk in group.column("concepts").chunks:
+            lengths, values = _concept_values(chunk)
+            if used + values.size > flat.size:  # metadata undercounted: grow (not expected)
+                flat = np.concatenate([flat[:used], np.empty(values.size, np.int32)])
+            flat[used:used + values.size] = values
+            if offsets is None and lengths.size:
+                width = width or int(lengths[0]) or None
+                if width is None or not (lengths == width).all():
+                    offsets = np.zeros(n + 1, np.int64)
+                    offsets[:row + 1] = np.arange(row + 1, dtype=np.int64) * (width or 0)
+                    width = None
+            if offsets is not None:
+                np.cumsum(lengths, out=offsets[row + 1:row + 1 + len(lengths)])
+                offsets[row + 1:row + 1 + len(lengths)] += used
+            row, used = row + len(lengths), used + values.size
+        del group
+    flat = flat[:used]
     if flat.size and flat.min() < 0:
         raise UserError(f"--tags {path}: negative concept indices")
+    if width is None and offsets is None:  # no records
+        offsets = np.zeros(n + 1, np.int64)
+    codes, names = source_codes(pa.chunked_array(sources) if sources else None, n)
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
-    return TagArrays(ids, sources, offsets, flat, taggable)
+    return TagArrays(ids, codes, names, offsets, flat, taggable, width)
 
 
 def keep_best(tags: TagArrays, use_k: int) -> TagArrays:
@@ -119,11 +183,26 @@ def keep_best(tags: TagArrays, use_k: int) -> TagArrays:
     lengths = tags.lengths
     if not lengths.size or lengths.max() <= use_k:
         return tags
+    if tags.width is not None:
+        flat = np.ascontiguousarray(tags.flat.reshape(-1, tags.width)[:, :use_k]).ravel()
+        return TagArrays(tags.ids, tags.codes, tags.source_names, None, flat, tags.taggable, use_k)
     position = np.arange(tags.flat.size, dtype=np.int64) - np.repeat(tags.offsets[:-1], lengths)
     new_lengths = np.minimum(lengths, use_k)
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(new_lengths, out=offsets[1:])
-    return TagArrays(tags.ids, tags.sources, offsets, tags.flat[position < use_k], tags.taggable)
+    width = _uniform_width(offsets)
+    return TagArrays(tags.ids, tags.codes, tags.source_names, None if width else offsets, tags.flat[position < use_k],
+                     tags.taggable, width)
+
+
+def _block_tags(tags: TagArrays, lo: int, hi: int, flat: np.ndarray, offsets: np.ndarray,
+                rows: np.ndarray) -> np.ndarray:
+    """The tags of the records ``rows`` (block positions, ascending) of one block, flat."""
+    if tags.width is not None:
+        return flat.reshape(-1, tags.width)[rows].ravel()
+    mask = np.zeros(hi - lo, bool)
+    mask[rows] = True
+    return flat[np.repeat(mask, np.diff(offsets))]
 
 
 def concept_counts(tags: TagArrays, n: int, per_record: np.ndarray | None = None) -> np.ndarray:
@@ -132,16 +211,20 @@ def concept_counts(tags: TagArrays, n: int, per_record: np.ndarray | None = None
     ``per_record`` may be a boolean mask (records counted or not) or counts (e.g. copies).
     """
     counts = np.zeros(n, np.int64)
+    everyone = per_record is None or (per_record.dtype == bool and bool(per_record.all()))
+    ones = per_record is not None and per_record.dtype != bool and (not per_record.size or per_record.max() <= 1)
     for lo, hi, flat, offsets in tags.blocks():
-        if per_record is None:
+        if everyone:
             counts += np.bincount(flat, minlength=n)
             continue
         mult = per_record[lo:hi]
-        if mult.dtype == bool:
-            counts += np.bincount(flat[np.repeat(mult, np.diff(offsets))], minlength=n)
+        rows = np.flatnonzero(mult)
+        if mult.dtype == bool or ones:
+            counts += np.bincount(_block_tags(tags, lo, hi, flat, offsets, rows), minlength=n)
         else:
-            counts += np.rint(np.bincount(flat, weights=np.repeat(mult.astype(np.float64), np.diff(offsets)),
-                                          minlength=n)).astype(np.int64)
+            picked = _block_tags(tags, lo, hi, flat, offsets, rows)
+            times = np.repeat(mult[rows].astype(np.float64), np.diff(offsets)[rows])
+            counts += np.rint(np.bincount(picked, weights=times, minlength=n)).astype(np.int64)
     return counts
 
 
@@ -149,14 +232,49 @@ def per_record(tags: TagArrays, per_tag: Callable[[np.ndarray, int, int], np.nda
                empty: float = 0.0) -> np.ndarray:
     """Reduce ``per_tag(flat tags of a block, first record, end record)`` per record with ``ufunc``.
 
-    Records without tags get ``empty``.
+    Records without tags get ``empty``. With a uniform width of at most 8 tags the
+    reduction runs over the columns of a ``(records, K)`` view in the order of
+    ``ufunc.reduceat`` (first tag, then the others accumulated left to right), so
+    both paths give the same bits.
     """
     out = np.full(len(tags), empty, dtype=np.float64)
+    k = tags.width
     for lo, hi, flat, offsets in tags.blocks():
-        lengths = np.diff(offsets)
-        nonempty = lengths > 0
-        if flat.size:
-            out[lo:hi][nonempty] = ufunc.reduceat(per_tag(flat, lo, hi), offsets[:-1][nonempty])
+        if not flat.size:
+            continue
+        values = per_tag(flat, lo, hi)
+        if k is not None and k <= 8:
+            matrix = values.reshape(-1, k)
+            if k == 1:
+                out[lo:hi] = matrix[:, 0]
+                continue
+            rest = matrix[:, 1].copy()
+            for j in range(2, k):
+                ufunc(rest, matrix[:, j], out=rest)
+            ufunc(matrix[:, 0], rest, out=out[lo:hi])
+            continue
+        nonempty = np.diff(offsets) > 0
+        out[lo:hi][nonempty] = ufunc.reduceat(values, offsets[:-1][nonempty])
+    return out
+
+
+def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+    """``ufunc`` over ``table[tag]`` of each record, uniform width ≤ 8: one column of the matrix at a time.
+
+    The same order as :func:`per_record` (first tag, then the rest left to right), so the same bits.
+    """
+    k = int(tags.width or 0)
+    out = np.empty(len(tags), np.float64)
+    matrix = tags.flat.reshape(-1, k)
+    for lo in range(0, len(tags), BLOCK):
+        block = matrix[lo:lo + BLOCK]
+        if k == 1:
+            np.take(table, block[:, 0], out=out[lo:lo + len(block)])
+            continue
+        rest = table[block[:, 1]]
+        for j in range(2, k):
+            ufunc(rest, table[block[:, j]], out=rest)
+        ufunc(table[block[:, 0]], rest, out=out[lo:lo + len(block)])
     return out
 
 
@@ -171,10 +289,14 @@ def record_weights(tags: TagArrays, counts: np.ndarray, *, weighting: str = "mea
     def lookup(flat: np.ndarray, lo: int, hi: int) -> np.ndarray:
         return per_concept[flat]
 
+    reduce = _lookup_per_record if tags.width is not None and tags.width <= 8 else None
     if weighting == "max":
-        return per_record(tags, lookup, np.maximum)
-    total = per_record(tags, lookup, np.add)
+        return reduce(tags, per_concept, np.maximum) if reduce else per_record(tags, lookup, np.maximum)
+    total = reduce(tags, per_concept, np.add) if reduce else per_record(tags, lookup, np.add)
     if weighting == "sum":
+        return total
+    if tags.width is not None:
+        total /= float(tags.width)
         return total
     lengths = tags.lengths
     return np.divide(total, lengths, out=np.zeros_like(total), where=lengths > 0)
@@ -183,21 +305,35 @@ def record_weights(tags: TagArrays, counts: np.ndarray, *, weighting: str = "mea
 def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarray:
     """Copies per record: ``target`` records without replacement (∝ weight), or with replacement past the pool.
 
-    Records of weight 0 are never drawn.
+    Records of weight 0 are never drawn. Without replacement the chosen records
+    are those of the ``target`` smallest keys ``E / w`` (found by one partition of
+    the keys; equal keys at the boundary go to the earliest records).
     """
     copies = np.zeros(len(weights), np.int32)
-    pool = np.flatnonzero(weights > 0)
-    if target <= 0 or pool.size == 0:
+    positive = weights > 0
+    everyone = bool(positive.all())
+    pool = None if everyone else np.flatnonzero(positive)
+    size = len(weights) if everyone else pool.size
+    del positive
+    if target <= 0 or size == 0:
         return copies
-    w = weights[pool]
-    if target <= pool.size:
-        keys = rng.standard_exponential(pool.size)
+    w = weights if everyone else weights[pool]
+    if target <= size:
+        keys = rng.standard_exponential(size)
         keys /= w
-        del w  # freed before the partition's index array
-        chosen = np.argpartition(keys, target - 1)[:target] if target < pool.size else np.arange(pool.size)
-        copies[pool[chosen]] = 1
+        del w  # a copy (when not everyone is in the pool) freed before the partition
+        if target < size:
+            kth = np.partition(keys, target - 1)[target - 1]
+            chosen = np.flatnonzero(keys <= kth)
+            if chosen.size > target:  # keys equal to the boundary: the earliest records take the places left
+                keep = keys[chosen] < kth
+                keep[np.flatnonzero(~keep)[:target - int(np.count_nonzero(keep))]] = True
+                chosen = chosen[keep]
+        else:
+            chosen = np.arange(size)
+        copies[chosen if everyone else pool[chosen]] = 1
     else:
-        copies[pool] = rng.multinomial(target, w / w.sum()).astype(np.int32)
+        copies[slice(None) if everyone else pool] = rng.multinomial(target, w / w.sum()).astype(np.int32)
     return copies
 
 
@@ -220,6 +356,6 @@ def draw_metaclip(tags: TagArrays, counts: np.ndarray, t: int, rng: np.random.Ge
 
     keep = per_record(tags, passes, np.maximum) > 0
     miss = per_record(tags, log_miss, np.add)  # log Π (1 - p)
-    prob = np.where(tags.lengths > 0, -np.expm1(miss), 0.0)
+    prob = np.where(tags.has_tags(), -np.expm1(miss), 0.0)
     keep &= eligible
     return keep.astype(np.int32), np.where(eligible, prob, 0.0)

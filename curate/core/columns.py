@@ -22,6 +22,9 @@ def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 def source_codes(sources: pa.Array | pa.ChunkedArray | None, n: int) -> tuple[np.ndarray, list[str]]:
     """Dictionary-encode a source column: ``(code per row, source names)``; nulls and no column are ``unknown``.
 
+    A column read dictionary-encoded (Parquet's ``read_dictionary``) keeps its codes:
+    the chunks' dictionaries are unified, nothing is hashed again.
+
     Args:
         sources: the ``source`` column, or None when the table has none.
         n: number of rows (used when ``sources`` is None).
@@ -63,26 +66,25 @@ def counts_by_source(codes: np.ndarray, names: Sequence[str], mask: np.ndarray |
     return {name: int(c) for name, c in zip(names, counts.tolist()) if c}
 
 
-def first_occurrences(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def first_occurrences(ids: pa.Array | pa.ChunkedArray, block: int = 1 << 20) -> np.ndarray:
     """Boolean mask of the first occurrence of every id (later repeats are False).
 
     A stable sort brings equal ids together in input order; a row is a repeat when
     the id sorted just before it is equal. At 10M ids this is 2-3× faster than
-    hashing them all (``dictionary_encode``), and exact.
+    hashing them all (``dictionary_encode``), and exact. The sorted ids are compared
+    ``block`` at a time, so only one block of them is ever copied.
     """
     n = len(ids)  # a chunked array is sorted and taken as it is (no combined copy)
     keep = np.ones(n, dtype=bool)
     if n < 2:
         return keep
-    order = pc.sort_indices(ids)  # stable: equal ids keep their input order
-    ordered = ids.take(order)
-    same = pc.equal(ordered.slice(1), ordered.slice(0, n - 1))
-    del ordered
-    same = pc.fill_null(same, False)
-    same = (same.combine_chunks() if isinstance(same, pa.ChunkedArray) else same).to_numpy(zero_copy_only=False)
-    if same.any():
-        order = order.combine_chunks() if isinstance(order, pa.ChunkedArray) else order
-        keep[order.to_numpy()[1:][same]] = False
+    order = as_array(pc.sort_indices(ids))  # stable: equal ids keep their input order
+    for lo in range(0, n - 1, block):
+        ordered = ids.take(order.slice(lo, min(block, n - lo - 1) + 1))
+        same = pc.fill_null(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)), False)
+        same = as_array(same).to_numpy(zero_copy_only=False)
+        if same.any():
+            keep[order.slice(lo + 1, len(same)).to_numpy()[same]] = False
     return keep
 
 

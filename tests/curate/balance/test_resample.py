@@ -182,3 +182,49 @@ def test_blocks_of_records_change_nothing(tmp_path: Path, monkeypatch: pytest.Mo
         pq.read_table(tmp_path / "blocks" / "selection.parquet"))
     assert whole["balance"] == blocks["balance"] and whole["per_source"] == blocks["per_source"]
     assert whole["errored"]["duplicate_id"] == 20 and whole["dropped"]["no_concept"] > 0
+
+
+def test_read_tags_matches_a_plain_read_across_row_groups(tmp_path: Path) -> None:
+    from curate.balance.weights import read_tags
+
+    rng = np.random.default_rng(5)
+    # Uniform K = 3 for the first row groups, then ragged lists, empty lists and nulls.
+    concepts = [rng.integers(0, 40, 3).tolist() for _ in range(30)]
+    concepts += [rng.integers(0, 40, rng.integers(0, 6)).tolist() if i % 5 else None for i in range(40)]
+    sources = [None if i % 11 == 0 else f"s{i % 4}" for i in range(len(concepts))]
+    table = pa.table({"id": [f"r{i}" for i in range(len(concepts))], "source": sources, "concepts": concepts,
+                      "scores": [[1.0] * len(c or []) for c in concepts]}, schema=TAGS_SCHEMA)
+    for name, frame in (("ragged", table), ("uniform", table.slice(0, 30))):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(frame, path, row_group_size=7)
+        arrays = read_tags(path)
+        rows = frame.to_pylist()
+        lengths = arrays.lengths
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        assert [arrays.flat[starts[i]:starts[i + 1]].tolist() for i in range(len(rows))] == \
+            [r["concepts"] or [] for r in rows]
+        assert [arrays.source_names[c] for c in arrays.codes] == [r["source"] or "unknown" for r in rows]
+        assert arrays.ids.to_pylist() == [r["id"] for r in rows]
+        assert (arrays.width == 3) == (name == "uniform") and (arrays.offsets is None) == (name == "uniform")
+
+
+@pytest.mark.parametrize("weighting", ["mean", "max", "sum"])
+def test_matrix_and_list_layouts_give_the_same_bits(weighting: str) -> None:
+    from curate.balance.weights import TagArrays, concept_counts
+
+    rng = np.random.default_rng(9)
+    for k in (1, 3, 5, 9):
+        flat = rng.integers(0, 50, 300 * k).astype(np.int32)
+        n = 300
+        common = (pa.chunked_array([pa.array([f"r{i}" for i in range(n)])]), np.zeros(n, np.int32), ["s"])
+        matrix = TagArrays(*common, None, flat, None, k)
+        lists = TagArrays(*common, np.arange(0, n * k + 1, k, dtype=np.int64), flat, None, None)
+        counts = concept_counts(lists, 50)
+        assert np.array_equal(concept_counts(matrix, 50), counts)
+        mask = rng.random(n) < 0.4
+        copies = rng.integers(0, 3, n).astype(np.int32)
+        assert np.array_equal(concept_counts(matrix, 50, mask), concept_counts(lists, 50, mask))
+        assert np.array_equal(concept_counts(matrix, 50, copies), concept_counts(lists, 50, copies))
+        a = record_weights(matrix, counts, weighting=weighting, temperature=0.7)
+        b = record_weights(lists, counts, weighting=weighting, temperature=0.7)
+        assert a.tobytes() == b.tobytes()

@@ -23,6 +23,7 @@ def test_first_occurrences_matches_a_python_set(seed: int) -> None:
         seen.add(rid)
     chunked = pa.chunked_array([pa.array(ids[:400]), pa.array(ids[400:])])
     assert first_occurrences(chunked).tolist() == expect
+    assert first_occurrences(chunked, block=7).tolist() == expect  # sorted ids compared in blocks
     assert first_occurrences(pa.array(ids[:1])).tolist() == [True]
     assert first_occurrences(pa.array([], pa.string())).tolist() == []
 
