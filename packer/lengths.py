@@ -51,6 +51,7 @@ from curate.core.io import write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
+from packer.reuse import TextCounts, reusable_text_counts  # noqa: F401 (re-exported)
 from packer.tokens import TokenCounter
 
 _REFS = (MemberBytes, ParquetBytes)
@@ -94,23 +95,6 @@ def text_key(fingerprint: str, messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(f"{fingerprint}\x1f{data}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def reusable_text_counts(path: str | None) -> dict[str, int]:
-    """``{text_key: text_tokens}`` of an earlier ``lengths.parquet`` (empty without one, or without keys)."""
-    if path is None:
-        return {}
-    import pyarrow.parquet as pq
-
-    try:
-        schema = pq.read_schema(path)
-        if "text_key" not in schema.names or "text_tokens" not in schema.names:
-            return {}  # counted before keys existed: nothing can be trusted
-        table = pq.read_table(path, columns=["text_key", "text_tokens"])
-    except (OSError, ValueError, pa.ArrowException):
-        return {}
-    keys, counts = table.column("text_key").to_pylist(), table.column("text_tokens").to_pylist()
-    return {k: int(n) for k, n in zip(keys, counts) if k is not None and n is not None}
-
-
 class LengthsTask(ShardTask):
     """Counts every record's tokens as the processor would (see module docstring)."""
 
@@ -137,7 +121,7 @@ class LengthsTask(ShardTask):
         self.trust_remote_code = trust_remote_code
         self.max_chars = max_chars  # text beyond it is never rendered nor tokenized (curate.core.textlimits)
         self.reuse_from = reuse_from  # an earlier lengths.parquet whose text counts may be reused, by text_key
-        self._reused: dict[str, int] | None = None
+        self._reused: TextCounts | dict[str, int] | None = None  # sorted arrays, not a dict per worker
         self.counter: TokenCounter | None = None
 
     def choose_verified(self, shards: Sequence[Shard], seed: int) -> int:

@@ -1,10 +1,12 @@
-"""What reusing earlier token counts did: reused, counted, and ignored records, in one report.
+"""Reusing earlier token counts: the text counts looked up by key, and a report of what was reused.
 
 ``curate pack INPUT --lengths OLD/lengths.parquet`` (or the automatic reuse of a folder
 that counted the same inputs) takes from ``OLD`` only the text counts of the input's
 records whose ``text_key`` matches (:mod:`packer.lengths`); every other record is
 counted, and records of ``OLD`` that are not in the input are ignored and reported,
-never packed.
+never packed. Both sides work on columns: each worker holds the earlier keys as one
+sorted fixed-width array (:class:`TextCounts`), and the report compares id columns
+with Arrow's ``is_in``, so memory stays near the size of the columns.
 """
 
 from __future__ import annotations
@@ -13,12 +15,75 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.stats import StageStats
 
 SHOWN_IDS = 5
+
+
+class TextCounts:
+    """``text_key → text_tokens`` of an earlier ``lengths.parquet``, as sorted arrays (no Python object per row).
+
+    Supports ``key in counts``, ``counts[key]`` and ``len(counts)`` like the dict it replaces;
+    a lookup is one binary search.
+    """
+
+    def __init__(self, keys: pa.Array | pa.ChunkedArray, counts: pa.Array | pa.ChunkedArray) -> None:
+        valid = pc.and_(pc.is_valid(keys), pc.is_valid(counts))
+        keys, counts = keys.filter(valid), counts.filter(valid)
+        order = pc.sort_indices(keys)
+        self._keys = _fixed_width(keys.take(order))
+        self._counts = np.asarray(counts.take(order).to_numpy(), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self._counts.shape[0])
+
+    def _find(self, key: str) -> int:
+        raw = key.encode("utf-8")
+        i = int(np.searchsorted(self._keys, raw))
+        return i if i < len(self) and self._keys[i] == raw else -1
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._find(key) >= 0
+
+    def __getitem__(self, key: str) -> int:
+        i = self._find(key)
+        if i < 0:
+            raise KeyError(key)
+        return int(self._counts[i])
+
+
+def _fixed_width(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Strings as a numpy ``S<width>`` array in the same order (zero-copy when all have one length, as keys do)."""
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    arr = arr.cast(pa.string())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, "S1")
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4)
+    lengths = np.diff(offsets)
+    width = max(int(lengths.max()), 1)
+    if int(lengths.min()) == width and arr.null_count == 0:
+        return np.frombuffer(arr.buffers()[2], f"S{width}", n, int(offsets[0])).copy()
+    return np.array([k.encode("utf-8") for k in arr.to_pylist()], f"S{width}")  # mixed lengths: rare
+
+
+def reusable_text_counts(path: str | None) -> TextCounts | dict[str, int]:
+    """The text counts of an earlier ``lengths.parquet`` (empty without one, or without keys)."""
+    if path is None:
+        return {}
+    try:
+        schema = pq.read_schema(path)
+        if "text_key" not in schema.names or "text_tokens" not in schema.names:
+            return {}  # counted before keys existed: nothing can be trusted
+        table = pq.ParquetFile(path).read(columns=["text_key", "text_tokens"])
+    except (OSError, ValueError, pa.ArrowException):
+        return {}
+    return TextCounts(table.column("text_key"), table.column("text_tokens"))
 
 
 def reuse_report(earlier: Path, table: pa.Table, stats: StageStats, *, explicit: bool) -> dict[str, Any]:
@@ -30,14 +95,18 @@ def reuse_report(earlier: Path, table: pa.Table, stats: StageStats, *, explicit:
         stats: This run's lengths-step stats (``text_counts_reused`` in ``extra``; rejects).
         explicit: Whether the user named ``earlier`` (``--lengths``) or it was found automatically.
     """
-    old_ids = set(pq.read_table(earlier, columns=["id"]).column("id").to_pylist())
-    here = set(table.column("id").to_pylist()) | {r[0] for r in stats.rejects}
-    ignored = sorted(old_ids - here)
+    old_ids = pq.ParquetFile(earlier).read(columns=["id"]).column("id").combine_chunks().cast(pa.string())
+    here = pa.chunked_array([table.column("id").cast(pa.string()),
+                             stats.rejects_table().column("id")], pa.string()).combine_chunks()
+    missing = pc.unique(old_ids.filter(pc.invert(pc.is_in(old_ids, value_set=here, skip_nulls=False))))
+    ignored = missing.take(pc.sort_indices(missing)).drop_null()
+    shown = ignored.slice(0, SHOWN_IDS).to_pylist()
     reused = int(stats.extra.get("text_counts_reused", 0))
-    report = {"from": str(earlier), "records_in_lengths": len(old_ids), "text_counts_reused": reused,
-              "counted": table.num_rows - reused, "ignored": len(ignored), "ignored_ids": ignored[:SHOWN_IDS]}
+    report = {"from": str(earlier), "records_in_lengths": pc.count_distinct(old_ids, mode="only_valid").as_py(),
+              "text_counts_reused": reused, "counted": table.num_rows - reused, "ignored": len(ignored),
+              "ignored_ids": shown}
     where = f"--lengths {earlier}" if explicit else f"token counts of an earlier run ({earlier})"
-    more = f" (e.g. {', '.join(ignored[:SHOWN_IDS])})" if ignored else ""
+    more = f" (e.g. {', '.join(shown)})" if shown else ""
     print(f"{where}: reused the text counts of {reused:,} records, counted {report['counted']:,} new or changed "
           f"records (image headers are always read again), ignored {len(ignored):,} of its records that are not "
           f"in the input{more}", file=sys.stderr)
