@@ -35,12 +35,12 @@ from curate.core.shards import Shard
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
 from packer.verify_steps import StepRecorder
-from packer.verify_tar import VerifyTarTask
+from packer.verify_tar import ProblemLog, VerifyTarTask
 
 
 @dataclass
-class VerifyReport:
-    """What ``verify`` checked and every inconsistency found."""
+class VerifyReport(ProblemLog):
+    """What ``verify`` checked and every inconsistency found (listed and counted as in each tar: :class:`ProblemLog`)."""
 
     shards: int = 0
     sequences: int = 0
@@ -48,18 +48,12 @@ class VerifyReport:
     images: int = 0
     recounted: int = 0
     problems: list[str] = field(default_factory=list)
+    more_problems: int = 0
 
     @property
     def ok(self) -> bool:
         """True when no problem was found."""
-        return not self.problems
-
-    def add(self, problem: str) -> None:
-        """Record a problem (the first 200 are kept in full; the rest are counted)."""
-        if len(self.problems) < 200:
-            self.problems.append(problem)
-        elif len(self.problems) == 200:
-            self.problems.append("... more problems not listed")
+        return self.problem_count == 0
 
 
 def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = None, *, executor: Any = None,
@@ -118,10 +112,7 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
         report.sequences += summary["sequences"]
         report.records += summary["records"]
         report.images += summary["images"]
-        for problem in summary["problems"]:
-            report.add(problem)
-        if summary["more_problems"]:
-            report.add(f"{summary['tar']}: {summary['more_problems']} more problems not listed")
+        report.absorb(summary["problems"], summary["more_problems"])
     columns = pa.concat_tables(tables) if tables else pa.table({"kind": pa.array([], pa.string()),
                                                                "value": pa.array([], pa.string())})
     kind = columns.column("kind").cast(pa.string())

@@ -30,20 +30,39 @@ MAX_PROBLEMS = 200
 _RECOUNT_SALT = 0xC0
 
 
-class TarReport:
-    """What one tar showed (see :func:`check_tar`)."""
+class ProblemLog:
+    """The one rule for problems, in a tar and in a whole run: the first :data:`MAX_PROBLEMS` are kept
+    in full, every later one is counted in ``more_problems``; nothing found is ever lost from the count."""
 
-    def __init__(self) -> None:
-        self.sequences = self.records = self.images = 0
-        self.problems: list[str] = []
-        self.more_problems = 0
+    problems: list[str]
+    more_problems: int
 
     def add(self, problem: str) -> None:
-        """Record a problem (the first :data:`MAX_PROBLEMS` in full)."""
+        """Record a problem."""
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(problem)
         else:
             self.more_problems += 1
+
+    def absorb(self, problems: list[str], more_problems: int) -> None:
+        """Add another log's problems (its listed ones, then its count of unlisted ones)."""
+        for problem in problems:
+            self.add(problem)
+        self.more_problems += more_problems
+
+    @property
+    def problem_count(self) -> int:
+        """Every problem found, listed or not."""
+        return len(self.problems) + self.more_problems
+
+
+class TarReport(ProblemLog):
+    """What one tar showed (see :func:`check_tar`)."""
+
+    def __init__(self) -> None:
+        self.sequences = self.records = self.images = 0
+        self.problems = []
+        self.more_problems = 0
 
 
 def _check_sequence(meta: dict[str, Any], sample: dict[str, Any], ctx: int, report: TarReport,

@@ -128,6 +128,8 @@ def verify_cmd(out: str, processor: str | None, sample: int, seed: int, workers:
     if not report.ok:
         for problem in report.problems:
             console.print(f"[red]✗[/red] {problem}")
+        if report.more_problems:
+            console.print(f"[red]✗[/red] ... {report.more_problems:,} more problems not listed")
         raise SystemExit(1)
     console.print("[green]✓[/green] all boundaries and counts consistent")
 
