@@ -14,15 +14,14 @@ from typing import Any
 import numpy as np
 
 from curate.core.errors import UserError
+from curate.core.validate import integer
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
     """``value`` as an int, or a UserError naming ``name`` when it is not an integer >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise UserError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise UserError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+    if value is None:
+        raise UserError(f"{name} must be an integer, got None")
+    return integer(name, value, minimum)
 
 
 def check_lengths(lengths: Any, *, keep_int: bool = False) -> np.ndarray:

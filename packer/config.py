@@ -85,19 +85,20 @@ class PackConfig:
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
-        v.at_least("--ctx", self.ctx, 1)
+        v.integer("--ctx", self.ctx, 1)
         if self.ctx > MAX_CTX:
             raise UserError(f"--ctx {self.ctx} is larger than the supported maximum {MAX_CTX}")
-        v.at_least("--min-pixels", self.min_pixels, 1)
-        v.at_least("--max-pixels", self.max_pixels, 1)
+        v.integer("--min-pixels", self.min_pixels, 1)
+        v.integer("--max-pixels", self.max_pixels, 1)
         if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
             raise UserError(f"--min-pixels {self.min_pixels} is larger than --max-pixels {self.max_pixels}; "
                             "give min <= max")
-        v.at_least("--workers", self.workers, 1)
-        v.at_least("--shard-size", self.shard_size, 1)
-        v.at_least("--sequences-per-shard", self.sequences_per_shard, 1)
+        v.integer("--workers", self.workers, 1)
+        v.integer("--shard-size", self.shard_size, 1)
+        v.integer("--sequences-per-shard", self.sequences_per_shard, 1)
         v.within("--verify-fraction", self.verify_fraction, 0.0, 1.0)
-        v.at_least("--verify-sample", self.verify_sample, 0)
+        v.integer("--verify-sample", self.verify_sample, 0)
+        v.integer("--seed", self.seed, 0)
         v.in_file("--lengths", self.lengths)
         v.in_file("--cost-model", self.cost_model)
         if self.energon is not None:
@@ -115,7 +116,8 @@ class VerifyConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        v.at_least("--sample", self.sample, 0)
+        v.integer("--sample", self.sample, 0)
+        v.integer("--seed", self.seed, 0)
         if v.is_url(self.out):
             return  # read through a local mirror (curate.core.remote.local_copy)
         out = Path(self.out)

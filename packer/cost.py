@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.errors import UserError
+from curate.core.validate import integer
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,12 @@ class CostModel:
                 if not isinstance(value, bool):
                     raise UserError(f"cost model: {f.name} must be true or false, got {value!r}")
                 continue
+            minimum = 0 if f.name in ("lm_vocab", "vit_layers") else 1
+            if f.type in ("int", int) and value is not None:
+                integer(f"cost model: {f.name}", value, minimum)
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise UserError(f"cost model: {f.name} must be a number, got {value!r}")
-            if f.type in ("int", int) and value != int(value):
-                raise UserError(f"cost model: {f.name} must be an integer, got {value!r}")
-            minimum = 0 if f.name in ("lm_vocab", "vit_layers") else 1
             if value < minimum:
                 raise UserError(f"cost model: {f.name} must be >= {minimum}, got {value!r}")
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from curate.core.errors import UserError
+from curate.core.validate import integer
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,9 +67,9 @@ class StepLayout:
 def check_dp(dp: int, micro_batches: int) -> tuple[int, int]:
     """Validate ``dp`` and ``micro_batches`` (positive integers) or raise :class:`UserError`."""
     for name, value in (("--dp", dp), ("--micro-batches", micro_batches)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise UserError(f"{name} must be a positive integer, got {value!r}")
-    return int(dp), int(micro_batches)
+        if value is None:
+            raise UserError(f"{name} must be an integer, got None")
+    return integer("--dp", dp, 1), integer("--micro-batches", micro_batches, 1)
 
 
 def token_layout(bins: int, dp: int, micro_batches: int) -> StepLayout:

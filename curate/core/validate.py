@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -46,6 +47,25 @@ def at_least(flag: str, value: int | float | None, minimum: int | float) -> None
         return
     if isinstance(value, float) and not math.isfinite(value) or not value >= minimum:
         raise UserError(f"{flag} must be at least {minimum}, got {value}")
+
+
+def integer(flag: str, value: Any, minimum: int | None = None) -> Any:
+    """``value`` is None or an integer (numpy integers too; never a bool or a float) >= ``minimum``.
+
+    Returns:
+        ``value`` as a Python int (None stays None).
+    """
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)  # ints and numpy integers; floats and strings have no __index__
+    except TypeError:
+        raise UserError(f"{flag} must be an integer, got {value!r}") from None
+    if minimum is not None and value < minimum:
+        raise UserError(f"{flag} must be >= {minimum}, got {value}")
+    return value
 
 
 def above(flag: str, value: float | None, minimum: float) -> None:

@@ -119,5 +119,5 @@ def test_balance_options() -> None:
         balance_options(True, None, 2, None)
     with pytest.raises(UserError, match="only applies with --balance-compute"):
         balance_options(False, 8, None, None)
-    with pytest.raises(UserError, match="--micro-batches must be a positive"):
+    with pytest.raises(UserError, match="--micro-batches must be >= 1"):
         balance_options(True, 8, 0, None)

@@ -44,3 +44,28 @@ def test_outputs_in_the_way(tmp_path: Path) -> None:
         v.finite("--temperature", float("nan"))
     with pytest.raises(UserError, match=r"--mode x: use inverse or metaclip"):
         v.one_of("--mode", "x", ("inverse", "metaclip"))
+
+
+def test_integer_is_the_one_integer_check() -> None:
+    import numpy as np
+
+    from curate.core.validate import integer
+    from packer.buckets import check_int
+    from packer.config import PackConfig
+    from packer.cost import CostModel
+    from packer.steps import check_dp
+
+    assert integer("--n", None, 1) is None and integer("--n", np.int32(3), 1) == 3 and integer("--n", 0) == 0
+    for bad, match in [(2.5, "must be an integer"), (True, "must be an integer"), ("3", "must be an integer"),
+                       (np.float64(2.0), "must be an integer"), (0, "must be >= 1")]:
+        with pytest.raises(UserError, match=f"--n {match}"):
+            integer("--n", bad, 1)
+        # the packer's checks say the same thing in the same words
+        with pytest.raises(UserError, match=f"ctx {match}"):
+            check_int("ctx", bad, 1)
+        with pytest.raises(UserError, match=f"--dp {match}"):
+            check_dp(bad, 1)
+        with pytest.raises(UserError, match=f"--ctx {match}"):
+            PackConfig(out="o", ctx=bad)
+        with pytest.raises(UserError, match=f"cost model: lm_layers {match}"):
+            CostModel(lm_layers=bad)
