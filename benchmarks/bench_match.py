@@ -32,7 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from curate.balance.match import TextMatcher, brute_force_counts, read_entries  # noqa: E402
+from curate.balance.match import TextMatcher, brute_force_counts  # noqa: E402
+from curate.balance.vocab.files import load_vocab  # noqa: E402
 
 
 def captions(entries: list[str], n: int, seed: int = 0) -> list[str]:
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.n, args.e2e, args.sample = 100_000, 20_000, 10
     vocab = ROOT / "vocab" / "500k.txt"
-    entries = read_entries(vocab)
+    entries = load_vocab(Path(vocab))
     print(f"match text: {args.n:,} captions x {len(entries):,} entries; machine: {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
     t0 = time.perf_counter()

@@ -166,6 +166,30 @@ class ResampleConfig:
         v.in_file("--vocab", self.vocab)
 
 
+@dataclass(frozen=True)
+class MatchConfig:
+    """Settings of ``curate tag --match text`` (see :func:`curate.balance.match.match_text`).
+
+    The vocabulary and the records are the step's inputs, passed beside the config
+    (as ``tag`` takes its embeddings and concepts).
+    """
+
+    out: PathLike
+    text_field: str | None = None
+    case_sensitive: bool = False
+    top_k: int | None = None
+    shard_size: int = DEFAULT_SHARD_SIZE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        v.out_dir("--out", self.out)
+        v.at_least("--top-k", self.top_k, 1)
+        v.at_least("--shard-size", self.shard_size, 1)
+        if self.text_field is not None and not self.text_field.strip():
+            raise UserError("--text-field: give a field name (e.g. caption), or leave it out to match the "
+                            "assistant messages")
+
+
 _SHARED = ("out", "model", "precision", "device", "threads", "seed")
 
 
@@ -179,13 +203,12 @@ class BalanceConfig:
     resample: ResampleConfig
     write_records: bool = True
     match: str = "embeddings"
-    text_field: str | None = None
-    case_sensitive: bool = False
-    match_top_k: int | None = None
+    text: MatchConfig | None = None  # the text match's settings, when match == "text"
 
     def __post_init__(self) -> None:
         v.one_of("--match", self.match, MATCHES)
-        v.at_least("--top-k", self.match_top_k, 1)
+        if self.match == "text" and self.text is None:
+            raise UserError("--match text: no text-match settings (build the config with BalanceConfig.build)")
 
     @property
     def out(self) -> Path:
@@ -210,7 +233,11 @@ class BalanceConfig:
         """
         v.out_dir("--out", out)
         v.one_of("--match", match, MATCHES)
-        match_top_k = settings.get("top_k") if match == "text" else None
+        text = None
+        if match == "text":
+            text = MatchConfig(out=out, text_field=text_field, case_sensitive=case_sensitive,
+                               top_k=settings.get("top_k"), seed=settings.get("seed") or 0,
+                               **({"shard_size": settings["shard_size"]} if settings.get("shard_size") else {}))
         if settings.get("mode", "inverse") == "inverse" and settings.get("target") is None \
                 and settings.get("fraction") is None:
             settings["fraction"] = DEFAULT_FRACTION
@@ -233,8 +260,7 @@ class BalanceConfig:
         return cls(embed=EmbedConfig(out=out, batch_size=image_batch, **parts["embed"]), vocab=vocab_cfg,
                    tag=TagConfig(out=out, **parts["tag"]),
                    resample=ResampleConfig(out=out, vocab=vocab, **parts["resample"]),
-                   write_records=write_records, match=match, text_field=text_field, case_sensitive=case_sensitive,
-                   match_top_k=match_top_k)
+                   write_records=write_records, match=match, text=text)
 
 
-__all__ = ["BalanceConfig", "EmbedConfig", "ResampleConfig", "TagConfig", "VocabEmbedConfig"]
+__all__ = ["BalanceConfig", "EmbedConfig", "MatchConfig", "ResampleConfig", "TagConfig", "VocabEmbedConfig"]

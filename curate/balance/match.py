@@ -36,18 +36,21 @@ import os
 import pickle
 import string
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
+from curate.balance.config import MatchConfig
+from curate.balance.vocab.files import load_vocab
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, file_sha256, write_parquet
-from curate.core.shards import DEFAULT_SHARD_SIZE, Shard, ShardContext, ShardTask, plan_shards, readable_records
+from curate.core.shards import Shard, ShardContext, ShardTask, plan_shards, readable_records
 from curate.core.progress import console
 from curate.core.stats import StageStats, finish_stage, run_header
+from curate.core.validate import configure
 
 _WRAP = ",.;:?!`"
 _TO_SPACE = "\t\n\r"
@@ -187,34 +190,6 @@ def brute_force_counts(text: str, entries: list[str], *, case_sensitive: bool = 
     return found
 
 
-def read_entries(path: str | Path) -> list[str]:
-    """Vocabulary lines (line ``i + 1`` is concept ``i``).
-
-    Raises:
-        UserError: the file is missing or empty.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"--vocab {path}: no such file; give a vocabulary with one entry per line (vocab/500k.txt)")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not any(line.strip() for line in lines):
-        raise UserError(f"--vocab {path}: no entries")
-    return lines
-
-
-def tags_table(ids: list[str], sources: list[str], concepts: list[list[int]], scores: list[list[float]],
-               schema: pa.Schema) -> pa.Table:
-    """The ``tags.parquet`` rows of one shard."""
-    lengths = np.fromiter((len(c) for c in concepts), np.int32, len(concepts))
-    offsets = np.zeros(len(concepts) + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat_c = np.fromiter((c for row in concepts for c in row), np.int32, int(offsets[-1]))
-    flat_s = np.fromiter((s for row in scores for s in row), np.float32, int(offsets[-1]))
-    return pa.table([pa.array(ids, pa.string()), pa.array(sources, pa.string()),
-                     pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat_c)),
-                     pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat_s))], schema=schema)
-
-
 def record_text(record: dict[str, Any], raw: Any, field: str | None) -> str:
     """The text matched for a record: ``raw[field]`` when a field is named, else its assistant messages."""
     if field is not None:
@@ -236,16 +211,14 @@ def record_text(record: dict[str, Any], raw: Any, field: str | None) -> str:
 class MatchTask(ShardTask):
     """Match one shard of records against the vocabulary; writes ``tags/<shard>.parquet``.
 
-    A CPU task: each worker runs one thread and builds the automaton once in :meth:`setup`.
+    A CPU task: each worker runs one thread and loads the automaton once in :meth:`setup`.
     """
 
     stage = "match"
     transient = ("_matcher",)
 
-    def __init__(self, vocab: str, *, text_field: str | None = None, case_sensitive: bool = False,
-                 top_k: int | None = None, automaton: str | None = None) -> None:
-        self.vocab, self.text_field, self.automaton = vocab, text_field, automaton
-        self.case_sensitive, self.top_k = case_sensitive, top_k
+    def __init__(self, vocab: str, config: MatchConfig, *, automaton: str | None = None) -> None:
+        self.vocab, self.config, self.automaton = vocab, config, automaton
         self._matcher: TextMatcher | None = None
 
     def setup(self) -> None:
@@ -254,66 +227,65 @@ class MatchTask(ShardTask):
             if self.automaton and Path(self.automaton + ".groups.json").exists():
                 self._matcher = TextMatcher.load(self.automaton)
             else:
-                self._matcher = TextMatcher(read_entries(self.vocab), case_sensitive=self.case_sensitive)
+                self._matcher = TextMatcher(load_vocab(Path(self.vocab)), case_sensitive=self.config.case_sensitive)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Match every readable record of the shard; a record without any match keeps an empty list."""
-        from curate.balance.tag import TAGS_DIR, TAGS_SCHEMA
+        from curate.balance.tag import TAGS_DIR, tags_table
 
         self.setup()
         assert self._matcher is not None
         stats = StageStats()
-        ids, sources, concepts, scores = [], [], [], []
-        empty = no_text = 0
+        ids, sources, lengths, concepts, scores = [], [], [], [], []
+        no_text = 0
         with stats.timer("match"):
             for raw, rec in readable_records(shard, stats, ctx, with_raw=True):
-                text = record_text(rec, raw, self.text_field)
-                found, counts = self._matcher.match(text, self.top_k) if text else ([], [])
+                text = record_text(rec, raw, self.config.text_field)
+                found, counts = self._matcher.match(text, self.config.top_k) if text else ([], [])
                 no_text += not text
-                empty += not found
                 ids.append(rec["id"])
                 sources.append(rec["source"])
-                concepts.append(found)
-                scores.append(counts)
-                stats.kept(rec["source"])  # a record without a match stays; resample counts it as no_concept
+                lengths.append(len(found))
+                concepts.extend(found)
+                scores.extend(counts)
                 ctx.progress(1)
-        stats.extra["rows_without_concept"] = empty
+        lengths_array = np.array(lengths, np.int64)
+        stats.kept_many(Counter(sources))  # a record without a match stays; resample counts it as no_concept
+        stats.extra["rows_without_concept"] = int((lengths_array == 0).sum())
         stats.extra["rows_without_text"] = no_text
-        stats.extra["matches"] = int(sum(len(c) for c in concepts))
-        write_parquet(work / TAGS_DIR / f"{shard.id}.parquet", tags_table(ids, sources, concepts, scores, TAGS_SCHEMA))
+        stats.extra["matches"] = len(concepts)
+        table = tags_table(ids, sources, lengths_array, np.array(concepts, np.int32), np.array(scores, np.float32))
+        write_parquet(work / TAGS_DIR / f"{shard.id}.parquet", table)
         return stats
 
 
-def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLike[str], *,
-               out: str | os.PathLike[str], text_field: str | None = None, case_sensitive: bool = False,
-               top_k: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, seed: int = 0,
-               executor: Any = None, write_stats: bool = True) -> dict[str, Any]:
+def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLike[str],
+               config: MatchConfig | None = None, *, executor: Any = None, write_stats: bool = True,
+               **settings: Any) -> dict[str, Any]:
     """Tag records by substring matching of their text against ``vocab`` into ``OUT/tags.parquet``; resumable.
 
     Same arguments as :func:`run_match_text`; returns only the ``stats.json`` content.
     """
-    return run_match_text(inputs, vocab, out=out, text_field=text_field, case_sensitive=case_sensitive,
-                          top_k=top_k, shard_size=shard_size, seed=seed, executor=executor,
-                          write_stats=write_stats)[0]
+    return run_match_text(inputs, vocab, config, executor=executor, write_stats=write_stats, **settings)[0]
 
 
-def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLike[str], *,
-                   out: str | os.PathLike[str], text_field: str | None = None, case_sensitive: bool = False,
-                   top_k: int | None = None, shard_size: int = DEFAULT_SHARD_SIZE, seed: int = 0,
-                   executor: Any = None, write_stats: bool = True) -> tuple[dict[str, Any], StageStats]:
+def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.PathLike[str],
+                   config: MatchConfig | None = None, *, executor: Any = None, write_stats: bool = True,
+                   **settings: Any) -> tuple[dict[str, Any], StageStats]:
     """Tag records by substring matching of their text against ``vocab`` into ``OUT/tags.parquet``; resumable.
 
     Args:
         inputs: record files or folders (any layout curate reads).
-        vocab: vocabulary file, one entry per line (concept = line − 1).
-        out: output folder.
-        text_field: match this raw field (e.g. ``caption``, ``text``) instead of the assistant messages.
-        case_sensitive: MetaCLIP's exact comparison instead of folding case.
-        top_k: keep at most this many concepts per record (default: every match).
-        shard_size: records per shard.
-        seed: recorded only (matching is deterministic).
+        vocab: vocabulary file, one entry per line (concept = line − 1), checked by
+            :func:`curate.balance.vocab.files.load_vocab` (no blank or repeated line).
+        config: the settings (see :class:`MatchConfig`): ``out``, ``text_field`` (match this raw
+            field, e.g. ``caption``, instead of the assistant messages), ``case_sensitive``
+            (MetaCLIP's exact comparison instead of folding case), ``top_k`` (keep at most this
+            many concepts per record; default every match), ``shard_size`` and ``seed`` (recorded
+            only: matching is deterministic).
         executor: a :class:`curate.executors.Executor` (default: local, one worker).
         write_stats: write ``OUT/stats.json``.
+        **settings: fields of :class:`MatchConfig`, instead of or over ``config``.
 
     Returns:
         The ``stats.json`` content and the merged stats (with the rejects).
@@ -321,37 +293,37 @@ def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.Pat
     from curate.balance.tag import merge_tags
     from curate.executors import run_stage
 
-    if top_k is not None and top_k < 1:
-        raise UserError(f"--top-k must be at least 1, got {top_k}")
-    out = Path(out)
+    config = configure(MatchConfig, config, **settings)
+    out, case_sensitive, top_k = Path(config.out), config.case_sensitive, config.top_k
+    entries = load_vocab(Path(vocab))
+    if not entries:
+        raise UserError(f"--vocab {vocab}: the vocabulary is empty; give a file with one entry per line")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    entries = read_entries(vocab)
     vocab_sha = file_sha256(vocab)
-    shards = plan_shards(inputs, shard_size)
+    shards = plan_shards(inputs, config.shard_size)
     automaton = out / "_match" / f"automaton-{vocab_sha[:16]}-{'case' if case_sensitive else 'fold'}.bin"
     if not Path(str(automaton) + ".groups.json").exists():
         TextMatcher(entries, case_sensitive=case_sensitive).save(automaton)
         console.print(f"match text: {len(entries):,} vocabulary entries in one automaton "
                       f"({time.perf_counter() - t0:.1f} s)")
-    task = MatchTask(str(vocab), text_field=text_field, case_sensitive=case_sensitive, top_k=top_k,
-                     automaton=str(automaton))
-    settings = {"match": "text", "vocab_sha256": vocab_sha[:16], "text_field": text_field,
+    task = MatchTask(str(vocab), config, automaton=str(automaton))
+    settings = {"match": "text", "vocab_sha256": vocab_sha[:16], "text_field": config.text_field,
                 "case_sensitive": case_sensitive, "top_k": top_k}
-    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="match text", settings=settings)
-    meta = {"concept_rows": str(len(entries)), "concepts_embedded": str(sum(1 for e in entries if e.strip())),
+    stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc="match text", settings=settings)
+    meta = {"concept_rows": str(len(entries)), "concepts_embedded": str(len(entries)),
             "top_k": str(top_k or 0), "match": "text", "vocab_sha256": vocab_sha,
-            "case_sensitive": str(case_sensitive).lower(), "text_field": text_field or "assistant"}
+            "case_sensitive": str(case_sensitive).lower(), "text_field": config.text_field or "assistant"}
     rows = merge_tags(out, len(shards), meta)
     counts = stats.to_dict()
     wall = time.perf_counter() - t0
     result = {
-        **run_header("tag", seed=seed, settings=settings),
+        **run_header("tag", seed=config.seed, settings=settings),
         "records_in": counts["records_in"], "records_tagged": counts["records_out"], "rows": rows,
         "rows_without_concept": int(stats.extra.get("rows_without_concept", 0)),
         "rows_without_text": int(stats.extra.get("rows_without_text", 0)), "matches": int(stats.extra.get("matches", 0)),
         "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        "concept_rows": len(entries), "concepts_embedded": int(meta["concepts_embedded"]), "shards": len(shards),
+        "concept_rows": len(entries), "concepts_embedded": len(entries), "shards": len(shards),
         "timings": {**counts["timings"], "wall": round(wall, 3)},
         "outputs": {"tags": "tags.parquet", "rejects": "rejects.parquet"},
     }

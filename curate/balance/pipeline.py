@@ -82,10 +82,7 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
     concepts: dict[str, Any] | None = None
     if text:
         console.print("[bold]1/2[/bold] match the records' text against the vocabulary")
-        tag_result, tag_stats = run_match_text(inputs, vocab, out=out, text_field=config.text_field,
-                                               case_sensitive=config.case_sensitive, top_k=config.match_top_k,
-                                               shard_size=shard_size, seed=seed, executor=executor,
-                                               write_stats=False)
+        tag_result, tag_stats = run_match_text(inputs, vocab, config.text, executor=executor, write_stats=False)
         embed_result, embed_stats = {"records_embedded": 0}, None
         timings["match"] = time.perf_counter() - t0
     else:
@@ -118,8 +115,9 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
     total = tag_stats.then(res_stats) if embed_stats is None else _compose(embed_stats, tag_stats, res_stats)
     counts = total.to_dict()
     if text:
-        matching = {"match": "text", "text_field": config.text_field, "case_sensitive": config.case_sensitive,
-                    "top_k": config.match_top_k}
+        m = config.text
+        assert m is not None
+        matching = {"match": "text", "text_field": m.text_field, "case_sensitive": m.case_sensitive, "top_k": m.top_k}
     else:
         assert concepts is not None
         matching = {"match": "embeddings", "model": model, "precision": precision, "template": template,

@@ -214,6 +214,6 @@ def write_selection(path: Path, selection: pa.Table) -> None:
 def _vocab_names(vocab: str | os.PathLike[str] | None) -> list[str] | None:
     if vocab is None:
         return None
-    from curate.balance.vocab.embed import read_vocab
+    from curate.balance.vocab.files import load_vocab
 
-    return read_vocab(vocab)
+    return load_vocab(Path(vocab))

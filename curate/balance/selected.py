@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from curate.core.io import atomic_open, write_parquet
 
+
 def _rebase(value: Any, src_dir: str, dst_dir: str) -> Any:
     """Rewrite relative image paths (str, list of str, list of {"path": str}) for a new folder.
 
@@ -51,7 +52,7 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     paths are rewritten relative to ``folder``; copies after the first get the id
     ``id#k`` so that ids stay unique. Returns counts per output file.
     """
-    from curate.core.records import RecordInvalid, expand_inputs, input_format, iter_rows, split_file, to_canonical
+    from curate.core.records import BadRecord, expand_inputs, input_format, read_part, split_file
 
     wanted = dict(zip(selection.column("id").to_pylist(), selection.column("copies").to_pylist()))
     remaining = dict(wanted)
@@ -70,14 +71,10 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
         src_dir, dst_dir = str(path.parent), str(folder.resolve())
         rows_out: list[tuple[int, Any]] = []
         for part in split_file(path, 1 << 62):
-            for row, raw, problem in iter_rows(part):
-                if problem is not None:
+            for raw, rec in read_part(part, with_raw=True):  # the one row reader: same ids as every stage
+                if isinstance(rec, BadRecord):
                     continue
-                fallback = f"{path.stem}:{row + 1}" if fmt == "jsonl" else f"{path.stem}:{row}"
-                try:
-                    rid = to_canonical(raw, path.parent, fallback_id=fallback, fallback_source=path.stem)["id"]
-                except RecordInvalid:
-                    continue
+                rid = rec["id"]
                 n = remaining.pop(rid, 0)
                 for c in range(1, n + 1):
                     rows_out.append((c, (rid, raw)))

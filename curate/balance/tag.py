@@ -27,13 +27,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.balance.concepts import sidecar_path
@@ -41,6 +40,7 @@ from curate.balance.config import DEFAULT_NLIST, DEFAULT_NPROBE, DEFAULT_TOP_K, 
 from curate.balance.index import (SEARCH_BATCH, auto_nlist, concept_matrix, exact_index, ivf_file, maybe_gpu,
                                   measure_recall, search)
 from curate.balance.tag_inputs import EmbeddingFile, find_embeddings, read_ids, sample_rows
+from curate.core.columns import counts_by_source, source_names
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, file_sha256, write_parquet
 from curate.core.progress import console
@@ -95,10 +95,10 @@ class TagTask(ShardTask):
         self.setup()
         assert self._rows is not None
         file: EmbeddingFile = shard.meta
-        ids, sources = read_ids(file, self.id_column)
+        ids, codes, names = read_ids(file, self.id_column)
         stats = StageStats()
-        for source, n in sorted(Counter(sources).items()):
-            stats.seen(source, n)
+        per_source = counts_by_source(codes, names)
+        stats.seen_many(per_source)
         emb = np.load(file.npy, mmap_mode="r")
         if emb.shape[1] != self._index.d:
             raise UserError(f"{file.npy}: embeddings have {emb.shape[1]} dims but the concepts have "
@@ -114,25 +114,33 @@ class TagTask(ShardTask):
                 ctx.progress(len(pos))
         found = np.concatenate(concept_lists) if concept_lists else np.zeros((0, k), np.int64)
         scores = np.concatenate(score_lists) if score_lists else np.zeros((0, k), np.float32)
-        table = _tags_table(ids, sources, found, scores)
-        for source, n in sorted(Counter(sources).items()):
-            stats.kept(source, n)  # a row whose list is empty stays; resample counts it as no_concept
-        lengths = pc.list_value_length(table.column("concepts")).to_numpy(zero_copy_only=False)
+        valid = found >= 0  # -1 hits (fewer than K concepts reachable) are left out
+        lengths = valid.sum(axis=1)
+        table = tags_table(ids, source_names(codes, names), lengths, found[valid], scores[valid])
+        stats.kept_many(per_source)  # a row whose list is empty stays; resample counts it as no_concept
         stats.extra["rows_without_concept"] = int((lengths == 0).sum())
         write_parquet(work / TAGS_DIR / f"{shard.id}.parquet", table)
         return stats
 
 
-def _tags_table(ids: list[str], sources: list[str], found: np.ndarray, scores: np.ndarray) -> pa.Table:
-    """Build the tags table; ``-1`` hits (fewer than K concepts reachable) are left out."""
-    n, k = found.shape if found.ndim == 2 else (0, 0)
-    valid = found >= 0
-    lengths = valid.sum(axis=1)
-    offsets = np.zeros(n + 1, np.int32)
+def tags_table(ids: pa.Array | Sequence[str], sources: pa.Array | Sequence[str], lengths: np.ndarray,
+               concepts: np.ndarray, scores: np.ndarray) -> pa.Table:
+    """The ``tags.parquet`` rows of one shard, built from columns (the one builder of ``tag`` and ``tag --match``).
+
+    Args:
+        ids: record ids.
+        sources: record sources.
+        lengths: tags per record; record ``i`` has the next ``lengths[i]`` of ``concepts``.
+        concepts: every record's concept indices, flat, best first.
+        scores: their scores (similarities, or match counts), flat.
+    """
+    offsets = np.zeros(len(lengths) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    concepts = pa.ListArray.from_arrays(pa.array(offsets), pa.array(found[valid].astype(np.int32)))
-    score_col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(scores[valid].astype(np.float32)))
-    return pa.table([pa.array(ids, pa.string()), pa.array(sources, pa.string()), concepts, score_col],
+    offsets_array = pa.array(offsets)
+    return pa.table([pa.array(ids, pa.string()) if not isinstance(ids, pa.Array) else ids.cast(pa.string()),
+                     pa.array(sources, pa.string()) if not isinstance(sources, pa.Array) else sources.cast(pa.string()),
+                     pa.ListArray.from_arrays(offsets_array, pa.array(np.asarray(concepts, np.int32))),
+                     pa.ListArray.from_arrays(offsets_array, pa.array(np.asarray(scores, np.float32)))],
                     schema=TAGS_SCHEMA)
 
 

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from curate.core.columns import as_array, source_codes
 from curate.core.errors import UserError
 
 ID_COLUMNS = ("id", "key", "image_path", "url")
@@ -94,8 +97,12 @@ def _find_clip_retrieval(folder: Path) -> list[EmbeddingFile]:
     return files
 
 
-def read_ids(file: EmbeddingFile, id_column: str | None = None) -> tuple[list[str], list[str]]:
-    """The ids and sources of an embeddings file's rows."""
+def read_ids(file: EmbeddingFile, id_column: str | None = None) -> tuple[pa.Array, np.ndarray, list[str]]:
+    """The ids of an embeddings file's rows (as strings) and their sources as ``(codes, names)``.
+
+    Sources come from a ``source`` column (null or empty: ``unknown``), else the
+    file's layout names them; see :func:`curate.core.columns.source_codes`.
+    """
     schema = pq.read_schema(file.ids)
     names = schema.names
     if id_column is None:
@@ -107,12 +114,13 @@ def read_ids(file: EmbeddingFile, id_column: str | None = None) -> tuple[list[st
         raise UserError(f"{file.ids}: no column {id_column!r} (columns: {', '.join(names)})")
     cols = [id_column] + (["source"] if "source" in names else [])
     table = pq.read_table(file.ids, columns=cols)
-    ids = [str(v) for v in table.column(id_column).to_pylist()]
-    if "source" in names:
-        sources = [s if isinstance(s, str) and s else "unknown" for s in table.column("source").to_pylist()]
-    else:
-        sources = [file.layout] * len(ids)
-    return ids, sources
+    ids = as_array(table.column(id_column)).cast(pa.string())
+    if "source" not in names:
+        return ids, np.zeros(len(ids), np.int32), [file.layout]
+    sources = as_array(table.column("source")).cast(pa.string())
+    sources = pc.if_else(pc.equal(sources, ""), pa.scalar(None, pa.string()), sources)  # empty: unknown
+    codes, source_list = source_codes(sources, len(ids))
+    return ids, codes, source_list
 
 
 def sample_rows(files: list[EmbeddingFile], n: int, seed: int) -> np.ndarray:

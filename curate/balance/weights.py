@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.balance.config import WEIGHTINGS
-from curate.core.columns import source_codes
+from curate.core.columns import source_codes, source_names
 from curate.core.errors import UserError
 
 BLOCK = 1 << 20
@@ -62,8 +62,7 @@ class TagArrays:
 
     def source_column(self, index: np.ndarray) -> pa.Array:
         """The source names of the records ``index`` as a string column."""
-        codes = pa.array(self.codes[index], pa.int32())
-        return pa.DictionaryArray.from_arrays(codes, pa.array(self.source_names, pa.string())).cast(pa.string())
+        return source_names(self.codes[index], self.source_names)
 
     def blocks(self, size: int | None = None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         """``(first record, end record, flat tags, offsets from 0)`` for consecutive blocks of records."""

@@ -106,19 +106,17 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
     from curate.core.progress import console
 
     if match == "text":
+        from curate.balance.config import MatchConfig
         from curate.balance.match import match_text
 
         if not records or vocab is None or embeddings or concepts:
             raise UserError("--match text needs --records DATA and --vocab VOCAB (and no --embeddings/--concepts)")
-        v.out_dir("--out", out)
-        v.at_least("--top-k", top_k, 1)
-        v.at_least("--shard-size", shard_size, 1)
+        match_config = MatchConfig(out=out, text_field=text_field, case_sensitive=case_sensitive, top_k=top_k,
+                                   shard_size=shard_size, seed=seed)
         v.in_file("--vocab", vocab)
         for path in records:
             v.in_path("--records", path)
-        r = match_text(list(records), vocab, out=out, text_field=text_field, case_sensitive=case_sensitive,
-                       top_k=top_k, shard_size=shard_size, seed=seed,
-                       executor=make_executor(executor, workers, ray_address))
+        r = match_text(list(records), vocab, match_config, executor=make_executor(executor, workers, ray_address))
         console.print(f"[bold]matched[/bold] {r['records_tagged']:,} records against {r['concepts_embedded']:,} "
                       f"entries: {r['matches']:,} matches, {r['rows_without_concept']:,} records without any")
         console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")

@@ -59,6 +59,12 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
     return codes, list(where) or ["unknown"]  # names no row uses count 0 and are left out of counts
 
 
+def source_names(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
+    """The source name of every row as a string column (from :func:`source_codes`' codes and names)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(list(names), pa.string())
+                                          ).cast(pa.string())
+
+
 def counts_by_source(codes: np.ndarray, names: Sequence[str], mask: np.ndarray | None = None) -> dict[str, int]:
     """``{source: rows}`` over the rows where ``mask`` holds (all rows without a mask); zero counts left out."""
     picked = codes if mask is None else codes[mask]

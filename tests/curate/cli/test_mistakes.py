@@ -93,6 +93,8 @@ MISTAKES: list[tuple[str, str]] = [
     ("tag --match text --records {d}/recs.jsonl --vocab {d}/vocab.txt --out {d}/afile", "--out"),
     ("tag --match text --records {d}/recs.jsonl --vocab {d}/vocab.txt --out {d}/t --shard-size 0", "--shard-size"),
     ("tag --match text --vocab {d}/vocab.txt --out {d}/t", "--records"),
+    ("tag --match text --records {d}/recs.jsonl --vocab {d}/blank.txt --out {d}/t", "blank line"),
+    ("tag --match text --records {d}/recs.jsonl --vocab {d}/vocab.txt --out {d}/t --top-k 0", "--top-k"),
     ("tag --match words --records {d}/recs.jsonl --out {d}/t", "--match"),
     # resample
     ("resample --tags {d}/tags.parquet --out {d}/r --fraction 0.5 --temperature nan", "--temperature"),
