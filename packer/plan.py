@@ -47,6 +47,7 @@ against in :mod:`packer.padding` (re-exported here).
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -83,7 +84,7 @@ class PackPlan:
     Attributes:
         ctx: Bin capacity in tokens.
         seed: Seed the plan was made with.
-        bin_of: int64 per record: its bin, ``TOO_LONG`` (-1) or ``EMPTY`` (-2).
+        records: Number of records planned (packed or not).
         bin_offsets: int64, ``bins + 1`` values: bin ``b`` holds
             ``members[bin_offsets[b]:bin_offsets[b + 1]]``.
         members: int64 record indices, bin after bin, in order within each bin.
@@ -96,7 +97,7 @@ class PackPlan:
 
     ctx: int
     seed: int
-    bin_of: np.ndarray
+    records: int
     bin_offsets: np.ndarray
     members: np.ndarray
     bin_tokens: np.ndarray
@@ -104,6 +105,15 @@ class PackPlan:
     empty: np.ndarray
     lower_bound_bins: int
     packed_tokens: int
+    workers: int = 1
+
+    @functools.cached_property
+    def bin_of(self) -> np.ndarray:
+        """int64 per record: its bin, ``TOO_LONG`` (-1) or ``EMPTY`` (-2) (made on first use)."""
+        bin_of = np.full(self.records, TOO_LONG, dtype=np.int64)
+        bin_of[self.empty] = EMPTY
+        _scatter_bins(bin_of, self.members, self.bin_offsets, self.workers)
+        return bin_of
 
     @property
     def bins(self) -> int:
@@ -210,15 +220,11 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
     )
     del order
 
-    bin_of = np.full(n, TOO_LONG, dtype=np.int64)
     empty = np.flatnonzero(lengths == 0)
-    bin_of[empty] = EMPTY
-    _scatter_bins(bin_of, members, bin_offsets, workers)
-
     return PackPlan(
         ctx=ctx,
         seed=seed,
-        bin_of=bin_of,
+        records=n,
         bin_offsets=bin_offsets,
         members=members,
         bin_tokens=bin_tokens,
@@ -226,6 +232,7 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
         empty=empty.astype(np.int64),
         lower_bound_bins=-(-total // ctx),
         packed_tokens=total,
+        workers=workers,
     )
 
 
