@@ -87,6 +87,8 @@ def measure(endpoint: str, prefix: str, sizes: dict[str, int], run) -> dict[str,
         rel = key[len(prefix) + 1:]
         if entry["method"] == "PUT":
             counts["PUT objects"] += 1
+            if os.environ.get("BENCH_KEYS"):
+                print(f"  PUT {rel}")
         if entry["method"] != "GET" or "list-type" in url.query:
             continue
         rng = entry["headers"].get("Range") or entry["headers"].get("range")
@@ -96,6 +98,8 @@ def measure(endpoint: str, prefix: str, sizes: dict[str, int], run) -> dict[str,
         else:
             got = sizes.get(rel, 0)
         counts["GET objects"] += 1
+        if os.environ.get("BENCH_KEYS"):
+            print(f"  GET {rel} {got:,} bytes")
         counts["GET bytes"] += got
         counts[f"GET bytes: {kind(rel)}"] = counts.get(f"GET bytes: {kind(rel)}", 0) + got
     return counts

@@ -100,6 +100,7 @@ class LengthsTask(ShardTask):
 
     stage = "lengths"
     transient = ("counter", "_reused")
+    driver_reads = ("lengths/*.parquet",)  # merged by pack; the _records store stays in a bucket until shards are written
 
     def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
                  exact: bool = False, verify_fraction: float | None = None,

@@ -81,6 +81,8 @@ class ShardWriteTask(ShardTask):
     stage = "write"
     unit = "sequences"
     transient = ("_store", "_plan", "_tars", "_cells")
+    driver_reads = ()  # the driver never reads the tars back (--out in a bucket: they stay there)
+    reads_out = ("_records/*.arrow",)  # the lengths step's record store
 
     def __init__(self, out: str, *, ctx: int, processor: str, store_dir: str | None = None) -> None:
         self.out = out

@@ -2,22 +2,26 @@
 
 A stage never writes to a bucket directly: it runs in a local staging folder that mirrors the
 URL (``$CURATE_CACHE/remote/<hash>``), and the shard contract is kept on the bucket's side
-without atomic rename:
+without atomic rename (the transfers are :mod:`curate.core.remote_sync`):
 
 * :func:`output` checks the bucket is reachable (one line naming the URL, before any work),
-  pulls what the prefix already holds (so a rerun, on this machine or another, resumes from the
-  shards whose **markers** are in the bucket) and registers the mapping in the environment, so
-  worker processes and a local Ray cluster inherit it;
-* :func:`push_shard` (called by :func:`curate.core.shards.execute_shard`) uploads a finished
-  shard's outputs first and its marker last, as soon as the shard is done, from whichever worker
-  ran it;
-* :func:`pull_listed` (called by :func:`curate.executors.run_stage`) fetches the files that
-  markers list but this machine lacks (shards run on other nodes);
-* at the end :func:`output` uploads whatever else changed: outputs, then markers, then
-  ``stats.json``, so a reader that trusts only markers and ``stats.json`` never sees a half run.
+  brings down only the control files (shard markers, stage settings, ``history.json``), so a
+  rerun, on this machine or another, resumes from the shards whose **markers** are in the bucket
+  without downloading their data, and registers the mapping in the environment, so worker
+  processes and a local Ray cluster inherit it;
+* each finished shard's outputs, then its marker, are uploaded once, as soon as the shard is done,
+  from whichever worker ran it (:func:`curate.core.shards.execute_shard`);
+* :func:`curate.executors.run_stage` fetches only the shard files the stage's driver reads
+  (``ShardTask.driver_reads``) and, before shards run, the files of earlier steps they read
+  (``ShardTask.reads_out``);
+* at the end :func:`output` uploads what the bucket lacks or holds with other bytes: outputs, then
+  markers, then ``stats.json``, so a reader that trusts only markers and ``stats.json`` never sees
+  a half run.
 
-Credentials come from each filesystem's usual environment and config (``AWS_*`` variables,
-``~/.aws``, ``AWS_ENDPOINT_URL`` / ``FSSPEC_S3_ENDPOINT_URL``; ``GOOGLE_APPLICATION_CREDENTIALS``).
+Credentials and endpoints come from each filesystem's usual environment and config: for S3
+(``curate[s3]``) ``AWS_*`` variables, ``~/.aws``, ``AWS_ENDPOINT_URL`` / ``FSSPEC_S3_ENDPOINT_URL``;
+for GCS (``curate[gcs]``) ``GOOGLE_APPLICATION_CREDENTIALS`` or gcloud's login,
+``STORAGE_EMULATOR_HOST`` for an emulator, ``FSSPEC_GS_TOKEN=anon`` for anonymous access.
 """
 
 from __future__ import annotations
@@ -32,22 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.core.io import as_path, is_url, url_fs
+from curate.core.io import as_path, is_url
+from curate.core.remote_sync import ENV, get_file, mapping, pull, pull_control, push, remote_fs, url_of
 
-_ENV = "CURATE_REMOTE_OUT"  # JSON {local staging folder: URL}
-_SKIP = (".tmp/", ".curate.lock")
-
-
-def _mapping() -> dict[str, str]:
-    try:
-        return json.loads(os.environ.get(_ENV, "{}"))
-    except ValueError:
-        return {}
-
-
-def url_of(local: str | os.PathLike[str]) -> str | None:
-    """The URL a local staging folder mirrors, or None for an ordinary folder."""
-    return _mapping().get(str(Path(local).absolute()))
+__all__ = ["output", "input_file", "local_copy", "remote_out", "cli_args", "staging", "check_reachable", "url_of"]
 
 
 def staging(url: str) -> Path:
@@ -56,23 +48,11 @@ def staging(url: str) -> Path:
     return root / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
 
 
-def _fs(url: str) -> tuple[Any, str]:
-    from curate.core.formats.listing import remote_error
-
-    try:
-        fs, inner = url_fs(url)
-    except ImportError as exc:
-        raise UserError(f"{url}: no filesystem for this URL ({exc}); install curate[s3] or curate[gcs]") from None
-    except Exception as exc:  # noqa: BLE001 - bad URLs raise many types
-        raise remote_error(url, exc) from None
-    return fs, inner.rstrip("/")
-
-
 def check_reachable(url: str) -> None:
     """Stop with one line naming ``url`` when its bucket cannot be reached or read."""
     from curate.core.formats.listing import remote_error
 
-    fs, inner = _fs(url)
+    fs, inner = remote_fs(url)
     bucket = inner.split("/", 1)[0]
     try:
         fs.ls(bucket, refresh=True)
@@ -81,80 +61,6 @@ def check_reachable(url: str) -> None:
                         "create it first") from None
     except Exception as exc:  # noqa: BLE001 - botocore/aiohttp raise many types
         raise remote_error(url, exc) from None
-
-
-def _listing(fs: Any, inner: str) -> dict[str, int]:
-    try:
-        found = fs.find(inner, detail=True, refresh=True) if fs.exists(inner) else {}
-    except FileNotFoundError:
-        return {}
-    return {path[len(inner) + 1:]: int(info.get("size") or 0) for path, info in found.items() if path != inner}
-
-
-def pull(url: str, local: Path) -> int:
-    """Copy the objects under ``url`` that ``local`` lacks (or holds at another size); return how many."""
-    fs, inner = _fs(url)
-    n = 0
-    for rel, size in sorted(_listing(fs, inner).items()):
-        dest = local / rel
-        if rel.startswith(_SKIP) or (dest.is_file() and dest.stat().st_size == size):
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.pull")
-        fs.get_file(f"{inner}/{rel}", str(tmp))
-        os.replace(tmp, dest)
-        n += 1
-    return n
-
-
-def _put(fs: Any, inner: str, local: Path, rel: str) -> None:
-    fs.put_file(str(local / rel), f"{inner}/{rel}")
-
-
-def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
-    """Upload one finished shard of a staging folder: its files, then its marker (no-op elsewhere)."""
-    url = url_of(out)
-    if url is None:
-        return
-    fs, inner = _fs(url)
-    for rel in files:
-        _put(fs, inner, out, rel)
-    _put(fs, inner, out, str(marker.relative_to(out)))
-
-
-def pull_listed(out: Path, markers: Sequence[dict[str, Any]]) -> None:
-    """Fetch files listed by ``markers`` that a staging folder lacks (shards that ran on other machines)."""
-    url = url_of(out)
-    if url is None:
-        return
-    missing = [rel for m in markers for rel in m.get("files", []) if not (out / rel).exists()]
-    if missing:
-        fs, inner = _fs(url)
-        for rel in missing:
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            fs.get_file(f"{inner}/{rel}", str(out / rel))
-
-
-def push(url: str, local: Path) -> int:
-    """Upload what differs from the bucket: outputs first, then markers, then ``stats.json``; return how many."""
-    fs, inner = _fs(url)
-    remote = _listing(fs, inner)
-    files = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
-    files = [f for f in files if not f.startswith(_SKIP) and not Path(f).name.startswith((".", "_lock"))]
-
-    def rank(rel: str) -> int:
-        if rel == "stats.json":
-            return 2
-        return 1 if rel.startswith("_shards/") and rel.endswith(".json") else 0
-
-    n = 0
-    for rel in sorted(files, key=lambda r: (rank(r), r)):
-        size = (local / rel).stat().st_size
-        if remote.get(rel) == size and rank(rel) == 0 and not rel.endswith(".json"):
-            continue  # same object already there (shard outputs are written once and never change)
-        _put(fs, inner, local, rel)
-        n += 1
-    return n
 
 
 @contextmanager
@@ -168,18 +74,18 @@ def output(out: str | os.PathLike[str]) -> Iterator[Path]:
     check_reachable(url)
     local = staging(url)
     local.mkdir(parents=True, exist_ok=True)
-    pull(url, local)
-    previous = os.environ.get(_ENV)
-    os.environ[_ENV] = json.dumps({**_mapping(), str(local.absolute()): url})
+    pull_control(url, local)
+    previous = os.environ.get(ENV)
+    os.environ[ENV] = json.dumps({**mapping(), str(local.absolute()): url})
     try:
         yield local
         n = push(url, local)
         print(f"outputs in {url} (uploaded {n} objects from the local mirror {local})", file=sys.stderr)
     finally:
         if previous is None:
-            os.environ.pop(_ENV, None)
+            os.environ.pop(ENV, None)
         else:
-            os.environ[_ENV] = previous
+            os.environ[ENV] = previous
 
 
 def input_file(path: str | os.PathLike[str] | None) -> Path | None:
@@ -190,17 +96,16 @@ def input_file(path: str | os.PathLike[str] | None) -> Path | None:
     if not is_url(text):
         return Path(as_path(text))
     check_reachable(text)
-    fs, inner = _fs(text)
-    if not fs.exists(inner):
-        raise UserError(f"{text}: no such object")
+    fs, inner = remote_fs(text)
+    try:
+        info = fs.info(inner)
+    except FileNotFoundError:
+        raise UserError(f"{text}: no such object") from None
     dest = staging(text) / Path(inner).name
-    info = fs.info(inner)
-    if not (dest.is_file() and dest.stat().st_size == int(info.get("size") or -1)):
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if info.get("type") == "directory":
-            pull(text, dest)
-        else:
-            fs.get_file(inner, str(dest))
+    if info.get("type") == "directory":
+        pull(text, dest)
+    elif not (dest.is_file() and dest.stat().st_size == int(info.get("size") or -1)):
+        get_file(fs, inner, dest)
     return dest
 
 
@@ -299,16 +204,3 @@ def cli_args(args: Sequence[str]) -> Iterator[list[str]]:
         if out and out[0] == "verify":
             out = [local_copy(t).as_posix() if not t.startswith("-") and is_url(t) else t for t in out]
         yield out
-
-
-def fetch_shard(out: Path, stage: str, marker: dict[str, Any]) -> None:
-    """Bring one shard that finished elsewhere into a staging folder: its files, then its marker."""
-    url = url_of(out)
-    if url is None:
-        return
-    pull_listed(out, [marker])
-    rel = f"_shards/{stage}/{marker['shard']}.json"
-    if not (out / rel).exists():
-        fs, inner = _fs(url)
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        fs.get_file(f"{inner}/{rel}", str(out / rel))

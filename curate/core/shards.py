@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
 from curate.core.io import input_stamp, dumps_json, read_json, write_json, write_parquet
-from curate.core.remote import push_shard
+from curate.core.remote_sync import push_shard
 from curate.core.records import BadRecord, Part, expand_inputs, read_part, split_file
 from curate.core.stats import REJECT_SCHEMA, StageStats
 
@@ -155,6 +155,13 @@ class ShardTask(ABC):
     #: Attributes holding per-worker state (a loaded model, an open index): never pickled
     #: (set to None in the copy each worker gets), built again by :meth:`setup`.
     transient: ClassVar[tuple[str, ...]] = ()
+    #: Glob patterns (relative to OUT) of the shard files the stage's driver reads once the shards are
+    #: done (to merge them); None: all of them. With ``--out`` in a bucket only these (and the shards'
+    #: rejects) are fetched for shards that finished elsewhere or earlier (:mod:`curate.core.remote_sync`).
+    driver_reads: ClassVar[tuple[str, ...] | None] = None
+    #: Glob patterns (relative to OUT) of files written by earlier steps that shards read while they run;
+    #: with ``--out`` in a bucket they are fetched before pending shards run.
+    reads_out: ClassVar[tuple[str, ...]] = ()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -216,20 +223,23 @@ def marker_path(out: Path, stage: str, shard_id: str) -> Path:
 UNANSWERED = "unanswered"
 
 
-def is_complete(marker: Path) -> bool:
-    """Whether a shard is done: its marker exists and it has no :data:`UNANSWERED` requests.
+def read_marker(marker: Path) -> dict[str, Any] | None:
+    """A complete shard's marker content, or None: no marker, an unreadable one, or :data:`UNANSWERED` requests.
 
     A shard whose generation requests failed on the server's side is written (so a
     run reports it) but not complete: a rerun runs it again, and its journal means
     only the unanswered requests are asked again.
     """
-    if not marker.exists():
-        return False
     try:
         content = read_json(marker)
     except (OSError, ValueError):
-        return False
-    return not content.get("stats", {}).get("extra", {}).get(UNANSWERED, 0)
+        return None
+    return None if content.get("stats", {}).get("extra", {}).get(UNANSWERED, 0) else content
+
+
+def is_complete(marker: Path) -> bool:
+    """Whether a shard is done: its marker exists and it has no :data:`UNANSWERED` requests."""
+    return read_marker(marker) is not None
 
 
 def _rejects_rel(stage: str, shard_id: str) -> str:
@@ -243,8 +253,9 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
     Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``.
     """
     marker = marker_path(out, task.stage, shard.id)
-    if is_complete(marker):
-        return read_json(marker)
+    done = read_marker(marker)
+    if done is not None:
+        return done
     work = out / TMP_DIR / task.stage / f"{shard.id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True, exist_ok=False)
     try:

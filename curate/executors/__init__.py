@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.core.io import read_json
 from curate.core.lock import out_lock
-from curate.core.remote import pull_listed
-from curate.core.shards import (Shard, ShardTask, check_settings, clean_tmp, is_complete, marker_path, merge_shards,
-                                 plan_hash)
+from curate.core.remote_sync import ensure_local, pull_listed, push_files
+from curate.core.shards import (SHARDS_DIR, Shard, ShardTask, check_settings, clean_tmp, is_complete, marker_path,
+                                 merge_shards, plan_hash, read_marker)
 from curate.core.stats import StageStats
 
 EXECUTORS = ("local", "ray")
@@ -68,19 +67,31 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     inputs and row ranges) are recorded on the first run and must match on reruns,
     so a rerun with other inputs never reuses old shards. The run holds the lock on
     ``out`` (:mod:`curate.core.lock`), so a second live run into it stops with one line.
+
+    With ``out`` the staging mirror of a bucket (:mod:`curate.core.remote`), the settings reach the
+    bucket before any shard's marker, the files of earlier steps that shards read
+    (``task.reads_out``) are fetched before they run, and of the finished shards' files only those
+    the driver reads (``task.driver_reads``) and their rejects are fetched, once.
     """
     out = Path(out)
     with out_lock(out):  # one run per folder (curate.core.lock): a second one stops here with one line
         recorded = {"seed": seed, "plan": plan_hash(shards), **(settings if settings is not None else task.settings())}
         check_settings(out, task.stage, recorded)
         clean_tmp(out, task.stage)
-        todo = pending(task, shards, out)
-        todo_ids = {s.id for s in todo}
-        markers = [read_json(marker_path(out, task.stage, s.id)) for s in shards if s.id not in todo_ids]
+        todo: list[Shard] = []
+        markers: list[dict[str, Any]] = []
+        for shard in shards:  # each marker read once
+            content = read_marker(marker_path(out, task.stage, shard.id))
+            if content is None:
+                todo.append(shard)
+            else:
+                markers.append(content)
         if todo:
+            push_files(out, [f"{SHARDS_DIR}/{task.stage}/settings.json"])  # a bucket: settings before any marker
+            ensure_local(out, task.reads_out)
             executor = executor or get_executor("local")
             markers += executor.run(task, todo, out, seed, desc or task.stage)
-        pull_listed(out, markers)  # --out in a bucket: files of shards that ran on other machines
+        pull_listed(out, markers, task.driver_reads)  # a bucket: what the driver reads of shards done elsewhere
         return merge_shards(out, task.stage, markers)
 
 

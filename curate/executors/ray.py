@@ -48,14 +48,15 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.executors import Executor
 from curate.core.progress import StageProgress, console
-from curate.core.remote import fetch_shard
+from curate.core.remote_sync import ensure_local, fetch_marker
 from curate.core.shards import Shard, ShardTask, execute_shard, marker_path
 
 #: Environment variables forwarded to the actors (offline switches and caches), when set on the driver.
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE",
                  "TORCH_HOME", "CURATE_CACHE", "TOKENIZERS_PARALLELISM",
                  # --out in a bucket (curate.core.remote) and the endpoint; credentials come from each node's config
-                 "CURATE_REMOTE_OUT", "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+                 "CURATE_REMOTE_OUT", "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL", "AWS_DEFAULT_REGION",
+                 "STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
 
 
 class _ShardRunner:
@@ -84,6 +85,7 @@ class _ShardRunner:
             os.chdir(cwd)
         try:
             self.task: ShardTask = cloudpickle.loads(task_blob)
+            ensure_local(self.out, self.task.reads_out)  # --out in a bucket: this node's mirror gets what shards read
             self.task.setup()
         except Exception as exc:  # reported with the first shard, re-raised on the driver
             self.error = _pack_error(exc)
@@ -298,8 +300,9 @@ class RayExecutor(Executor):
                     if "error" in result:
                         _raise_remote(result, by_index[int(row["index"])])
                     marker = result.pop("marker")
-                    fetch_shard(out, task.stage, marker)  # --out in a bucket: bring the shard here (curate.core.remote)
-                    if not marker_path(out, task.stage, marker["shard"]).exists():
+                    path = marker_path(out, task.stage, marker["shard"])
+                    fetch_marker(out, path.relative_to(out).as_posix())  # a bucket: the marker only; run_stage pulls files
+                    if not path.exists():
                         raise UserError(f"shard {marker['shard']} of '{task.stage}' finished on {result['actor']} but "
                                         f"its files are not visible here under {out}: OUT (and the inputs) must be "
                                         "on storage shared by every node, at the same path")

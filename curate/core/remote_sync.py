@@ -1,0 +1,268 @@
+"""Transfers between a local staging folder and the bucket prefix it mirrors (``--out s3://...``, ``gs://...``).
+
+:mod:`curate.core.remote` runs a stage in a local folder that mirrors an output URL; this module
+moves the bytes, and moves as few as it can:
+
+* :func:`pull_control`: at the start of a run only the control files come down (every shard's
+  marker and the stage settings under ``_shards/``, ``history.json``, and the answer journals of
+  shards not complete yet); local control files the bucket does not hold are removed (the bucket is
+  the truth: a shard is done when its marker is *there*). Finished shards' data stays in the bucket;
+* :func:`pull_listed`: after a stage, the files of finished shards that the stage's driver reads
+  (``ShardTask.driver_reads``, e.g. the lengths parts it merges; always the shards' rejects), for
+  shards that ran elsewhere or before; :func:`ensure_local`: before shards run, the files of
+  earlier steps they read (``ShardTask.reads_out``, e.g. pack's ``_records`` store);
+* :func:`push_shard`: a finished shard's outputs, then its marker, once, from the worker that
+  ran it; :func:`push`: at the end, whatever the bucket lacks or holds with other bytes (outputs,
+  then markers, then ``stats.json``), never what is already there.
+
+Every download goes to a hidden temporary name beside its destination and is renamed into place,
+so a killed transfer never leaves a truncated file under a final name.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from curate.core.errors import UserError
+from curate.core.io import url_fs
+
+ENV = "CURATE_REMOTE_OUT"  # JSON {local staging folder: URL}, inherited by worker processes and Ray actors
+SKIP = (".tmp/", ".curate.lock")
+JOURNAL = "_journal"
+SHARDS = "_shards"
+#: Top-level files a run reads back from its own folder (a stage's history of invocations).
+CONTROL_TOP = ("history.json",)
+
+
+def mapping() -> dict[str, str]:
+    """The staging folders of this process tree and the URLs they mirror."""
+    try:
+        return json.loads(os.environ.get(ENV, "{}"))
+    except ValueError:
+        return {}
+
+
+def url_of(local: str | os.PathLike[str]) -> str | None:
+    """The URL a local staging folder mirrors, or None for an ordinary folder."""
+    return mapping().get(str(Path(local).absolute()))
+
+
+def remote_fs(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and its in-filesystem path (no trailing slash); one-line errors."""
+    from curate.core.formats.listing import remote_error
+
+    try:
+        fs, inner = url_fs(url)
+    except ImportError as exc:
+        raise UserError(f"{url}: no filesystem for this URL ({exc}); install curate[s3] or curate[gcs]") from None
+    except Exception as exc:  # noqa: BLE001 - bad URLs raise many types
+        raise remote_error(url, exc) from None
+    return fs, inner.rstrip("/")
+
+
+def listing(fs: Any, inner: str, sub: str = "") -> dict[str, dict[str, Any]]:
+    """The objects under ``inner/sub`` (fresh, not from a cache): path relative to ``inner`` → info."""
+    root = f"{inner}/{sub}".rstrip("/")
+    fs.invalidate_cache(root)
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {path[len(inner) + 1:]: info for path, info in found.items()
+            if path.startswith(inner + "/") and info.get("type") != "directory"}
+
+
+def get_file(fs: Any, remote: str, dest: Path) -> None:
+    """Download one object to ``dest`` through a hidden temporary name and a rename."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    try:
+        fs.get_file(remote, str(tmp))
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _size(info: dict[str, Any]) -> int:
+    return int(info.get("size") or 0)
+
+
+def _is_marker(rel: str) -> bool:
+    parts = rel.split("/")
+    return len(parts) == 3 and parts[0] == SHARDS and parts[2].endswith(".json") and parts[2][:1].isdigit()
+
+
+def _is_control(rel: str) -> bool:
+    return (rel.startswith(SHARDS + "/") and rel.endswith(".json")) or rel in CONTROL_TOP
+
+
+def _unfinished(local: Path, journal: str) -> bool:
+    """Whether the shard of a journal (``_journal/<stage>/<shard>.jsonl``) has no complete marker in ``local``."""
+    parts = journal.split("/")
+    if len(parts) != 3:
+        return False
+    marker = local / SHARDS / parts[1] / (parts[2].rsplit(".", 1)[0] + ".json")
+    try:
+        content = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    return bool(content.get("stats", {}).get("extra", {}).get("unanswered", 0))
+
+
+def pull(url: str, local: Path, keep: Any = None) -> int:
+    """Copy the objects under ``url`` that ``local`` lacks (or holds at another size); return how many.
+
+    ``keep(rel) -> bool`` limits the copy to some objects (default: all but work folders and journals).
+    """
+    fs, inner = remote_fs(url)
+    n = 0
+    for rel, info in sorted(listing(fs, inner).items()):
+        dest = local / rel
+        if rel.startswith(SKIP) or (keep is not None and not keep(rel)):
+            continue
+        if dest.is_file() and dest.stat().st_size == _size(info):
+            continue
+        get_file(fs, f"{inner}/{rel}", dest)
+        n += 1
+    return n
+
+
+def pull_control(url: str, local: Path) -> int:
+    """Bring the control files of ``url`` into ``local`` and drop local ones the bucket lacks; return how many came."""
+    fs, inner = remote_fs(url)
+    remote = {rel: info for rel, info in listing(fs, inner, SHARDS).items() if _is_control(rel)}
+    for rel in CONTROL_TOP:
+        try:
+            remote[rel] = fs.info(f"{inner}/{rel}")
+        except FileNotFoundError:
+            pass
+    for path in [*(local / SHARDS).rglob("*.json"), *(local / rel for rel in CONTROL_TOP)]:
+        rel = path.relative_to(local).as_posix()
+        if path.is_file() and not path.name.startswith(".") and rel not in remote:
+            path.unlink()  # a marker (or settings) the bucket does not hold: that shard is not done there
+    for stale in local.rglob(".*.part"):  # downloads a killed process left behind
+        stale.unlink(missing_ok=True)
+    n = 0
+    for rel, info in sorted(remote.items()):
+        dest = local / rel
+        if not (dest.is_file() and dest.stat().st_size == _size(info)):
+            get_file(fs, f"{inner}/{rel}", dest)
+            n += 1
+    # answers journaled by shards that are not complete yet: a rerun asks only what they lack
+    for rel, info in sorted(listing(fs, inner, JOURNAL).items()):
+        dest = local / rel
+        if _unfinished(local, rel) and not (dest.is_file() and dest.stat().st_size == _size(info)):
+            get_file(fs, f"{inner}/{rel}", dest)
+            n += 1
+    return n
+
+
+def _matches(rel: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+
+
+def pull_listed(out: Path, markers: Sequence[dict[str, Any]], patterns: Sequence[str] | None = None) -> int:
+    """Fetch files listed by ``markers`` that a staging folder lacks: those matching ``patterns``
+    (None: all) and every file under ``_shards/`` (the shards' rejects); return how many came."""
+    url = url_of(out)
+    if url is None:
+        return 0
+    missing = [rel for m in markers for rel in m.get("files", [])
+               if (patterns is None or rel.startswith(SHARDS + "/") or _matches(rel, patterns))
+               and not (out / rel).exists()]
+    if missing:
+        fs, inner = remote_fs(url)
+        for rel in missing:
+            get_file(fs, f"{inner}/{rel}", out / rel)
+    return len(missing)
+
+
+def ensure_local(out: Path, patterns: Sequence[str]) -> int:
+    """Fetch the bucket's files matching ``patterns`` that a staging folder lacks; return how many came."""
+    url = url_of(out)
+    if url is None or not patterns:
+        return 0
+    fs, inner = remote_fs(url)
+    tops = {p.split("/", 1)[0] if "/" in p and not any(c in p.split("/", 1)[0] for c in "*?[") else "" for p in patterns}
+    n = 0
+    for top in sorted(tops):
+        for rel, info in sorted(listing(fs, inner, top).items()):
+            dest = out / rel
+            if _matches(rel, patterns) and not (dest.is_file() and dest.stat().st_size == _size(info)):
+                get_file(fs, f"{inner}/{rel}", dest)
+                n += 1
+    return n
+
+
+def fetch_marker(out: Path, rel: str) -> None:
+    """Bring one marker (``_shards/<stage>/<shard>.json``) a worker pushed into a staging folder that lacks it."""
+    url = url_of(out)
+    if url is not None and not (out / rel).exists():
+        fs, inner = remote_fs(url)
+        get_file(fs, f"{inner}/{rel}", out / rel)
+
+
+def push_files(out: Path, files: Sequence[str]) -> None:
+    """Upload files of a staging folder, in the order given (no-op for an ordinary folder)."""
+    url = url_of(out)
+    if url is None:
+        return
+    fs, inner = remote_fs(url)
+    for rel in files:
+        fs.put_file(str(out / rel), f"{inner}/{rel}")
+
+
+def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
+    """Upload one finished shard of a staging folder: its files, then its marker (no-op elsewhere)."""
+    push_files(out, [*files, marker.relative_to(out).as_posix()])
+
+
+def _md5_matches(path: Path, info: dict[str, Any]) -> bool:
+    """Whether the object's checksum (S3 single-part ETag, GCS md5Hash) equals the local file's MD5."""
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    md5_b64 = info.get("md5Hash")
+    if not md5_b64 and not (len(etag) == 32 and "-" not in etag):
+        return False
+    digest = hashlib.md5(path.read_bytes(), usedforsecurity=False).digest()
+    return md5_b64 == base64.b64encode(digest).decode() if md5_b64 else etag == digest.hex()
+
+
+def push(url: str, local: Path) -> int:
+    """Upload what the bucket lacks or holds with other bytes: outputs, then markers, then ``stats.json``.
+
+    Files a marker lists (shard outputs, written once) count as present at the same size; other files
+    are compared by checksum, so a rerun uploads only what it changed. Returns how many were uploaded.
+    """
+    fs, inner = remote_fs(url)
+    remote = listing(fs, inner)
+    files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    files = [f for f in files if not f.startswith(SKIP) and not any(part.startswith(".") for part in f.split("/"))
+             and not Path(f).name.startswith("_lock")]
+    listed: set[str] = set()
+    for rel in files:
+        if _is_marker(rel):
+            try:
+                listed.update(json.loads((local / rel).read_text(encoding="utf-8")).get("files", []))
+            except (OSError, ValueError):
+                pass
+
+    def rank(rel: str) -> int:
+        return 2 if rel == "stats.json" else 1 if _is_marker(rel) else 0
+
+    n = 0
+    for rel in sorted(files, key=lambda r: (rank(r), r)):
+        info = remote.get(rel)
+        if info is not None and _size(info) == (local / rel).stat().st_size and \
+                (rel in listed or _md5_matches(local / rel, info)):
+            continue  # the same object is there already
+        fs.put_file(str(local / rel), f"{inner}/{rel}")
+        n += 1
+    return n
