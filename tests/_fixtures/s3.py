@@ -2,18 +2,23 @@
 
 ``s3_server`` starts ``python -m moto.server`` on a free loopback port and points s3fs at it
 through the usual environment (``AWS_ENDPOINT_URL``, ``FSSPEC_S3_ENDPOINT_URL``, dummy keys and a
-region), so curate reaches it exactly as it reaches a real bucket. ``bucket`` makes a fresh bucket.
+region), so curate reaches it exactly as it reaches a real bucket. ``bucket`` makes a fresh bucket;
+``recorded_requests`` lists the requests the server answered during a block.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -70,3 +75,27 @@ def bucket(s3_server: str) -> str:
     name = f"curate-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir(name)
     return f"s3://{name}"
+
+
+@contextmanager
+def recorded_requests(endpoint: str) -> Iterator[list[tuple[str, str, str]]]:
+    """The requests the moto server at ``endpoint`` answered while the block ran, in arrival order.
+
+    Each is ``(method, bucket/key, query)``; the list fills when the block ends (the server's
+    request recorder, started and stopped around the block).
+    """
+    def call(what: str) -> bytes:
+        with urllib.request.urlopen(f"{endpoint}/moto-api/recorder/{what}") as r:
+            return r.read()
+
+    seen: list[tuple[str, str, str]] = []
+    call("reset-recording")
+    call("start-recording")
+    try:
+        yield seen
+    finally:
+        call("stop-recording")
+    for line in call("download-recording").decode().splitlines():
+        entry = json.loads(line)
+        url = urlparse(entry["url"])
+        seen.append((entry["method"], unquote(url.path).lstrip("/"), url.query))

@@ -7,17 +7,16 @@ marker, ``stats.json`` last.
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import pytest
 
 from curate.cli import main
 from curate.core.records import read_records
 from tests._fixtures.formats import Layouts
+from tests._fixtures.s3 import recorded_requests
 
 PACKED = ("shards/*.tar", "lengths/*.parquet", "plan.parquet", "lengths.parquet")
 SCORED = ("scores.parquet", "scores/*.parquet", "rejects.parquet")
@@ -41,25 +40,15 @@ def _local(folder: Path, patterns: tuple[str, ...]) -> dict[str, bytes]:
 @contextmanager
 def _recorded_puts(endpoint: str) -> Iterator[list[str]]:
     """The object paths (``bucket/key``) PUT to the server while the block runs, in the order they arrived."""
-    def call(what: str) -> bytes:
-        with urllib.request.urlopen(f"{endpoint}/moto-api/recorder/{what}") as r:
-            return r.read()
-
     puts: list[str] = []
-    call("reset-recording")
-    call("start-recording")
-    try:
+    with recorded_requests(endpoint) as seen:
         yield puts
-    finally:
-        call("stop-recording")
-    for line in call("download-recording").decode().splitlines():
-        entry = json.loads(line)
-        if entry["method"] == "PUT":
-            puts.append(unquote(urlparse(entry["url"]).path).lstrip("/"))
+    puts.extend(key for method, key, _ in seen if method == "PUT")
 
 
 def _check_order(puts: list[str], url: str) -> None:
-    """In ``url``'s uploads, each marker comes after the files it lists and stats.json is the last one."""
+    """In ``url``'s uploads, each marker comes once, after the files it lists and its stage's settings;
+    stats.json is the last one."""
     inner = url[len("s3://"):]
     rel = [p[len(inner) + 1:] for p in puts if p.startswith(inner + "/")]
     assert rel and rel[-1] == "stats.json" and rel.count("stats.json") == 1, rel
@@ -68,6 +57,9 @@ def _check_order(puts: list[str], url: str) -> None:
     for marker in markers:
         listed = json.loads(_fs().cat_file(f"{inner}/{marker}"))["files"]
         assert listed and all(f in rel and rel.index(f) < rel.index(marker) for f in listed), (marker, rel)
+        assert rel.count(marker) == 1, (marker, rel)  # written last and once, never uploaded again
+        settings = marker.rsplit("/", 1)[0] + "/settings.json"
+        assert settings in rel and rel.index(settings) < rel.index(marker), (marker, rel)
 
 
 @pytest.fixture

@@ -1,0 +1,149 @@
+"""What moves between a bucket and the local mirror of ``--out``: reruns read markers, not shard data.
+
+Against a real S3 server (moto) on 127.0.0.1, whose request recorder lists every request; and a
+real HTTP server on 127.0.0.1 that stops sending half-way, for interrupted downloads.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from curate.core.remote_sync import get_file
+from packer.pack import pack
+from tests._fixtures.formats import Layouts
+from tests._fixtures.s3 import recorded_requests
+
+DATA = ("shards/", "_records/")  # finished shards' data: never fetched by a rerun that has nothing to write
+
+
+def _fs():
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True)
+
+
+def _objects(url: str) -> dict[str, bytes]:
+    fs, inner = _fs(), url[len("s3://"):]
+    return {p[len(inner) + 1:]: fs.cat_file(p) for p in sorted(fs.find(inner))}
+
+
+def _split(seen: list[tuple[str, str, str]], url: str) -> tuple[list[str], list[str]]:
+    """The object GETs and PUTs among recorded requests, as keys relative to ``url``."""
+    inner = url[len("s3://"):] + "/"
+    gets = [k[len(inner):] for m, k, q in seen if m == "GET" and k.startswith(inner) and "list-type" not in q]
+    puts = [k[len(inner):] for m, k, _ in seen if m == "PUT" and k.startswith(inner)]
+    return gets, puts
+
+
+@pytest.mark.slow
+def test_a_rerun_reads_markers_not_shard_data(s3_server: str, bucket: str, layouts: Layouts, tiny_processor_dir: Path,
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fs().put_file(str(layouts.hf), f"{bucket}/in/hf.parquet")
+    out = f"{bucket}/out"
+    kw = dict(processor=str(tiny_processor_dir), ctx=1024, shard_size=4, sequences_per_shard=2, seed=5,
+              verify_fraction=0.0, plot=False)
+
+    def run(machine: str) -> None:
+        monkeypatch.setenv("CURATE_CACHE", str(tmp_path / machine))  # a machine = its own local mirror
+        pack([f"{bucket}/in/hf.parquet"], out=out, **kw)
+
+    run("a")
+    first = _objects(out)
+    assert sum(k.startswith("shards/") for k in first) >= 3 and any(k.startswith("_records/") for k in first)
+    for machine in ("b", "a"):  # another machine (an empty mirror), then the one that ran it
+        with recorded_requests(s3_server) as seen:
+            run(machine)
+        gets, puts = _split(seen, out)
+        assert not [k for k in gets if k.startswith(DATA)], gets
+        assert all(k.startswith(("_shards/", "lengths/")) for k in gets), gets  # markers, settings, what pack merges
+        assert machine == "b" or not gets, gets  # the mirror that ran it already holds what it needs
+        assert puts == ["stats.json"], puts  # nothing the bucket holds already (stats.json has the timings)
+    assert {k: v for k, v in _objects(out).items() if k != "stats.json"} == \
+        {k: v for k, v in first.items() if k != "stats.json"}
+    # a run killed while writing shards: the last two are missing; another machine finishes it
+    fs, inner = _fs(), out[len("s3://"):]
+    tars = sorted(k for k in first if k.startswith("shards/"))
+    for tar in tars[-2:]:
+        shard_id = tar.rsplit("/", 1)[1].split(".")[0]
+        fs.rm([f"{inner}/{tar}", f"{inner}/_shards/write/{shard_id}.json"])
+    fs.rm(f"{inner}/stats.json")
+    with recorded_requests(s3_server) as seen:
+        run("c")
+    gets, puts = _split(seen, out)
+    assert any(k.startswith("_records/") for k in gets)  # the record store the writer reads, fetched to write
+    assert not [k for k in gets if k.startswith("shards/")], gets
+    assert sorted(k for k in puts if k.startswith("shards/")) == tars[-2:]
+    assert {k: v for k, v in _objects(out).items() if k != "stats.json"} == \
+        {k: v for k, v in first.items() if k != "stats.json"}
+
+
+class _HalfServer(http.server.BaseHTTPRequestHandler):
+    """Announces 4 MiB, sends 256 KiB, then (``/stall``) waits or (``/cut``) closes the connection."""
+
+    release = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.send_header("Content-Length", str(4 << 20))
+        self.end_headers()
+        self.wfile.write(b"x" * (256 << 10))
+        self.wfile.flush()
+        if self.path == "/stall":
+            self.release.wait(60)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", str(4 << 20))
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def half_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HalfServer)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        _HalfServer.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_interrupted_download_leaves_no_file_under_its_name(half_server: str, tmp_path: Path) -> None:
+    import fsspec
+
+    dest = tmp_path / "mirror" / "lengths" / "000000.parquet"
+    with pytest.raises(Exception):  # noqa: B017 - the connection closes before the announced length
+        get_file(fsspec.filesystem("http", skip_instance_cache=True), f"{half_server}/cut", dest)
+    assert not dest.exists() and not list(dest.parent.iterdir())
+    # SIGKILL while the bytes arrive: a hidden partial file, never the final name
+    code = ("import fsspec, sys; from pathlib import Path; from curate.core.remote_sync import get_file; "
+            "get_file(fsspec.filesystem('http'), sys.argv[1], Path(sys.argv[2]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, f"{half_server}/stall", str(dest)],
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and not [p for p in dest.parent.iterdir() if p.stat().st_size > 0]:
+            assert proc.poll() is None, "the download ended before it could be killed"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    left = list(dest.parent.iterdir())
+    assert not dest.exists() and len(left) == 1 and left[0].name.startswith(".000000.parquet.")
+    assert left[0].name.endswith(".part")
