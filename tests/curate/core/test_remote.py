@@ -21,6 +21,8 @@ from packer.verify import verify_pack
 from tests._fixtures.formats import Layouts
 
 SAME = ("shards/*.tar", "lengths/*.parquet", "_records/*.arrow", "plan.parquet", "lengths.parquet")
+#: The same outputs for the same data read from a bucket and from disk (the ``_records`` store names each input).
+SAME_DATA = tuple(p for p in SAME if not p.startswith("_records"))
 
 
 def _fs():
@@ -73,8 +75,8 @@ def test_pack_verify_and_load_in_a_bucket(bucket: str, layouts: Layouts, tiny_pr
     remote = pack([urls["hf"]], out=f"{bucket}/packed", **kw)
     local = pack([layouts.hf], out=tmp_path / "local", **kw)
     assert remote["records_packed"] == local["records_packed"] == len(layouts.items)
-    objects = _objects(f"{bucket}/packed")
-    assert objects and objects == _local(tmp_path / "local")
+    objects = _objects(f"{bucket}/packed", SAME_DATA)
+    assert objects and objects == _local(tmp_path / "local", SAME_DATA)
     assert _fs().exists(f"{bucket}/packed/stats.json")
     report = verify_pack(f"{bucket}/packed", processor=str(tiny_processor_dir))
     assert not report.problems and report.records == len(layouts.items)
@@ -162,9 +164,8 @@ def test_ray_reads_and_writes_the_bucket(bucket: str, layouts: Layouts, tiny_pro
               verify_fraction=0.0, plot=False)
     pack([urls["wds"]], out=f"{bucket}/ray", executor=get_executor("ray", workers=1), **kw)
     pack([layouts.wds], out=tmp_path / "local", **kw)
-    pats = tuple(p for p in SAME if not p.startswith("_records"))  # the store names each input tar (bucket vs disk)
-    objects = _objects(f"{bucket}/ray", pats)
-    assert objects and objects == _local(tmp_path / "local", pats)
+    objects = _objects(f"{bucket}/ray", SAME_DATA)
+    assert objects and objects == _local(tmp_path / "local", SAME_DATA)
 
 
 def test_unreachable_endpoint_is_one_line_before_work(s3_server: str, tiny_processor_dir: Path, layouts: Layouts,
