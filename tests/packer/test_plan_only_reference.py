@@ -64,12 +64,12 @@ def _reference(table: pa.Table, seed: int) -> tuple[pa.Table, StageStats]:
     return plan_table, stats
 
 
-@pytest.mark.parametrize("seed", [0, 3])
-def test_plan_only_bytes_equal_a_python_reference(tmp_path, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "workers"), [(0, 1), (3, 2)])  # 2: plan written by the background thread
+def test_plan_only_bytes_equal_a_python_reference(tmp_path, seed: int, workers: int) -> None:
     table = _lengths_file(tmp_path / "lengths.parquet", 3000, seed)
     out = tmp_path / "out"
     stats = pack([], out=out, ctx=CTX, lengths=tmp_path / "lengths.parquet", plan_only=True, seed=seed,
-                 plot=False)
+                 workers=workers, plot=workers > 1)
     plan_table, ref = _reference(table, seed)
     write_parquet(tmp_path / "plan.parquet", plan_table)
     write_parquet(tmp_path / "rejects.parquet", ref.rejects_table())
