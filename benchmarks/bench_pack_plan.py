@@ -4,6 +4,7 @@ Usage:
     python benchmarks/bench_pack_plan.py            # 10M and 30M lengths, ctx 8192
     python benchmarks/bench_pack_plan.py --quick    # 1M lengths
     python benchmarks/bench_pack_plan.py --n 10000000
+    python benchmarks/bench_pack_plan.py --repeat 3 --data /tmp/lengths   # best of 3, files kept
 
 Writes a seeded ``lengths.parquet`` (ids ``r000000000``..., 8 sources, 0.1% repeated
 ids, lengths from ``benchmarks/synthetic.py``), then runs ``python -m curate pack
@@ -55,30 +56,38 @@ def make_lengths(path: Path, n: int, seed: int = 0) -> None:
 def run_child(cmd: list[str]) -> tuple[float, float, float]:
     """(wall seconds, peak RSS GiB, CPU seconds) of a child process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                                stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise SystemExit(f"failed: {' '.join(cmd)}\n{err.read().decode(errors='replace')[-2000:]}")
     return wall, usage.ru_maxrss / 2**20, usage.ru_utime + usage.ru_stime
 
 
-def bench(n: int, tmp: Path, workers: int) -> None:
-    """Print the figures for ``n`` lengths."""
-    lengths = tmp / f"lengths-{n}.parquet"
+def bench(n: int, tmp: Path, workers: int, data: Path, repeat: int) -> None:
+    """Print the figures for ``n`` lengths (the best of ``repeat`` runs: the least disturbed by other load)."""
+    lengths = data / f"lengths-{n}.parquet"
     t0 = time.perf_counter()
-    make_lengths(lengths, n)
+    if not lengths.exists():  # a --data folder keeps the seeded file between runs
+        make_lengths(lengths, n)
     gen = time.perf_counter() - t0
     read_cmd = [sys.executable, "-c", f"import pyarrow.parquet as pq; pq.read_table({str(lengths)!r})"]
     read_s, read_gib, read_cpu = run_child(read_cmd)
-    out = tmp / f"plan-{n}"
-    cmd = [sys.executable, "-m", "curate", "pack", "--lengths", str(lengths), "--plan-only", "--ctx", "8192",
-           "--out", str(out), "--workers", str(workers)]
-    wall, peak, cpu = run_child(cmd)
-    stats = json.loads((out / "stats.json").read_text())
-    print(f"pack --plan-only, {n:,} lengths (made in {gen:.0f} s), workers {workers}:")
-    print(f"  end to end          {wall:.2f} s wall, {cpu:.2f} s CPU   peak RSS {peak:.2f} GiB")
+    runs = []
+    for k in range(repeat):
+        out = tmp / f"plan-{n}-{k}"
+        cmd = [sys.executable, "-m", "curate", "pack", "--lengths", str(lengths), "--plan-only", "--ctx", "8192",
+               "--out", str(out), "--workers", str(workers)]
+        runs.append(run_child(cmd))
+        stats = json.loads((out / "stats.json").read_text())
+    wall, peak, cpu = min(r[0] for r in runs), max(r[1] for r in runs), min(r[2] for r in runs)
+    print(f"pack --plan-only, {n:,} lengths (made in {gen:.0f} s), workers {workers}, load {os.getloadavg()[0]:.1f}:")
+    print(f"  end to end          {wall:.2f} s wall, {cpu:.2f} s CPU   peak RSS {peak:.2f} GiB"
+          + (f"  (best of {repeat}; all: {', '.join(f'{w:.1f}/{c:.1f} s' for w, c in ((r[0], r[2]) for r in runs))})"
+             if repeat > 1 else ""))
     print(f"  bare pyarrow read   {read_s:.2f} s wall, {read_cpu:.2f} s CPU   peak RSS {read_gib:.2f} GiB"
           "  (same file, same run; python start included)")
     print(f"  plan step           {stats['timings']['plan']:.2f} s (driver)")
@@ -92,13 +101,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, nargs="*", default=[10_000_000, 30_000_000])
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per size; the best wall and CPU are printed")
+    ap.add_argument("--data", type=Path, default=None, help="folder keeping the generated lengths files")
     args = ap.parse_args(argv)
     sizes = [1_000_000] if args.quick else args.n
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (wall times inflate with load;"
           " CPU times do less)")
     with tempfile.TemporaryDirectory() as tmp:
+        data = args.data or Path(tmp)
+        data.mkdir(parents=True, exist_ok=True)
         for n in sizes:
-            bench(n, Path(tmp), args.workers)
+            bench(n, Path(tmp), args.workers, data, max(1, args.repeat))
 
 
 if __name__ == "__main__":
