@@ -110,7 +110,7 @@ def input_file(path: str | os.PathLike[str] | None) -> Path | None:
 
 
 def local_copy(url: str | os.PathLike[str]) -> Path:
-    """A read-only local mirror of a folder (a pack output for ``verify``): pulled, never pushed."""
+    """A read-only, exact local mirror of a folder (a pack output for ``verify``): pulled, never pushed."""
     text = os.fspath(url)
     if not is_url(text):
         return Path(as_path(text))
@@ -118,7 +118,7 @@ def local_copy(url: str | os.PathLike[str]) -> Path:
     check_reachable(text)
     local = staging(text)
     local.mkdir(parents=True, exist_ok=True)
-    pull(text, local)
+    pull(text, local, prune=True)
     return local
 
 

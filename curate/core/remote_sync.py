@@ -117,18 +117,42 @@ def _unfinished(local: Path, journal: str) -> bool:
     return bool(content.get("stats", {}).get("extra", {}).get("unanswered", 0))
 
 
-def pull(url: str, local: Path, keep: Any = None) -> int:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def drop_partial(local: Path) -> None:
+    """Remove the temporary files of downloads whose process died (``.<name>.<pid>.<hex>.part``)."""
+    for part in local.rglob(".*.part"):
+        pid = part.name.rsplit(".", 3)[-3] if part.name.count(".") >= 4 else ""
+        if not (pid.isdigit() and _alive(int(pid))):
+            part.unlink(missing_ok=True)
+
+
+def pull(url: str, local: Path, *, prune: bool = False) -> int:
     """Copy the objects under ``url`` that ``local`` lacks (or holds at another size); return how many.
 
-    ``keep(rel) -> bool`` limits the copy to some objects (default: all but work folders and journals).
+    With ``prune`` files of ``local`` the bucket does not hold are removed, so ``local`` is an exact
+    mirror (what ``verify`` reads must be what the bucket holds).
     """
     fs, inner = remote_fs(url)
+    remote = listing(fs, inner)
+    drop_partial(local)
+    if prune:
+        for path in [p for p in local.rglob("*") if p.is_file()]:
+            rel = path.relative_to(local).as_posix()
+            if rel not in remote and not rel.startswith(SKIP) and not any(x.startswith(".") for x in rel.split("/")):
+                path.unlink()
     n = 0
-    for rel, info in sorted(listing(fs, inner).items()):
+    for rel, info in sorted(remote.items()):
         dest = local / rel
-        if rel.startswith(SKIP) or (keep is not None and not keep(rel)):
-            continue
-        if dest.is_file() and dest.stat().st_size == _size(info):
+        if rel.startswith(SKIP) or (dest.is_file() and dest.stat().st_size == _size(info)):
             continue
         get_file(fs, f"{inner}/{rel}", dest)
         n += 1
@@ -148,8 +172,7 @@ def pull_control(url: str, local: Path) -> int:
         rel = path.relative_to(local).as_posix()
         if path.is_file() and not path.name.startswith(".") and rel not in remote:
             path.unlink()  # a marker (or settings) the bucket does not hold: that shard is not done there
-    for stale in local.rglob(".*.part"):  # downloads a killed process left behind
-        stale.unlink(missing_ok=True)
+    drop_partial(local)  # downloads a killed process left behind
     n = 0
     for rel, info in sorted(remote.items()):
         dest = local / rel

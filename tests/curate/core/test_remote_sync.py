@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from curate.core.remote import local_copy, staging
 from curate.core.remote_sync import get_file
 from packer.pack import pack
 from tests._fixtures.formats import Layouts
@@ -85,6 +86,15 @@ def test_a_rerun_reads_markers_not_shard_data(s3_server: str, bucket: str, layou
     assert sorted(k for k in puts if k.startswith("shards/")) == tars[-2:]
     assert {k: v for k, v in _objects(out).items() if k != "stats.json"} == \
         {k: v for k, v in first.items() if k != "stats.json"}
+    # what verify reads is what the bucket holds: machine a's mirror still has a tar the bucket lost
+    fs.rm([f"{inner}/{tars[0]}", f"{inner}/_shards/write/{tars[0].rsplit('/', 1)[1].split('.')[0]}.json"])
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "a"))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    part = staging(out) / "shards" / f".{Path(tars[1]).name}.{int(dead.stdout)}.0123abcd.part"
+    part.write_bytes(b"half")  # a download whose process died
+    mirror = local_copy(out)
+    assert mirror == staging(out) and not part.exists()
+    assert sorted(f"shards/{p.name}" for p in (mirror / "shards").iterdir()) == tars[1:]
 
 
 class _HalfServer(http.server.BaseHTTPRequestHandler):
