@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from curate.core.errors import UserError
 from curate.core.formats.parquet import ParquetBytes
+from curate.core.formats.refs import ImageAt
 from curate.core.formats.wds import MemberBytes
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
 from curate.core.io import write_parquet
@@ -54,7 +55,7 @@ from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from packer.reuse import TextCounts, reusable_text_counts  # noqa: F401 (re-exported)
 from packer.tokens import TokenCounter
 
-_REFS = (MemberBytes, ParquetBytes)
+_REFS = (MemberBytes, ParquetBytes, ImageAt)
 
 
 def _member(image: Any) -> bool:
@@ -190,12 +191,15 @@ class LengthsTask(ShardTask):
                     self._verify(item, stats)
                     if item.get("error"):
                         continue
+                # keep the address only: the shard holds no image bytes (tar and Parquet row groups are freed)
+                item["images"] = [p.detach() if isinstance(p, ImageAt) else p for p in item["images"]]
+                item["text"] = ""
                 rows.append(item)
                 stats.kept(item["source"])
             ctx.progress(len(pending))
             pending.clear()
 
-        for position, rec in readable_records(shard, stats, ctx, numbered=True):
+        for position, rec in readable_records(shard, stats, ctx, numbered=True, heads=True):
             item = self._prepare(rec, stats)
             if item is None:
                 ctx.progress(1)

@@ -58,7 +58,11 @@ def header_of_bytes(data: bytes) -> Header | None:
 
     The head is a view (no copy of the first 64 KiB); only the last 4 KiB are copied.
     """
-    head, tail = memoryview(data)[:HEAD], bytes(data[-TAIL:])
+    return header_of_parts(memoryview(data)[:HEAD], bytes(data[-TAIL:]))
+
+
+def header_of_parts(head: bytes | memoryview, tail: bytes) -> Header | None:
+    """:func:`read_header` from an image's first 64 KiB and last 4 KiB (the whole image when shorter)."""
     if head[:3] == b"\xff\xd8\xff":
         return _jpeg(head, tail)
     if head[:8] == b"\x89PNG\r\n\x1a\n":

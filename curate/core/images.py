@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from curate.core.image_headers import Header, header_of_bytes, read_header
+from curate.core.formats.refs import ImageAt
+from curate.core.image_headers import Header, header_of_bytes, header_of_parts, read_header
 from curate.core.io import is_url, open_input
 
 #: Images with more pixels than this are refused as decompression bombs
@@ -58,7 +59,8 @@ class ImageInfo:
     nbytes: int
 
 
-ImageSource = str | os.PathLike[str] | bytes
+#: A path or URL, the bytes, or an image in a tar or Parquet file known by its head (pack's length step).
+ImageSource = str | os.PathLike[str] | bytes | ImageAt
 
 
 #: Reasons that mean "these bytes are not a usable image"; for images carried as bytes they are ``bad_image``.
@@ -71,13 +73,18 @@ def _bytes_reason(exc: ImageError) -> ImageError:
 
 def image_label(src: ImageSource, index: int = 0) -> str:
     """How an image is named in messages: its path, or ``image <index> (<n> bytes)``."""
-    return f"image {index} ({len(src)} bytes)" if isinstance(src, bytes) else str(src)
+    return f"image {index} ({len(src)} bytes)" if isinstance(src, (bytes, ImageAt)) else str(src)
 
 
 def read_bytes(src: ImageSource) -> bytes:
     """Read an image file's bytes (a local path or an fsspec URL), mapping failures to :class:`ImageError`."""
     if isinstance(src, bytes):
         return src
+    if isinstance(src, ImageAt):
+        try:
+            return src.read()
+        except (OSError, ValueError) as exc:
+            raise ImageError("image_vanished", f"{src.file}: {exc}") from None
     if is_url(src):
         try:
             with open_input(src) as fh:
@@ -196,6 +203,14 @@ def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str 
             or a decompression bomb.
     """
     label = label or image_label(src)
+    if isinstance(src, ImageAt):
+        fast = header_of_parts(src.head, src.tail) if len(src) else None
+        if fast is not None:
+            try:
+                return _from_header(fast, len(src), max_pixels, label)
+            except ImageError as exc:
+                raise _bytes_reason(exc) from None
+        src = read_bytes(src)  # not a plain JPEG or PNG: Pillow reads the whole image
     if not isinstance(src, bytes) and is_url(src):
         src = read_bytes(src)
     if isinstance(src, bytes):
@@ -272,7 +287,7 @@ def decode(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str
     try:
         return _decode(data, max_pixels, label)
     except ImageError as exc:
-        raise (_bytes_reason(exc) if isinstance(src, bytes) else exc) from None
+        raise (_bytes_reason(exc) if isinstance(src, (bytes, ImageAt)) else exc) from None
 
 
 def _decode(data: bytes, max_pixels: int, label: str) -> Image.Image:

@@ -294,23 +294,23 @@ def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
                 yield row, None, f"malformed_json:{getattr(exc, 'msg', 'not UTF-8')}"
 
 
-def _rows_parquet(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+def _rows_parquet(part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
     if not is_url(part.path):  # native reads (memory-mapped) are much faster than through a Python file
-        yield from _rows_parquet_file(pq.ParquetFile(as_path(part.path), memory_map=True), part)
+        yield from _rows_parquet_file(pq.ParquetFile(as_path(part.path), memory_map=True), part, heads)
         return
     with open_input(part.path) as fh:
-        yield from _rows_parquet_file(pq.ParquetFile(fh), part)
+        yield from _rows_parquet_file(pq.ParquetFile(fh), part, heads)
 
 
-def _rows_tar(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+def _rows_tar(part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
     with open_input(part.path) as fh:
         groups = wds.scan_groups(fh, input_size(part.path), part.offset)
         for row, group in zip(range(part.start, part.stop), groups):
-            raw, problem = wds.group_row(fh, group, part.path)
+            raw, problem = wds.group_row(fh, group, part.path, heads)
             yield row, raw, problem
 
 
-def _rows_parquet_file(pf: pq.ParquetFile, part: Part) -> Iterator[tuple[int, Any, str | None]]:
+def _rows_parquet_file(pf: pq.ParquetFile, part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
     row = 0
     for rg in range(pf.num_row_groups):
         n = pf.metadata.row_group(rg).num_rows
@@ -321,13 +321,17 @@ def _rows_parquet_file(pf: pq.ParquetFile, part: Part) -> Iterator[tuple[int, An
             break
         table = pf.read_row_group(rg)
         lo, hi = max(part.start - row, 0), min(part.stop - row, n)
-        for i, item in enumerate(table_rows(table.slice(lo, hi - lo), part.path, row + lo, pf.schema_arrow)):
+        for i, item in enumerate(table_rows(table.slice(lo, hi - lo), part.path, row + lo, pf.schema_arrow, heads)):
             yield row + lo + i, item, None  # image bytes are ParquetBytes: they remember file, row and column
         row += n
 
 
-def iter_rows(part: Part) -> Iterator[tuple[int, Any, str | None]]:
-    """Yield ``(row, raw_object, problem)`` for each row of a part; ``problem`` is None or a reason."""
+def iter_rows(part: Part, heads: bool = False) -> Iterator[tuple[int, Any, str | None]]:
+    """Yield ``(row, raw_object, problem)`` for each row of a part; ``problem`` is None or a reason.
+
+    With ``heads`` images inside tars and Parquet files are
+    :class:`~curate.core.formats.refs.ImageAt` (header bytes and address) instead of bytes.
+    """
     if part.format == "jsonl":
         yield from _rows_jsonl(part)
     elif part.format == "json":
@@ -335,25 +339,26 @@ def iter_rows(part: Part) -> Iterator[tuple[int, Any, str | None]]:
         for row in range(part.start, min(part.stop, len(data))):
             yield row, data[row], None
     elif part.format == "tar":
-        yield from _rows_tar(part)
+        yield from _rows_tar(part, heads)
     else:
-        yield from _rows_parquet(part)
+        yield from _rows_parquet(part, heads)
 
 
-def read_part(part: Part, *, with_raw: bool = False) -> Iterator[Any]:
+def read_part(part: Part, *, with_raw: bool = False, heads: bool = False) -> Iterator[Any]:
     """Yield canonical records (or :class:`BadRecord`) for the rows of a part, in file order.
 
     Blank JSONL lines are not records and are skipped. With ``with_raw`` yield
     ``(raw row, record or BadRecord)`` pairs (the raw row is None for unparsable lines).
+    ``heads``: see :func:`iter_rows` (for steps that need image headers only).
     """
-    for raw, rec in _read_part(part):
+    for raw, rec in _read_part(part, heads):
         yield (raw, rec) if with_raw else rec
 
 
-def _read_part(part: Part) -> Iterator[tuple[Any, Record | BadRecord]]:
+def _read_part(part: Part, heads: bool = False) -> Iterator[tuple[Any, Record | BadRecord]]:
     path = as_path(part.path)
     stem = path.stem
-    for row, raw, problem in iter_rows(part):
+    for row, raw, problem in iter_rows(part, heads):
         fallback_id = f"{stem}:{row + 1}" if part.format == "jsonl" else f"{stem}:{row}"
         if problem == "blank":
             continue

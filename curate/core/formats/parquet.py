@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from curate.core.formats.refs import ImageAt
+
 
 class ParquetBytes(bytes):
     """The bytes of an image in a Parquet file that also say where they are.
@@ -86,26 +88,29 @@ def _struct_values(arr: pa.Array, make: Any) -> list[Any]:
             for i, values in enumerate(zip(*cols))] if cols else [None] * len(arr)
 
 
-def _column_values(col: pa.Array, kind: str, file: str, first_row: int, field: int) -> list[Any]:
-    """Python values of an image column with :class:`ParquetBytes` in place of image bytes."""
+def _column_values(col: pa.Array, kind: str, file: str, first_row: int, field: int, heads: bool) -> list[Any]:
+    """Python values of an image column with :class:`ParquetBytes` (or ImageAt) in place of image bytes."""
     values_of = _binary_values if kind.endswith("binary") else _struct_values
+    make = ImageAt.cell if heads else ParquetBytes
     if not kind.startswith("list"):
-        return values_of(col, lambda mv, i: ParquetBytes(mv, file, first_row + i, field, -1))
+        return values_of(col, lambda mv, i: make(mv, file, first_row + i, field, -1))
     # a list column: cut the flat values, then regroup them by the list offsets
     offsets = col.offsets.to_numpy().tolist()
     base = offsets[0]
     flat = col.values.slice(base, offsets[-1] - base)
     row_of = np.repeat(np.arange(len(col)), np.diff(offsets)).tolist()
-    values = values_of(flat, lambda mv, j: ParquetBytes(mv, file, first_row + row_of[j], field,
-                                                        base + j - offsets[row_of[j]]))
+    values = values_of(flat, lambda mv, j: make(mv, file, first_row + row_of[j], field,
+                                                base + j - offsets[row_of[j]]))
     valid = col.is_valid().to_numpy(zero_copy_only=False).tolist()
     return [values[offsets[r] - base:offsets[r + 1] - base] if valid[r] else None for r in range(len(col))]
 
 
-def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema) -> list[dict[str, Any]]:
+def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema,
+               heads: bool = False) -> list[dict[str, Any]]:
     """The rows of ``table`` (rows ``first_row...`` of ``file``) as dicts, image bytes as :class:`ParquetBytes`.
 
-    ``schema`` is the file's schema (column positions are its field indices).
+    ``schema`` is the file's schema (column positions are its field indices). With ``heads`` images
+    are :class:`~curate.core.formats.refs.ImageAt` views on the Arrow buffers instead (no copy).
     """
     columns: dict[str, list[Any]] = {}
     for name in table.column_names:
@@ -114,7 +119,7 @@ def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema) ->
         if kind is None:
             columns[name] = col.to_pylist()
         else:
-            columns[name] = _column_values(col, kind, file, first_row, schema.get_field_index(name))
+            columns[name] = _column_values(col, kind, file, first_row, schema.get_field_index(name), heads)
     names = list(columns)
     return [dict(zip(names, values)) for values in zip(*columns.values())] if names else []
 

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from curate.core.formats.refs import ImageAt
 from curate.core.io import as_path, is_url
 
 #: Column names (and WebDataset member extensions) that hold raw image bytes.
@@ -66,9 +67,11 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
         if not value:
             raise RecordInvalid("invalid_field", f"column {column!r}: every image must be a non-empty path string")
         return _resolve(value, base_dir)
-    if isinstance(value, (bytes, bytearray, memoryview)):
+    if isinstance(value, (bytes, bytearray, memoryview, ImageAt)):
         if not len(value):
             raise RecordInvalid("missing_image", f"column {column!r}: empty image bytes")
+        if isinstance(value, ImageAt):
+            return value
         return value if isinstance(value, bytes) else bytes(value)  # keeps a tar member's or Parquet address
     if isinstance(value, dict):
         if not ({"bytes", "path"} & value.keys()):
@@ -76,8 +79,8 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
                                 f"column {column!r}: a struct with fields {sorted(value)} is not an image "
                                 "(expected the datasets Image struct {bytes, path})")
         data, path = value.get("bytes"), value.get("path")
-        if isinstance(data, (bytes, bytearray, memoryview)) and len(data):
-            return data if isinstance(data, bytes) else bytes(data)  # keeps a ParquetBytes' address
+        if isinstance(data, (bytes, bytearray, memoryview, ImageAt)) and len(data):
+            return data if isinstance(data, (bytes, ImageAt)) else bytes(data)  # keeps a ParquetBytes' address
         if isinstance(path, str) and path:
             return _resolve(path, base_dir)
         raise RecordInvalid("missing_image", f"column {column!r}: image struct without bytes or path")
@@ -133,7 +136,7 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
                 value = row[col]
                 if value is None:
                     raise RecordInvalid("missing_image", f"column {col!r}: null image bytes (a failed download?)")
-                if not isinstance(value, (bytes, bytearray, memoryview, dict)):
+                if not isinstance(value, (bytes, bytearray, memoryview, dict, ImageAt)):
                     raise RecordInvalid("invalid_image_column",
                                         f"column {col!r} holds {type(value).__name__}, not image bytes")
                 images.append(image_item(value, col, base_dir))
@@ -142,7 +145,8 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
                 row["id"] = row["key"]
     if not images:
         for key, value in row.items():
-            if isinstance(value, (bytes, bytearray)) and looks_like_image(bytes(value[:16])):
+            head = value.head if isinstance(value, ImageAt) else value
+            if isinstance(head, (bytes, bytearray, memoryview)) and looks_like_image(bytes(head[:16])):
                 raise RecordInvalid("invalid_image_column",
                                     f"column {key!r} holds image bytes that no layout reads; name it 'image' "
                                     "or after its extension ('jpg', 'png', ...)")

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from curate.core.formats.refs import ImageAt
 from curate.core.formats.rows import IMAGE_EXTS
 
 class MemberBytes(bytes):
@@ -241,10 +242,12 @@ def count_groups(fh: IO[bytes], size: int) -> tuple[list[int], int]:
     return offsets, len(offsets)
 
 
-def group_row(fh: IO[bytes], group: Group, tar: str | None = None) -> tuple[dict[str, Any], str | None]:
+def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
+              heads: bool = False) -> tuple[dict[str, Any], str | None]:
     """Read one group's members into a raw row; ``({"id": key}, "reason:detail")`` for a bad group.
 
-    With ``tar`` (the tar's path or URL) images are :class:`MemberBytes` that remember their member.
+    With ``tar`` (the tar's path or URL) images are :class:`MemberBytes` that remember their member;
+    with ``heads`` too, they are :class:`~curate.core.formats.refs.ImageAt` (head and tail read only).
     """
     bad = {"id": group.key}
     if group.truncated:
@@ -253,11 +256,17 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None) -> tuple[dict
     text: str | None = None
     meta: Any = None
     for ext, at, size in group.members:
+        last = ext.rsplit(".", 1)[-1]
+        if heads and tar is not None and last in IMAGE_EXTS:
+            try:
+                images.append(ImageAt.member(fh, tar, at, size))
+            except OSError:
+                return bad, f"truncated_tar:group {group.key}: member .{ext} is cut short"
+            continue
         fh.seek(at)
         data = fh.read(size)
         if len(data) != size:
             return bad, f"truncated_tar:group {group.key}: member .{ext} is cut short"
-        last = ext.rsplit(".", 1)[-1]
         if last in IMAGE_EXTS:
             images.append(MemberBytes(data, tar, at) if tar is not None else data)
         elif last == "txt" and text is None:
