@@ -165,8 +165,20 @@ def url_fs(path: str | os.PathLike[str]) -> tuple[Any, str]:
     """The fsspec filesystem and in-filesystem path of a URL (credentials from the filesystem's usual env/config)."""
     import fsspec
 
+    if str(path).startswith(("gs://", "gcs://")):
+        _quiet_gcsfs()
     fs, inner = fsspec.core.url_to_fs(str(path))
     return fs, inner
+
+
+def _quiet_gcsfs() -> None:
+    """gcsfs logs a traceback before raising when it gives up on a request; curate reports the error
+    itself in one line, so that log stays off unless the user configured the ``gcsfs`` logger."""
+    import logging
+
+    logger = logging.getLogger("gcsfs")
+    if logger.level == logging.NOTSET and not logger.handlers:
+        logger.setLevel(logging.CRITICAL)
 
 
 def open_input(path: str | os.PathLike[str], mode: str = "rb") -> IO[Any]:

@@ -25,7 +25,8 @@ def remote_error(url: str, exc: BaseException) -> UserError:
     if "credential" in text.lower() or "NoCredentials" in name or "AccessDenied" in text or "Forbidden" in text:
         hint = "check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS)"
     else:
-        hint = "check the URL, the endpoint (AWS_ENDPOINT_URL) and the network"
+        endpoint = "STORAGE_EMULATOR_HOST" if url.startswith(("gs://", "gcs://")) else "AWS_ENDPOINT_URL"
+        hint = f"check the URL, the endpoint ({endpoint}) and the network"
     return UserError(f"{url}: cannot read ({name}: {text}); {hint}")
 
 
@@ -33,12 +34,16 @@ def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
     try:
         fs, inner = url_fs(url)
         protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
-        if fs.isdir(inner):
+        try:
+            kind = fs.info(inner).get("type")  # unlike isdir/isfile (gcsfs), an unreachable endpoint raises here
+        except FileNotFoundError:
+            kind = None
+        if kind == "directory":
             found = sorted(f"{protocol}://{p}" for p in fs.find(inner) if _wanted(p[len(inner):], suffixes))
             if not found:
                 raise UserError(f"{url}: holds no {ACCEPTED} files")
             return [RemotePath(p) for p in found]
-        if fs.isfile(inner):
+        if kind == "file":
             return [RemotePath(url)]
     except UserError:
         raise

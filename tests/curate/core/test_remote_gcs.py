@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from curate.core.errors import UserError
+from curate.core.records import read_records
 from packer.pack import pack
 from packer.verify import verify_pack
 from tests._fixtures.formats import Layouts
@@ -56,3 +57,6 @@ def test_pack_and_verify_in_a_gcs_bucket(gs_bucket: str, layouts: Layouts, tiny_
     assert not report.problems and report.records == len(layouts.items)
     with pytest.raises(UserError, match="gs://no-such-bucket-here"):
         pack([layouts.hf], out="gs://no-such-bucket-here/out", **kw)
+    assert len(list(read_records([f"{gs_bucket}/in"]))) == len(layouts.items)  # a prefix is a folder
+    with pytest.raises(UserError, match="no such object or prefix"):
+        list(read_records([f"{gs_bucket}/in/nothing.parquet"]))
