@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,7 +43,7 @@ from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
 from packer.lengths import LengthsTask
-from packer.reuse import reuse_report
+from packer.reuse import INDEX_DIR, index_text_counts, reuse_report
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.padding import batch_padding_tokens, reduction_ratio
 from packer.plan import plan_bins
@@ -257,13 +258,14 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
                            verify_fraction=verify_fraction, trust_remote_code=trust_remote_code,
                            verify_sample=verify_sample,  # text counts reused by key; image headers read again
-                           reuse_from=str(earlier) if earlier is not None else None)
+                           reuse_from=index_text_counts(earlier, out) if earlier is not None else None)
         task.choose_verified(shards, seed)
         settings = task.settings()
         check = {"verify_fraction": verify_fraction, "verify_sample": task.verify_sample}
         fingerprint = settings["processor"]
         total = run_stage(task, shards, out, executor=executor, seed=seed, desc="count tokens",
                           settings={**settings, **check})
+        shutil.rmtree(out / INDEX_DIR, ignore_errors=True)  # the workers' shared index of earlier keys is done
         table = _merge_lengths(out)
         _remember_counted(key, out)
         if earlier is not None:

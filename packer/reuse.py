@@ -4,9 +4,10 @@
 that counted the same inputs) takes from ``OLD`` only the text counts of the input's
 records whose ``text_key`` matches (:mod:`packer.lengths`); every other record is
 counted, and records of ``OLD`` that are not in the input are ignored and reported,
-never packed. Both sides work on columns: each worker holds the earlier keys as one
-sorted fixed-width array (:class:`TextCounts`), and the report compares id columns
-with Arrow's ``is_in``, so memory stays near the size of the columns.
+never packed. Both sides work on columns: the driver sorts the earlier keys once into
+two ``.npy`` files (:func:`index_text_counts`) that every worker memory-maps
+(:class:`TextCounts`: one binary search per lookup, pages shared by all workers of a
+machine), and the report compares id columns with Arrow's ``is_in``.
 """
 
 from __future__ import annotations
@@ -20,24 +21,47 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from curate.core.io import atomic_open
 from curate.core.stats import StageStats
 
 SHOWN_IDS = 5
+
+
+INDEX_DIR = "_reuse"
+"""Folder of an output (beside its shards) holding the sorted earlier keys for the workers."""
 
 
 class TextCounts:
     """``text_key → text_tokens`` of an earlier ``lengths.parquet``, as sorted arrays (no Python object per row).
 
     Supports ``key in counts``, ``counts[key]`` and ``len(counts)`` like the dict it replaces;
-    a lookup is one binary search.
+    a lookup is one binary search. Made from the columns (:meth:`from_columns`) or opened
+    memory-mapped from :func:`index_text_counts`'s folder (:meth:`open`).
     """
 
-    def __init__(self, keys: pa.Array | pa.ChunkedArray, counts: pa.Array | pa.ChunkedArray) -> None:
+    def __init__(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        self._keys, self._counts = keys, counts
+
+    @classmethod
+    def from_columns(cls, keys: pa.Array | pa.ChunkedArray, counts: pa.Array | pa.ChunkedArray) -> TextCounts:
+        """Sort the keys (rows without a key or a count are left out)."""
         valid = pc.and_(pc.is_valid(keys), pc.is_valid(counts))
         keys, counts = keys.filter(valid), counts.filter(valid)
         order = pc.sort_indices(keys)
-        self._keys = _fixed_width(keys.take(order))
-        self._counts = np.asarray(counts.take(order).to_numpy(), dtype=np.int64)
+        return cls(_fixed_width(keys.take(order)), np.asarray(counts.take(order).to_numpy(), dtype=np.int64))
+
+    @classmethod
+    def open(cls, folder: str | Path) -> TextCounts:
+        """The arrays :meth:`save` wrote, memory-mapped (read-only, shared between processes)."""
+        folder = Path(folder)
+        return cls(np.load(folder / "keys.npy", mmap_mode="r"), np.load(folder / "counts.npy", mmap_mode="r"))
+
+    def save(self, folder: str | Path) -> None:
+        """Write ``keys.npy`` and ``counts.npy`` into ``folder`` (each atomically; keys last, read first)."""
+        folder = Path(folder)
+        for name, array in (("counts.npy", self._counts), ("keys.npy", self._keys)):
+            with atomic_open(folder / name, "wb") as fh:
+                np.save(fh, array)
 
     def __len__(self) -> int:
         return int(self._counts.shape[0])
@@ -73,9 +97,11 @@ def _fixed_width(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def reusable_text_counts(path: str | None) -> TextCounts | dict[str, int]:
-    """The text counts of an earlier ``lengths.parquet`` (empty without one, or without keys)."""
+    """The text counts of an earlier ``lengths.parquet``, or of its index folder (empty without one, or without keys)."""
     if path is None:
         return {}
+    if Path(path).is_dir():
+        return TextCounts.open(path) if (Path(path) / "keys.npy").exists() else {}
     try:
         schema = pq.read_schema(path)
         if "text_key" not in schema.names or "text_tokens" not in schema.names:
@@ -83,7 +109,21 @@ def reusable_text_counts(path: str | None) -> TextCounts | dict[str, int]:
         table = pq.ParquetFile(path).read(columns=["text_key", "text_tokens"])
     except (OSError, ValueError, pa.ArrowException):
         return {}
-    return TextCounts(table.column("text_key"), table.column("text_tokens"))
+    return TextCounts.from_columns(table.column("text_key"), table.column("text_tokens"))
+
+
+def index_text_counts(earlier: str | Path, out: str | Path) -> str:
+    """Sort an earlier ``lengths.parquet``'s keys once, into ``OUT/_reuse``; return what workers should open.
+
+    The workers then memory-map the same two files instead of each building its own copy.
+    Returns the folder, or ``earlier`` itself when it has no keys (nothing is reused then).
+    """
+    found = reusable_text_counts(str(earlier))
+    if not isinstance(found, TextCounts):
+        return str(earlier)
+    folder = Path(out) / INDEX_DIR
+    found.save(folder)
+    return str(folder)
 
 
 def reuse_report(earlier: Path, table: pa.Table, stats: StageStats, *, explicit: bool) -> dict[str, Any]:

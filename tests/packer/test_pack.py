@@ -163,7 +163,7 @@ def test_auto_reuse_of_counted_lengths(tiny_processor_dir, sample_data, tmp_path
     assert reused == first["records_in"] - sum(first["errored"].values())  # no text tokenized again
     assert pq.read_table(tmp_path / "b" / "lengths.parquet").equals(pq.read_table(tmp_path / "a" / "lengths.parquet"))
     assert second["records_in"] == first["records_in"] and second["settings"]["ctx"] == 1024
-    assert verify_pack(tmp_path / "b").ok
+    assert verify_pack(tmp_path / "b").ok and not (tmp_path / "b" / "_reuse").exists()  # workers' index removed
 
 
 def test_user_errors(tmp_path) -> None:

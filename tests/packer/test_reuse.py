@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.stats import StageStats
-from packer.reuse import SHOWN_IDS, TextCounts, reusable_text_counts, reuse_report
+from packer.reuse import SHOWN_IDS, TextCounts, index_text_counts, reusable_text_counts, reuse_report
 
 
 @pytest.mark.parametrize("mixed", [False, True])
@@ -33,6 +33,9 @@ def test_text_counts_answer_like_a_dict(tmp_path, mixed: bool) -> None:
     with pytest.raises(KeyError):
         found["not a key"]
     assert reusable_text_counts(None) == {}
+    shared = reusable_text_counts(index_text_counts(path, tmp_path / "out"))  # what workers open: memory-mapped
+    assert isinstance(shared._keys, np.memmap) and len(shared) == len(reference)
+    assert all(shared[k] == n for k, n in reference.items()) and "not a key" not in shared
 
 
 def test_reuse_report_matches_sets(tmp_path, capsys) -> None:
