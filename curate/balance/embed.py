@@ -10,7 +10,8 @@ mean of its images' normalised embeddings, normalised again. Records without
 images are dropped (``no_image``); unreadable images are errored with the
 reason of :mod:`curate.core.images` (``missing_image``, ``truncated``, ...), so
 records in = embedded + dropped + errored. Images are decoded and
-preprocessed by a thread pool while the model runs on the previous batch.
+preprocessed by a thread pool while the model runs on the previous batch; records are read as
+they are needed, so only the ones being decoded hold image bytes (Parquet cells, tar members).
 
 Outputs are deterministic: batches are formed from consecutive records of a
 shard, so a rerun (or a resumed run) gives byte-identical files.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,13 +102,15 @@ class EmbedTask(ShardTask):
         self.setup()
         assert self.encoder is not None
         stats = StageStats()
-        items: list[_Item] = []
-        for rec in readable_records(shard, stats, ctx):
-            if not rec["images"]:
-                stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
-                ctx.progress(1)
-            else:
-                items.append(_Item(rec["id"], rec["source"], tuple(rec["images"])))
+
+        def records() -> Iterator[_Item]:
+            # streamed: only the records being decoded hold their image bytes (Parquet cells, tar members)
+            for rec in readable_records(shard, stats, ctx):
+                if not rec["images"]:
+                    stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
+                    ctx.progress(1)
+                else:
+                    yield _Item(rec["id"], rec["source"], tuple(rec["images"]))
 
         rows: list[np.ndarray] = []
         kept: list[_Item] = []
@@ -136,7 +139,7 @@ class EmbedTask(ShardTask):
         ahead = 2 * self.batch_size
         with ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="decode") as pool:
             pending: deque[tuple[_Item, Future]] = deque()
-            queue = iter(items)
+            queue = records()
 
             def fill() -> None:
                 while len(pending) < ahead:

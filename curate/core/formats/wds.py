@@ -116,6 +116,10 @@ class _BadTar(Exception):
 
 def _number(field: bytes) -> int:
     """A tar numeric field: octal text, or base-256 when the first byte has its high bit set."""
+    try:
+        return int(field.rstrip(b" \0"), 8)  # the usual "00000001750\0"
+    except ValueError:
+        pass
     if field[:1] and field[0] & 0x80:
         return int.from_bytes(field[1:], "big") | ((field[0] & 0x3F) << (8 * (len(field) - 1)))
     text = field.split(b"\0", 1)[0].strip()
@@ -139,6 +143,21 @@ def _pax(data: bytes) -> dict[bytes, bytes]:
     return out
 
 
+class _Window:
+    """Reads of a file through one window of a few KiB: the headers and small members that follow
+    each other (PAX header, its data, the member header, a caption) cost one read between them."""
+
+    def __init__(self, fh: IO[bytes], span: int = 8192) -> None:
+        self.fh, self.span, self.start, self.buf = fh, span, 0, b""
+
+    def get(self, pos: int, n: int) -> bytes:
+        """Up to ``n`` bytes at ``pos`` (fewer at the end of the file)."""
+        if pos < self.start or pos + n > self.start + len(self.buf):
+            self.fh.seek(pos)
+            self.buf, self.start = self.fh.read(max(n, self.span)), pos
+        return self.buf[pos - self.start:pos - self.start + n]
+
+
 def _walk(fh: IO[bytes], size: int, offset: int) -> Iterator[tuple[str, int, int, int, bool]]:
     """Yield ``(name, header offset, data offset, data size, is a regular file)`` per member, headers only.
 
@@ -150,9 +169,9 @@ def _walk(fh: IO[bytes], size: int, offset: int) -> Iterator[tuple[str, int, int
     first: int | None = None
     long_name: str | None = None
     pax_size: int | None = None
+    window = _Window(fh)
     while True:
-        fh.seek(pos)
-        block = fh.read(_BLOCK)
+        block = window.get(pos, _BLOCK)
         if len(block) < _BLOCK:
             if block.strip(b"\0") or first is not None:
                 raise _BadTar(f"the tar ends at byte {size} inside a header")
@@ -168,14 +187,13 @@ def _walk(fh: IO[bytes], size: int, offset: int) -> Iterator[tuple[str, int, int
         if first is None:
             first = pos
         if kind in (0x78, 0x67, 0x4C):  # PAX x, PAX g, GNU long name: they describe the next header
-            fh.seek(data_at)
-            data = fh.read(n)
+            data = window.get(data_at, n)
             if len(data) < n:
                 raise _BadTar(f"the tar ends at byte {size} inside an extended header")
             if kind == 0x4C:
                 long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             else:
-                fields = _pax(data)
+                fields = _pax(data) if b"path=" in data or b"size=" in data else {}  # often only mtime
                 if b"path" in fields:
                     long_name = fields[b"path"].decode("utf-8", "surrogateescape")
                 if b"size" in fields:
