@@ -48,7 +48,8 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F40
 from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.weights import (TagArrays, concept_counts, draw, draw_metaclip, keep_best,  # noqa: F401
-                                    read_tags, record_weights)
+                                    open_tags, read_tag_concepts, read_tag_ids, read_tags, record_weights)
 from curate.core.columns import first_occurrences, rows
 from curate.core.io import atomic_open
 from curate.core.stats import StageStats, finish_stage, run_header
@@ -123,70 +124,69 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
         The ``stats.json`` content and the stats (with the rejects).
     """
     config = configure(ResampleConfig, config, **settings)
-    target, fraction, seed, mode, t = config.target, config.fraction, config.seed, config.mode, config.t
-    weighting, temperature, use_k, vocab, plot = (config.weighting, config.temperature, config.use_k,
-                                                  config.vocab, config.plot)
+    fraction, seed, mode, t, use_k, plot = config.fraction, config.seed, config.mode, config.t, config.use_k, config.plot
     records = list(config.records) if config.records else None
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # Duplicate ids are looked for (a string sort, outside the GIL) while the concepts are read.
-        found: list[Future[np.ndarray]] = []
-        arrays = read_tags(tags, ids_ready=lambda ids: found.append(pool.submit(first_occurrences, ids)))
+    tags_file = open_tags(tags)
+    with ThreadPoolExecutor(max_workers=2) as threads:
+        # The ids are read and sorted for repeats in one thread, plotting is imported in another (Python
+        # imports while the reads and the sort run outside the GIL), the concepts are read here.
+        repeats = threads.submit(_ids_and_first_occurrences, tags)
+        if plot:
+            threads.submit(_import_plotting)
+        arrays = read_tag_concepts(tags_file, tags)
         if use_k is not None:
             arrays = keep_best(arrays, use_k)
         timings = {"read": time.perf_counter() - t0}
+        t1 = time.perf_counter()
         n_concepts = int(arrays.flat.max()) + 1 if arrays.flat.size else 0
-        t1 = time.perf_counter()
-        first = found[0].result()
+        has_tags = arrays.has_tags()
+        # Frequencies and weights are computed as if no id repeated while the sort runs; if one does,
+        # they are computed again without the repeats (the same numbers as a run that waited).
+        weighed = _weigh(arrays, has_tags, n_concepts, config)
+        arrays.ids, first = repeats.result()
     pa.default_memory_pool().release_unused()  # the read's and the sort's buffers go back to the system
-    has_tags = arrays.has_tags()
     eligible = first & has_tags
-    pool = int(eligible.sum())
-    before = concept_counts(arrays, n_concepts, eligible)
-    rng = np.random.default_rng([seed, _SALT])
-    if mode == "inverse":
-        n_target = target if target is not None else max(1, int(round(fraction * pool)))
-        weights = record_weights(arrays, before, weighting=weighting, temperature=temperature)
-        weights[~eligible] = 0.0  # in place: no second array of 10M weights
-        copies = draw(weights, n_target, rng)
-    else:
-        n_target = None
-        copies, weights = draw_metaclip(arrays, before, t, rng, eligible)
-    after = concept_counts(arrays, n_concepts, copies)
+    if not first.all():
+        weighed = _weigh(arrays, eligible, n_concepts, config)
+    chosen = _draw(arrays, eligible, weighed, n_concepts, config)  # after the sort: its memory is free by now
+    before, after, copies, weights = chosen.before, chosen.after, chosen.copies, chosen.weights
     timings["select"] = time.perf_counter() - t1
-
-    t1 = time.perf_counter()
-    chosen = np.flatnonzero(copies > 0)
-    selection = pa.table([arrays.ids.take(pa.array(chosen)), arrays.source_column(chosen),
-                          pa.array(copies[chosen], pa.int32()), pa.array(weights[chosen], pa.float64())],
-                         schema=SELECTION_SCHEMA)
-    write_selection(out / "selection.parquet", selection)
-    timings["write_selection"] = time.perf_counter() - t1
-
-    written = None
-    if records:
-        t1 = time.perf_counter()
-        written = write_selected_records(records, selection, out / RECORDS_DIR)
-        timings["write_records"] = time.perf_counter() - t1
 
     taggable = arrays.taggable or max(int(np.count_nonzero(before)), 1)
     report = compare(before, after, taggable)
-    names = _vocab_names(vocab)
+    names = _vocab_names(config.vocab)
     report["top_before"] = top_concepts(before, 10, names)
     report["top_after"] = top_concepts(after, 10, names)
-    if plot:
+    with ThreadPoolExecutor(max_workers=1) as threads:
+        drawn = None
+        if plot:  # drawn while the selection is written (Parquet writing runs outside the GIL)
+            label = "inverse frequency" if mode == "inverse" else f"MetaCLIP t={t}"
+            drawn = threads.submit(_timed, plot_balance, out / "balance.png", before, after, stats=report,
+                                   title=f"{chosen.pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
         t1 = time.perf_counter()
-        label = "inverse frequency" if mode == "inverse" else f"MetaCLIP t={t}"
-        plot_balance(out / "balance.png", before, after, stats=report,
-                     title=f"{pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
-        timings["plot"] = time.perf_counter() - t1
+        index = np.flatnonzero(copies > 0)
+        selection = pa.table([arrays.ids.take(pa.array(index)), arrays.source_column(index),
+                              pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())],
+                             schema=SELECTION_SCHEMA)
+        write_selection(out / "selection.parquet", selection)
+        timings["write_selection"] = time.perf_counter() - t1
+        written = None
+        if records:
+            t1 = time.perf_counter()
+            written = write_selected_records(records, selection, out / RECORDS_DIR)
+            timings["write_records"] = time.perf_counter() - t1
+        if drawn is not None:
+            timings["plot"] = drawn.result()
     stats = _build_stats(arrays, first, has_tags, copies)
     counts = stats.to_dict()
-    settings = {"mode": mode, "target": n_target, "fraction": fraction, "weighting": weighting if mode == "inverse"
-                else None, "temperature": temperature if mode == "inverse" else None,
-                "t": t if mode == "metaclip" else None, "use_k": use_k, "tags": str(tags)}
+    n_target, pool = chosen.target, chosen.pool
+    inverse = mode == "inverse"
+    settings = {"mode": mode, "target": n_target, "fraction": fraction,
+                "weighting": config.weighting if inverse else None, "temperature": config.temperature if inverse
+                else None, "t": t if mode == "metaclip" else None, "use_k": use_k, "tags": str(tags)}
     result: dict[str, Any] = {
         **run_header("resample", seed=seed, settings=settings),
         "records_in": counts["records_in"], "pool": pool, "records_selected": counts["records_out"],
@@ -201,6 +201,61 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     if write_stats:
         finish_stage(out, result, stats)
     return result, stats
+
+
+@dataclass
+class _Chosen:
+    """One selection: the pool and target, concept counts before and after, copies and weights per record."""
+
+    pool: int
+    target: int | None
+    before: np.ndarray
+    after: np.ndarray
+    copies: np.ndarray
+    weights: np.ndarray
+
+
+def _weigh(arrays: TagArrays, eligible: np.ndarray, n_concepts: int,
+           config: ResampleConfig) -> tuple[np.ndarray, np.ndarray | None]:
+    """Concept frequencies over the ``eligible`` records and (``inverse`` mode) their weights, 0 if not eligible."""
+    before = concept_counts(arrays, n_concepts, eligible)
+    if config.mode != "inverse":
+        return before, None
+    weights = record_weights(arrays, before, weighting=config.weighting, temperature=config.temperature)
+    weights[~eligible] = 0.0  # in place: no second array of 10M weights
+    return before, weights
+
+
+def _draw(arrays: TagArrays, eligible: np.ndarray, weighed: tuple[np.ndarray, np.ndarray | None], n_concepts: int,
+          config: ResampleConfig) -> _Chosen:
+    """Draw among the ``eligible`` records (see the module docstring); the generator starts from the seed."""
+    pool = int(eligible.sum())
+    before, weights = weighed
+    rng = np.random.default_rng([config.seed, _SALT])
+    if weights is not None:
+        fraction = config.fraction if config.fraction is not None else 0.0
+        n_target = config.target if config.target is not None else max(1, int(round(fraction * pool)))
+        copies = draw(weights, n_target, rng)
+    else:
+        n_target = None
+        copies, weights = draw_metaclip(arrays, before, config.t, rng, eligible)
+    return _Chosen(pool, n_target, before, concept_counts(arrays, n_concepts, copies), copies, weights)
+
+
+def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.Array, np.ndarray]:
+    ids = read_tag_ids(open_tags(tags))
+    return ids, first_occurrences(ids)
+
+
+def _import_plotting() -> None:
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+
+
+def _timed(fn: Any, *args: Any, **kwargs: Any) -> float:
+    t0 = time.perf_counter()
+    fn(*args, **kwargs)
+    return time.perf_counter() - t0
 
 
 def write_selection(path: Path, selection: pa.Table) -> None:

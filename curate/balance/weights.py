@@ -36,7 +36,7 @@ class TagArrays:
     the tags are a ``(records, K)`` matrix and the per-record reductions work on its columns.
     """
 
-    ids: pa.ChunkedArray | pa.Array
+    ids: pa.Array | pa.ChunkedArray
     codes: np.ndarray
     source_names: list[str]
     offsets: np.ndarray | None
@@ -67,11 +67,12 @@ class TagArrays:
     def blocks(self, size: int | None = None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         """``(first record, end record, flat tags, offsets from 0)`` for consecutive blocks of records."""
         size = size or BLOCK
+        k = int(self.width or 0)
+        steps = np.arange(0, min(size, len(self)) * k + 1, k, dtype=np.int64) if self.offsets is None else None
         for lo in range(0, len(self), size):
             hi = min(len(self), lo + size)
-            if self.offsets is None:
-                k = int(self.width or 0)
-                yield lo, hi, self.flat[lo * k:hi * k], np.arange(0, (hi - lo) * k + 1, k, dtype=np.int64)
+            if steps is not None:  # every record has k tags: one offsets array serves every block
+                yield lo, hi, self.flat[lo * k:hi * k], steps[:hi - lo + 1]
                 continue
             start, end = int(self.offsets[lo]), int(self.offsets[hi])
             yield lo, hi, self.flat[start:end], self.offsets[lo:hi + 1] - start
@@ -107,15 +108,8 @@ def _leaf_values(meta: pq.FileMetaData, column: str) -> int:
     return total
 
 
-def read_tags(path: str | os.PathLike[str],
-              ids_ready: Callable[[pa.ChunkedArray], None] | None = None) -> TagArrays:
-    """Read ``tags.parquet`` (``id``, ``source``, ``concepts``) into flat arrays, one row group at a time.
-
-    The ids are read first (one chunk per row group, no combined copy) and handed to
-    ``ids_ready`` if given, so a caller can start on them (e.g. look for duplicates in
-    a thread) while the rest is read. The concept lists are copied straight into one
-    flat ``int32`` array and sources are read dictionary-encoded, so the peak stays
-    near the size of the columns.
+def open_tags(path: str | os.PathLike[str]) -> pq.ParquetFile:
+    """Open ``tags.parquet`` (``source`` read dictionary-encoded) and check its columns.
 
     Raises:
         UserError: missing file or columns.
@@ -125,19 +119,54 @@ def read_tags(path: str | os.PathLike[str],
         raise UserError(f"--tags {path}: no such file; make it with curate tag")
     try:
         parquet = pq.ParquetFile(path, read_dictionary=["source"])
-        schema = parquet.schema_arrow
+        names = parquet.schema_arrow.names
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
         raise UserError(f"--tags {path}: not a readable Parquet file ({exc})") from None
-    missing = {"id", "concepts"} - set(schema.names)
+    missing = {"id", "concepts"} - set(names)
     if missing:
         raise UserError(f"--tags {path}: missing column(s) {', '.join(sorted(missing))}; expected id, concepts")
+    return parquet
+
+
+def read_tags(path: str | os.PathLike[str]) -> TagArrays:
+    """Read ``tags.parquet`` (``id``, ``source``, ``concepts``) into flat arrays, one row group at a time.
+
+    :func:`read_tag_concepts` then :func:`read_tag_ids`; a caller may run the two
+    in different threads (each with its own :func:`open_tags`).
+
+    Raises:
+        UserError: missing file or columns.
+    """
+    arrays = read_tag_concepts(open_tags(path), path)
+    arrays.ids = read_tag_ids(open_tags(path))
+    return arrays
+
+
+def read_tag_ids(parquet: pq.ParquetFile) -> pa.Array:
+    """The ``id`` column as one string array.
+
+    One array rather than a chunk per row group: taking rows from a chunked
+    string column concatenates its chunks first, on every take.
+    """
     groups = range(parquet.num_row_groups)
-    ids = pa.chunked_array([c for g in groups for c in parquet.read_row_group(g, columns=["id"]).column(0).chunks],
-                           schema.field("id").type)
-    if not pa.types.is_string(ids.type):
-        ids = ids.cast(pa.string())
-    if ids_ready is not None:
-        ids_ready(ids)
+    chunks = [c for g in groups for c in parquet.read_row_group(g, columns=["id"]).column(0).chunks]
+    ids = pa.concat_arrays(chunks) if chunks else pa.array([], parquet.schema_arrow.field("id").type)
+    del chunks
+    return ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
+
+
+def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> TagArrays:
+    """Concepts and sources of every record, without the ids (``ids`` is an empty column: see :func:`read_tags`).
+
+    The concept lists are copied straight into one flat ``int32`` array, one row
+    group at a time, and sources are read dictionary-encoded, so the peak stays
+    near the size of the columns.
+
+    Raises:
+        UserError: negative concept indices.
+    """
+    schema = parquet.schema_arrow
+    groups = range(parquet.num_row_groups)
     cols = ["concepts"] + (["source"] if "source" in schema.names else [])
     n = parquet.metadata.num_rows
     flat = np.empty(_leaf_values(parquet.metadata, "concepts"), np.int32)  # untouched pages cost nothing
@@ -164,15 +193,16 @@ def read_tags(path: str | os.PathLike[str],
                 offsets[row + 1:row + 1 + len(lengths)] += used
             row, used = row + len(lengths), used + values.size
         del group
+        pa.default_memory_pool().release_unused()  # the row group's decoded pages: not kept by the allocator
     flat = flat[:used]
     if flat.size and flat.min() < 0:
-        raise UserError(f"--tags {path}: negative concept indices")
+        raise UserError(f"--tags {path}: negative concept indices; concepts are vocabulary lines - 1")
     if width is None and offsets is None:  # no records
         offsets = np.zeros(n + 1, np.int64)
     codes, names = source_codes(pa.chunked_array(sources) if sources else None, n)
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
-    return TagArrays(ids, codes, names, offsets, flat, taggable, width)
+    return TagArrays(pa.array([], pa.string()), codes, names, offsets, flat, taggable, width)
 
 
 def keep_best(tags: TagArrays, use_k: int) -> TagArrays:
