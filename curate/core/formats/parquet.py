@@ -73,7 +73,7 @@ def _binary_values(arr: pa.Array, make: Any) -> list[Any]:
     _, offsets_buf, data_buf = arr.buffers()[:3]
     dtype = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
     offsets = np.frombuffer(offsets_buf, dtype=dtype)[arr.offset:arr.offset + n + 1].tolist()
-    data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
+    data = memoryview(data_buf).cast("B") if data_buf is not None else memoryview(b"")  # Arrow exports signed "b"
     valid = arr.is_valid().to_numpy(zero_copy_only=False).tolist() if arr.null_count else None
     return [make(data[offsets[i]:offsets[i + 1]], i) if valid is None or valid[i] else None for i in range(n)]
 

@@ -50,6 +50,7 @@ def test_heads_probe_like_bytes_and_read_back(tmp_path: Path) -> None:
         for rec, lazy in zip(full[:3], heads[:3]):
             (data,), (at,) = rec["images"], lazy["images"]
             assert isinstance(at, ImageAt) and at.file == str(path) and len(at) == len(data)
+            assert at.head[:8] == data[:8] and at.tail == data[-4096:]  # byte values, whatever the view's format
             assert probe(at) == probe(data)
             assert at.read() == data and decode(at).tobytes() == decode(data).tobytes()
             assert at.detach().span() == at.span()
