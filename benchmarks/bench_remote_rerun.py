@@ -8,7 +8,9 @@ for) and split by kind: finished shards' data (``shards/*.tar``, the ``_records/
 lengths parts, small control files (markers, settings) and the rest. A finished rerun should read
 markers and the few small files it needs, never shard data.
 
-    .venv/bin/python benchmarks/bench_remote_rerun.py [--n 240]
+    .venv/bin/python benchmarks/bench_remote_rerun.py [--n 240] [--quick]
+
+Exits 1 when a rerun fetched any shard data.
 """
 
 from __future__ import annotations
@@ -105,11 +107,14 @@ def measure(endpoint: str, prefix: str, sizes: dict[str, int], run) -> dict[str,
     return counts
 
 
-def main() -> None:
+def main() -> int:
     """Pack into the bucket once, rerun from another machine and from the same one; print what each fetched."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=240, help="records (640×480 images)")
+    parser.add_argument("--quick", action="store_true", help="80 records")
     args = parser.parse_args()
+    if args.quick:
+        args.n = 80
     import s3fs
 
     from packer.pack import pack
@@ -141,14 +146,17 @@ def main() -> None:
                 by_kind[kind(rel)] = by_kind.get(kind(rel), 0) + size
             print(f"output prefix: {len(sizes)} objects, {total:,} bytes "
                   f"({', '.join(f'{k} {v:,}' for k, v in sorted(by_kind.items()))})")
+            fetched_data = 0
             for label, machine in (("rerun, another machine", "machine-b"), ("rerun, same machine", "machine-a")):
                 counts = measure(endpoint, "bench/out", sizes, lambda m=machine: run(m))
                 print(f"{label}: " + ", ".join(f"{k} {int(v):,}" if k != "seconds" else f"{k} {v:.2f}"
                                                 for k, v in counts.items()))
+                fetched_data += int(counts.get("GET bytes: shard data", 0))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+    return 1 if fetched_data else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
