@@ -192,15 +192,22 @@ def _matches(rel: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
 
 
+def _no_rejects(marker: dict[str, Any]) -> bool:
+    """Whether a shard dropped and errored nothing (its rejects file is empty: no need to fetch it)."""
+    stats = marker.get("stats", {})
+    return not any(stats.get("dropped", {1: 1}).values()) and not any(stats.get("errored", {1: 1}).values())
+
+
 def pull_listed(out: Path, markers: Sequence[dict[str, Any]], patterns: Sequence[str] | None = None) -> int:
     """Fetch files listed by ``markers`` that a staging folder lacks: those matching ``patterns``
-    (None: all) and every file under ``_shards/`` (the shards' rejects); return how many came."""
+    (None: all) and every file under ``_shards/`` (the shards' rejects, unless a shard rejected
+    nothing); return how many came."""
     url = url_of(out)
     if url is None:
         return 0
     missing = [rel for m in markers for rel in m.get("files", [])
                if (patterns is None or rel.startswith(SHARDS + "/") or _matches(rel, patterns))
-               and not (out / rel).exists()]
+               and not (rel.endswith(".rejects.parquet") and _no_rejects(m)) and not (out / rel).exists()]
     if missing:
         fs, inner = remote_fs(url)
         for rel in missing:
