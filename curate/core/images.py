@@ -205,6 +205,12 @@ def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str 
     label = label or image_label(src)
     if isinstance(src, ImageAt):
         fast = header_of_parts(src.head, src.tail) if len(src) else None
+        if fast is None and bytes(src.head[:3]) == b"\xff\xd8\xff":
+            try:
+                longer = src.longer_head()  # the frame header may lie beyond a tar member's first 16 KiB
+            except OSError:
+                longer = None
+            fast = header_of_parts(longer, src.tail) if longer is not None else None
         if fast is not None:
             try:
                 return _from_header(fast, len(src), max_pixels, label)

@@ -4,8 +4,9 @@ Pack's length step needs each image's size (from its header) and where to find i
 reads records with ``heads=True`` (:func:`curate.core.records.read_part`), and images inside a
 tar or a Parquet file come as :class:`ImageAt` instead of bytes:
 
-* a tar member: only its first 64 KiB and last 4 KiB are read (the end-marker check), as for an
-  image file; :meth:`ImageAt.read` reads the member again;
+* a tar member: only its first 16 KiB and last 4 KiB are read (the end-marker check); the header
+  parser asks for up to 64 KiB (:meth:`ImageAt.longer_head`) in the rare image whose frame header
+  lies further; :meth:`ImageAt.read` reads the member again;
 * a Parquet cell: a view on the Arrow buffer of its row group (no copy); :meth:`ImageAt.read`
   copies it out.
 
@@ -17,6 +18,9 @@ from __future__ import annotations
 from typing import IO, Any
 
 from curate.core.image_headers import HEAD, TAIL
+
+#: What is read first of a tar member: JPEG frame headers and PNG IHDR nearly always lie within it.
+SHORT_HEAD = 16384
 
 
 class ImageAt:
@@ -35,15 +39,15 @@ class ImageAt:
     def member(cls, fh: IO[bytes], tar: str, offset: int, size: int) -> ImageAt:
         """A tar member at ``offset``: its head and tail read from the open tar (all of it when small)."""
         fh.seek(offset)
-        if size <= HEAD + TAIL:
+        if size <= SHORT_HEAD + TAIL:
             data = fh.read(size)
             if len(data) != size:
                 raise OSError(f"member at offset {offset} is cut short")
-            return cls(tar, [offset, size], size, data[:HEAD], data[-TAIL:], data)
-        head = fh.read(HEAD)
+            return cls(tar, [offset, size], size, data, data[-TAIL:], data)
+        head = fh.read(SHORT_HEAD)
         fh.seek(offset + size - TAIL)
         tail = fh.read(TAIL)
-        if len(head) != HEAD or len(tail) != TAIL:
+        if len(head) != SHORT_HEAD or len(tail) != TAIL:
             raise OSError(f"member at offset {offset} is cut short")
         return cls(tar, [offset, size], size, head, tail)
 
@@ -62,6 +66,16 @@ class ImageAt:
     def span(self) -> list[int]:
         """Where the shard writer finds it again (see :mod:`packer.lengths`)."""
         return list(self.where)
+
+    def longer_head(self) -> bytes | memoryview | None:
+        """The first 64 KiB when :attr:`head` holds less of a longer image (read again from the tar); else None."""
+        if len(self.head) >= min(HEAD, self.size) or len(self.where) != 2:
+            return None
+        from curate.core.io import open_input
+
+        with open_input(self.file) as fh:
+            fh.seek(self.where[0])
+            return fh.read(min(HEAD, self.size))
 
     def read(self) -> bytes:
         """The image bytes (read again from the tar, or copied from the Arrow buffer).
