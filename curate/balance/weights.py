@@ -25,6 +25,9 @@ from curate.core.errors import UserError
 
 BLOCK = 1 << 20
 """Records per block of per-tag temporaries."""
+COUNT_BLOCK = BLOCK // 4
+"""Records per block of the concept counts: ``bincount`` copies its indices to int64, and a copy
+under glibc's 32 MiB mmap limit is reused from the heap instead of being faulted in again."""
 
 
 @dataclass
@@ -192,8 +195,7 @@ def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> 
                 np.cumsum(lengths, out=offsets[row + 1:row + 1 + len(lengths)])
                 offsets[row + 1:row + 1 + len(lengths)] += used
             row, used = row + len(lengths), used + values.size
-        del group
-        pa.default_memory_pool().release_unused()  # the row group's decoded pages: not kept by the allocator
+        del group  # the allocator keeps its pages for the next row group (releasing them costs page faults)
     flat = flat[:used]
     if flat.size and flat.min() < 0:
         raise UserError(f"--tags {path}: negative concept indices; concepts are vocabulary lines - 1")
@@ -242,7 +244,7 @@ def concept_counts(tags: TagArrays, n: int, per_record: np.ndarray | None = None
     counts = np.zeros(n, np.int64)
     everyone = per_record is None or (per_record.dtype == bool and bool(per_record.all()))
     ones = per_record is not None and per_record.dtype != bool and (not per_record.size or per_record.max() <= 1)
-    for lo, hi, flat, offsets in tags.blocks():
+    for lo, hi, flat, offsets in tags.blocks(min(COUNT_BLOCK, BLOCK)):
         if everyone:
             counts += np.bincount(flat, minlength=n)
             continue
