@@ -114,7 +114,8 @@ def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema,
     """
     columns: dict[str, list[Any]] = {}
     for name in table.column_names:
-        col = table.column(name).combine_chunks()
+        chunked = table.column(name)
+        col = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()  # combining copies
         kind = _image_kind(col.type)
         if kind is None:
             columns[name] = col.to_pylist()
