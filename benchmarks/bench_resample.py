@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/bench_resample.py            # 10M records, K=5, 500,000 concepts (Zipf 1.1)
     python benchmarks/bench_resample.py --quick    # 1M records
-    python benchmarks/bench_resample.py --repeat 3 # each child 3 times, the fastest run of each reported
+    python benchmarks/bench_resample.py --repeat 3 # 3 rounds of the children, each child's fastest reported
 
 A seeded synthetic ``tags.parquet`` is written first (not timed). Then child
 processes run one after the other, each measured for wall time, CPU time
@@ -111,9 +111,8 @@ def run_child(code: str, *args: str) -> tuple[float, float, float, str]:
         return wall, usage.ru_utime + usage.ru_stime, peak_kib / 1024 / 1024, out.read().strip()
 
 
-def best_of(repeat: int, code: str, *args: str) -> tuple[float, float, float, str]:
-    """:func:`run_child` ``repeat`` times: the smallest wall, CPU and peak of the runs."""
-    runs = [run_child(code, *args) for _ in range(repeat)]
+def best_of(runs: list[tuple[float, float, float, str]]) -> tuple[float, float, float, str]:
+    """The smallest wall, CPU and peak of several runs of one child (and the last one's output)."""
     return min(r[0] for r in runs), min(r[1] for r in runs), min(r[2] for r in runs), runs[-1][3]
 
 
@@ -124,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--concepts", type=int, default=500_000)
     parser.add_argument("--quick", action="store_true", help="1M records")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of each child (the fastest is reported)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of the three children (each child's fastest run is reported)")
     args = parser.parse_args(argv)
     if args.quick:
         args.n = 1_000_000
@@ -135,9 +135,12 @@ def main(argv: list[str] | None = None) -> None:
         write_tags(tags, args.n, args.k, args.concepts)
         print(f"{args.n:,} records × K={args.k} over {args.concepts:,} concepts "
               f"({tags.stat().st_size / 1e6:.0f} MB parquet, written in {time.perf_counter() - t0:.1f}s)")
-        base = best_of(args.repeat, _BASELINE, str(tags))
-        groups = best_of(args.repeat, _ROW_GROUPS, str(tags))
-        res = best_of(args.repeat, _RESAMPLE, str(tags), str(tmp / "out"))
+        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": []}
+        for _ in range(args.repeat):  # rounds of the three children, so a change of load hits them alike
+            runs["base"].append(run_child(_BASELINE, str(tags)))
+            runs["groups"].append(run_child(_ROW_GROUPS, str(tags)))
+            runs["res"].append(run_child(_RESAMPLE, str(tags), str(tmp / "out")))
+        base, groups, res = best_of(runs["base"]), best_of(runs["groups"]), best_of(runs["res"])
         selected, head_before, head_after = res[3].split()
         for label, (wall, cpu, mem, _) in (("baseline read_table (id, source, concepts)", base),
                                            ("baseline row groups (same columns)", groups),
