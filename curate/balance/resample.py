@@ -259,10 +259,10 @@ def _timed(fn: Any, *args: Any, **kwargs: Any) -> float:
 
 
 def write_selection(path: Path, selection: pa.Table) -> None:
-    """Write ``selection.parquet`` atomically: zstd, a dictionary for ``source`` only (ids are unique,
-    weights and copies barely repeat), statistics for ``id``; the same bytes for the same table."""
+    """Write ``selection.parquet`` atomically with cheap settings: snappy, a dictionary for ``source`` only
+    (ids are unique, weights barely repeat), no statistics; the same bytes for the same table."""
     with atomic_open(path, "wb") as fh:
-        pq.write_table(selection, fh, compression="zstd", use_dictionary=["source"], write_statistics=["id"],
+        pq.write_table(selection, fh, compression="snappy", use_dictionary=["source"], write_statistics=False,
                        store_schema=True)
 
 
