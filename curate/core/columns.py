@@ -46,7 +46,8 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
     """
     chunks = sources.chunks if isinstance(sources, pa.ChunkedArray) else [sources]
     where: dict[str, int] = {}  # name -> code, in order of first appearance
-    parts = []
+    codes = np.zeros(sum(len(c) for c in chunks), np.int32)
+    at = 0
     for chunk in chunks:
         values = pc.fill_null(chunk.dictionary.cast(pa.string()), "unknown").to_pylist()
         index = chunk.indices
@@ -54,8 +55,12 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
             values.append("unknown")
             index = pc.fill_null(index, len(values) - 1)
         lut = np.array([where.setdefault(v, len(where)) for v in values], np.int32)
-        parts.append(lut[index.to_numpy(zero_copy_only=False)] if len(lut) else np.zeros(len(index), np.int32))
-    codes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        rows = index.to_numpy(zero_copy_only=False)
+        if len(lut) and np.array_equal(lut, np.arange(len(lut))):
+            codes[at:at + len(rows)] = rows  # the chunk's dictionary is the names so far, in order: codes as read
+        elif len(lut):
+            np.take(lut, rows, out=codes[at:at + len(rows)])
+        at += len(rows)
     return codes, list(where) or ["unknown"]  # names no row uses count 0 and are left out of counts
 
 
