@@ -24,6 +24,10 @@ def test_first_occurrences_matches_a_python_set(seed: int) -> None:
     chunked = pa.chunked_array([pa.array(ids[:400]), pa.array(ids[400:])])
     assert first_occurrences(chunked).tolist() == expect
     assert first_occurrences(chunked, block=7).tolist() == expect  # sorted ids compared in blocks
+    ordered = sorted(set(ids))
+    assert first_occurrences(pa.array(ordered)).all()  # increasing: no sort needed
+    assert first_occurrences(pa.array(ordered + ordered[-1:])).tolist() == [True] * len(ordered) + [False]
+    assert first_occurrences(pa.array(["a", None, "a"])).tolist() == [True, True, False]  # a null is no proof
     assert first_occurrences(pa.array(ids[:1])).tolist() == [True]
     assert first_occurrences(pa.array([], pa.string())).tolist() == []
 
