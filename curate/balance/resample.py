@@ -60,8 +60,8 @@ import pyarrow.parquet as pq
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
 from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
-from curate.balance.weights import (TagArrays, concept_counts, draw, draw_metaclip, keep_best,  # noqa: F401
-                                    open_tags, read_tag_concepts, read_tag_ids, read_tags, record_weights)
+from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
+from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
 from curate.core.columns import first_occurrences, rows
 from curate.core.io import atomic_open
 from curate.core.stats import StageStats, finish_stage, run_header

@@ -185,7 +185,7 @@ def test_blocks_of_records_change_nothing(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_read_tags_matches_a_plain_read_across_row_groups(tmp_path: Path) -> None:
-    from curate.balance.weights import read_tags
+    from curate.balance.tags_file import read_tags
 
     rng = np.random.default_rng(5)
     # Uniform K = 3 for the first row groups, then ragged lists, empty lists and nulls.

@@ -1,0 +1,137 @@
+"""Reading ``tags.parquet`` (``id``, ``source``, ``concepts``) into :class:`~curate.balance.weights.TagArrays`.
+
+One row group at a time: concept lists are copied straight into one flat ``int32``
+array (no combined Arrow copy; no offsets at all when every record has K tags),
+sources are read dictionary-encoded, and the ids come as one string column, read
+on their own so that a caller can read them (and look for repeats) in another thread.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from curate.balance.weights import TagArrays
+from curate.core.columns import source_codes
+from curate.core.errors import UserError
+
+
+def _concept_values(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(lengths, flat int32 values)`` of one list chunk; null lists count as empty."""
+    if chunk.null_count:
+        chunk = pc.if_else(pc.is_null(chunk), pa.scalar([], chunk.type), chunk)
+    offsets = chunk.offsets.to_numpy()
+    values = chunk.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    values = values.to_numpy(zero_copy_only=False)
+    return np.diff(offsets), values if values.dtype == np.int32 else values.astype(np.int32)
+
+
+def _leaf_values(meta: pq.FileMetaData, column: str) -> int:
+    """Upper bound of the list values of ``column`` (its leaf level count over all row groups)."""
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        total += sum(group.column(j).num_values for j in range(group.num_columns)
+                     if group.column(j).path_in_schema.split(".")[0] == column)
+    return total
+
+
+def open_tags(path: str | os.PathLike[str]) -> pq.ParquetFile:
+    """Open ``tags.parquet`` (``source`` read dictionary-encoded) and check its columns.
+
+    Raises:
+        UserError: missing file or columns.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--tags {path}: no such file; make it with curate tag")
+    try:
+        parquet = pq.ParquetFile(path, read_dictionary=["source"])
+        names = parquet.schema_arrow.names
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
+        raise UserError(f"--tags {path}: not a readable Parquet file ({exc})") from None
+    missing = {"id", "concepts"} - set(names)
+    if missing:
+        raise UserError(f"--tags {path}: missing column(s) {', '.join(sorted(missing))}; expected id, concepts")
+    return parquet
+
+
+def read_tags(path: str | os.PathLike[str]) -> TagArrays:
+    """Read ``tags.parquet`` (``id``, ``source``, ``concepts``) into flat arrays, one row group at a time.
+
+    :func:`read_tag_concepts` then :func:`read_tag_ids`; a caller may run the two
+    in different threads (each with its own :func:`open_tags`).
+
+    Raises:
+        UserError: missing file or columns.
+    """
+    arrays = read_tag_concepts(open_tags(path), path)
+    arrays.ids = read_tag_ids(open_tags(path))
+    return arrays
+
+
+def read_tag_ids(parquet: pq.ParquetFile) -> pa.Array:
+    """The ``id`` column as one string array.
+
+    One array rather than a chunk per row group: taking rows from a chunked
+    string column concatenates its chunks first, on every take.
+    """
+    groups = range(parquet.num_row_groups)
+    chunks = [c for g in groups for c in parquet.read_row_group(g, columns=["id"]).column(0).chunks]
+    ids = pa.concat_arrays(chunks) if chunks else pa.array([], parquet.schema_arrow.field("id").type)
+    del chunks
+    return ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
+
+
+def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> TagArrays:
+    """Concepts and sources of every record, without the ids (``ids`` is an empty column: see :func:`read_tags`).
+
+    The concept lists are copied straight into one flat ``int32`` array, one row
+    group at a time, and sources are read dictionary-encoded, so the peak stays
+    near the size of the columns.
+
+    Raises:
+        UserError: negative concept indices.
+    """
+    schema = parquet.schema_arrow
+    groups = range(parquet.num_row_groups)
+    cols = ["concepts"] + (["source"] if "source" in schema.names else [])
+    n = parquet.metadata.num_rows
+    flat = np.empty(_leaf_values(parquet.metadata, "concepts"), np.int32)  # untouched pages cost nothing
+    width: int | None = None  # K while every record so far has K tags; offsets are made only when not
+    offsets: np.ndarray | None = None
+    sources, row, used = [], 0, 0
+    for g in groups:
+        group = parquet.read_row_group(g, columns=cols)
+        if "source" in cols:
+            sources.extend(group.column("source").chunks)
+        for chunk in group.column("concepts").chunks:
+            lengths, values = _concept_values(chunk)
+            if used + values.size > flat.size:  # metadata undercounted: grow (not expected)
+                flat = np.concatenate([flat[:used], np.empty(values.size, np.int32)])
+            flat[used:used + values.size] = values
+            if offsets is None and lengths.size:
+                width = width or int(lengths[0]) or None
+                if width is None or not (lengths == width).all():
+                    offsets = np.zeros(n + 1, np.int64)
+                    offsets[:row + 1] = np.arange(row + 1, dtype=np.int64) * (width or 0)
+                    width = None
+            if offsets is not None:
+                np.cumsum(lengths, out=offsets[row + 1:row + 1 + len(lengths)])
+                offsets[row + 1:row + 1 + len(lengths)] += used
+            row, used = row + len(lengths), used + values.size
+        del group  # the allocator keeps its pages for the next row group (releasing them costs page faults)
+    flat = flat[:used]
+    if flat.size and flat.min() < 0:
+        raise UserError(f"--tags {path}: negative concept indices; concepts are vocabulary lines - 1")
+    if width is None and offsets is None:  # no records
+        offsets = np.zeros(n + 1, np.int64)
+    codes, names = source_codes(pa.chunked_array(sources) if sources else None, n)
+    meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+    taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
+    return TagArrays(pa.array([], pa.string()), codes, names, offsets, flat, taggable, width)
