@@ -215,6 +215,27 @@ def record_weights(tags: TagArrays, counts: np.ndarray, *, weighting: str = "mea
     return np.divide(total, lengths, out=np.zeros_like(total), where=lengths > 0)
 
 
+def kth_smallest(values: np.ndarray, k: int) -> float:
+    """The ``k``-th smallest of ``values`` (0-based), exactly, without partitioning all of them when many.
+
+    A strided sample bounds it from above; when at least ``k + 1`` values lie under
+    the bound, the answer is the ``k``-th smallest of those (a few times ``k`` values
+    instead of all); otherwise (an unlucky bound) all values are partitioned.
+    """
+    n = values.size
+    if n >= 1 << 20 and k < n // 2:
+        stride = max(1, n // (1 << 16))
+        sample = values[::stride]
+        share = (k + 1) / n
+        margin = 6 * np.sqrt(share * (1 - share) / sample.size) + 2 / sample.size
+        j = min(sample.size - 1, int(np.ceil((share + margin) * sample.size)))
+        bound = np.partition(sample, j)[j]
+        under = values[values <= bound]
+        if under.size > k:
+            return float(np.partition(under, k)[k])
+    return float(np.partition(values, k)[k])
+
+
 def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarray:
     """Copies per record: ``target`` records without replacement (∝ weight), or with replacement past the pool.
 
@@ -236,7 +257,7 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarr
         keys /= w
         del w  # a copy (when not everyone is in the pool) freed before the partition
         if target < size:
-            kth = np.partition(keys, target - 1)[target - 1]
+            kth = kth_smallest(keys, target - 1)
             chosen = np.flatnonzero(keys <= kth)
             if chosen.size > target:  # keys equal to the boundary: the earliest records take the places left
                 keep = keys[chosen] < kth

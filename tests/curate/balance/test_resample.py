@@ -228,3 +228,13 @@ def test_matrix_and_list_layouts_give_the_same_bits(weighting: str) -> None:
         a = record_weights(matrix, counts, weighting=weighting, temperature=0.7)
         b = record_weights(lists, counts, weighting=weighting, temperature=0.7)
         assert a.tobytes() == b.tobytes()
+
+
+def test_kth_smallest_equals_a_full_partition() -> None:
+    from curate.balance.weights import kth_smallest
+
+    rng = np.random.default_rng(4)
+    for values in (rng.standard_exponential(1_200_000) / (rng.random(1_200_000) + 0.01),
+                   rng.integers(0, 3, 1_100_000).astype(np.float64), rng.random(50)):  # continuous, ties, small
+        for k in {0, 7, len(values) // 10, len(values) // 3, len(values) - 1}:
+            assert kth_smallest(values, k) == np.partition(values, k)[k]
