@@ -44,9 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.errors import UserError
-from curate.core.formats.parquet import ParquetBytes
 from curate.core.formats.refs import ImageAt
-from curate.core.formats.wds import MemberBytes
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
 from curate.core.io import write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
@@ -55,17 +53,14 @@ from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from packer.reuse import TextCounts, reusable_text_counts  # noqa: F401 (re-exported)
 from packer.tokens import TokenCounter
 
-_REFS = (MemberBytes, ParquetBytes, ImageAt)
-
-
 def _member(image: Any) -> bool:
-    """Whether an image is bytes that remember their place in an input (a tar member, a Parquet cell)."""
-    return isinstance(image, _REFS)
+    """Whether an image is known by its place in an input (a tar member, a Parquet cell)."""
+    return isinstance(image, ImageAt)
 
 
 def _where(image: Any) -> str:
     """What ``_records`` keeps in ``images``: a path, the tar or Parquet file of a referenced image ("" for other bytes)."""
-    if isinstance(image, _REFS):
+    if isinstance(image, ImageAt):
         return image.file
     return "" if isinstance(image, bytes) else image
 

@@ -322,7 +322,7 @@ def _rows_parquet_file(pf: pq.ParquetFile, part: Part, heads: bool) -> Iterator[
         table = pf.read_row_group(rg)
         lo, hi = max(part.start - row, 0), min(part.stop - row, n)
         for i, item in enumerate(table_rows(table.slice(lo, hi - lo), part.path, row + lo, pf.schema_arrow, heads)):
-            yield row + lo + i, item, None  # image bytes are ParquetBytes: they remember file, row and column
+            yield row + lo + i, item, None
         row += n
 
 

@@ -1,13 +1,12 @@
-"""Parquet rows whose image bytes remember where they came from.
+"""Parquet rows with their image cells cut straight from the Arrow buffers.
 
 A Parquet row group is read once as Arrow; its columns become Python rows with
-:meth:`pyarrow.Table.to_pylist`, except the columns that hold image bytes (raw ``binary``
+:meth:`pyarrow.Array.to_pylist`, except the columns that hold image bytes (raw ``binary``
 columns such as img2dataset's ``jpg``, the ``datasets`` image struct ``{bytes, path}``, or a list
-of either): their values are cut straight from the Arrow buffers into :class:`ParquetBytes`
-(one copy per image, no intermediate Python ``bytes``). A :class:`ParquetBytes` is the image
-bytes plus its address in the file (``file``, ``row``, ``field``, ``item``), so pack's length
-step keeps only the address and the shard writer reads the image again
-(:func:`read_images`), as it does for tar members.
+of either): their values are cut from the Arrow buffers, as plain ``bytes`` (one copy per image)
+or, for pack's length step (``heads``), as :class:`~curate.core.formats.refs.ImageAt` views that
+know their cell (row, column, list item) and copy nothing. The length step keeps only that
+address; the shard writer reads the image again (:func:`read_images`), as it does for tar members.
 """
 
 from __future__ import annotations
@@ -22,30 +21,8 @@ import pyarrow as pa
 from curate.core.formats.refs import ImageAt
 
 
-class ParquetBytes(bytes):
-    """The bytes of an image in a Parquet file that also say where they are.
-
-    ``file`` (path or URL), ``row`` (in the file), ``field`` (index of the top-level column) and
-    ``item`` (position in a list column, -1 for a single image). Anything that makes new bytes
-    from it gets plain bytes.
-    """
-
-    file: str
-    row: int
-    field: int
-    item: int
-
-    def __new__(cls, data: Any, file: str, row: int, field: int, item: int) -> ParquetBytes:
-        obj = super().__new__(cls, data)
-        obj.file, obj.row, obj.field, obj.item = file, row, field, item
-        return obj
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ParquetBytes, (bytes(self), self.file, self.row, self.field, self.item))
-
-    def span(self) -> list[int]:
-        """Where the writer finds it again: ``[row, field, item, size]``."""
-        return [self.row, self.field, self.item, len(self)]
+def _plain(view: memoryview, *_: int | str) -> bytes:
+    return bytes(view)
 
 
 def _is_binary(t: pa.DataType) -> bool:
@@ -89,9 +66,9 @@ def _struct_values(arr: pa.Array, make: Any) -> list[Any]:
 
 
 def _column_values(col: pa.Array, kind: str, file: str, first_row: int, field: int, heads: bool) -> list[Any]:
-    """Python values of an image column with :class:`ParquetBytes` (or ImageAt) in place of image bytes."""
+    """Python values of an image column, image bytes as ``bytes`` (or :class:`ImageAt` with ``heads``)."""
     values_of = _binary_values if kind.endswith("binary") else _struct_values
-    make = ImageAt.cell if heads else ParquetBytes
+    make = ImageAt.cell if heads else _plain
     if not kind.startswith("list"):
         return values_of(col, lambda mv, i: make(mv, file, first_row + i, field, -1))
     # a list column: cut the flat values, then regroup them by the list offsets
@@ -107,7 +84,7 @@ def _column_values(col: pa.Array, kind: str, file: str, first_row: int, field: i
 
 def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema,
                heads: bool = False) -> list[dict[str, Any]]:
-    """The rows of ``table`` (rows ``first_row...`` of ``file``) as dicts, image bytes as :class:`ParquetBytes`.
+    """The rows of ``table`` (rows ``first_row...`` of ``file``) as dicts, image bytes cut from the buffers.
 
     ``schema`` is the file's schema (column positions are its field indices). With ``heads`` images
     are :class:`~curate.core.formats.refs.ImageAt` views on the Arrow buffers instead (no copy).

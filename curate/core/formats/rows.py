@@ -72,7 +72,7 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
             raise RecordInvalid("missing_image", f"column {column!r}: empty image bytes")
         if isinstance(value, ImageAt):
             return value
-        return value if isinstance(value, bytes) else bytes(value)  # keeps a tar member's or Parquet address
+        return value if isinstance(value, bytes) else bytes(value)
     if isinstance(value, dict):
         if not ({"bytes", "path"} & value.keys()):
             raise RecordInvalid("invalid_image_column",
@@ -80,7 +80,7 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
                                 "(expected the datasets Image struct {bytes, path})")
         data, path = value.get("bytes"), value.get("path")
         if isinstance(data, (bytes, bytearray, memoryview, ImageAt)) and len(data):
-            return data if isinstance(data, (bytes, ImageAt)) else bytes(data)  # keeps a ParquetBytes' address
+            return data if isinstance(data, (bytes, ImageAt)) else bytes(data)
         if isinstance(path, str) and path:
             return _resolve(path, base_dir)
         raise RecordInvalid("missing_image", f"column {column!r}: image struct without bytes or path")

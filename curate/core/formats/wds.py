@@ -27,33 +27,6 @@ from typing import IO, Any
 from curate.core.formats.refs import ImageAt
 from curate.core.formats.rows import IMAGE_EXTS
 
-class MemberBytes(bytes):
-    """The bytes of a tar member that also say where they came from (``tar``, ``offset``, ``size``).
-
-    Pack's length step stores this reference instead of the bytes; the shard writer reads the
-    member again (:func:`read_member`). Anything that makes new bytes from it gets plain bytes.
-    """
-
-    tar: str
-    offset: int
-
-    def __new__(cls, data: bytes, tar: str, offset: int) -> MemberBytes:
-        obj = super().__new__(cls, data)
-        obj.tar, obj.offset = tar, offset
-        return obj
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (MemberBytes, (bytes(self), self.tar, self.offset))
-
-    @property
-    def file(self) -> str:
-        """The tar it came from (as :attr:`ParquetBytes.file <curate.core.formats.parquet.ParquetBytes>`)."""
-        return self.tar
-
-    def span(self) -> list[int]:
-        """Where the writer finds it again: ``[offset, size]``."""
-        return [self.offset, len(self)]
-
 
 def read_member(fh: IO[bytes], offset: int, size: int) -> bytes:
     """``size`` bytes of an open tar at ``offset`` (a member's data); OSError when it is shorter now."""
@@ -264,8 +237,8 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
               heads: bool = False) -> tuple[dict[str, Any], str | None]:
     """Read one group's members into a raw row; ``({"id": key}, "reason:detail")`` for a bad group.
 
-    With ``tar`` (the tar's path or URL) images are :class:`MemberBytes` that remember their member;
-    with ``heads`` too, they are :class:`~curate.core.formats.refs.ImageAt` (head and tail read only).
+    Images are bytes; with ``tar`` (the tar's path or URL) and ``heads`` they are
+    :class:`~curate.core.formats.refs.ImageAt` (head and tail read only, and where the member is).
     """
     bad = {"id": group.key}
     if group.truncated:
@@ -286,7 +259,7 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
         if len(data) != size:
             return bad, f"truncated_tar:group {group.key}: member .{ext} is cut short"
         if last in IMAGE_EXTS:
-            images.append(MemberBytes(data, tar, at) if tar is not None else data)
+            images.append(data)
         elif last == "txt" and text is None:
             text = data.decode("utf-8", errors="replace")
         elif last == "json" and meta is None:

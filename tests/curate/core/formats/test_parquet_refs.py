@@ -1,4 +1,4 @@
-"""Parquet image bytes come out as ParquetBytes that remember their cell, in every image column shape."""
+"""Parquet image cells in every image column shape: the same values as pyarrow's, and (``heads``) their addresses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate.core.formats.parquet import ParquetBytes, read_images
+from curate.core.formats.parquet import read_images
+from curate.core.formats.refs import ImageAt
 from curate.core.records import BadRecord, read_part, split_file
 
 STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -27,30 +28,32 @@ def test_every_shape_keeps_bytes_and_address(tmp_path: Path, sample_data: Path) 
     path = tmp_path / "shapes.parquet"
     pq.write_table(table, path, row_group_size=3)
     expected = table.to_pylist()
-    got, refs = [], []
+    got, heads, refs = [], [], []
     for part in split_file(path, 2):  # parts cut row groups: sliced Arrow arrays with offsets
         got.extend(raw for raw, _ in read_part(part, with_raw=True))
-    assert got == expected  # same values as to_pylist, bytes compare equal
+        heads.extend(raw for raw, _ in read_part(part, with_raw=True, heads=True))
+    assert got == expected  # same values as to_pylist
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
-    for row, raw in enumerate(got):
+    for row, raw in enumerate(heads):
         cells = [(raw["one"] or {}).get("bytes"), *[(s or {}).get("bytes") for s in raw["images"] or []],
                  *(raw["raw"] or [])]
         for data in cells:
             if data is None:
                 continue
-            assert isinstance(data, ParquetBytes) and data.file == str(path) and data.row == row
-            column = expected[row][names[data.field]]
-            item = column if data.item < 0 else column[data.item]
-            assert data == (item["bytes"] if isinstance(item, dict) else item)
-            refs.append(((data.row, data.field, data.item), bytes(data)))
+            r, field, item_at, size = data.span()
+            assert isinstance(data, ImageAt) and data.file == str(path) and r == row and size == len(data)
+            column = expected[row][names[field]]
+            item = column if item_at < 0 else column[item_at]
+            assert data.read() == (item["bytes"] if isinstance(item, dict) else item)
+            refs.append(((r, field, item_at), data.read()))
     assert len(refs) == (n - 1) + 2 * sum(b is not None for v in lists if v for b in v)
     found = read_images(pf, [r for r, _ in refs] + [(99, 2, 0)])
     assert all(found[r] == data for r, data in refs) and found[(99, 2, 0)] is None
     records = [r for part in split_file(path, 100) for r in read_part(part)]
     by_id = {r.id if isinstance(r, BadRecord) else r["id"]: r for r in records}
     assert isinstance(by_id["r4"], BadRecord) and by_id["r4"].reason == "missing_image"  # a null struct in the list
-    assert by_id["r2"]["images"] == [blobs[2]] and isinstance(by_id["r2"]["images"][0], ParquetBytes)
+    assert by_id["r2"]["images"] == [blobs[2]] and type(by_id["r2"]["images"][0]) is bytes
 
 
 def test_writer_reads_cells_and_reports_vanished_ones(tmp_path: Path, sample_data: Path) -> None:
