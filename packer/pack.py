@@ -153,13 +153,13 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
         balanced = balance_table(table, offsets, members, balance, seed=seed)
         offsets, members, bin_tokens, extra = balanced.bin_offsets, balanced.members, balanced.bin_tokens, plan_arrays(balanced)
         columns = plan_columns(balanced)
-    np_path = out / PLAN_ARRAYS
+    pending = _submit(background, _write_plan, out / "plan.parquet", offsets, members, ids, tokens, columns)
+    del ids, tokens, columns
+    np_path = out / PLAN_ARRAYS  # written here meanwhile: the shard writer reads it as soon as this returns
     np_path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(np_path, "wb") as fh:
         np.savez(fh, bin_offsets=offsets, members=members, bin_tokens=bin_tokens, **extra)
     n_bins = int(bin_tokens.shape[0])
-    pending = _submit(background, _write_plan, out / "plan.parquet", offsets, members, ids, tokens, columns)
-    del ids, tokens, columns
     padding = n_bins * ctx - packed_tokens
     reduction = reduction_ratio(baseline.result(), padding)
     return {
