@@ -130,12 +130,12 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     tags_file = open_tags(tags)
-    with ThreadPoolExecutor(max_workers=2) as threads:
-        # The ids are read and sorted for repeats in one thread, plotting is imported in another (Python
-        # imports while the reads and the sort run outside the GIL), the concepts are read here.
-        repeats = threads.submit(_ids_and_first_occurrences, tags)
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        # One thread reads the ids and sorts them for repeats, then imports plotting, while this one reads
+        # the concepts and weighs: two busy threads at a time (the reads and the sort run outside the GIL).
+        repeats = thread.submit(_ids_and_first_occurrences, tags)
         if plot:
-            threads.submit(_import_plotting)
+            thread.submit(_import_plotting)
         arrays = read_tag_concepts(tags_file, tags)
         if use_k is not None:
             arrays = keep_best(arrays, use_k)
