@@ -171,3 +171,24 @@ def test_auto_nlist_keeps_39_concepts_per_list_on_small_vocabularies() -> None:
     from curate.balance.index import auto_nlist
 
     assert all(n // auto_nlist(n) >= 39 for n in (39, 100, 1000, 6000))
+
+
+def test_per_source_counts_and_source_column_match_the_rows(tmp_path: Path) -> None:
+    from collections import Counter
+
+    rng = np.random.default_rng(2)
+    concepts, emb = _data(rng, n=90)
+    np.save(tmp_path / "concepts.npy", concepts)
+    folder = tmp_path / "emb"
+    folder.mkdir()
+    sources = [["a", "", None, "b"][i % 4] for i in range(len(emb))]  # empty and missing: unknown
+    for k, lo in enumerate(range(0, len(emb), 40)):
+        np.save(folder / f"{k:06d}.npy", emb[lo:lo + 40].astype(np.float16))
+        pq.write_table(pa.table({"id": [f"r{i}" for i in range(lo, min(lo + 40, len(emb)))],
+                                 "source": pa.array(sources[lo:lo + 40], pa.string())}), folder / f"{k:06d}.ids.parquet")
+    result = tag(folder, tmp_path / "concepts.npy", out=tmp_path / "out", top_k=3)
+    expect = Counter(s or "unknown" for s in sources)
+    assert {s: e["records_in"] for s, e in result["per_source"].items()} == expect
+    assert {s: e["records_out"] for s, e in result["per_source"].items()} == expect
+    table = pq.read_table(tmp_path / "out" / "tags.parquet")
+    assert table.column("source").to_pylist() == [s or "unknown" for s in sources]
