@@ -1,7 +1,7 @@
 """``curate score`` on distinct math answers: does scoring scale with the cores it is given?
 
 Usage:
-    python benchmarks/bench_score_workers.py              # 12,000 responses, every answer distinct
+    python benchmarks/bench_score_workers.py              # 20,000 responses, every answer distinct
     python benchmarks/bench_score_workers.py --quick      # 3,000
     python benchmarks/bench_score_workers.py --repeat 3   # A, B, C three times, interleaved; medians
 
@@ -81,7 +81,7 @@ def run_once(records: Path, responses: Path, out: Path, n: int, workers: int, co
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=12000, help="distinct responses (default 12,000)")
+    ap.add_argument("--n", type=int, default=20000, help="distinct responses (default 20,000)")
     ap.add_argument("--quick", action="store_true", help="3,000 responses")
     ap.add_argument("--repeat", type=int, default=1, help="run A, B, C this many times, interleaved (medians)")
     args = ap.parse_args(argv)
