@@ -18,7 +18,9 @@ pinned with ``os.sched_setaffinity``:
 
 Prints responses/s end to end (process start, record loading, merge and report
 included), the fixed cost of each setting (the same command on 16 responses) and the
-rate beyond it, the load average, and B / A (target >= 1.6x). The fixed cost is larger
+rate beyond it, the load average, the cores each run actually got (CPU seconds of the
+command and all it started, from ``perf stat`` where it works, over wall seconds), and
+B / A (target >= 1.6x). The fixed cost is larger
 with more processes (each imports math-verify and sympy and warms them, about 2 s of
 CPU), so ``--n`` must be large enough to amortise it. The machine is shared: read the
 ratio with the load beside it, and prefer ``--repeat 3`` (interleaved runs, medians).
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,11 +65,24 @@ def pool_size(cores: set[int], workers: int, env: dict[str, str]) -> int:
     return max(1, int(out.stdout.strip()) // workers)
 
 
+def perf_works() -> bool:
+    """Whether ``perf stat`` can count the CPU time of a command and its descendants here."""
+    if shutil.which("perf") is None:
+        return False
+    probe = subprocess.run(["perf", "stat", "-x,", "-e", "task-clock", "--", sys.executable, "-c", "pass"],
+                           capture_output=True, text=True)
+    return probe.returncode == 0 and "task-clock" in probe.stderr
+
+
 def run_once(records: Path, responses: Path, out: Path, n: int, workers: int, cores: set[int],
-             env: dict[str, str]) -> dict[str, float]:
-    """One ``curate score`` command pinned to ``cores``: wall seconds and the load average before it."""
+             env: dict[str, str], perf: bool) -> dict[str, float]:
+    """One ``curate score`` command pinned to ``cores``: wall seconds, the load average before it and,
+    with ``perf``, the CPU seconds the command and every process it started got (``perf stat`` task-clock)."""
     cmd = [sys.executable, "-m", "curate", "score", "--records", str(records), "--responses", str(responses),
            "--out", str(out), "--workers", str(workers), "--shard-size", str(max(1, n // 8))]
+    counted = out.with_name(out.name + ".perf")
+    if perf:
+        cmd = ["perf", "stat", "-x,", "-e", "task-clock", "-o", str(counted), "--", *cmd]
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -75,7 +91,13 @@ def run_once(records: Path, responses: Path, out: Path, n: int, workers: int, co
     stats = json.loads((out / "stats.json").read_text())
     if stats.get("scored") != n:
         raise SystemExit(f"scored {stats.get('scored')} of {n}: {stats.get('errored')}")
-    return {"wall": wall, "load": load}
+    cpu = float("nan")
+    if perf:
+        for line in counted.read_text().splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] == "task-clock":
+                cpu = float(fields[0]) / 1000.0
+    return {"wall": wall, "load": load, "cpu": cpu}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,20 +129,27 @@ def main(argv: list[str] | None = None) -> None:
         small.mkdir()
         small_records, small_responses = write_inputs(small, SMALL)
         sizes = {k: pool_size(cores, workers, env) for k, (workers, cores, _) in runs.items()}
+        perf = perf_works()
         for key, (workers, cores, _) in runs.items():  # start-up, records, merge, report: the cost n does not change
-            fixed[key] = run_once(small_records, small_responses, small / f"out{key}", SMALL, workers, cores, env)["wall"]
+            fixed[key] = run_once(small_records, small_responses, small / f"out{key}", SMALL, workers, cores, env,
+                                  perf)["wall"]
         for r in range(args.repeat):
             for key, (workers, cores, label) in runs.items():
-                m = run_once(records, responses, tmp / f"out{key}{r}", n, workers, cores, env)
+                m = run_once(records, responses, tmp / f"out{key}{r}", n, workers, cores, env, perf)
                 got[key].append(m)
                 print(f"  {key} {label} (pool {sizes[key]} per process): {n / m['wall']:7,.1f} responses/s end to end "
                       f"({m['wall']:.1f} s, of which ~{fixed[key]:.1f} s fixed: "
                       f"{(n - SMALL) / max(m['wall'] - fixed[key], 1e-9):,.1f}/s beyond it); "
-                      f"load {m['load']:.1f}", flush=True)
+                      f"load {m['load']:.1f}; CPU it got {m['cpu']:.1f} s = {m['cpu'] / m['wall']:.2f} cores busy",
+                      flush=True)
     rate = {k: statistics.median(n / m["wall"] for m in v) for k, v in got.items()}
     beyond = {k: statistics.median((n - SMALL) / max(m["wall"] - fixed[k], 1e-9) for m in v) for k, v in got.items()}
     print(f"  ratio B / A (--workers 2 on 2 cores vs --workers 1 on 1 core): {rate['B'] / rate['A']:.2f}x end to end, "
           f"{beyond['B'] / beyond['A']:.2f}x beyond the fixed cost  (target >= 1.6x)")
+    busy = {k: statistics.median(m["cpu"] / m["wall"] for m in v) for k, v in got.items()}
+    print(f"  cores the runs got (CPU s / wall s; other users' work takes the rest): A {busy['A']:.2f}, "
+          f"B {busy['B']:.2f}, C {busy['C']:.2f}; per CPU second: A {n / statistics.median(m['cpu'] for m in got['A']):,.0f}, "
+          f"B {n / statistics.median(m['cpu'] for m in got['B']):,.0f} responses")
     print(f"  ratio C / A (--workers 1 on 2 cores vs 1 core): {rate['C'] / rate['A']:.2f}x end to end, "
           f"{beyond['C'] / beyond['A']:.2f}x beyond the fixed cost; load average now {os.getloadavg()[0]:.1f}")
 
