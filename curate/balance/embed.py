@@ -105,7 +105,7 @@ class EmbedTask(ShardTask):
 
         def records() -> Iterator[_Item]:
             # streamed: only the records being decoded hold their image bytes (Parquet cells, tar members)
-            for rec in readable_records(shard, stats, ctx):
+            for rec in readable_records(shard, stats, ctx, views=True):  # Parquet cells decode in place
                 if not rec["images"]:
                     stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
                     ctx.progress(1)

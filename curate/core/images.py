@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -289,15 +290,52 @@ def decode(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str
         ImageError: as :func:`probe`, plus ``truncated`` when the pixel data ends early.
     """
     label = label or image_label(src)
-    data = read_bytes(src)
+    view = src.view if isinstance(src, ImageAt) else None
+    data = _ViewFile(view) if view is not None else read_bytes(src)  # a Parquet cell decodes in place
     try:
         return _decode(data, max_pixels, label)
     except ImageError as exc:
         raise (_bytes_reason(exc) if isinstance(src, (bytes, ImageAt)) else exc) from None
 
 
-def _decode(data: bytes, max_pixels: int, label: str) -> Image.Image:
-    img = _open(data, max_pixels, label)
+class _ViewFile(io.RawIOBase):
+    """A read-only file over a memoryview (Pillow reads from it without the image being copied first)."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view, self._pos = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._view) if n is None or n < 0 else min(len(self._view), self._pos + n)
+        out = bytes(self._view[self._pos:end])
+        self._pos = max(self._pos, end)
+        return out
+
+    def readinto(self, buf: Any) -> int:
+        data = self.read(len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+def _decode(data: bytes | _ViewFile, max_pixels: int, label: str) -> Image.Image:
+    img = _open(data, max_pixels, label) if isinstance(data, bytes) else _pil_open(data, max_pixels, label)
     try:
         img.load()
         img = ImageOps.exif_transpose(img) or img

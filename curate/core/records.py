@@ -326,11 +326,12 @@ def _rows_parquet_file(pf: pq.ParquetFile, part: Part, heads: bool) -> Iterator[
         row += n
 
 
-def iter_rows(part: Part, heads: bool = False) -> Iterator[tuple[int, Any, str | None]]:
+def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[tuple[int, Any, str | None]]:
     """Yield ``(row, raw_object, problem)`` for each row of a part; ``problem`` is None or a reason.
 
     With ``heads`` images inside tars and Parquet files are
-    :class:`~curate.core.formats.refs.ImageAt` (header bytes and address) instead of bytes.
+    :class:`~curate.core.formats.refs.ImageAt` (header bytes and address) instead of bytes; with
+    ``views`` only Parquet cells are (views on the Arrow buffers, for decoding without a copy).
     """
     if part.format == "jsonl":
         yield from _rows_jsonl(part)
@@ -341,24 +342,24 @@ def iter_rows(part: Part, heads: bool = False) -> Iterator[tuple[int, Any, str |
     elif part.format == "tar":
         yield from _rows_tar(part, heads)
     else:
-        yield from _rows_parquet(part, heads)
+        yield from _rows_parquet(part, heads or views)
 
 
-def read_part(part: Part, *, with_raw: bool = False, heads: bool = False) -> Iterator[Any]:
+def read_part(part: Part, *, with_raw: bool = False, heads: bool = False, views: bool = False) -> Iterator[Any]:
     """Yield canonical records (or :class:`BadRecord`) for the rows of a part, in file order.
 
     Blank JSONL lines are not records and are skipped. With ``with_raw`` yield
     ``(raw row, record or BadRecord)`` pairs (the raw row is None for unparsable lines).
-    ``heads``: see :func:`iter_rows` (for steps that need image headers only).
+    ``heads``, ``views``: see :func:`iter_rows` (steps that need image headers only, or decode pixels).
     """
-    for raw, rec in _read_part(part, heads):
+    for raw, rec in _read_part(part, heads, views):
         yield (raw, rec) if with_raw else rec
 
 
-def _read_part(part: Part, heads: bool = False) -> Iterator[tuple[Any, Record | BadRecord]]:
+def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator[tuple[Any, Record | BadRecord]]:
     path = as_path(part.path)
     stem = path.stem
-    for row, raw, problem in iter_rows(part, heads):
+    for row, raw, problem in iter_rows(part, heads, views):
         fallback_id = f"{stem}:{row + 1}" if part.format == "jsonl" else f"{stem}:{row}"
         if problem == "blank":
             continue

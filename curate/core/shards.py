@@ -66,16 +66,18 @@ class Shard:
     def __len__(self) -> int:
         return self.size if self.size >= 0 else sum(len(p) for p in self.parts)
 
-    def read(self, *, with_raw: bool = False, heads: bool = False):  # noqa: ANN201 - generator of Record | BadRecord
+    def read(self, *, with_raw: bool = False, heads: bool = False,  # noqa: ANN201 - generator of Record | BadRecord
+             views: bool = False):
         """Yield the shard's canonical records (or BadRecord rows) in input order.
 
         With ``with_raw`` yield ``(raw row, record or BadRecord)`` pairs, for stages
         that write records back in the input's layout. With ``heads`` images in tars and
         Parquet files are known by their header bytes and address only
-        (:class:`curate.core.formats.refs.ImageAt`), for steps that need no pixels.
+        (:class:`curate.core.formats.refs.ImageAt`), for steps that need no pixels; with ``views``
+        only Parquet cells are, as views on the Arrow buffers, for steps that decode pixels.
         """
         for part in self.parts:
-            yield from read_part(part, with_raw=with_raw, heads=heads)
+            yield from read_part(part, with_raw=with_raw, heads=heads, views=views)
 
 
 def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE) -> list[Shard]:
@@ -188,7 +190,8 @@ class ShardTask(ABC):
 
 
 def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
-                     with_raw: bool = False, numbered: bool = False, heads: bool = False) -> Iterator[Any]:
+                     with_raw: bool = False, numbered: bool = False, heads: bool = False,
+                     views: bool = False) -> Iterator[Any]:
     """A shard's readable records, each counted in ``stats`` as seen: the one record loop of every stage.
 
     Rows that are not records (:class:`~curate.core.records.BadRecord`) are errored
@@ -197,10 +200,10 @@ def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
     bar here; the caller accounts for every record yielded (kept, dropped or
     errored). With ``with_raw`` yields ``(raw row, record)`` pairs; with ``numbered``
     each item comes as ``(row position in the shard, item)``, positions counting
-    every row (unreadable ones too), for per-row seeded choices. ``heads``: see :meth:`Shard.read`.
+    every row (unreadable ones too), for per-row seeded choices. ``heads``, ``views``: see :meth:`Shard.read`.
     """
     seen_ids: set[str] = set()
-    for position, (raw, rec) in enumerate(shard.read(with_raw=True, heads=heads)):
+    for position, (raw, rec) in enumerate(shard.read(with_raw=True, heads=heads, views=views)):
         if isinstance(rec, BadRecord):
             stats.seen(rec.source)
             stats.error(rec.id, rec.source, rec.reason, rec.detail)

@@ -67,6 +67,11 @@ class ImageAt:
         """Where the shard writer finds it again (see :mod:`packer.lengths`)."""
         return list(self.where)
 
+    @property
+    def view(self) -> memoryview | None:
+        """The whole image as a view on the Arrow buffer (a Parquet cell not yet detached), else None."""
+        return self._data if isinstance(self._data, memoryview) else None
+
     def longer_head(self) -> bytes | memoryview | None:
         """The first 64 KiB when :attr:`head` holds less of a longer image (read again from the tar); else None."""
         if len(self.head) >= min(HEAD, self.size) or len(self.where) != 2:
