@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.core.formats.parquet import read_images
-from curate.core.formats.wds import read_member
+from curate.core.formats.refs import read_member
 from curate.core.images import ImageError, read_bytes
 from curate.core.io import as_path, is_url, open_input
 from curate.core.shards import Shard, ShardContext, ShardTask

@@ -23,6 +23,15 @@ from curate.core.image_headers import HEAD, TAIL
 SHORT_HEAD = 16384
 
 
+def read_member(fh: IO[bytes], offset: int, size: int) -> bytes:
+    """``size`` bytes of an open tar at ``offset`` (a member's data); OSError when it is shorter now."""
+    fh.seek(offset)
+    data = fh.read(size)
+    if len(data) != size:
+        raise OSError(f"member at offset {offset} is cut short ({len(data)} of {size} bytes)")
+    return data
+
+
 class ImageAt:
     """An image in a tar (``span`` ``[offset, size]``) or a Parquet file (``[row, column, item, size]``).
 
@@ -92,7 +101,6 @@ class ImageAt:
             return bytes(self._data)
         if len(self.where) != 2:
             raise ValueError(f"{self.file} row {self.where[0]}: image no longer held (detached)")
-        from curate.core.formats.wds import read_member
         from curate.core.io import open_input
 
         with open_input(self.file) as fh:

@@ -28,15 +28,6 @@ from curate.core.formats.refs import ImageAt
 from curate.core.formats.rows import IMAGE_EXTS
 
 
-def read_member(fh: IO[bytes], offset: int, size: int) -> bytes:
-    """``size`` bytes of an open tar at ``offset`` (a member's data); OSError when it is shorter now."""
-    fh.seek(offset)
-    data = fh.read(size)
-    if len(data) != size:
-        raise OSError(f"member at offset {offset} is cut short ({len(data)} of {size} bytes)")
-    return data
-
-
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 
