@@ -10,8 +10,8 @@ For each layout the benchmark times, in this process:
 * **decode**: embed's image decoding (read the records, :func:`curate.core.images.decode` every
   image to RGB, as ``curate embed``'s decoder threads do), records/s;
 * **pack** (context, not a target): the whole ``pack`` (lengths, plan, shard writing) with one
-  local worker. Tar members and Parquet cells are kept as references by the length step and read
-  again by the shard writer, so this row shows the cost moved there.
+  local worker. Tar members are kept as references by the length step and read again by the shard
+  writer (this row shows the cost moved there); Parquet cells are copied into pack's record store.
 
 Each layout runs once untimed first (page cache warm for all three), then the layouts run back to
 back in each of ``--repeats`` rounds. It prints the best records/s by wall clock and per CPU second

@@ -5,10 +5,12 @@ For each shard the task writes
 * ``lengths/<shard>.parquet``: ``id, source, tokens, text_tokens, image_tokens, n_images, image_grids``;
 * ``_records/<shard>.arrow``: the canonical records (messages as JSON, image paths and
   extensions, image grids; images carried as bytes in ``image_bytes``, their path empty, except
-  those that remember where they came from, which are read again by the writer instead of copied:
-  tar members (their tar in ``images``, ``[offset, size]`` in ``image_spans``) and Parquet cells (their
-  file in ``images``, ``[row, column index, list item or -1, size]`` in ``image_spans``)), memory-mapped
-  later by the shard writer.
+  tar members: their tar in ``images`` and ``[offset, size]`` in ``image_spans``, read again by the
+  writer with one seek instead of copied), memory-mapped later by the shard writer. The store is
+  written a batch at a time, so a shard never holds more than one batch of image bytes.
+  Parquet cells are copied into the store (a Parquet file can only be read a whole row group at
+  a time, and the shuffled plan puts each output shard's samples in thousands of row groups:
+  reading them again from the input would read the corpus once per output shard).
 
 Image tokens come from image headers (never decoding pixels) unless ``exact``.
 
@@ -54,12 +56,19 @@ from packer.reuse import TextCounts, reusable_text_counts  # noqa: F401 (re-expo
 from packer.tokens import TokenCounter
 
 def _member(image: Any) -> bool:
-    """Whether an image is known by its place in an input (a tar member, a Parquet cell)."""
+    """Whether an image is known by its place in an input (a tar member)."""
     return isinstance(image, ImageAt)
 
 
+def _kept(image: Any) -> Any:
+    """What the store keeps of a counted image: a tar member's address, a Parquet cell's bytes, a path."""
+    if not isinstance(image, ImageAt):
+        return image
+    return image.detach() if len(image.where) == 2 else image.read()
+
+
 def _where(image: Any) -> str:
-    """What ``_records`` keeps in ``images``: a path, the tar or Parquet file of a referenced image ("" for other bytes)."""
+    """What ``_records`` keeps in ``images``: a path, the tar of a member ("" for bytes)."""
     if isinstance(image, ImageAt):
         return image.file
     return "" if isinstance(image, bytes) else image
@@ -168,6 +177,11 @@ class LengthsTask(ShardTask):
         chosen = frozenset(self.verified_rows.get(shard.id, ()))
         rows: list[dict[str, Any]] = []
         pending: list[dict[str, Any]] = []
+        batch: list[dict[str, Any]] = []
+        store_path = work / "_records" / f"{shard.id}.arrow"
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        sink = pa.OSFile(str(store_path), "wb")
+        store = pa.ipc.new_file(sink, RECORDS_SCHEMA)
 
         def flush() -> None:
             if not pending:
@@ -186,14 +200,28 @@ class LengthsTask(ShardTask):
                     self._verify(item, stats)
                     if item.get("error"):
                         continue
-                # keep the address only: the shard holds no image bytes (tar and Parquet row groups are freed)
-                item["images"] = [p.detach() if isinstance(p, ImageAt) else p for p in item["images"]]
+                # a tar member keeps its address, a Parquet cell its bytes (the row group is freed)
+                item["images"] = [_kept(p) for p in item["images"]]
                 item["text"] = ""
-                rows.append(item)
+                batch.append(item)
                 stats.kept(item["source"])
             ctx.progress(len(pending))
             pending.clear()
+            if batch:  # the batch's image bytes go to the store now; the shard keeps only counts
+                store.write_table(self._store_table(batch), max_chunksize=4096)
+                for item in batch:
+                    item["n_images"], item["images"], item["messages"] = len(item["images"]), (), ()
+                rows.extend(batch)
+                batch.clear()
 
+        with sink, store:
+            self._count_shard(shard, stats, ctx, rng, chosen, pending, flush)
+        stats.extra["verified"] = sum(1 for r in rows if r.get("verified"))
+        self._write_lengths(rows, work, shard.id)
+        return stats
+
+    def _count_shard(self, shard: Shard, stats: StageStats, ctx: ShardContext, rng: Any,
+                     chosen: frozenset[int], pending: list[dict[str, Any]], flush: Any) -> None:
         for position, rec in readable_records(shard, stats, ctx, numbered=True, heads=True):
             item = self._prepare(rec, stats)
             if item is None:
@@ -207,9 +235,6 @@ class LengthsTask(ShardTask):
             if len(pending) >= _BATCH:
                 flush()
         flush()
-        stats.extra["verified"] = sum(1 for r in rows if r.get("verified"))
-        self._write(rows, work, shard.id)
-        return stats
 
     def _prepare(self, rec: dict[str, Any], stats: StageStats) -> dict[str, Any] | None:
         assert self.counter is not None
@@ -266,26 +291,25 @@ class LengthsTask(ShardTask):
                                  "this processor does not follow the Qwen2-VL rule: rerun with --exact")
         item["verified"] = True
 
-    def _write(self, rows: list[dict[str, Any]], work: Path, shard_id: str) -> None:
+    def _write_lengths(self, rows: list[dict[str, Any]], work: Path, shard_id: str) -> None:
         lengths = pa.table({
             "id": [r["id"] for r in rows], "source": [r["source"] for r in rows],
             "tokens": [r["tokens"] for r in rows], "text_tokens": [r["text_tokens"] for r in rows],
-            "image_tokens": [sum(r["image_tokens"]) for r in rows], "n_images": [len(r["images"]) for r in rows],
+            "image_tokens": [sum(r["image_tokens"]) for r in rows], "n_images": [r["n_images"] for r in rows],
             "image_grids": [r["image_grids"] for r in rows], "text_key": [r["text_key"] for r in rows],
         }, schema=LENGTHS_SCHEMA)
         write_parquet(work / "lengths" / f"{shard_id}.parquet", lengths)
-        store = pa.table({
-            "id": lengths["id"], "source": lengths["source"],
+
+    @staticmethod
+    def _store_table(rows: list[dict[str, Any]]) -> pa.Table:
+        """One batch of the record store (see the module docstring)."""
+        return pa.table({
+            "id": [r["id"] for r in rows], "source": [r["source"] for r in rows],
             "messages": [json.dumps(r["messages"], ensure_ascii=False) for r in rows],
             "images": [[_where(p) for p in r["images"]] for r in rows],
-            "image_bytes": [[p if isinstance(p, bytes) and not _member(p) else None for p in r["images"]]
-                            for r in rows],
+            "image_bytes": [[p if isinstance(p, bytes) else None for p in r["images"]] for r in rows],
             "image_spans": [[p.span() if _member(p) else [] for p in r["images"]] for r in rows],
             "image_exts": [r["image_exts"] for r in rows],
-            "image_grids": lengths["image_grids"], "image_tokens": [r["image_tokens"] for r in rows],
-            "tokens": lengths["tokens"],
+            "image_grids": [r["image_grids"] for r in rows], "image_tokens": [r["image_tokens"] for r in rows],
+            "tokens": [r["tokens"] for r in rows],
         }, schema=RECORDS_SCHEMA)
-        path = work / "_records" / f"{shard_id}.arrow"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, RECORDS_SCHEMA) as writer:
-            writer.write_table(store, max_chunksize=4096)

@@ -10,8 +10,8 @@ One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
   ``step``, ``rank``, ``micro``, ``cost`` (training FLOPs of the sequence), ``dp``,
   ``micro_batches`` and ``steps``;
 * ``<key>.img<j>.<ext>``: the original bytes of the sequence's j-th image (not re-encoded), read from
-  its file, its tar member (seek + read) or its Parquet cell (each row group holding the shard's
-  cells is read once), or taken from the store for other bytes.
+  its file or its tar member (seek + read), or taken from the store for other bytes (Parquet cells
+  among them: see :mod:`packer.lengths`).
 
 Keys are the bin's position in the plan (``%010d``), so sample ids with dots,
 slashes, spaces or any Unicode live only inside the JSON and round-trip. Tar
@@ -29,12 +29,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from curate.core.formats.parquet import read_images
 from curate.core.formats.refs import read_member
 from curate.core.images import ImageError, read_bytes
-from curate.core.io import as_path, is_url, open_input
+from curate.core.io import open_input
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
 
@@ -80,7 +78,7 @@ class ShardWriteTask(ShardTask):
 
     stage = "write"
     unit = "sequences"
-    transient = ("_store", "_plan", "_tars", "_cells")
+    transient = ("_store", "_plan", "_tars")
     driver_reads = ()  # the driver never reads the tars back (--out in a bucket: they stay there)
     reads_out = ("_records/*.arrow",)  # the lengths step's record store
 
@@ -92,7 +90,6 @@ class ShardWriteTask(ShardTask):
         self._store: pa.Table | None = None
         self._plan: dict[str, np.ndarray] | None = None
         self._tars: dict[str, Any] = {}
-        self._cells: dict[str, dict[tuple[int, int, int], bytes | None]] = {}
 
     def settings(self) -> dict[str, Any]:
         """Outputs depend on the context length and the processor fingerprint (the plan is checked separately)."""
@@ -118,7 +115,6 @@ class ShardWriteTask(ShardTask):
         stats = StageStats()
         base = int(offsets[first])
         records = self._store.take(pa.array(members[base:offsets[stop]])).to_pylist()
-        self._cells = self._parquet_cells(records)
         sequences = 0
         path = work / "shards" / f"{shard.id}.tar"  # work is private: the runner renames the file into place
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,35 +138,8 @@ class ShardWriteTask(ShardTask):
         stats.extra["sequences"] = sequences
         return stats
 
-    @staticmethod
-    def _parquet_cells(records: list[dict[str, Any]]) -> dict[str, dict[tuple[int, int, int], bytes | None]]:
-        """Every Parquet image the shard's records reference, read once per row group of each file."""
-        wanted: dict[str, list[tuple[int, int, int]]] = {}
-        for rec in records:
-            for path, span in zip(rec["images"], rec.get("image_spans") or []):
-                if span and len(span) == 4:
-                    wanted.setdefault(path, []).append((int(span[0]), int(span[1]), int(span[2])))
-        cells: dict[str, dict[tuple[int, int, int], bytes | None]] = {}
-        for path, refs in wanted.items():
-            try:
-                with contextlib.ExitStack() as stack:
-                    if is_url(path):
-                        pf = pq.ParquetFile(stack.enter_context(open_input(path)))
-                    else:
-                        pf = pq.ParquetFile(as_path(path), memory_map=True)
-                    cells[path] = read_images(pf, refs)
-            except (OSError, ValueError, pa.ArrowException):  # gone or rewritten since it was counted
-                cells[path] = {}
-        return cells
-
     def _member(self, tar: str, span: list[int]) -> bytes:
-        """A referenced image read again: a tar member (``[offset, size]``, the tar kept open for the rest
-        of the shard) or a Parquet cell (``[row, column, item, size]``, read with the shard's other cells)."""
-        if len(span) == 4:
-            data = self._cells.get(tar, {}).get((int(span[0]), int(span[1]), int(span[2])))
-            if data is None or len(data) != int(span[3]):
-                raise ImageError("image_vanished", f"{tar} row {span[0]}: the image is gone or changed")
-            return data
+        """A tar member read again (``[offset, size]``; the tar is kept open for the rest of the shard)."""
         try:
             if tar not in self._tars:
                 self._tars[tar] = open_input(tar)

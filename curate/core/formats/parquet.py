@@ -5,14 +5,12 @@ A Parquet row group is read once as Arrow; its columns become Python rows with
 columns such as img2dataset's ``jpg``, the ``datasets`` image struct ``{bytes, path}``, or a list
 of either): their values are cut from the Arrow buffers, as plain ``bytes`` (one copy per image)
 or, for pack's length step (``heads``), as :class:`~curate.core.formats.refs.ImageAt` views that
-know their cell (row, column, list item) and copy nothing. The length step keeps only that
-address; the shard writer reads the image again (:func:`read_images`), as it does for tar members.
+know their cell (row, column, list item) and copy nothing until the length step has read the
+header; it then copies the bytes into pack's record store (see :mod:`packer.lengths`).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -100,74 +98,3 @@ def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema,
             columns[name] = _column_values(col, kind, file, first_row, schema.get_field_index(name), heads)
     names = list(columns)
     return [dict(zip(names, values)) for values in zip(*columns.values())] if names else []
-
-
-def _bytes_at(arr: pa.Array) -> Callable[[int], bytes | None]:
-    """Random access to a binary array's values, each copied once out of the Arrow buffer (None for nulls)."""
-    n = len(arr)
-    if n == 0:
-        return lambda i: None
-    _, offsets_buf, data_buf = arr.buffers()[:3]
-    dtype = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    offsets = np.frombuffer(offsets_buf, dtype=dtype)[arr.offset:arr.offset + n + 1]
-    data = memoryview(data_buf).cast("B") if data_buf is not None else memoryview(b"")
-    valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else None
-
-    def at(i: int) -> bytes | None:
-        if not 0 <= i < n or (valid is not None and not valid[i]):
-            return None
-        return bytes(data[int(offsets[i]):int(offsets[i + 1])])
-    return at
-
-
-def _cells(col: pa.Array, kind: str) -> Callable[[int, int], bytes | None]:
-    """``(row, item) -> bytes`` of an image column (``item`` -1 for a single image)."""
-    def leaf(arr: pa.Array, inner: str) -> Callable[[int], bytes | None]:
-        return _bytes_at(arr if inner == "binary" else arr.flatten()[arr.type.get_field_index("bytes")])
-
-    if not kind.startswith("list"):
-        at = leaf(col, kind)
-        return lambda row, item: at(row) if item < 0 else None
-    offsets = col.offsets.to_numpy()
-    valid = col.is_valid().to_numpy(zero_copy_only=False)
-    at = leaf(col.values, kind.split("-", 1)[1])
-
-    def cell(row: int, item: int) -> bytes | None:
-        if not 0 <= row < len(col) or not valid[row] or not 0 <= item < offsets[row + 1] - offsets[row]:
-            return None
-        return at(int(offsets[row]) + item)
-    return cell
-
-
-def read_images(pf: Any, refs: Iterable[tuple[int, int, int]]) -> dict[tuple[int, int, int], bytes | None]:
-    """The image bytes at each ``(row, field, item)`` of an open :class:`pyarrow.parquet.ParquetFile`.
-
-    Each row group is read once (only the columns asked for) and only the wanted cells are
-    copied out of it; a ref that holds no bytes now maps to None.
-    """
-    meta = pf.metadata
-    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
-    names = pf.schema_arrow.names
-    wanted: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    for ref in set(refs):
-        group = int(np.searchsorted(starts, ref[0], side="right")) - 1
-        wanted[group].append(ref)
-    found: dict[tuple[int, int, int], bytes | None] = {}
-    for group in sorted(wanted):
-        refs_g = sorted(wanted[group])
-        if group < 0 or group >= meta.num_row_groups:
-            found.update((r, None) for r in refs_g)
-            continue
-        fields = sorted({r[1] for r in refs_g})
-        table = pf.read_row_group(group, columns=[names[f] for f in fields if 0 <= f < len(names)])
-        for f in fields:
-            mine = [r for r in refs_g if r[1] == f]
-            chunked = table.column(names[f]) if 0 <= f < len(names) and names[f] in table.column_names else None
-            kind = _image_kind(chunked.type) if chunked is not None else None
-            if kind is None:
-                found.update((r, None) for r in mine)
-                continue
-            cell = _cells(chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks(), kind)
-            first = int(starts[group])
-            found.update((r, cell(r[0] - first, r[2])) for r in mine)
-    return found

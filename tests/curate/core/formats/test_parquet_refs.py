@@ -7,7 +7,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate.core.formats.parquet import read_images
 from curate.core.formats.refs import ImageAt
 from curate.core.records import BadRecord, read_part, split_file
 
@@ -48,34 +47,7 @@ def test_every_shape_keeps_bytes_and_address(tmp_path: Path, sample_data: Path) 
             assert data.read() == (item["bytes"] if isinstance(item, dict) else item)
             refs.append(((r, field, item_at), data.read()))
     assert len(refs) == (n - 1) + 2 * sum(b is not None for v in lists if v for b in v)
-    found = read_images(pf, [r for r, _ in refs] + [(99, 2, 0)])
-    assert all(found[r] == data for r, data in refs) and found[(99, 2, 0)] is None
     records = [r for part in split_file(path, 100) for r in read_part(part)]
     by_id = {r.id if isinstance(r, BadRecord) else r["id"]: r for r in records}
     assert isinstance(by_id["r4"], BadRecord) and by_id["r4"].reason == "missing_image"  # a null struct in the list
     assert by_id["r2"]["images"] == [blobs[2]] and type(by_id["r2"]["images"][0]) is bytes
-
-
-def test_writer_reads_cells_and_reports_vanished_ones(tmp_path: Path, sample_data: Path) -> None:
-    import pytest
-
-    from curate.core.images import ImageError
-    from packer.writer import ShardWriteTask
-
-    blobs = [p.read_bytes() for p in sorted((sample_data / "images").glob("*.jpg"))[:2]]
-    path = tmp_path / "w.parquet"
-    pq.write_table(pa.table({"id": ["a", "b"], "jpg": pa.array(blobs, type=pa.binary())}), path)
-    spans = [[r, 1, -1, len(b)] for r, b in enumerate(blobs)]
-    records = [{"images": [str(path)], "image_spans": [span]} for span in spans]
-    task = ShardWriteTask(str(tmp_path / "out"), ctx=64, processor="p")
-    task._cells = task._parquet_cells(records)
-    assert [task._member(str(path), span) for span in spans] == blobs
-    pq.write_table(pa.table({"id": ["a"], "jpg": pa.array([blobs[0][:-10]], type=pa.binary())}), path)  # rewritten
-    task._cells = task._parquet_cells(records)
-    for span in spans:
-        with pytest.raises(ImageError, match="image_vanished"):
-            task._member(str(path), span)
-    path.unlink()
-    task._cells = task._parquet_cells(records)
-    with pytest.raises(ImageError, match="image_vanished"):
-        task._member(str(path), spans[0])
