@@ -68,6 +68,17 @@ def held_for_command() -> Iterator[None]:
                 _drop(key)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _describe(info: dict) -> str:
     parts = [f"pid {info.get('pid', '?')} on host {info.get('host', '?')}"]
     if info.get("started"):

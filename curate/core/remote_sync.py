@@ -33,6 +33,7 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.io import url_fs
+from curate.core.lock import pid_alive
 
 ENV = "CURATE_REMOTE_OUT"  # JSON {local staging folder: URL}, inherited by worker processes and Ray actors
 SKIP = (".tmp/", ".curate.lock")
@@ -117,21 +118,11 @@ def _unfinished(local: Path, journal: str) -> bool:
     return bool(content.get("stats", {}).get("extra", {}).get("unanswered", 0))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def drop_partial(local: Path) -> None:
     """Remove the temporary files of downloads whose process died (``.<name>.<pid>.<hex>.part``)."""
     for part in local.rglob(".*.part"):
         pid = part.name.rsplit(".", 3)[-3] if part.name.count(".") >= 4 else ""
-        if not (pid.isdigit() and _alive(int(pid))):
+        if not (pid.isdigit() and pid_alive(int(pid))):
             part.unlink(missing_ok=True)
 
 

@@ -17,6 +17,8 @@ import signal
 import socket
 import sys
 
+from curate.core.lock import pid_alive
+
 
 def _reap() -> None:
     while True:
@@ -26,16 +28,6 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def main(argv: list[str]) -> None:
@@ -63,7 +55,7 @@ def main(argv: list[str]) -> None:
         readable, _, _ = select.select([ctrl, stdin], [], [], 1.0)
         _reap()
         if not readable:
-            if not _alive(parent_pid):
+            if not pid_alive(parent_pid):
                 break
             continue
         if stdin in readable and not os.read(stdin, 1):
