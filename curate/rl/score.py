@@ -49,15 +49,20 @@ UNKNOWN_SOURCE = "(unknown)"
 _BATCH = 1024
 
 
+#: What scoring reads of a record (:func:`curate.rewards.registry` plans, the per-source counts); each worker
+#: holds only these, never the images or the prompt text, so its memory follows the golds, not the records.
+SCORED_FIELDS = ("id", "source", "answer", "answer_type", "prompt_type", "reward")
+
+
 def load_records(paths: Sequence[str | os.PathLike[str]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Records by id, and the ids of rows that could not be read with their reason."""
+    """Records by id (only :data:`SCORED_FIELDS`), and the ids of rows that could not be read with their reason."""
     by_id: dict[str, dict[str, Any]] = {}
     bad: dict[str, str] = {}
     for rec in read_records(paths):
         if isinstance(rec, BadRecord):
             bad[rec.id] = rec.reason
         else:
-            by_id[rec["id"]] = rec
+            by_id[rec["id"]] = {k: rec[k] for k in SCORED_FIELDS if k in rec}
     return by_id, bad
 
 

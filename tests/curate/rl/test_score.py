@@ -108,3 +108,19 @@ def test_sample_numbers_on_columns_equal_a_count_per_id() -> None:
     chunked = pa.chunked_array([ids[:333], ids[333:]])
     assert rank_within_id(chunked).tolist() == want
     assert rank_within_id(pa.array([], pa.string())).tolist() == []
+
+
+def test_workers_hold_only_what_scoring_reads(sample_data, responses) -> None:
+    """Each worker keeps the golds, not the images or prompts; scores from them equal scores from full records."""
+    from curate.rl.score import SCORED_FIELDS, load_records
+
+    _, records = responses
+    by_id, bad = load_records([sample_data / "rl" / "prompts.jsonl"])
+    assert not bad and set(by_id) == {r["id"] for r in records}
+    assert any(r["images"] for r in records)  # the sample prompts carry images: they must not be held
+    assert all(set(kept) <= set(SCORED_FIELDS) and "images" not in kept for kept in by_id.values())
+    pairs = [(r, text) for r in records for text in (gold_response(r), "I am not sure.", "<answer>0</answer>")]
+    full = score_many(pairs)
+    held = score_many([(by_id[r["id"]], text) for r, text in pairs])
+    assert [(f.verifier, f.accuracy, f.format, f.reward, f.error) for f in full] == \
+        [(h.verifier, h.accuracy, h.format, h.reward, h.error) for h in held]
