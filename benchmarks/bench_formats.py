@@ -142,23 +142,20 @@ def time_pack(processor: str, inputs: list[str], work: Path) -> tuple[float, flo
         shutil.rmtree(work, ignore_errors=True)
 
 
-def start_s3(folder: Path, inputs: dict[str, list[str]]) -> tuple[object, dict[str, list[str]]] | None:
-    """Start a moto S3 server on loopback, upload the layouts; None when moto or s3fs is missing."""
+def start_moto(recording: Path | None = None) -> tuple[Any, str]:
+    """A moto S3 server on a free loopback port (recording requests into ``recording`` when asked), with the
+    environment pointed at it; returns the process and the endpoint URL."""
     import os
     import socket
     import subprocess
 
-    try:
-        import moto.server  # noqa: F401
-        import s3fs
-    except ImportError:
-        return None
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from curate.fixtures.tiny_vlm import free_port
+
+    port = free_port()
+    env = {**os.environ, **({"MOTO_RECORDER_FILEPATH": str(recording)} if recording else {})}
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    for _ in range(600):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             break
@@ -167,6 +164,17 @@ def start_s3(folder: Path, inputs: dict[str, list[str]]) -> tuple[object, dict[s
     url = f"http://127.0.0.1:{port}"
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
                       AWS_ENDPOINT_URL=url, FSSPEC_S3_ENDPOINT_URL=url)
+    return proc, url
+
+
+def start_s3(folder: Path, inputs: dict[str, list[str]]) -> tuple[object, dict[str, list[str]]] | None:
+    """Start a moto S3 server on loopback, upload the layouts; None when moto or s3fs is missing."""
+    try:
+        import moto.server  # noqa: F401
+        import s3fs
+    except ImportError:
+        return None
+    proc, url = start_moto()
     fs = s3fs.S3FileSystem(endpoint_url=url)
     fs.mkdir("bench")
     fs.put(str(folder) + "/", "bench/data/", recursive=True)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,28 +27,8 @@ from urllib.parse import unquote, urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_formats import write_layouts  # noqa: E402
+from benchmarks.bench_formats import start_moto, write_layouts  # noqa: E402
 from curate.fixtures.processor import build_tiny_processor  # noqa: E402
-
-
-def start_moto(recording: Path) -> tuple[subprocess.Popen, str]:
-    """A moto S3 server on a free loopback port, recording requests into ``recording`` when asked."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)})
-    for _ in range(600):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    url = f"http://127.0.0.1:{port}"
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=url, FSSPEC_S3_ENDPOINT_URL=url)
-    return proc, url
 
 
 def _call(endpoint: str, what: str) -> bytes:

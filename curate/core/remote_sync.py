@@ -96,6 +96,15 @@ def _size(info: dict[str, Any]) -> int:
     return int(info.get("size") or 0)
 
 
+def _refresh(fs: Any, inner: str, rel: str, info: dict[str, Any], local: Path) -> int:
+    """Download ``rel`` unless ``local`` already holds a file of the bucket's size; 1 if it came, else 0."""
+    dest = local / rel
+    if dest.is_file() and dest.stat().st_size == _size(info):
+        return 0
+    get_file(fs, f"{inner}/{rel}", dest)
+    return 1
+
+
 def _is_marker(rel: str) -> bool:
     parts = rel.split("/")
     return len(parts) == 3 and parts[0] == SHARDS and parts[2].endswith(".json") and parts[2][:1].isdigit()
@@ -140,14 +149,8 @@ def pull(url: str, local: Path, *, prune: bool = False) -> int:
             rel = path.relative_to(local).as_posix()
             if rel not in remote and not rel.startswith(SKIP) and not any(x.startswith(".") for x in rel.split("/")):
                 path.unlink()
-    n = 0
-    for rel, info in sorted(remote.items()):
-        dest = local / rel
-        if rel.startswith(SKIP) or (dest.is_file() and dest.stat().st_size == _size(info)):
-            continue
-        get_file(fs, f"{inner}/{rel}", dest)
-        n += 1
-    return n
+    return sum(_refresh(fs, inner, rel, info, local) for rel, info in sorted(remote.items())
+               if not rel.startswith(SKIP))
 
 
 def pull_control(url: str, local: Path) -> int:
@@ -164,19 +167,10 @@ def pull_control(url: str, local: Path) -> int:
         if path.is_file() and not path.name.startswith(".") and rel not in remote:
             path.unlink()  # a marker (or settings) the bucket does not hold: that shard is not done there
     drop_partial(local)  # downloads a killed process left behind
-    n = 0
-    for rel, info in sorted(remote.items()):
-        dest = local / rel
-        if not (dest.is_file() and dest.stat().st_size == _size(info)):
-            get_file(fs, f"{inner}/{rel}", dest)
-            n += 1
+    n = sum(_refresh(fs, inner, rel, info, local) for rel, info in sorted(remote.items()))
     # answers journaled by shards that are not complete yet: a rerun asks only what they lack
-    for rel, info in sorted(listing(fs, inner, JOURNAL).items()):
-        dest = local / rel
-        if _unfinished(local, rel) and not (dest.is_file() and dest.stat().st_size == _size(info)):
-            get_file(fs, f"{inner}/{rel}", dest)
-            n += 1
-    return n
+    return n + sum(_refresh(fs, inner, rel, info, local) for rel, info in sorted(listing(fs, inner, JOURNAL).items())
+                   if _unfinished(local, rel))
 
 
 def _matches(rel: str, patterns: Iterable[str]) -> bool:
@@ -213,14 +207,8 @@ def ensure_local(out: Path, patterns: Sequence[str]) -> int:
         return 0
     fs, inner = remote_fs(url)
     tops = {p.split("/", 1)[0] if "/" in p and not any(c in p.split("/", 1)[0] for c in "*?[") else "" for p in patterns}
-    n = 0
-    for top in sorted(tops):
-        for rel, info in sorted(listing(fs, inner, top).items()):
-            dest = out / rel
-            if _matches(rel, patterns) and not (dest.is_file() and dest.stat().st_size == _size(info)):
-                get_file(fs, f"{inner}/{rel}", dest)
-                n += 1
-    return n
+    return sum(_refresh(fs, inner, rel, info, out) for top in sorted(tops)
+               for rel, info in sorted(listing(fs, inner, top).items()) if _matches(rel, patterns))
 
 
 def fetch_marker(out: Path, rel: str) -> None:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -22,13 +20,10 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from curate.fixtures.tiny_vlm import free_port
+from tests._fixtures.servers import environ, wait_for_port
+
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -40,29 +35,17 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """
     pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
-    port = _free_port()
+    port = free_port()
     recording = tmp_path_factory.mktemp("moto") / "recording.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.1)
-    saved = {k: os.environ.get(k) for k in (*ENV, "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL")}
-    os.environ.update(ENV, AWS_ENDPOINT_URL=url, FSSPEC_S3_ENDPOINT_URL=url)
+    wait_for_port(port)
     try:
-        yield url
+        with environ({**ENV, "AWS_ENDPOINT_URL": url, "FSSPEC_S3_ENDPOINT_URL": url}):
+            yield url
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         proc.terminate()
         proc.wait(timeout=30)
 

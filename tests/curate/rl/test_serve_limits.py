@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from curate.cli import main
+from curate.fixtures.tiny_vlm import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -31,15 +31,9 @@ def test_impossible_options_are_one_line(args: list[str], flag: str, capsys: pyt
     assert len(err.strip().splitlines()) == 1 and flag in err and "Traceback" not in err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unfinished_items_return_deadline() -> None:
     """Four looping programs (5 s CPU limit each, run one after the other) under a 2 s deadline."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "curate", "serve-rewards", "--port", str(port), "--deadline", "2",
                              "--pool-workers", "1"], env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stderr=subprocess.DEVNULL)
