@@ -22,6 +22,8 @@ from curate.core.errors import UserError
 
 BLOCK = 1 << 20
 """Records per block of per-tag temporaries."""
+LOOKUP_BLOCK = 1 << 16
+"""Records per block of the weight lookups: their looked-up values stay in the CPU cache (2.5 MiB at K = 5)."""
 COUNT_BLOCK = BLOCK // 4
 """Records per block of the concept counts: ``bincount`` copies its indices to int64, and a copy
 under glibc's 32 MiB mmap limit is reused from the heap instead of being faulted in again."""
@@ -175,19 +177,28 @@ def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> n
     """``ufunc`` over ``table[tag]`` of each record, uniform width ≤ 8: one column of the matrix at a time.
 
     The same order as :func:`per_record` (first tag, then the rest left to right), so the same bits.
+    Records go :data:`LOOKUP_BLOCK` at a time through two buffers that stay in the CPU cache.
     """
     k = int(tags.width or 0)
     out = np.empty(len(tags), np.float64)
     matrix = tags.flat.reshape(-1, k)
-    for lo in range(0, len(tags), BLOCK):
-        block = matrix[lo:lo + BLOCK]
+    size = min(LOOKUP_BLOCK, len(tags))
+    looked, rest = np.empty((size, k), np.float64), np.empty(size, np.float64)
+    for lo in range(0, len(tags), LOOKUP_BLOCK):
+        block = matrix[lo:lo + LOOKUP_BLOCK]
+        m = len(block)
         if k == 1:
-            np.take(table, block[:, 0], out=out[lo:lo + len(block)])
+            np.take(table, block[:, 0], out=out[lo:lo + m])
             continue
-        rest = table[block[:, 1]]
-        for j in range(2, k):
-            ufunc(rest, table[block[:, j]], out=rest)
-        ufunc(table[block[:, 0]], rest, out=out[lo:lo + len(block)])
+        values = looked[:m]
+        np.take(table, block, out=values)
+        if k == 2:
+            ufunc(values[:, 0], values[:, 1], out=out[lo:lo + m])
+            continue
+        ufunc(values[:, 1], values[:, 2], out=rest[:m])
+        for j in range(3, k):
+            ufunc(rest[:m], values[:, j], out=rest[:m])
+        ufunc(values[:, 0], rest[:m], out=out[lo:lo + m])
     return out
 
 
