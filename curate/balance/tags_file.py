@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.balance.weights import TagArrays
-from curate.core.columns import source_codes
+from curate.core.columns import pooled, source_codes
 from curate.core.errors import UserError
 
 
@@ -102,7 +102,7 @@ def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> 
     groups = range(parquet.num_row_groups)
     cols = ["concepts"] + (["source"] if "source" in schema.names else [])
     n = parquet.metadata.num_rows
-    flat = np.empty(_leaf_values(parquet.metadata, "concepts"), np.int32)  # untouched pages cost nothing
+    flat = pooled(_leaf_values(parquet.metadata, "concepts"), np.int32)
     width: int | None = None  # K while every record so far has K tags; offsets are made only when not
     offsets: np.ndarray | None = None
     sources, row, used = [], 0, 0

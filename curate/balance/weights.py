@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.balance.config import WEIGHTINGS
-from curate.core.columns import source_names
+from curate.core.columns import pooled, source_names
 from curate.core.errors import UserError
 
 BLOCK = 1 << 20
@@ -180,7 +180,7 @@ def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> n
     Records go :data:`LOOKUP_BLOCK` at a time through two buffers that stay in the CPU cache.
     """
     k = int(tags.width or 0)
-    out = np.empty(len(tags), np.float64)
+    out = pooled(len(tags), np.float64)
     matrix = tags.flat.reshape(-1, k)
     size = min(LOOKUP_BLOCK, len(tags))
     looked, rest = np.empty((size, k), np.float64), np.empty(size, np.float64)
@@ -254,7 +254,8 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarr
     are those of the ``target`` smallest keys ``E / w`` (found by one partition of
     the keys; equal keys at the boundary go to the earliest records).
     """
-    copies = np.zeros(len(weights), np.int32)
+    copies = pooled(len(weights), np.int32)
+    copies.fill(0)
     positive = weights > 0
     everyone = bool(positive.all())
     pool = None if everyone else np.flatnonzero(positive)
@@ -264,7 +265,7 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarr
         return copies
     w = weights if everyone else weights[pool]
     if target <= size:
-        keys = rng.standard_exponential(size)
+        keys = rng.standard_exponential(size, out=pooled(size, np.float64))
         keys /= w
         del w  # a copy (when not everyone is in the pool) freed before the partition
         if target < size:

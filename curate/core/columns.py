@@ -14,6 +14,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
+def pooled(size: int, dtype: np.typing.DTypeLike) -> np.ndarray:
+    """An uninitialised 1-D numpy array whose memory comes from Arrow's pool, not a fresh ``mmap``.
+
+    The pool keeps the pages that reading Parquet freed and hands them out again, so a
+    large temporary costs no page faults or kernel zeroing (numpy maps arrays over 32 MiB
+    afresh every time). The pages go back to the pool when the array is collected.
+    """
+    dtype = np.dtype(dtype)
+    return np.frombuffer(pa.allocate_buffer(max(int(size) * dtype.itemsize, 1)), dtype, count=int(size))
+
+
 def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One contiguous array (chunks combined)."""
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -46,7 +57,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
     """
     chunks = sources.chunks if isinstance(sources, pa.ChunkedArray) else [sources]
     where: dict[str, int] = {}  # name -> code, in order of first appearance
-    codes = np.zeros(sum(len(c) for c in chunks), np.int32)
+    codes = pooled(sum(len(c) for c in chunks), np.int32)
     at = 0
     for chunk in chunks:
         values = pc.fill_null(chunk.dictionary.cast(pa.string()), "unknown").to_pylist()
@@ -60,6 +71,8 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
             codes[at:at + len(rows)] = rows  # the chunk's dictionary is the names so far, in order: codes as read
         elif len(lut):
             np.take(lut, rows, out=codes[at:at + len(rows)])
+        else:
+            codes[at:at + len(rows)] = 0
         at += len(rows)
     return codes, list(where) or ["unknown"]  # names no row uses count 0 and are left out of counts
 
