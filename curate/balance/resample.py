@@ -162,7 +162,7 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     names = _vocab_names(config.vocab)
     report["top_before"] = top_concepts(before, 10, names)
     report["top_after"] = top_concepts(after, 10, names)
-    with ThreadPoolExecutor(max_workers=1) as threads:
+    with ThreadPoolExecutor(max_workers=2) as threads:
         drawn = None
         if plot:  # drawn while the selection is written (Parquet writing runs outside the GIL)
             label = "inverse frequency" if mode == "inverse" else f"MetaCLIP t={t}"
@@ -173,16 +173,17 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
         selection = pa.table([arrays.ids.take(pa.array(index)), arrays.source_column(index),
                               pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())],
                              schema=SELECTION_SCHEMA)
-        write_selection(out / "selection.parquet", selection)
-        timings["write_selection"] = time.perf_counter() - t1
+        timings["build_selection"] = time.perf_counter() - t1
+        stored = threads.submit(_timed, write_selection, out / "selection.parquet", selection)
+        stats = _build_stats(arrays, first, has_tags, copies)  # while the selection is written
         written = None
         if records:
             t1 = time.perf_counter()
             written = write_selected_records(records, selection, out / RECORDS_DIR)
             timings["write_records"] = time.perf_counter() - t1
+        timings["write_selection"] = stored.result()
         if drawn is not None:
             timings["plot"] = drawn.result()
-    stats = _build_stats(arrays, first, has_tags, copies)
     counts = stats.to_dict()
     n_target, pool = chosen.target, chosen.pool
     inverse = mode == "inverse"
