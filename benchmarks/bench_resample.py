@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/bench_resample.py            # 10M records, K=5, 500,000 concepts (Zipf 1.1)
     python benchmarks/bench_resample.py --quick    # 1M records
-    python benchmarks/bench_resample.py --repeat 3 # 3 rounds of the children, each child's fastest reported
+    python benchmarks/bench_resample.py --repeat 5 # 5 rounds of the children (default 3), each child's fastest reported
 
 A seeded synthetic ``tags.parquet`` is written first (not timed). Then child
 processes run one after the other, each measured for wall time, CPU time
@@ -17,7 +17,9 @@ from ``os.wait4``):
   row group at a time, ``source`` dictionary-encoded), the least any resampler
   must do; a stricter reference, since it is cheaper than ``read_table``;
 * ``curate resample --fraction 0.2`` (inverse frequency, mean weighting; the
-  selection, stats and rejects written, the plot drawn).
+  selection, stats and rejects written, the plot drawn);
+* baseline ``read_table`` again, on Arrow's jemalloc pool, which resample uses
+  (:mod:`curate.core.arrow_pool`): how much of the gap the allocator alone makes.
 
 Every child pays the interpreter start and its imports. Prints each, the ratios
 resample/baseline, and the targets (issue 14: ≤ 1.5× the read, ≤ 1.2 GiB).
@@ -93,12 +95,15 @@ with open("/proc/self/status") as _status:  # the peak since exec (ru_maxrss wou
 """
 
 
-def run_child(code: str, *args: str) -> tuple[float, float, float, str]:
-    """Run Python code in a child; return (wall seconds, CPU seconds, peak RSS GiB, stdout)."""
+def run_child(code: str, *args: str, pool: str | None = None) -> tuple[float, float, float, str]:
+    """Run Python code in a child (``pool``: its ``ARROW_DEFAULT_MEMORY_POOL``; None: pyarrow's default);
+    return (wall seconds, CPU seconds, peak RSS GiB, stdout)."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", code + _PEAK, *args], stdout=out, stderr=err, cwd=ROOT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env={**env, "PYTHONPATH": str(ROOT), **({"ARROW_DEFAULT_MEMORY_POOL": pool} if pool
+                                                                      else {})})
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU time (all its threads)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--concepts", type=int, default=500_000)
     parser.add_argument("--quick", action="store_true", help="1M records")
-    parser.add_argument("--repeat", type=int, default=1,
+    parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of the three children (each child's fastest run is reported)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -135,20 +140,22 @@ def main(argv: list[str] | None = None) -> None:
         write_tags(tags, args.n, args.k, args.concepts)
         print(f"{args.n:,} records × K={args.k} over {args.concepts:,} concepts "
               f"({tags.stat().st_size / 1e6:.0f} MB parquet, written in {time.perf_counter() - t0:.1f}s)")
-        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": []}
-        for _ in range(args.repeat):  # rounds of the three children, so a change of load hits them alike
+        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": [], "jem": []}
+        for _ in range(args.repeat):  # rounds of the children, so a change of load hits them alike
             runs["base"].append(run_child(_BASELINE, str(tags)))
             runs["groups"].append(run_child(_ROW_GROUPS, str(tags)))
             runs["res"].append(run_child(_RESAMPLE, str(tags), str(tmp / "out")))
-        base, groups, res = best_of(runs["base"]), best_of(runs["groups"]), best_of(runs["res"])
+            runs["jem"].append(run_child(_BASELINE, str(tags), pool="jemalloc"))
+        base, groups, res, jem = (best_of(runs[k]) for k in ("base", "groups", "res", "jem"))
         selected, head_before, head_after = res[3].split()
         for label, (wall, cpu, mem, _) in (("baseline read_table (id, source, concepts)", base),
                                            ("baseline row groups (same columns)", groups),
-                                           ("curate resample --fraction 0.2", res)):
+                                           ("curate resample --fraction 0.2", res),
+                                           ("baseline read_table on jemalloc (our pool)", jem)):
             print(f"{label:44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  peak {mem:.2f} GiB")
         print(f"  ({int(selected):,} selected; top-1% share {float(head_before):.3f} → {float(head_after):.3f}; "
               f"load average {os.getloadavg()[0]:.1f})")
-        for label, ref in (("read_table", base), ("row groups", groups)):
+        for label, ref in (("read_table", base), ("row groups", groups), ("read_table on jemalloc", jem)):
             print(f"ratio resample/{label}: wall {res[0] / ref[0]:.2f}×, CPU {res[1] / ref[1]:.2f}×, "
                   f"memory {res[2] / ref[2]:.2f}×")
         print("targets for 10M × 5: ≤ 1.5× the bare read, ≤ 1.2 GiB")
