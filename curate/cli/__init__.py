@@ -4,8 +4,9 @@ Each verb parses its flags into one typed config per step (``curate/*/config.py`
 ``packer/config.py``; each checks itself on construction) and calls one function
 that holds the logic; tests and executors call those functions directly.
 ``group.py`` holds the click group, ``options.py`` the flags the verbs share, and
-one module per role holds the verbs (they register themselves on the group when
-imported here). This package is the only place in curate that imports click.
+one module per role holds the verbs. The group imports a verb's module only when
+that verb runs (or its own ``--help`` is asked for), so ``curate pack`` never
+loads what balancing or RL need. This package is the only place in curate that imports click.
 
 :func:`main` turns every mistake into one line on stderr and a non-zero exit:
 a :class:`UserError` or a usage error exits 2, an ``OSError`` (an output that
@@ -19,7 +20,6 @@ import sys
 
 import click
 
-from curate.cli import balance, pack, recaption, report, rl, run, vocab  # noqa: F401  (registers the verbs)
 from curate.cli.errors import describe_os_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:  # a bare `curate` (or group): its help, as click shows it
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:
         where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         _fail(exc.format_message() + where, exc.exit_code)

@@ -1,10 +1,37 @@
-"""The ``curate`` click group; every verb module adds its commands to it."""
+"""The ``curate`` click group: it knows every verb by name and imports a verb's module only to run it.
+
+``curate --help`` lists the verbs from :data:`VERBS` without importing any of them;
+``curate pack ...`` imports curate/cli/pack.py alone (and, through it, only what
+packing needs). A verb module adds its commands to :data:`cli` when imported.
+"""
 
 from __future__ import annotations
+
+import importlib
+from gettext import gettext
 
 import click
 
 from curate import __version__
+
+#: Every verb: name -> (its module in curate/cli, the first paragraph of its help, as ``curate --help`` shows it).
+#: A new verb goes here too; tests/curate/cli/test_lazy_verbs.py checks this table against the commands.
+VERBS: dict[str, tuple[str, str]] = {
+    "balance": ("balance", "Concept-balance records: embed → concept embeddings → tag → resample → report."),
+    "embed": ("balance", "Embed the images of records with open_clip (L2-normalised, float16)."),
+    "energon-prepare": ("pack", "Make a curate pack output folder a Megatron-Energon dataset (writes OUT/.nv-meta/)."),
+    "pack": ("pack", "Pack records into sequences of at most --ctx tokens, as WebDataset shards."),
+    "recaption": ("recaption", "Write new English and Chinese captions for the images of records."),
+    "report": ("report", "Write OUT/report/: a static HTML site showing what each stage did to the data."),
+    "resample": ("balance", "Draw a concept-balanced selection of the tagged records."),
+    "rl-filter": ("rl", "Keep the RL prompts a model solves sometimes but not reliably."),
+    "run": ("run", "Run a recipe: an ordered list of steps, each a verb with its options."),
+    "score": ("rl", "Score model responses with the rule-based verifiers (curate.rewards)."),
+    "serve-rewards": ("rl", "Serve the reward verifiers over HTTP for RL trainers."),
+    "tag": ("balance", "Tag every embedding with its top-K nearest concepts (FAISS)."),
+    "verify": ("pack", "Check a packed folder: every shard, boundary and count against its JSON and stats.json."),
+    "vocab": ("vocab", "Build and embed the concept vocabulary used by curate balance."),
+}
 
 
 class _ReportingCommand(click.Command):
@@ -19,7 +46,36 @@ class _ReportingCommand(click.Command):
 
 
 class _Group(click.Group):
+    """The top-level group: verbs from :data:`VERBS`, each module imported when its verb is first asked for."""
+
     command_class = _ReportingCommand
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *VERBS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in VERBS:
+            importlib.import_module(f"curate.cli.{VERBS[cmd_name][0]}")  # registers its verbs on this group
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:  # suggest among all verbs, not only the imported ones
+            raise click.exceptions.NoSuchCommand(exc.command_name, possibilities=self.list_commands(ctx),
+                                                 ctx=ctx) from None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The Commands section as click writes it, with the help of verbs not imported yet taken from VERBS."""
+        shown = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name) or click.Command(name, help=VERBS[name][1])
+            if not cmd.hidden:
+                shown.append((name, cmd))
+        if shown:
+            limit = formatter.width - 6 - max(len(name) for name, _ in shown)
+            with formatter.section(gettext("Commands")):  # click's own (translated) title
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in shown])
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -30,3 +86,8 @@ def cli() -> None:
     Stages compose through files: each reads records (JSONL, Parquet) and writes
     its outputs plus a stats.json into an output folder. Reruns resume.
     """
+
+
+def command(name: str) -> click.Command | None:
+    """The click command of verb ``name`` (its module imported if it was not yet), None for an unknown verb."""
+    return cli.get_command(click.Context(cli), name)

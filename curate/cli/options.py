@@ -6,7 +6,7 @@ import click
 
 from curate.core import validate as v
 from curate.executors import EXECUTORS
-from curate.models.encoders import PRECISIONS
+from curate.models.specs import PRECISIONS  # not .encoders: that loads numpy for a flag's choices
 
 
 def _store_meta(ctx: click.Context, param: click.Parameter, value: object) -> object:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from curate.cli.group import cli
+from curate.cli.group import cli, command
 from curate.core.errors import UserError
 from curate.run.plan import OptionInfo, VerbInfo
 
@@ -35,7 +35,7 @@ class ClickVerbs:
     """The verbs as the click commands define them: a recipe step maps onto their flags."""
 
     def _command(self, verb: str) -> click.Command:
-        cmd = cli.commands.get(verb)
+        cmd = command(verb)
         if cmd is None:
             raise UserError(f"unknown verb {verb!r}")
         return cmd

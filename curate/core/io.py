@@ -13,10 +13,10 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:  # pyarrow is imported where a table is written: `curate --help` loads none of it
+    import pyarrow as pa
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -78,6 +78,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 def write_parquet(path: str | os.PathLike[str], table: pa.Table) -> None:
     """Write a table to Parquet atomically, with settings that give identical bytes for identical data."""
+    import pyarrow.parquet as pq
+
     with atomic_open(path, "wb") as fh:
         pq.write_table(table, fh, compression="zstd", write_statistics=True, store_schema=True)
 

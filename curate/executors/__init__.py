@@ -14,14 +14,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from curate.core.errors import UserError
-from curate.core.lock import out_lock
-from curate.core.remote_sync import ensure_local, pull_listed, push_files
-from curate.core.shards import (SHARDS_DIR, Shard, ShardTask, check_settings, clean_tmp, is_complete, marker_path,
-                                 merge_shards, plan_hash, read_marker)
-from curate.core.stats import StageStats
+
+if TYPE_CHECKING:  # imported where shards run, so `curate VERB --help` (which reads EXECUTORS) loads no numpy/pyarrow
+    from curate.core.shards import Shard, ShardTask
+    from curate.core.stats import StageStats
 
 EXECUTORS = ("local", "ray")
 
@@ -73,6 +72,11 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     (``task.reads_out``) are fetched before they run, and of the finished shards' files only those
     the driver reads (``task.driver_reads``) and their rejects are fetched, once.
     """
+    from curate.core.lock import out_lock
+    from curate.core.remote_sync import ensure_local, pull_listed, push_files
+    from curate.core.shards import (SHARDS_DIR, check_settings, clean_tmp, marker_path, merge_shards, plan_hash,
+                                     read_marker)
+
     out = Path(out)
     with out_lock(out):  # one run per folder (curate.core.lock): a second one stops here with one line
         recorded = {"seed": seed, "plan": plan_hash(shards), **(settings if settings is not None else task.settings())}
@@ -97,4 +101,6 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
 
 def pending(task: ShardTask, shards: Sequence[Shard], out: Path) -> list[Shard]:
     """Shards of ``task`` that have no completion marker in ``out``."""
+    from curate.core.shards import is_complete, marker_path
+
     return [s for s in shards if not is_complete(marker_path(out, task.stage, s.id))]
