@@ -132,12 +132,14 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     tags_file = open_tags(tags)
-    with ThreadPoolExecutor(max_workers=1) as thread:
-        # One thread reads the ids and sorts them for repeats, then imports plotting, while this one reads
-        # the concepts and weighs: two busy threads at a time (the reads and the sort run outside the GIL).
-        repeats = thread.submit(_ids_and_first_occurrences, tags)
+    with ThreadPoolExecutor(max_workers=2) as thread:
+        # One thread reads the ids and sorts them for repeats while this one reads the concepts and weighs
+        # (the reads and the sort run outside the GIL). Plotting is imported in a third thread from the
+        # start, next to the reads' few long calls: an import holds the GIL, and next to the weighing's
+        # many short numpy calls it would make each of them wait for it.
         if plot:
             thread.submit(_import_plotting)
+        repeats = thread.submit(_ids_and_first_occurrences, tags)
         arrays = read_tag_concepts(tags_file, tags)
         if use_k is not None:
             arrays = keep_best(arrays, use_k)
