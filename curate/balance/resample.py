@@ -145,7 +145,7 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
             arrays = keep_best(arrays, use_k)
         timings = {"read": time.perf_counter() - t0}
         t1 = time.perf_counter()
-        n_concepts = int(arrays.flat.max()) + 1 if arrays.flat.size else 0
+        n_concepts = arrays.max_tag() + 1
         has_tags = arrays.has_tags()
         # Frequencies and weights are computed as if no id repeated while the sort runs; if one does,
         # they are computed again without the repeats (the same numbers as a run that waited).

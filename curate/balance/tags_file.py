@@ -91,47 +91,67 @@ def read_tag_ids(parquet: pq.ParquetFile) -> pa.Array:
 def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> TagArrays:
     """Concepts and sources of every record, without the ids (``ids`` is an empty column: see :func:`read_tags`).
 
-    The concept lists are copied straight into one flat ``int32`` array, one row
-    group at a time, and sources are read dictionary-encoded, so the peak stays
-    near the size of the columns.
+    While every record has the same number K of tags (what ``curate tag`` writes), the
+    concept values of each row group are kept as read, not copied (``TagArrays.flat`` is
+    then a tuple of parts). At the first record with another count the values so far are
+    copied into one flat ``int32`` array and the rest follow there, with list offsets.
+    Sources are read dictionary-encoded, so the peak stays near the size of the columns.
 
     Raises:
         UserError: negative concept indices.
     """
     schema = parquet.schema_arrow
-    groups = range(parquet.num_row_groups)
     cols = ["concepts"] + (["source"] if "source" in schema.names else [])
     n = parquet.metadata.num_rows
-    flat = pooled(_leaf_values(parquet.metadata, "concepts"), np.int32)
-    width: int | None = None  # K while every record so far has K tags; offsets are made only when not
+    parts: list[np.ndarray] = []  # K tags per record so far: the values as read
+    flat: np.ndarray | None = None  # from the first other count on: every value copied here
     offsets: np.ndarray | None = None
+    width: int | None = None
     sources, row, used = [], 0, 0
-    for g in groups:
+    for g in range(parquet.num_row_groups):
         group = parquet.read_row_group(g, columns=cols)
         if "source" in cols:
             sources.extend(group.column("source").chunks)
         for chunk in group.column("concepts").chunks:
             lengths, values = _concept_values(chunk)
+            if not lengths.size:
+                continue
+            if flat is None:
+                width = int(lengths[0]) if width is None else width
+                if width and (lengths == width).all():
+                    parts.append(values)
+                    row, used = row + len(lengths), used + values.size
+                    continue
+                flat, offsets = _copy_parts(parts, _leaf_values(parquet.metadata, "concepts"), n, row, width)
+                parts, width = [], None
             if used + values.size > flat.size:  # metadata undercounted: grow (not expected)
                 flat = np.concatenate([flat[:used], np.empty(values.size, np.int32)])
             flat[used:used + values.size] = values
-            if offsets is None and lengths.size:
-                width = width or int(lengths[0]) or None
-                if width is None or not (lengths == width).all():
-                    offsets = np.zeros(n + 1, np.int64)
-                    offsets[:row + 1] = np.arange(row + 1, dtype=np.int64) * (width or 0)
-                    width = None
-            if offsets is not None:
-                np.cumsum(lengths, out=offsets[row + 1:row + 1 + len(lengths)])
-                offsets[row + 1:row + 1 + len(lengths)] += used
+            np.cumsum(lengths, out=offsets[row + 1:row + 1 + len(lengths)])
+            offsets[row + 1:row + 1 + len(lengths)] += used
             row, used = row + len(lengths), used + values.size
-        del group  # the allocator keeps its pages for the next row group (releasing them costs page faults)
-    flat = flat[:used]
-    if flat.size and flat.min() < 0:
+        del group
+    if flat is None and not parts:  # no records
+        flat, offsets, width = np.zeros(0, np.int32), np.zeros(n + 1, np.int64), None
+    stored: np.ndarray | tuple[np.ndarray, ...] = flat[:used] if flat is not None else \
+        parts[0] if len(parts) == 1 else tuple(parts)
+    if any(part.size and part.min() < 0 for part in ([stored] if isinstance(stored, np.ndarray) else stored)):
         raise UserError(f"--tags {path}: negative concept indices; concepts are vocabulary lines - 1")
-    if width is None and offsets is None:  # no records
-        offsets = np.zeros(n + 1, np.int64)
     codes, names = source_codes(pa.chunked_array(sources) if sources else None, n)
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
-    return TagArrays(pa.array([], pa.string()), codes, names, offsets, flat, taggable, width)
+    return TagArrays(pa.array([], pa.string()), codes, names, offsets, stored, taggable, width)
+
+
+def _copy_parts(parts: list[np.ndarray], size: int, n: int, row: int,
+                width: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """One flat array (room for ``size`` values) holding ``parts``, and list offsets with the first ``row``
+    records at ``width`` tags each."""
+    flat = pooled(size, np.int32)
+    at = 0
+    for part in parts:
+        flat[at:at + part.size] = part
+        at += part.size
+    offsets = np.zeros(n + 1, np.int64)
+    offsets[:row + 1] = np.arange(row + 1, dtype=np.int64) * (width or 0)
+    return flat, offsets

@@ -36,13 +36,15 @@ class TagArrays:
     Sources are dictionary codes (``codes`` into ``source_names``). When every record has
     exactly K tags (the usual output of ``curate tag``), ``width`` is K and ``offsets`` is None:
     the tags are a ``(records, K)`` matrix and the per-record reductions work on its columns.
+    That matrix may be stored in parts of whole records (``flat`` a tuple: the row groups as
+    read, not copied); :meth:`parts` and :meth:`blocks` walk them, :meth:`all_tags` joins them.
     """
 
     ids: pa.Array | pa.ChunkedArray
     codes: np.ndarray
     source_names: list[str]
     offsets: np.ndarray | None
-    flat: np.ndarray
+    flat: np.ndarray | tuple[np.ndarray, ...]
     taggable: int | None
     width: int | None = None
 
@@ -66,16 +68,41 @@ class TagArrays:
         """The source names of the records ``index`` as a string column."""
         return source_names(self.codes[index], self.source_names)
 
+    def parts(self) -> list[tuple[int, np.ndarray]]:
+        """``(first record, flat tags)`` of each stored part (one part unless ``flat`` is a tuple)."""
+        if isinstance(self.flat, np.ndarray):
+            return [(0, self.flat)]
+        found, first = [], 0
+        for part in self.flat:
+            found.append((first, part))
+            first += part.size // int(self.width or 1)
+        return found
+
+    def all_tags(self) -> np.ndarray:
+        """Every tag in one flat array (the parts joined: a copy when there are several)."""
+        if isinstance(self.flat, np.ndarray):
+            return self.flat
+        return np.concatenate(self.flat) if self.flat else np.zeros(0, np.int32)
+
+    def max_tag(self) -> int:
+        """The largest concept index of any tag, -1 without tags."""
+        return max((int(part.max()) for _, part in self.parts() if part.size), default=-1)
+
     def blocks(self, size: int | None = None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
-        """``(first record, end record, flat tags, offsets from 0)`` for consecutive blocks of records."""
+        """``(first record, end record, flat tags, offsets from 0)`` for consecutive blocks of records
+        (at most ``size`` records; a block never spans two parts)."""
         size = size or BLOCK
-        k = int(self.width or 0)
-        steps = np.arange(0, min(size, len(self)) * k + 1, k, dtype=np.int64) if self.offsets is None else None
+        if self.offsets is None:  # every record has k tags: one offsets array serves every block
+            k = int(self.width or 0)
+            steps = np.arange(0, min(size, len(self)) * k + 1, k, dtype=np.int64)
+            for first, part in self.parts():
+                records = part.size // k if k else 0
+                for lo in range(0, records, size):
+                    hi = min(records, lo + size)
+                    yield first + lo, first + hi, part[lo * k:hi * k], steps[:hi - lo + 1]
+            return
         for lo in range(0, len(self), size):
             hi = min(len(self), lo + size)
-            if steps is not None:  # every record has k tags: one offsets array serves every block
-                yield lo, hi, self.flat[lo * k:hi * k], steps[:hi - lo + 1]
-                continue
             start, end = int(self.offsets[lo]), int(self.offsets[hi])
             yield lo, hi, self.flat[start:end], self.offsets[lo:hi + 1] - start
 
@@ -99,8 +126,9 @@ def keep_best(tags: TagArrays, use_k: int) -> TagArrays:
     if not lengths.size or lengths.max() <= use_k:
         return tags
     if tags.width is not None:
-        flat = np.ascontiguousarray(tags.flat.reshape(-1, tags.width)[:, :use_k]).ravel()
-        return TagArrays(tags.ids, tags.codes, tags.source_names, None, flat, tags.taggable, use_k)
+        kept = tuple(np.ascontiguousarray(part.reshape(-1, tags.width)[:, :use_k]).ravel() for _, part in tags.parts())
+        return TagArrays(tags.ids, tags.codes, tags.source_names, None, kept[0] if len(kept) == 1 else kept,
+                         tags.taggable, use_k)
     position = np.arange(tags.flat.size, dtype=np.int64) - np.repeat(tags.offsets[:-1], lengths)
     new_lengths = np.minimum(lengths, use_k)
     offsets = np.zeros(len(lengths) + 1, np.int64)
@@ -181,24 +209,26 @@ def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> n
     """
     k = int(tags.width or 0)
     out = pooled(len(tags), np.float64)
-    matrix = tags.flat.reshape(-1, k)
     size = min(LOOKUP_BLOCK, len(tags))
     looked, rest = np.empty((size, k), np.float64), np.empty(size, np.float64)
-    for lo in range(0, len(tags), LOOKUP_BLOCK):
-        block = matrix[lo:lo + LOOKUP_BLOCK]
-        m = len(block)
-        if k == 1:
-            np.take(table, block[:, 0], out=out[lo:lo + m])
-            continue
-        values = looked[:m]
-        np.take(table, block, out=values)
-        if k == 2:
-            ufunc(values[:, 0], values[:, 1], out=out[lo:lo + m])
-            continue
-        ufunc(values[:, 1], values[:, 2], out=rest[:m])
-        for j in range(3, k):
-            ufunc(rest[:m], values[:, j], out=rest[:m])
-        ufunc(values[:, 0], rest[:m], out=out[lo:lo + m])
+    for first, part in tags.parts():
+        matrix = part.reshape(-1, k)
+        for lo in range(0, len(matrix), LOOKUP_BLOCK):
+            block = matrix[lo:lo + LOOKUP_BLOCK]
+            m = len(block)
+            target = out[first + lo:first + lo + m]
+            if k == 1:
+                np.take(table, block[:, 0], out=target)
+                continue
+            values = looked[:m]
+            np.take(table, block, out=values)
+            if k == 2:
+                ufunc(values[:, 0], values[:, 1], out=target)
+                continue
+            ufunc(values[:, 1], values[:, 2], out=rest[:m])
+            for j in range(3, k):
+                ufunc(rest[:m], values[:, j], out=rest[:m])
+            ufunc(values[:, 0], rest[:m], out=target)
     return out
 
 

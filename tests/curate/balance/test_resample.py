@@ -17,12 +17,12 @@ from curate.balance.tag import TAGS_SCHEMA
 
 
 def _tags(path: Path, concepts: list[list[int]], ids: list[str] | None = None,
-          sources: list[str] | None = None) -> Path:
+          sources: list[str] | None = None, row_group_size: int | None = None) -> Path:
     n = len(concepts)
     ids = ids or [f"r{i}" for i in range(n)]
     table = pa.table({"id": ids, "source": sources or ["s"] * n, "concepts": concepts,
                       "scores": [[1.0] * len(c) for c in concepts]}, schema=TAGS_SCHEMA)
-    pq.write_table(table, path)
+    pq.write_table(table, path, row_group_size=row_group_size)
     return path
 
 
@@ -36,7 +36,7 @@ def _zipf_tags(path: Path, n: int = 2000, v: int = 200, k: int = 3, seed: int = 
 
 def test_weights_follow_the_documented_formulas(tmp_path: Path) -> None:
     arrays = read_tags(_tags(tmp_path / "t.parquet", [[0, 1], [0], [0, 2], []]))
-    counts = np.bincount(arrays.flat, minlength=3)  # concept 0: 3 records, 1: 1, 2: 1
+    counts = np.bincount(arrays.all_tags(), minlength=3)  # concept 0: 3 records, 1: 1, 2: 1
     assert counts.tolist() == [3, 1, 1]
     mean = record_weights(arrays, counts, weighting="mean")
     np.testing.assert_allclose(mean, [(1 / 3 + 1) / 2, 1 / 3, (1 / 3 + 1) / 2, 0.0])
@@ -84,7 +84,7 @@ def test_with_replacement_past_the_pool_records_copies(tmp_path: Path) -> None:
     assert result["with_replacement"] and result["max_copies"] > 1
     # Rare records get more copies than common ones on average.
     arrays = read_tags(tags)
-    counts = np.bincount(arrays.flat)
+    counts = np.bincount(arrays.all_tags())
     w = record_weights(arrays, counts)
     copies = dict(zip(sel.column("id").to_pylist(), sel.column("copies").to_pylist()))
     got = np.array([copies.get(f"r{i}", 0) for i in range(300)])
@@ -184,6 +184,25 @@ def test_blocks_of_records_change_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     assert whole["errored"]["duplicate_id"] == 20 and whole["dropped"]["no_concept"] > 0
 
 
+@pytest.mark.parametrize("kw", [{"fraction": 0.3}, {"fraction": 0.3, "use_k": 2}, {"fraction": 1.7, "weighting": "max"},
+                                {"mode": "metaclip", "t": 5}])
+def test_row_groups_kept_as_read_change_nothing(tmp_path: Path, kw: dict) -> None:
+    """Uniform K tags in many row groups (kept as parts, not copied) select what one row group selects."""
+    rng = np.random.default_rng(3)
+    concepts = [rng.choice(40, size=3, replace=False).tolist() for _ in range(500)]
+    ids = [f"r{i % 490}" for i in range(500)]  # repeats: the weights and the draw are made again without them
+    sources = ["a" if i % 3 else "b" for i in range(500)]
+    one = _tags(tmp_path / "one.parquet", concepts, ids=ids, sources=sources)
+    many = _tags(tmp_path / "many.parquet", concepts, ids=ids, sources=sources, row_group_size=37)
+    assert isinstance(read_tags(many).flat, tuple)  # the parts path is the one under test
+    whole = resample(one, out=tmp_path / "one", seed=4, plot=False, **kw)
+    parts = resample(many, out=tmp_path / "many", seed=4, plot=False, **kw)
+    assert pq.read_table(tmp_path / "one" / "selection.parquet").equals(
+        pq.read_table(tmp_path / "many" / "selection.parquet"))
+    assert whole["balance"] == parts["balance"] and whole["per_source"] == parts["per_source"]
+    assert whole["errored"]["duplicate_id"] == 10
+
+
 def test_read_tags_matches_a_plain_read_across_row_groups(tmp_path: Path) -> None:
     from curate.balance.tags_file import read_tags
 
@@ -201,7 +220,7 @@ def test_read_tags_matches_a_plain_read_across_row_groups(tmp_path: Path) -> Non
         rows = frame.to_pylist()
         lengths = arrays.lengths
         starts = np.concatenate([[0], np.cumsum(lengths)])
-        assert [arrays.flat[starts[i]:starts[i + 1]].tolist() for i in range(len(rows))] == \
+        assert [arrays.all_tags()[starts[i]:starts[i + 1]].tolist() for i in range(len(rows))] == \
             [r["concepts"] or [] for r in rows]
         assert [arrays.source_names[c] for c in arrays.codes] == [r["source"] or "unknown" for r in rows]
         assert arrays.ids.to_pylist() == [r["id"] for r in rows]
