@@ -17,9 +17,7 @@ from ``os.wait4``):
   row group at a time, ``source`` dictionary-encoded), the least any resampler
   must do; a stricter reference, since it is cheaper than ``read_table``;
 * ``curate resample --fraction 0.2`` (inverse frequency, mean weighting; the
-  selection, stats and rejects written, the plot drawn);
-* baseline ``read_table`` again, on Arrow's jemalloc pool, which resample uses
-  (:mod:`curate.core.arrow_pool`): how much of the gap the allocator alone makes.
+  selection, stats and rejects written, the plot drawn).
 
 Every child pays the interpreter start and its imports. Prints each, the ratios
 resample/baseline, and the targets (issue 14: ≤ 1.5× the read, ≤ 1.2 GiB).
@@ -95,15 +93,12 @@ with open("/proc/self/status") as _status:  # the peak since exec (ru_maxrss wou
 """
 
 
-def run_child(code: str, *args: str, pool: str | None = None) -> tuple[float, float, float, str]:
-    """Run Python code in a child (``pool``: its ``ARROW_DEFAULT_MEMORY_POOL``; None: pyarrow's default);
-    return (wall seconds, CPU seconds, peak RSS GiB, stdout)."""
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+def run_child(code: str, *args: str) -> tuple[float, float, float, str]:
+    """Run Python code in a child; return (wall seconds, CPU seconds, peak RSS GiB, stdout)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", code + _PEAK, *args], stdout=out, stderr=err, cwd=ROOT,
-                                env={**env, "PYTHONPATH": str(ROOT), **({"ARROW_DEFAULT_MEMORY_POOL": pool} if pool
-                                                                      else {})})
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU time (all its threads)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -140,22 +135,20 @@ def main(argv: list[str] | None = None) -> None:
         write_tags(tags, args.n, args.k, args.concepts)
         print(f"{args.n:,} records × K={args.k} over {args.concepts:,} concepts "
               f"({tags.stat().st_size / 1e6:.0f} MB parquet, written in {time.perf_counter() - t0:.1f}s)")
-        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": [], "jem": []}
+        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": []}
         for _ in range(args.repeat):  # rounds of the children, so a change of load hits them alike
             runs["base"].append(run_child(_BASELINE, str(tags)))
             runs["groups"].append(run_child(_ROW_GROUPS, str(tags)))
             runs["res"].append(run_child(_RESAMPLE, str(tags), str(tmp / "out")))
-            runs["jem"].append(run_child(_BASELINE, str(tags), pool="jemalloc"))
-        base, groups, res, jem = (best_of(runs[k]) for k in ("base", "groups", "res", "jem"))
+        base, groups, res = (best_of(runs[k]) for k in ("base", "groups", "res"))
         selected, head_before, head_after = res[3].split()
         for label, (wall, cpu, mem, _) in (("baseline read_table (id, source, concepts)", base),
                                            ("baseline row groups (same columns)", groups),
-                                           ("curate resample --fraction 0.2", res),
-                                           ("baseline read_table on jemalloc (our pool)", jem)):
+                                           ("curate resample --fraction 0.2", res)):
             print(f"{label:44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  peak {mem:.2f} GiB")
         print(f"  ({int(selected):,} selected; top-1% share {float(head_before):.3f} → {float(head_after):.3f}; "
               f"load average {os.getloadavg()[0]:.1f})")
-        for label, ref in (("read_table", base), ("row groups", groups), ("read_table on jemalloc", jem)):
+        for label, ref in (("read_table", base), ("row groups", groups)):
             print(f"ratio resample/{label}: wall {res[0] / ref[0]:.2f}×, CPU {res[1] / ref[1]:.2f}×, "
                   f"memory {res[2] / ref[2]:.2f}×")
         print("targets for 10M × 5: ≤ 1.5× the bare read, ≤ 1.2 GiB")

@@ -62,7 +62,6 @@ from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
-from curate.core.arrow_pool import prefer_jemalloc
 from curate.core.columns import first_occurrences, rows
 from curate.core.io import atomic_open
 from curate.core.stats import StageStats, finish_stage, run_header
@@ -125,7 +124,6 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
         The ``stats.json`` content and the stats (with the rejects).
     """
     config = configure(ResampleConfig, config, **settings)
-    prefer_jemalloc()
     fraction, seed, mode, t, use_k, plot = config.fraction, config.seed, config.mode, config.t, config.use_k, config.plot
     records = list(config.records) if config.records else None
     out = Path(config.out)
