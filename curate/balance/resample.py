@@ -251,6 +251,9 @@ def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.Array, 
 
 
 def _import_plotting() -> None:
+    """Import what the plot needs, and pandas (pyarrow imports it on the first conversion to numpy), here rather
+    than in the middle of the reads."""
+    pa.array([0], pa.int8()).to_numpy()
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.figure  # noqa: F401
 
