@@ -14,7 +14,14 @@ per side, captions of varied length) and counts them twice with ``curate pack
 
 At 100K records both check the same number of records (1% = 1,000), so the ratio
 is the thread caps alone; past 100K the old path's check grows with the corpus
-and the new one does not. Prints records/s of the count step and the ratio (target >= 2x).
+and the new one does not.
+
+* before: the code as it was when issue 14 was filed (``--baseline-rev``, default
+  the parent of 3ed208c, which brought ``--verify-sample``), unpacked with
+  ``git archive`` and run the same way: "today's records/s" of the issue. Skipped
+  (with a note) when the repository has no such commit (a shallow clone).
+
+Prints records/s of the count step and the ratios (target >= 2x today's).
 """
 
 from __future__ import annotations
@@ -61,15 +68,26 @@ def make_records(folder: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
-def count(records: Path, processor: Path, out: Path, workers: int, flags: list[str], env: dict[str, str]) -> dict:
-    """Run the count step in a child process; return its stats.json."""
+def count(records: Path, processor: Path, out: Path, workers: int, flags: list[str], env: dict[str, str],
+          tree: Path = ROOT) -> dict:
+    """Run the count step of the code in ``tree`` in a child process; return its stats.json."""
     cmd = [sys.executable, "-m", "curate", "pack", str(records), "--processor", str(processor), "--plan-only",
            "--out", str(out), "--workers", str(workers), "--shard-size", "5000", *flags]
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "CURATE_CACHE": str(out / "cache"), **env}
+    full_env = {**os.environ, "PYTHONPATH": str(tree), "CURATE_CACHE": str(out / "cache"), **env}
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         full_env.pop(var, None)  # as a user's shell would have it
-    subprocess.run(cmd, cwd=ROOT, env=full_env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=tree, env=full_env, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "stats.json").read_text())
+
+
+def unpack_rev(rev: str, into: Path) -> Path | None:
+    """The files of commit ``rev`` of this repository in ``into`` (``git archive``); None if git cannot give them."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev], capture_output=True)
+    if archive.returncode:
+        return None
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--baseline-rev", default="3ed208c^",
+                    help="the code before issue 14 (default: the parent of the commit that brought --verify-sample)")
     args = ap.parse_args(argv)
     n = 20_000 if args.quick else args.n
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,17 +106,26 @@ def main(argv: list[str] | None = None) -> None:
         processor = build_tiny_processor(tmp / "processor")
         print(f"count step: {n:,} records, --workers {args.workers}; machine: {os.cpu_count()} cores, "
               f"load average {os.getloadavg()[0]:.1f}")
+        before = unpack_rev(args.baseline_rev, tmp / "before-tree")
+        runs = [("old", ["--verify-fraction", "0.01"], {"CURATE_WORKER_THREADS": "0"}, ROOT),
+                ("new", ["--verify-sample", "1000"], {}, ROOT)]
+        if before is not None:
+            runs.insert(0, ("before", ["--verify-fraction", "0.01"], {}, before))
+        else:
+            print(f"  before: skipped (git archive {args.baseline_rev} failed: a shallow clone?)")
         rates = {}
-        for name, flags, env in (("old", ["--verify-fraction", "0.01"], {"CURATE_WORKER_THREADS": "0"}),
-                                 ("new", ["--verify-sample", "1000"], {})):
+        for name, flags, env, tree in runs:
             t0 = time.perf_counter()
-            stats = count(records, processor, tmp / name, args.workers, flags, env)
+            stats = count(records, processor, tmp / name, args.workers, flags, env, tree)
             seconds = stats["timings"]["lengths"]
             rates[name] = n / seconds
-            print(f"  {name}: {' '.join(flags)} {env or ''}: count {seconds:.1f} s = {rates[name]:,.0f} records/s, "
-                  f"{stats['verified_records']:,} records checked by the processor "
+            where = f" [code of {args.baseline_rev}]" if tree != ROOT else ""
+            print(f"  {name}{where}: {' '.join(flags)} {env or ''}: count {seconds:.1f} s = {rates[name]:,.0f} "
+                  f"records/s, {stats.get('verified_records', 0):,} records checked by the processor "
                   f"(process {time.perf_counter() - t0:.1f} s)")
-        print(f"  ratio new / old records/s: {rates['new'] / rates['old']:.2f}x  (target >= 2x)")
+        print(f"  ratio new / old records/s: {rates['new'] / rates['old']:.2f}x  (the thread caps alone)")
+        if "before" in rates:
+            print(f"  ratio new / before records/s: {rates['new'] / rates['before']:.2f}x  (target >= 2x today's)")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from curate.core.history import HISTORY  # noqa: E402
 from curate.recaption.checks import check_caption  # noqa: E402
 from curate.generate import GenerationRequest, SamplingParams, make_backend  # noqa: E402
 from curate.recaption.config import DEFAULT_PROMPTS  # noqa: E402
@@ -155,7 +156,9 @@ def main(argv: list[str] | None = None) -> None:
                                   seed=args.seed, shard_size=args.shard_size)
                 t_stage = time.perf_counter() - t0
                 stage_kept = stats["captions"]["kept"]
-                stage_requests = stats["generation"]["requests"]
+                # backend counters are a run's history, not its stats (stats.json is the same for a resumed run)
+                history = json.loads((root / f"out{r}" / HISTORY).read_text(encoding="utf-8"))
+                stage_requests = history["recaption"]["generation"]["requests"]
         if stage_kept != bare_kept or stage_requests != requests:
             print(f"warning: stage kept {stage_kept} ({stage_requests} requests), bare loop {bare_kept} "
                   f"({requests} requests): answers differ between the sides")

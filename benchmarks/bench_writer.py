@@ -31,7 +31,7 @@ from curate.fixtures.processor import build_tiny_processor  # noqa: E402
 from curate.fixtures.sampledata import make_sample_data  # noqa: E402
 from curate.core.shards import Shard  # noqa: E402
 from packer.pack import pack  # noqa: E402
-from packer.writer import ShardWriteTask  # noqa: E402
+from packer.writer import BinRange, ShardWriteTask  # noqa: E402
 
 
 def replicate(sample: Path, out: Path, copies: int) -> Path:
@@ -72,7 +72,7 @@ def main() -> None:
         (fresh / "_plan").mkdir(parents=True)
         shutil.copy(out / "_plan" / "plan.npz", fresh / "_plan" / "plan.npz")
         bins = stats["bins"]
-        work = [Shard(k, meta=(lo, min(lo + 64, bins)), size=min(lo + 64, bins) - lo)
+        work = [Shard(k, meta=BinRange(lo, min(lo + 64, bins)), size=min(lo + 64, bins) - lo)
                 for k, lo in enumerate(range(0, bins, 64))]
         task = ShardWriteTask(str(fresh), ctx=8192, processor=stats["settings"]["processor"], store_dir=str(out))
         task.setup()
