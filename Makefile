@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
 
-.PHONY: setup test demo bench sample-data clean
+.PHONY: setup test demo bench bench-quick sample-data clean
 
 setup: $(VENV)/.installed
 
@@ -39,6 +39,9 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+bench-quick: setup  # every benchmark on small inputs (about 8 min): do they still run? (figures are not meaningful)
+	$(PY) benchmarks/run_all.py --quick
 
 clean:
 	rm -rf $(DEMO) .pytest_cache
