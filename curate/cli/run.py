@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import click
 
 from curate.cli.group import cli, command
+from curate.core.environ import environ
 from curate.core.errors import UserError
 from curate.run.plan import OptionInfo, VerbInfo
 
@@ -18,17 +18,13 @@ from curate.run.plan import OptionInfo, VerbInfo
 @contextlib.contextmanager
 def _as_command(verb: str, argv: list[str]) -> Iterator[None]:
     """Run with sys.argv set to the step's own command (stats.json records it) and no per-verb report."""
-    saved_argv, saved_report = sys.argv, os.environ.get("CURATE_REPORT")
+    saved_argv = sys.argv
     sys.argv = ["curate", verb, *argv]
-    os.environ["CURATE_REPORT"] = "0"  # curate run writes one report for all steps at its end
     try:
-        yield
+        with environ({"CURATE_REPORT": "0"}):  # curate run writes one report for all steps at its end
+            yield
     finally:
         sys.argv = saved_argv
-        if saved_report is None:
-            os.environ.pop("CURATE_REPORT", None)
-        else:
-            os.environ["CURATE_REPORT"] = saved_report
 
 
 class ClickVerbs:

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from curate.core.environ import environ
 from curate.core.errors import UserError
 from curate.core.io import as_path, is_url
 from curate.core.remote_sync import ENV, get_file, mapping, pull, pull_control, push, remote_fs, url_of
@@ -75,17 +76,10 @@ def output(out: str | os.PathLike[str]) -> Iterator[Path]:
     local = staging(url)
     local.mkdir(parents=True, exist_ok=True)
     pull_control(url, local)
-    previous = os.environ.get(ENV)
-    os.environ[ENV] = json.dumps({**mapping(), str(local.absolute()): url})
-    try:
+    with environ({ENV: json.dumps({**mapping(), str(local.absolute()): url})}):
         yield local
         n = push(url, local)
         print(f"outputs in {url} (uploaded {n} objects from the local mirror {local})", file=sys.stderr)
-    finally:
-        if previous is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = previous
 
 
 def input_file(path: str | os.PathLike[str] | None) -> Path | None:

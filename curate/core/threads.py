@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from curate.core.environ import environ
+
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 CPUS_VAR = "CURATE_WORKER_CPUS"
 """The cores an executor gave this worker process (set by the executors; read by process pools inside it)."""
@@ -34,15 +36,8 @@ def available_cpus() -> int:
 @contextmanager
 def worker_cpus(n: int) -> Iterator[None]:
     """Within the block, child processes are told they have ``n`` cores (:data:`CPUS_VAR`)."""
-    saved = os.environ.get(CPUS_VAR)
-    os.environ[CPUS_VAR] = str(max(1, int(n)))
-    try:
+    with environ({CPUS_VAR: str(max(1, int(n)))}):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop(CPUS_VAR, None)
-        else:
-            os.environ[CPUS_VAR] = saved
 
 
 def task_threads(task: Any, default: int = 1) -> int | None:
@@ -84,16 +79,8 @@ def thread_env(n: int | None) -> Iterator[None]:
     if n is None:
         yield
         return
-    saved = {var: os.environ.get(var) for var in THREAD_VARS}
-    for var in THREAD_VARS:
-        if saved[var] is None:
-            os.environ[var] = str(max(1, int(n)))
-    try:
+    with environ({var: str(max(1, int(n))) for var in THREAD_VARS if var not in os.environ}):
         yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
 
 
 @contextmanager

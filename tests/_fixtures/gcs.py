@@ -11,15 +11,14 @@ API for every bucket's layout, which the emulator does not serve (each call then
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from curate.fixtures.tiny_vlm import free_port
-from tests._fixtures.servers import environ, wait_for_port
+from curate.core.environ import environ
+from tests._fixtures.servers import serving
 
 ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "NO_GCE_CHECK": "true", "FSSPEC_GS_TOKEN": "anon"}
 
@@ -28,29 +27,21 @@ ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "NO_GCE_CHECK": "true", "FS
 def gcs_server() -> Iterator[str]:
     """The endpoint URL of a GCS emulator on loopback (skipped when gcsfs or the emulator is not installed)."""
     pytest.importorskip("gcp_storage_emulator")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                             "--port", str(port), "--in-memory", "-q"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_for_port(port)
-    try:
-        with environ({**ENV, "STORAGE_EMULATOR_HOST": url}):  # before gcsfs is imported: it reads the layout switch then
-            gcsfs = pytest.importorskip("gcsfs")
-            import fsspec.config
+    with serving([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", "{port}",
+                  "--in-memory", "-q"]) as url, \
+            environ({**ENV, "STORAGE_EMULATOR_HOST": url}):  # before gcsfs is imported: it reads the layout switch then
+        gcsfs = pytest.importorskip("gcsfs")
+        import fsspec.config
 
-            saved_conf = dict(fsspec.config.conf.get("gs", {}))
-            fsspec.config.conf["gs"] = {**saved_conf, "token": "anon"}  # FSSPEC_GS_TOKEN is read when fsspec is imported
-            if gcsfs.GCSFileSystem is not gcsfs.core.GCSFileSystem:  # imported before the switch: use the plain one
-                fsspec.register_implementation("gs", gcsfs.core.GCSFileSystem, clobber=True)
-            try:
-                yield url
-            finally:
-                fsspec.config.conf["gs"] = saved_conf
-                gcsfs.core.GCSFileSystem.clear_instance_cache()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        saved_conf = dict(fsspec.config.conf.get("gs", {}))
+        fsspec.config.conf["gs"] = {**saved_conf, "token": "anon"}  # FSSPEC_GS_TOKEN is read when fsspec is imported
+        if gcsfs.GCSFileSystem is not gcsfs.core.GCSFileSystem:  # imported before the switch: use the plain one
+            fsspec.register_implementation("gs", gcsfs.core.GCSFileSystem, clobber=True)
+        try:
+            yield url
+        finally:
+            fsspec.config.conf["gs"] = saved_conf
+            gcsfs.core.GCSFileSystem.clear_instance_cache()
 
 
 @pytest.fixture

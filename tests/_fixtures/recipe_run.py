@@ -9,7 +9,6 @@ Tests compare the two trees and look at the report. About 40 s on 2 cores.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from curate.core.environ import environ
 
 RECIPE = """\
 description: a small mid-training recipe for the tests
@@ -109,12 +110,8 @@ def recipe_run(tmp_path_factory: pytest.TempPathFactory, sample_data: Path, tiny
                     "--ctx", "2048", "--sequences-per-shard", "2", "--out", str(out / "03-pack")],
         "04-verify": ["verify", str(out / "03-pack")],
     }
-    env_saved = os.environ.get("CURATE_REPORT")
-    os.environ["CURATE_REPORT"] = "0"
-    try:
+    with environ({"CURATE_REPORT": "0"}):
         _run_by_hand(by_hand)
-    finally:
-        os.environ.pop("CURATE_REPORT") if env_saved is None else os.environ.__setitem__("CURATE_REPORT", env_saved)
     ref = tmp / "ref"
     out.rename(ref)
 

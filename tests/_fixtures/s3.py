@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.request
 import uuid
@@ -20,8 +19,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from curate.fixtures.tiny_vlm import free_port
-from tests._fixtures.servers import environ, wait_for_port
+from curate.core.environ import environ
+from tests._fixtures.servers import serving
 
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -35,19 +34,11 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """
     pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
-    port = free_port()
     recording = tmp_path_factory.mktemp("moto") / "recording.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)})
-    url = f"http://127.0.0.1:{port}"
-    wait_for_port(port)
-    try:
-        with environ({**ENV, "AWS_ENDPOINT_URL": url, "FSSPEC_S3_ENDPOINT_URL": url}):
-            yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with serving([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "{port}"],
+                 env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)}) as url, \
+            environ({**ENV, "AWS_ENDPOINT_URL": url, "FSSPEC_S3_ENDPOINT_URL": url}):
+        yield url
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
-"""What the storage-server fixtures share: waiting for a loopback port and setting environment variables for a while."""
+"""What the storage-server fixtures share: a server process on a loopback port, up for the length of a block."""
 
 from __future__ import annotations
 
-import os
 import socket
+import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+
+from curate.fixtures.tiny_vlm import free_port
 
 
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
@@ -21,15 +23,14 @@ def wait_for_port(port: int, timeout: float = 60.0) -> None:
 
 
 @contextmanager
-def environ(values: Mapping[str, str]) -> Iterator[None]:
-    """Set ``values`` in ``os.environ`` for the block; restore (or remove) each on the way out."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+def serving(command: Sequence[str], env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Run ``command`` (with ``{port}`` filled in by a free port) until the block ends; yields its loopback URL."""
+    port = free_port()
+    proc = subprocess.Popen([part.format(port=port) for part in command], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=dict(env) if env is not None else None)
     try:
-        yield
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}"
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        proc.terminate()
+        proc.wait(timeout=30)
