@@ -55,7 +55,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
 from curate.balance.report import compare, plot_balance, top_concepts
@@ -63,7 +62,7 @@ from curate.balance.selected import copy_id, write_selected_records  # noqa: F40
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
 from curate.core.columns import first_occurrences, rows
-from curate.core.io import atomic_open
+from curate.core.io import write_parquet
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
@@ -267,9 +266,7 @@ def _timed(fn: Any, *args: Any, **kwargs: Any) -> float:
 def write_selection(path: Path, selection: pa.Table) -> None:
     """Write ``selection.parquet`` atomically with cheap settings: snappy, a dictionary for ``source`` only
     (ids are unique, weights barely repeat), no statistics; the same bytes for the same table."""
-    with atomic_open(path, "wb") as fh:
-        pq.write_table(selection, fh, compression="snappy", use_dictionary=["source"], write_statistics=False,
-                       store_schema=True)
+    write_parquet(path, selection, compression="snappy", use_dictionary=["source"], write_statistics=False)
 
 
 def _vocab_names(vocab: str | os.PathLike[str] | None) -> list[str] | None:

@@ -1,9 +1,10 @@
 """Reading ``tags.parquet`` (``id``, ``source``, ``concepts``) into :class:`~curate.balance.weights.TagArrays`.
 
-One row group at a time: concept lists are copied straight into one flat ``int32``
-array (no combined Arrow copy; no offsets at all when every record has K tags),
-sources are read dictionary-encoded, and the ids come as one string column, read
-on their own so that a caller can read them (and look for repeats) in another thread.
+One row group at a time: while every record has K tags the concept values stay in the
+buffers Arrow decoded them into (no copy, no offsets); ragged lists are copied into one
+flat ``int32`` array with offsets. Sources are read dictionary-encoded, and the ids come
+as one string column, read on their own so that a caller can read them (and look for
+repeats) in another thread.
 """
 
 from __future__ import annotations

@@ -187,18 +187,27 @@ def per_record(tags: TagArrays, per_tag: Callable[[np.ndarray, int, int], np.nda
             continue
         values = per_tag(flat, lo, hi)
         if k is not None and k <= 8:
-            matrix = values.reshape(-1, k)
-            if k == 1:
-                out[lo:hi] = matrix[:, 0]
-                continue
-            rest = matrix[:, 1].copy()
-            for j in range(2, k):
-                ufunc(rest, matrix[:, j], out=rest)
-            ufunc(matrix[:, 0], rest, out=out[lo:hi])
+            _reduce_columns(values.reshape(-1, k), ufunc, out[lo:hi], np.empty(hi - lo, np.float64))
             continue
         nonempty = np.diff(offsets) > 0
         out[lo:hi][nonempty] = ufunc.reduceat(values, offsets[:-1][nonempty])
     return out
+
+
+def _reduce_columns(matrix: np.ndarray, ufunc: np.ufunc, out: np.ndarray, rest: np.ndarray) -> None:
+    """``out`` = ``ufunc`` over the columns of ``matrix`` in the order of ``ufunc.reduceat``: the first column,
+    then the others accumulated left to right in ``rest`` (a buffer of ``len(matrix)``)."""
+    k = matrix.shape[1]
+    if k == 1:
+        out[:] = matrix[:, 0]
+        return
+    if k == 2:
+        ufunc(matrix[:, 0], matrix[:, 1], out=out)
+        return
+    ufunc(matrix[:, 1], matrix[:, 2], out=rest)
+    for j in range(3, k):
+        ufunc(rest, matrix[:, j], out=rest)
+    ufunc(matrix[:, 0], rest, out=out)
 
 
 def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
@@ -216,19 +225,8 @@ def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> n
         for lo in range(0, len(matrix), LOOKUP_BLOCK):
             block = matrix[lo:lo + LOOKUP_BLOCK]
             m = len(block)
-            target = out[first + lo:first + lo + m]
-            if k == 1:
-                np.take(table, block[:, 0], out=target)
-                continue
-            values = looked[:m]
-            np.take(table, block, out=values)
-            if k == 2:
-                ufunc(values[:, 0], values[:, 1], out=target)
-                continue
-            ufunc(values[:, 1], values[:, 2], out=rest[:m])
-            for j in range(3, k):
-                ufunc(rest[:m], values[:, j], out=rest[:m])
-            ufunc(values[:, 0], rest[:m], out=target)
+            np.take(table, block, out=looked[:m])
+            _reduce_columns(looked[:m], ufunc, out[first + lo:first + lo + m], rest[:m])
     return out
 
 

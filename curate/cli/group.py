@@ -8,7 +8,6 @@ packing needs). A verb module adds its commands to :data:`cli` when imported.
 from __future__ import annotations
 
 import importlib
-from gettext import gettext
 
 import click
 
@@ -49,12 +48,15 @@ class _Group(click.Group):
     """The top-level group: verbs from :data:`VERBS`, each module imported when its verb is first asked for."""
 
     command_class = _ReportingCommand
+    _listing = False  # True while the help lists the verbs
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *VERBS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in VERBS:
+            if self._listing:  # a stand-in with the verb's first help paragraph: nothing imported to list it
+                return click.Command(cmd_name, help=VERBS[cmd_name][1])
             importlib.import_module(f"curate.cli.{VERBS[cmd_name][0]}")  # registers its verbs on this group
         return self.commands.get(cmd_name)
 
@@ -66,16 +68,12 @@ class _Group(click.Group):
                                                  ctx=ctx) from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The Commands section as click writes it, with the help of verbs not imported yet taken from VERBS."""
-        shown = []
-        for name in self.list_commands(ctx):
-            cmd = self.commands.get(name) or click.Command(name, help=VERBS[name][1])
-            if not cmd.hidden:
-                shown.append((name, cmd))
-        if shown:
-            limit = formatter.width - 6 - max(len(name) for name, _ in shown)
-            with formatter.section(gettext("Commands")):  # click's own (translated) title
-                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in shown])
+        """click's own Commands section; verbs not imported yet are listed from :data:`VERBS`."""
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

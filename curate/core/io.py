@@ -76,12 +76,15 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         return json.load(fh)
 
 
-def write_parquet(path: str | os.PathLike[str], table: pa.Table) -> None:
-    """Write a table to Parquet atomically, with settings that give identical bytes for identical data."""
+def write_parquet(path: str | os.PathLike[str], table: pa.Table, **options: Any) -> None:
+    """Write a table to Parquet atomically, with settings that give identical bytes for identical data.
+
+    ``options`` (``pq.write_table`` keywords) replace the defaults: zstd, statistics, the Arrow schema stored.
+    """
     import pyarrow.parquet as pq
 
     with atomic_open(path, "wb") as fh:
-        pq.write_table(table, fh, compression="zstd", write_statistics=True, store_schema=True)
+        pq.write_table(table, fh, **{"compression": "zstd", "write_statistics": True, "store_schema": True, **options})
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
