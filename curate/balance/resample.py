@@ -61,7 +61,7 @@ from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
-from curate.core.columns import first_occurrences, rows
+from curate.core.columns import first_occurrences, pooled, rows
 from curate.core.io import write_parquet
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
@@ -137,6 +137,9 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
         if plot:
             thread.submit(_import_plotting)
         repeats = thread.submit(_ids_and_first_occurrences, tags)
+        # Then, while the weighing runs on this thread, the other draws the exponentials of the draw and
+        # faults in the weights' memory (the first touch of fresh pages is a large part of both).
+        prepared = thread.submit(_prepare_draw, tags_file.metadata.num_rows, config)
         arrays = read_tag_concepts(tags_file, tags)
         if use_k is not None:
             arrays = keep_best(arrays, use_k)
@@ -146,13 +149,14 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
         has_tags = arrays.has_tags()
         # Frequencies and weights are computed as if no id repeated while the sort runs; if one does,
         # they are computed again without the repeats (the same numbers as a run that waited).
-        weighed = _weigh(arrays, has_tags, n_concepts, config)
+        ready = prepared.result()
+        weighed = _weigh(arrays, has_tags, n_concepts, config, ready.weights)
         arrays.ids, first = repeats.result()
     pa.default_memory_pool().release_unused()  # the read's and the sort's buffers go back to the system
     eligible = first & has_tags
     if not first.all():
-        weighed = _weigh(arrays, eligible, n_concepts, config)
-    chosen = _draw(arrays, eligible, weighed, n_concepts, config)  # after the sort: its memory is free by now
+        weighed = _weigh(arrays, eligible, n_concepts, config, ready.weights)
+    chosen = _draw(arrays, eligible, weighed, n_concepts, config, ready)  # after the sort's memory is free
     before, after, copies, weights = chosen.before, chosen.after, chosen.copies, chosen.weights
     timings["select"] = time.perf_counter() - t1
 
@@ -217,31 +221,58 @@ class _Chosen:
     weights: np.ndarray
 
 
-def _weigh(arrays: TagArrays, eligible: np.ndarray, n_concepts: int,
-           config: ResampleConfig) -> tuple[np.ndarray, np.ndarray | None]:
-    """Concept frequencies over the ``eligible`` records and (``inverse`` mode) their weights, 0 if not eligible."""
+def _weigh(arrays: TagArrays, eligible: np.ndarray, n_concepts: int, config: ResampleConfig,
+           out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Concept frequencies over the ``eligible`` records and (``inverse`` mode) their weights, 0 if not eligible
+    (written into ``out`` when given and the layout allows)."""
     before = concept_counts(arrays, n_concepts, eligible)
     if config.mode != "inverse":
         return before, None
-    weights = record_weights(arrays, before, weighting=config.weighting, temperature=config.temperature)
+    weights = record_weights(arrays, before, weighting=config.weighting, temperature=config.temperature, out=out)
     weights[~eligible] = 0.0  # in place: no second array of 10M weights
     return before, weights
 
 
 def _draw(arrays: TagArrays, eligible: np.ndarray, weighed: tuple[np.ndarray, np.ndarray | None], n_concepts: int,
-          config: ResampleConfig) -> _Chosen:
-    """Draw among the ``eligible`` records (see the module docstring); the generator starts from the seed."""
+          config: ResampleConfig, ready: _Prepared | None = None) -> _Chosen:
+    """Draw among the ``eligible`` records (see the module docstring); the generator starts from the seed
+    (``ready``: its first numbers and the result's buffer, from :func:`_prepare_draw`)."""
     pool = int(eligible.sum())
     before, weights = weighed
-    rng = np.random.default_rng([config.seed, _SALT])
+    rng = _generator(config.seed)
     if weights is not None:
         fraction = config.fraction if config.fraction is not None else 0.0
         n_target = config.target if config.target is not None else max(1, int(round(fraction * pool)))
-        copies = draw(weights, n_target, rng)
+        copies = draw(weights, n_target, rng, *((ready.exponentials, ready.copies) if ready else ()))
     else:
         n_target = None
         copies, weights = draw_metaclip(arrays, before, config.t, rng, eligible)
     return _Chosen(pool, n_target, before, concept_counts(arrays, n_concepts, copies), copies, weights)
+
+
+def _generator(seed: int) -> np.random.Generator:
+    return np.random.default_rng([seed, _SALT])
+
+
+@dataclass
+class _Prepared:
+    """What an ``inverse`` draw without replacement of ``n`` records needs before the weights: the first ``n``
+    numbers of its generator, and buffers for the weights and the copies, their memory already faulted in."""
+
+    exponentials: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    copies: np.ndarray | None = None
+
+
+def _prepare_draw(n: int, config: ResampleConfig) -> _Prepared:
+    """:class:`_Prepared` for an ``inverse`` draw without replacement (empty for other draws)."""
+    if config.mode != "inverse" or (config.target if config.target is not None else (config.fraction or 0) * n) > n:
+        return _Prepared()
+    exponentials = _generator(config.seed).standard_exponential(n, out=pooled(n, np.float64))
+    weights, copies = pooled(n, np.float64), pooled(n, np.int32)
+    weights.fill(0.0)
+    copies.fill(0)
+    return _Prepared(exponentials, weights, copies)
 
 
 def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.Array, np.ndarray]:

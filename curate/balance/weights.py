@@ -210,14 +210,16 @@ def _reduce_columns(matrix: np.ndarray, ufunc: np.ufunc, out: np.ndarray, rest: 
     ufunc(matrix[:, 0], rest, out=out)
 
 
-def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc,
+                       out: np.ndarray | None = None) -> np.ndarray:
     """``ufunc`` over ``table[tag]`` of each record, uniform width ≤ 8: one column of the matrix at a time.
 
     The same order as :func:`per_record` (first tag, then the rest left to right), so the same bits.
-    Records go :data:`LOOKUP_BLOCK` at a time through two buffers that stay in the CPU cache.
+    Records go :data:`LOOKUP_BLOCK` at a time through two buffers that stay in the CPU cache. ``out``
+    (``float64``, one per record) may be given, e.g. already faulted in by another thread.
     """
     k = int(tags.width or 0)
-    out = pooled(len(tags), np.float64)
+    out = pooled(len(tags), np.float64) if out is None or out.shape != (len(tags),) else out
     size = min(LOOKUP_BLOCK, len(tags))
     looked, rest = np.empty((size, k), np.float64), np.empty(size, np.float64)
     for first, part in tags.parts():
@@ -231,8 +233,12 @@ def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc) -> n
 
 
 def record_weights(tags: TagArrays, counts: np.ndarray, *, weighting: str = "mean",
-                   temperature: float = 1.0) -> np.ndarray:
-    """Inverse-frequency weight of every record (0 for records without tags); see :mod:`curate.balance.resample`."""
+                   temperature: float = 1.0, out: np.ndarray | None = None) -> np.ndarray:
+    """Inverse-frequency weight of every record (0 for records without tags); see :mod:`curate.balance.resample`.
+
+    ``out``: a buffer of one ``float64`` per record to write them into when every record has the same
+    K ≤ 8 tags (otherwise a new array is returned).
+    """
     if weighting not in WEIGHTINGS:
         raise UserError(f"--weighting {weighting}: use one of {', '.join(WEIGHTINGS)}")
     with np.errstate(divide="ignore"):
@@ -243,8 +249,8 @@ def record_weights(tags: TagArrays, counts: np.ndarray, *, weighting: str = "mea
 
     reduce = _lookup_per_record if tags.width is not None and tags.width <= 8 else None
     if weighting == "max":
-        return reduce(tags, per_concept, np.maximum) if reduce else per_record(tags, lookup, np.maximum)
-    total = reduce(tags, per_concept, np.add) if reduce else per_record(tags, lookup, np.add)
+        return reduce(tags, per_concept, np.maximum, out) if reduce else per_record(tags, lookup, np.maximum)
+    total = reduce(tags, per_concept, np.add, out) if reduce else per_record(tags, lookup, np.add)
     if weighting == "sum":
         return total
     if tags.width is not None:
@@ -275,14 +281,21 @@ def kth_smallest(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, k)[k])
 
 
-def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarray:
+def draw(weights: np.ndarray, target: int, rng: np.random.Generator,
+         exponentials: np.ndarray | None = None, copies: np.ndarray | None = None) -> np.ndarray:
     """Copies per record: ``target`` records without replacement (∝ weight), or with replacement past the pool.
 
     Records of weight 0 are never drawn. Without replacement the chosen records
     are those of the ``target`` smallest keys ``E / w`` (found by one partition of
     the keys; equal keys at the boundary go to the earliest records).
+
+    ``exponentials``: ``rng.standard_exponential(m)`` drawn beforehand (e.g. in another thread, from a
+    generator in the same state as ``rng``), ``m`` ≥ the pool: the first ``pool`` of them are the
+    same numbers ``rng`` would give, so the draw is the same; they are overwritten. ``copies``: an
+    ``int32`` buffer of one per record for the result (e.g. faulted in by another thread).
     """
-    copies = pooled(len(weights), np.int32)
+    if copies is None or copies.shape != weights.shape or copies.dtype != np.int32:
+        copies = pooled(len(weights), np.int32)
     copies.fill(0)
     positive = weights > 0
     everyone = bool(positive.all())
@@ -293,7 +306,10 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator) -> np.ndarr
         return copies
     w = weights if everyone else weights[pool]
     if target <= size:
-        keys = rng.standard_exponential(size, out=pooled(size, np.float64))
+        if exponentials is not None and exponentials.size >= size:
+            keys = exponentials[:size]  # the first `size` numbers of the same stream
+        else:
+            keys = rng.standard_exponential(size, out=pooled(size, np.float64))
         keys /= w
         del w  # a copy (when not everyone is in the pool) freed before the partition
         if target < size:

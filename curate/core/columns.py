@@ -97,14 +97,12 @@ def first_occurrences(ids: pa.Array | pa.ChunkedArray, block: int = 1 << 20) -> 
     the id sorted just before it is equal. At 10M ids this is 2-3× faster than
     hashing them all (``dictionary_encode``), and exact. The sorted ids are compared
     ``block`` at a time, so only one block of them is ever copied. Ids already in
-    strictly increasing order (one comparison of neighbours, ≈0.05 s at 10M) skip the sort.
+    strictly increasing order skip the sort (see :func:`strictly_increasing`).
     """
     n = len(ids)  # a chunked array is sorted and taken as it is (no combined copy)
     keep = np.ones(n, dtype=bool)
-    if n < 2:
-        return keep
-    if pc.all(pc.less(ids.slice(0, n - 1), ids.slice(1)), skip_nulls=False).as_py():
-        return keep  # already strictly increasing (zero-padded ids written in order): no repeat, no sort
+    if n < 2 or strictly_increasing(ids):
+        return keep  # no id can repeat: no sort
     order = as_array(pc.sort_indices(ids))  # stable: equal ids keep their input order
     for lo in range(0, n - 1, block):
         ordered = ids.take(order.slice(lo, min(block, n - lo - 1) + 1))
@@ -113,6 +111,23 @@ def first_occurrences(ids: pa.Array | pa.ChunkedArray, block: int = 1 << 20) -> 
         if same.any():
             keep[order.slice(lo + 1, len(same)).to_numpy()[same]] = False
     return keep
+
+
+def strictly_increasing(ids: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether every id is greater than the one before it, so that none repeats: in byte order (zero-padded
+    counters: ``00009 < 00010``) or in the order of (length, bytes) (counters without padding, alone or after
+    a fixed prefix: ``r9 < r10``, ``shard:9 < shard:10``). One or two comparisons of neighbours (≈0.1 s at
+    10M ids) instead of a sort (≈1 s); a null id is no proof (False)."""
+    n = len(ids)
+    if n < 2:
+        return True
+    before, after = ids.slice(0, n - 1), ids.slice(1)
+    less = pc.less(before, after)
+    if pc.all(less, skip_nulls=False).as_py():
+        return True
+    shorter, longer = pc.binary_length(before), pc.binary_length(after)
+    ordered = pc.or_(pc.less(shorter, longer), pc.and_(pc.equal(shorter, longer), less))
+    return bool(pc.all(ordered, skip_nulls=False).as_py())
 
 
 def rows(array: pa.Array, index: np.ndarray) -> list:

@@ -56,6 +56,21 @@ def test_draw_is_proportional_to_weight() -> None:
     np.testing.assert_allclose(hits / hits.sum(), [1 / 6, 4 / 6, 0, 1 / 6], atol=0.03)
 
 
+@pytest.mark.parametrize("zeros", [0, 37])
+def test_exponentials_drawn_beforehand_give_the_same_draw(zeros: int) -> None:
+    rng = np.random.default_rng(7)
+    weights = rng.random(5000) + 0.01
+    weights[rng.choice(5000, zeros, replace=False)] = 0.0  # a pool smaller than the records: a prefix is used
+    plain = draw(weights, 900, np.random.default_rng([3, 1]))
+    ahead = np.random.default_rng([3, 1]).standard_exponential(5000)
+    copies = np.full(5000, 9, np.int32)  # a buffer given for the result is cleared first
+    given = draw(weights, 900, np.random.default_rng([3, 1]), ahead, copies)
+    np.testing.assert_array_equal(given, plain)
+    assert given is copies and int(plain.sum()) == 900 and not plain[weights == 0].any()
+    fewer = np.random.default_rng([3, 1]).standard_exponential(100)  # too few to use: drawn afresh
+    np.testing.assert_array_equal(draw(weights, 900, np.random.default_rng([3, 1]), fewer), plain)
+
+
 def test_same_seed_same_selection(tmp_path: Path) -> None:
     tags = _zipf_tags(tmp_path / "t.parquet")
     resample(tags, out=tmp_path / "a", fraction=0.25, seed=7, plot=False)

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from curate.core.columns import counts_by_source, first_occurrences, rows, source_codes
+from curate.core.columns import counts_by_source, first_occurrences, rows, source_codes, strictly_increasing
 from curate.core.stats import StageStats
 
 
@@ -30,6 +30,27 @@ def test_first_occurrences_matches_a_python_set(seed: int) -> None:
     assert first_occurrences(pa.array(["a", None, "a"])).tolist() == [True, True, False]  # a null is no proof
     assert first_occurrences(pa.array(ids[:1])).tolist() == [True]
     assert first_occurrences(pa.array([], pa.string())).tolist() == []
+
+
+def test_counter_ids_prove_themselves_unique_without_a_sort(monkeypatch: pytest.MonkeyPatch) -> None:
+    counters = [f"r{k}" for k in range(1200)]  # no zero padding: "r9" < "r10" by length, not by bytes
+    padded = [f"{k:05d}" for k in range(1200)]
+    per_file = [f"part-1:{k}" for k in range(50)] + [f"part-2:{k}" for k in range(50)]  # prefix order breaks once
+    assert strictly_increasing(pa.array(counters)) and strictly_increasing(pa.array(padded))
+    assert strictly_increasing(pa.chunked_array([pa.array(counters[:500]), pa.array(counters[500:])]))
+    assert not strictly_increasing(pa.array(per_file))
+    assert not strictly_increasing(pa.array(counters[:20] + ["r9"]))  # a repeat further on
+    assert not strictly_increasing(pa.array(["r1", "r2", "r2"]))  # equal neighbours
+    assert not strictly_increasing(pa.array(["r1", None, "r3"]))
+    assert strictly_increasing(pa.array(["r10", "r9"]))  # increasing bytes, whatever the lengths
+    assert not strictly_increasing(pa.array(["r9", "r10", "r2"]))  # neither order holds throughout
+    assert not strictly_increasing(pa.array(["b1", "a2"]))  # same length, bytes decrease
+    with monkeypatch.context() as patched:  # the proof holds: no sort at all
+        patched.setattr("curate.core.columns.pc.sort_indices", lambda *a, **k: pytest.fail("sorted"))
+        assert first_occurrences(pa.array(counters)).all()
+    repeated = counters[:30] + ["r7"] + counters[30:40] + ["r35"]
+    assert first_occurrences(pa.array(repeated)).tolist() == [True] * 30 + [False] + [True] * 10 + [False]
+    assert first_occurrences(pa.array(per_file)).all()
 
 
 def test_source_codes_and_counts() -> None:
