@@ -156,35 +156,32 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     eligible = first & has_tags
     if not first.all():
         weighed = _weigh(arrays, eligible, n_concepts, config, ready.weights)
-    chosen = _draw(arrays, eligible, weighed, n_concepts, config, ready)  # after the sort's memory is free
-    before, after, copies, weights = chosen.before, chosen.after, chosen.copies, chosen.weights
+    chosen = _draw(arrays, eligible, weighed, config, ready)  # after the sort's memory is free
+    before, copies, weights = chosen.before, chosen.copies, chosen.weights
     timings["select"] = time.perf_counter() - t1
 
-    taggable = arrays.taggable or max(int(np.count_nonzero(before)), 1)
-    report = compare(before, after, taggable)
-    names = _vocab_names(config.vocab)
-    report["top_before"] = top_concepts(before, 10, names)
-    report["top_after"] = top_concepts(after, 10, names)
     with ThreadPoolExecutor(max_workers=2) as threads:
+        # The selection is built and written while the concepts are counted again, the report made and
+        # the stats counted (taking rows and writing Parquet run outside the GIL); then the plot is drawn.
+        stored = threads.submit(_store_selection, out / "selection.parquet", arrays, copies, weights)
+        after = concept_counts(arrays, n_concepts, copies)
+        taggable = arrays.taggable or max(int(np.count_nonzero(before)), 1)
+        report = compare(before, after, taggable)
+        names = _vocab_names(config.vocab)
+        report["top_before"] = top_concepts(before, 10, names)
+        report["top_after"] = top_concepts(after, 10, names)
         drawn = None
-        if plot:  # drawn while the selection is written (Parquet writing runs outside the GIL)
+        if plot:
             label = "inverse frequency" if mode == "inverse" else f"MetaCLIP t={t}"
             drawn = threads.submit(_timed, plot_balance, out / "balance.png", before, after, stats=report,
                                    title=f"{chosen.pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
-        t1 = time.perf_counter()
-        index = np.flatnonzero(copies > 0)
-        selection = pa.table([arrays.ids.take(pa.array(index)), arrays.source_column(index),
-                              pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())],
-                             schema=SELECTION_SCHEMA)
-        timings["build_selection"] = time.perf_counter() - t1
-        stored = threads.submit(_timed, write_selection, out / "selection.parquet", selection)
-        stats = _build_stats(arrays, first, has_tags, copies)  # while the selection is written
+        stats = _build_stats(arrays, first, has_tags, copies)
+        selection, timings["build_selection"], timings["write_selection"] = stored.result()
         written = None
         if records:
             t1 = time.perf_counter()
             written = write_selected_records(records, selection, out / RECORDS_DIR)
             timings["write_records"] = time.perf_counter() - t1
-        timings["write_selection"] = stored.result()
         if drawn is not None:
             timings["plot"] = drawn.result()
     counts = stats.to_dict()
@@ -211,12 +208,11 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
 
 @dataclass
 class _Chosen:
-    """One selection: the pool and target, concept counts before and after, copies and weights per record."""
+    """One selection: the pool and target, concept counts before, copies and weights per record."""
 
     pool: int
     target: int | None
     before: np.ndarray
-    after: np.ndarray
     copies: np.ndarray
     weights: np.ndarray
 
@@ -233,7 +229,7 @@ def _weigh(arrays: TagArrays, eligible: np.ndarray, n_concepts: int, config: Res
     return before, weights
 
 
-def _draw(arrays: TagArrays, eligible: np.ndarray, weighed: tuple[np.ndarray, np.ndarray | None], n_concepts: int,
+def _draw(arrays: TagArrays, eligible: np.ndarray, weighed: tuple[np.ndarray, np.ndarray | None],
           config: ResampleConfig, ready: _Prepared | None = None) -> _Chosen:
     """Draw among the ``eligible`` records (see the module docstring); the generator starts from the seed
     (``ready``: its first numbers and the result's buffer, from :func:`_prepare_draw`)."""
@@ -247,7 +243,7 @@ def _draw(arrays: TagArrays, eligible: np.ndarray, weighed: tuple[np.ndarray, np
     else:
         n_target = None
         copies, weights = draw_metaclip(arrays, before, config.t, rng, eligible)
-    return _Chosen(pool, n_target, before, concept_counts(arrays, n_concepts, copies), copies, weights)
+    return _Chosen(pool, n_target, before, copies, weights)
 
 
 def _generator(seed: int) -> np.random.Generator:
@@ -292,6 +288,19 @@ def _timed(fn: Any, *args: Any, **kwargs: Any) -> float:
     t0 = time.perf_counter()
     fn(*args, **kwargs)
     return time.perf_counter() - t0
+
+
+def _store_selection(path: Path, arrays: TagArrays, copies: np.ndarray,
+                     weights: np.ndarray) -> tuple[pa.Table, float, float]:
+    """Build the selection table of the drawn records and write it; returns it and the two steps' seconds."""
+    t0 = time.perf_counter()
+    index = np.flatnonzero(copies > 0)
+    selection = pa.table([arrays.ids.take(pa.array(index)), arrays.source_column(index),
+                          pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())],
+                         schema=SELECTION_SCHEMA)
+    t1 = time.perf_counter()
+    write_selection(path, selection)
+    return selection, t1 - t0, time.perf_counter() - t1
 
 
 def write_selection(path: Path, selection: pa.Table) -> None:

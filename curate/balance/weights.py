@@ -19,6 +19,7 @@ import pyarrow as pa
 from curate.balance.config import WEIGHTINGS
 from curate.core.columns import pooled, source_names
 from curate.core.errors import UserError
+from curate.core.threads import map_split
 
 BLOCK = 1 << 20
 """Records per block of per-tag temporaries."""
@@ -153,22 +154,27 @@ def concept_counts(tags: TagArrays, n: int, per_record: np.ndarray | None = None
 
     ``per_record`` may be a boolean mask (records counted or not) or counts (e.g. copies).
     """
-    counts = np.zeros(n, np.int64)
     everyone = per_record is None or (per_record.dtype == bool and bool(per_record.all()))
     ones = per_record is not None and per_record.dtype != bool and (not per_record.size or per_record.max() <= 1)
-    for lo, hi, flat, offsets in tags.blocks(min(COUNT_BLOCK, BLOCK)):
-        if everyone:
-            counts += np.bincount(flat, minlength=n)
-            continue
-        mult = per_record[lo:hi]
-        rows = np.flatnonzero(mult)
-        if mult.dtype == bool or ones:
-            counts += np.bincount(_block_tags(tags, lo, hi, flat, offsets, rows), minlength=n)
-        else:
-            picked = _block_tags(tags, lo, hi, flat, offsets, rows)
-            times = np.repeat(mult[rows].astype(np.float64), np.diff(offsets)[rows])
-            counts += np.rint(np.bincount(picked, weights=times, minlength=n)).astype(np.int64)
-    return counts
+
+    def count(blocks: list[tuple[int, int, np.ndarray, np.ndarray]]) -> np.ndarray:
+        counts = np.zeros(n, np.int64)
+        for lo, hi, flat, offsets in blocks:
+            if everyone:
+                counts += np.bincount(flat, minlength=n)
+                continue
+            mult = per_record[lo:hi]
+            rows = np.flatnonzero(mult)
+            if mult.dtype == bool or ones:
+                counts += np.bincount(_block_tags(tags, lo, hi, flat, offsets, rows), minlength=n)
+            else:
+                picked = _block_tags(tags, lo, hi, flat, offsets, rows)
+                times = np.repeat(mult[rows].astype(np.float64), np.diff(offsets)[rows])
+                counts += np.rint(np.bincount(picked, weights=times, minlength=n)).astype(np.int64)
+        return counts
+
+    # Integer counts: the sum over threads is exact whatever the split.
+    return sum(map_split(count, list(tags.blocks(min(COUNT_BLOCK, BLOCK)))), np.zeros(n, np.int64))
 
 
 def per_record(tags: TagArrays, per_tag: Callable[[np.ndarray, int, int], np.ndarray], ufunc: np.ufunc,
@@ -221,14 +227,17 @@ def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc,
     k = int(tags.width or 0)
     out = pooled(len(tags), np.float64) if out is None or out.shape != (len(tags),) else out
     size = min(LOOKUP_BLOCK, len(tags))
-    looked, rest = np.empty((size, k), np.float64), np.empty(size, np.float64)
-    for first, part in tags.parts():
-        matrix = part.reshape(-1, k)
-        for lo in range(0, len(matrix), LOOKUP_BLOCK):
-            block = matrix[lo:lo + LOOKUP_BLOCK]
+    blocks = [(first + lo, matrix[lo:lo + LOOKUP_BLOCK]) for first, part in tags.parts()
+              for matrix in [part.reshape(-1, k)] for lo in range(0, len(matrix), LOOKUP_BLOCK)]
+
+    def look_up(mine: list[tuple[int, np.ndarray]]) -> None:  # each thread its own buffers, its own records
+        looked, rest = np.empty((size, k), np.float64), np.empty(size, np.float64)
+        for lo, block in mine:
             m = len(block)
             np.take(table, block, out=looked[:m])
-            _reduce_columns(looked[:m], ufunc, out[first + lo:first + lo + m], rest[:m])
+            _reduce_columns(looked[:m], ufunc, out[lo:lo + m], rest[:m])
+
+    map_split(look_up, blocks)
     return out
 
 

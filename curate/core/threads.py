@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from curate.core.environ import environ
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+T = TypeVar("T")
 CPUS_VAR = "CURATE_WORKER_CPUS"
 """The cores an executor gave this worker process (set by the executors; read by process pools inside it)."""
 
@@ -95,3 +97,14 @@ def torch_threads(n: int | None) -> Iterator[None]:
     finally:
         if torch is not None and previous is not None:
             torch.set_num_threads(previous)
+
+
+def map_split(fn: Callable[[list[Any]], T], items: Sequence[Any], threads: int | None = None) -> list[T]:
+    """``fn`` over ``items`` split into up to ``threads`` interleaved lists (default: the cores this process
+    may use, at most 4), one thread each; returns each list's result. For numpy work that releases the GIL
+    on large blocks; one list (``fn(items)``, no thread) when there is one core or one item."""
+    n = min(threads or min(available_cpus(), 4), len(items))
+    if n <= 1:
+        return [fn(list(items))]
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(fn, [list(items[i::n]) for i in range(n)]))
