@@ -61,7 +61,7 @@ from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
-from curate.core.columns import first_occurrences, pooled, rows
+from curate.core.columns import first_occurrences, pooled, rows, take_rows
 from curate.core.io import write_parquet
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
@@ -271,7 +271,7 @@ def _prepare_draw(n: int, config: ResampleConfig) -> _Prepared:
     return _Prepared(exponentials, weights, copies)
 
 
-def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.Array, np.ndarray]:
+def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.ChunkedArray, np.ndarray]:
     ids = read_tag_ids(open_tags(tags))
     return ids, first_occurrences(ids)
 
@@ -295,7 +295,7 @@ def _store_selection(path: Path, arrays: TagArrays, copies: np.ndarray,
     """Build the selection table of the drawn records and write it; returns it and the two steps' seconds."""
     t0 = time.perf_counter()
     index = np.flatnonzero(copies > 0)
-    selection = pa.table([arrays.ids.take(pa.array(index)), arrays.source_column(index),
+    selection = pa.table([take_rows(arrays.ids, index), arrays.source_column(index),
                           pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())],
                          schema=SELECTION_SCHEMA)
     t1 = time.perf_counter()

@@ -76,16 +76,12 @@ def read_tags(path: str | os.PathLike[str]) -> TagArrays:
     return arrays
 
 
-def read_tag_ids(parquet: pq.ParquetFile) -> pa.Array:
-    """The ``id`` column as one string array.
-
-    One array rather than a chunk per row group: taking rows from a chunked
-    string column concatenates its chunks first, on every take.
-    """
+def read_tag_ids(parquet: pq.ParquetFile) -> pa.ChunkedArray:
+    """The ``id`` column as strings, a chunk per row group as read (joining them would copy every id;
+    take rows with :func:`curate.core.columns.take_rows`)."""
     groups = range(parquet.num_row_groups)
     chunks = [c for g in groups for c in parquet.read_row_group(g, columns=["id"]).column(0).chunks]
-    ids = pa.concat_arrays(chunks) if chunks else pa.array([], parquet.schema_arrow.field("id").type)
-    del chunks
+    ids = pa.chunked_array(chunks, parquet.schema_arrow.field("id").type)
     return ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
 
 

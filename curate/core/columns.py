@@ -99,10 +99,11 @@ def first_occurrences(ids: pa.Array | pa.ChunkedArray, block: int = 1 << 20) -> 
     ``block`` at a time, so only one block of them is ever copied. Ids already in
     strictly increasing order skip the sort (see :func:`strictly_increasing`).
     """
-    n = len(ids)  # a chunked array is sorted and taken as it is (no combined copy)
+    n = len(ids)
     keep = np.ones(n, dtype=bool)
     if n < 2 or strictly_increasing(ids):
         return keep  # no id can repeat: no sort
+    ids = as_array(ids)  # one copy: a take from a chunked column would join the chunks on every block
     order = as_array(pc.sort_indices(ids))  # stable: equal ids keep their input order
     for lo in range(0, n - 1, block):
         ordered = ids.take(order.slice(lo, min(block, n - lo - 1) + 1))
@@ -130,6 +131,31 @@ def strictly_increasing(ids: pa.Array | pa.ChunkedArray) -> bool:
     return bool(pc.all(ordered, skip_nulls=False).as_py())
 
 
-def rows(array: pa.Array, index: np.ndarray) -> list:
+def take_rows(column: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array:
+    """The rows ``index`` of a column as one array. A chunked column is taken from chunk by chunk:
+    ``ChunkedArray.take`` joins every chunk into one copy first (≈0.25 s for 10M ids, on every take)."""
+    index = np.asarray(index, np.int64)
+    if not isinstance(column, pa.ChunkedArray):
+        return column.take(pa.array(index))
+    if column.num_chunks == 1:
+        return column.chunk(0).take(pa.array(index))
+    if not index.size:
+        return pa.array([], column.type)
+    order = None if (index[1:] >= index[:-1]).all() else np.argsort(index, kind="stable")
+    ordered = index if order is None else index[order]
+    starts = np.cumsum([0] + [len(c) for c in column.chunks])
+    cuts = np.searchsorted(ordered, starts)
+    if ordered[0] < 0 or ordered[-1] >= starts[-1]:
+        raise IndexError(f"row index out of bounds for a column of {starts[-1]} rows")
+    taken = pa.concat_arrays([chunk.take(pa.array(ordered[cuts[i]:cuts[i + 1]] - starts[i]))
+                              for i, chunk in enumerate(column.chunks)])
+    if order is None:
+        return taken
+    back = np.empty_like(order)
+    back[order] = np.arange(order.size)
+    return taken.take(pa.array(back))
+
+
+def rows(array: pa.Array | pa.ChunkedArray, index: np.ndarray) -> list:
     """Python values of the rows ``index`` (only for the few rows that are listed one by one, e.g. rejects)."""
-    return array.take(pa.array(index, pa.int64())).to_pylist() if len(index) else []
+    return take_rows(array, index).to_pylist() if len(index) else []

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from curate.core.columns import counts_by_source, first_occurrences, rows, source_codes, strictly_increasing
+from curate.core.columns import (counts_by_source, first_occurrences, rows, source_codes, strictly_increasing,
+                                 take_rows)
 from curate.core.stats import StageStats
 
 
@@ -51,6 +52,24 @@ def test_counter_ids_prove_themselves_unique_without_a_sort(monkeypatch: pytest.
     repeated = counters[:30] + ["r7"] + counters[30:40] + ["r35"]
     assert first_occurrences(pa.array(repeated)).tolist() == [True] * 30 + [False] + [True] * 10 + [False]
     assert first_occurrences(pa.array(per_file)).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_take_rows_from_chunks_equals_a_plain_take(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = [f"v{k}" for k in range(1000)]
+    sizes = [0, 300, 1, 0, 450, 249]  # empty chunks too
+    bounds = np.cumsum([0] + sizes)
+    chunked = pa.chunked_array([pa.array(values[a:b], pa.string()) for a, b in zip(bounds[:-1], bounds[1:])])
+    for index in (np.sort(rng.choice(1000, 200, replace=False)), rng.integers(0, 1000, 300), np.array([999, 0, 0]),
+                  np.array([], np.int64)):
+        expect = [values[i] for i in index]
+        assert take_rows(chunked, index).to_pylist() == expect
+        assert take_rows(pa.array(values), index).to_pylist() == expect
+        assert rows(chunked, index) == expect
+    assert take_rows(pa.chunked_array([pa.array(values)]), np.array([5])).to_pylist() == ["v5"]
+    with pytest.raises(IndexError):
+        take_rows(chunked, np.array([3, 1000]))
 
 
 def test_source_codes_and_counts() -> None:
