@@ -26,19 +26,19 @@ _FSYNC = os.environ.get("CURATE_FSYNC", "0") not in ("", "0", "false", "no")
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
-    """Open a temporary file next to ``path``; rename it to ``path`` on success.
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path next to ``path`` for a writer to create; renamed to ``path`` on success.
 
     On an exception the temporary file is removed and ``path`` is untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
-            yield fh
-            fh.flush()
-            if _FSYNC:
+        yield Path(tmp)
+        if _FSYNC:
+            with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; outputs get the usual permissions
         os.replace(tmp, path)
@@ -46,6 +46,14 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+    """Open a temporary file next to ``path``; rename it to ``path`` on success (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
 
 
 def dumps_json(obj: Any, *, indent: int | None = 2) -> str:
@@ -83,8 +91,9 @@ def write_parquet(path: str | os.PathLike[str], table: pa.Table, **options: Any)
     """
     import pyarrow.parquet as pq
 
-    with atomic_open(path, "wb") as fh:
-        pq.write_table(table, fh, **{"compression": "zstd", "write_statistics": True, "store_schema": True, **options})
+    with atomic_path(path) as tmp:  # a path, not a Python file: Arrow writes natively, without the GIL
+        pq.write_table(table, str(tmp), **{"compression": "zstd", "write_statistics": True, "store_schema": True,
+                                           **options})
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
