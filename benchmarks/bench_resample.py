@@ -19,6 +19,13 @@ from ``os.wait4``):
 * ``curate resample --fraction 0.2`` (inverse frequency, mean weighting; the
   selection, stats and rejects written, the plot drawn).
 
+The ids are ``r0 … r9999999``, a counter without zero padding, the usual shape of
+ids made from row numbers: increasing in (length, bytes) order, which proves them
+distinct without a sort (:func:`curate.core.columns.strictly_increasing`). With
+``--unordered-ids`` (on by default in ``make bench``, ``--no-unordered-ids`` to skip)
+a second file has the same ids in a shuffled order, and resample is timed on it too:
+the exact sort for repeats then runs (about 1 s of CPU more at 10M).
+
 Every child pays the interpreter start and its imports. Prints each, the ratios
 resample/baseline, and the targets (issue 14: ≤ 1.5× the read, ≤ 1.2 GiB).
 """
@@ -63,9 +70,11 @@ print(r["records_selected"], r["balance"]["head_share_before"], r["balance"]["he
 """
 
 
-def write_tags(path: Path, n: int, k: int, concepts: int, seed: int = 0) -> None:
-    """Write a synthetic tags file: Zipf(1.1) concept ids, distinct within a record, in row groups."""
+def write_tags(path: Path, n: int, k: int, concepts: int, seed: int = 0, shuffled_ids: bool = False) -> None:
+    """Write a synthetic tags file: Zipf(1.1) concept ids, distinct within a record, in row groups; ids
+    ``r<row>``, or (``shuffled_ids``) the same ids in a seeded random order."""
     rng = np.random.default_rng(seed)
+    numbers = np.random.default_rng(seed + 1).permutation(n) if shuffled_ids else np.arange(n)
     cdf = np.cumsum(1.0 / np.arange(1, concepts + 1) ** 1.1)
     cdf /= cdf[-1]
     chunk = 1_000_000
@@ -80,7 +89,7 @@ def write_tags(path: Path, n: int, k: int, concepts: int, seed: int = 0) -> None
                 [first[:, None], (first[:, None] + np.cumsum(steps, axis=1)) % concepts], axis=1)
             flat = ids_mat.astype(np.int32).ravel()
             offsets = pa.array(np.arange(0, m * k + 1, k, dtype=np.int32))
-            ids = pc.binary_join_element_wise("r", pa.array(np.arange(lo, lo + m)).cast(pa.string()), "")
+            ids = pc.binary_join_element_wise("r", pa.array(numbers[lo:lo + m]).cast(pa.string()), "")
             sources = pa.array(np.where(np.arange(lo, lo + m) % 3 == 0, "laion", "coyo"))
             scores = pa.array(np.repeat(np.linspace(0.3, 0.2, k, dtype=np.float32)[None], m, axis=0).ravel())
             writer.write_table(pa.table([ids, sources, pa.ListArray.from_arrays(offsets, pa.array(flat)),
@@ -125,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="1M records")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of the three children (each child's fastest run is reported)")
+    parser.add_argument("--unordered-ids", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time resample on the same ids in a shuffled order (the sort path)")
     args = parser.parse_args(argv)
     if args.quick:
         args.n = 1_000_000
@@ -135,11 +146,16 @@ def main(argv: list[str] | None = None) -> None:
         write_tags(tags, args.n, args.k, args.concepts)
         print(f"{args.n:,} records × K={args.k} over {args.concepts:,} concepts "
               f"({tags.stat().st_size / 1e6:.0f} MB parquet, written in {time.perf_counter() - t0:.1f}s)")
-        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": []}
+        shuffled = tmp / "tags-unordered-ids.parquet"
+        if args.unordered_ids:
+            write_tags(shuffled, args.n, args.k, args.concepts, shuffled_ids=True)
+        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": [], "sort": []}
         for _ in range(args.repeat):  # rounds of the children, so a change of load hits them alike
             runs["base"].append(run_child(_BASELINE, str(tags)))
             runs["groups"].append(run_child(_ROW_GROUPS, str(tags)))
             runs["res"].append(run_child(_RESAMPLE, str(tags), str(tmp / "out")))
+            if args.unordered_ids:
+                runs["sort"].append(run_child(_RESAMPLE, str(shuffled), str(tmp / "out-unordered")))
         base, groups, res = (best_of(runs[k]) for k in ("base", "groups", "res"))
         selected, head_before, head_after = res[3].split()
         for label, (wall, cpu, mem, _) in (("baseline read_table (id, source, concepts)", base),
@@ -151,6 +167,10 @@ def main(argv: list[str] | None = None) -> None:
         for label, ref in (("read_table", base), ("row groups", groups)):
             print(f"ratio resample/{label}: wall {res[0] / ref[0]:.2f}×, CPU {res[1] / ref[1]:.2f}×, "
                   f"memory {res[2] / ref[2]:.2f}×")
+        if runs["sort"]:
+            wall, cpu, mem, _ = best_of(runs["sort"])
+            print(f"{'curate resample, ids in shuffled order':44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  peak {mem:.2f} GiB"
+                  f"  (sorted for repeats; ratio to read_table: wall {wall / base[0]:.2f}×, CPU {cpu / base[1]:.2f}×)")
         print("targets for 10M × 5: ≤ 1.5× the bare read, ≤ 1.2 GiB")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
