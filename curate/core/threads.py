@@ -77,11 +77,15 @@ def cap_threads(n: int | None) -> None:
 
 @contextmanager
 def thread_env(n: int | None) -> Iterator[None]:
-    """Within the block, child processes start with ``n`` OpenMP/BLAS threads (unless the user set them)."""
+    """Within the block, child processes start with ``n`` OpenMP/BLAS threads and no tokenizers thread pool
+    (unless the user set them; a forked child then also keeps quiet about a pool its parent used)."""
     if n is None:
         yield
         return
-    with environ({var: str(max(1, int(n))) for var in THREAD_VARS if var not in os.environ}):
+    values = {var: str(max(1, int(n))) for var in THREAD_VARS if var not in os.environ}
+    if "TOKENIZERS_PARALLELISM" not in os.environ:
+        values["TOKENIZERS_PARALLELISM"] = "false"
+    with environ(values):
         yield
 
 

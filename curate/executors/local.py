@@ -52,35 +52,38 @@ class LocalExecutor(Executor):
     def run(self, task: ShardTask, shards: Sequence[Shard], out: Path, seed: int,
             desc: str) -> list[dict[str, Any]]:
         """Run the shards here, or in worker processes; return their markers."""
+        total = sum(task.shard_items(s) for s in shards)
+        if self.workers > 1 and len(shards) > 1:
+            return self._pool(task, shards, out, seed, StageProgress(desc, total, unit=task.unit))
         markers = []
-        with StageProgress(desc, sum(task.shard_items(s) for s in shards), unit=task.unit) as bar:
-            if self.workers == 1 or len(shards) == 1:
-                with torch_threads(task_threads(task)):
-                    task.setup()
-                    for shard in shards:
-                        before = bar.done
-                        markers.append(execute_shard(task, shard, out, seed, progress=bar.advance))
-                        bar.advance(max(task.shard_items(shard) - (bar.done - before), 0))
-            else:
-                markers.extend(self._pool(task, shards, out, seed, bar))
+        with StageProgress(desc, total, unit=task.unit) as bar:
+            with torch_threads(task_threads(task)):
+                task.setup()
+                for shard in shards:
+                    before = bar.done
+                    markers.append(execute_shard(task, shard, out, seed, progress=bar.advance))
+                    bar.advance(max(task.shard_items(shard) - (bar.done - before), 0))
         return markers
 
     def _pool(self, task: ShardTask, todo: Sequence[Shard], out: Path, seed: int,
-              bar: StageProgress) -> list[dict[str, Any]]:
+              progress: StageProgress) -> list[dict[str, Any]]:
         results = []
         ctx = mp.get_context(getattr(task, "start_method", "spawn"))  # spawn unless a task is safe to fork
         size = min(self.workers, len(todo))
-        with thread_env(task_threads(task)), worker_cpus(available_cpus() // size), ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx,
-                                 initializer=_init_worker, initargs=(task,)) as pool:
+        with thread_env(task_threads(task)), worker_cpus(available_cpus() // size), ProcessPoolExecutor(
+                max_workers=size, mp_context=ctx, initializer=_init_worker, initargs=(task,)) as pool:
+            # Every shard is queued, and with fork every worker started, before the progress bar starts its
+            # refresh thread: a forked worker never inherits a lock that thread held (e.g. on stderr).
             futures: dict[Future, Shard] = {pool.submit(_run_in_worker, s, str(out), seed): s for s in todo}
             remaining = set(futures)
-            try:
-                while remaining:
-                    finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        results.append(fut.result())
-                        bar.advance(task.shard_items(futures[fut]))
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)  # stop at the first error: queued shards never start
-                raise
+            with progress as bar:
+                try:
+                    while remaining:
+                        finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            results.append(fut.result())
+                            bar.advance(task.shard_items(futures[fut]))
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)  # stop at the first error: queued shards never start
+                    raise
         return results

@@ -139,6 +139,19 @@ def test_same_seed_same_bytes_whatever_the_workers(packed, tiny_processor_dir, s
     assert other["bins"] == again["bins"]
 
 
+@pytest.mark.slow
+def test_forked_workers_run_the_processor_check_and_count_the_same(tiny_processor_dir, sample_data, tmp_path) -> None:
+    # Workers forked from a driver that loaded the processor (torch imported, never run) run the full
+    # processor on every record and count exactly what one process counts.
+    settings = dict(ctx=2048, processor=str(tiny_processor_dir), plan_only=True, shard_size=10, verify_sample=10_000)
+    one = pack([sample_data / "llava.jsonl"], out=tmp_path / "one", **settings)
+    two = pack([sample_data / "llava.jsonl"], out=tmp_path / "two", workers=2,
+               executor=get_executor("local", workers=2), **settings)
+    assert two["verified_records"] == one["verified_records"] == one["records_packed"] > 10
+    for name in ("lengths.parquet", "plan.parquet"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+
+
 def test_lengths_are_reused_at_another_ctx(packed, sample_data, tmp_path) -> None:
     out, _ = packed
     # plan-only from a lengths file: no processor, no images
