@@ -6,6 +6,7 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from curate.core.columns import (counts_by_source, first_occurrences, rows, source_codes, strictly_increasing,
@@ -13,24 +14,52 @@ from curate.core.columns import (counts_by_source, first_occurrences, rows, sour
 from curate.core.stats import StageStats
 
 
+@pytest.mark.parametrize("path", ["sort", "hash"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_first_occurrences_matches_a_python_set(seed: int) -> None:
+def test_first_occurrences_matches_a_python_set(seed: int, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every input through either way of finding repeats: a stable sort, or a hash table
+    monkeypatch.setattr("curate.core.columns.SORT_RUNS", 1 if path == "sort" else 1 << 40)
     rng = np.random.default_rng(seed)
     ids = [f"id-{k}" for k in rng.integers(0, 300, 1000)]
+    ids[17] = ids[400] = ids[401] = None  # nulls are never repeats
+    seen: set[str] = set()
+    expect = []
+    for rid in ids:
+        expect.append(rid is None or rid not in seen)
+        seen.add(rid)
+    chunked = pa.chunked_array([pa.array(ids[:400]), pa.array(ids[400:])])
+    assert first_occurrences(chunked).tolist() == expect
+    assert first_occurrences(chunked, block=7).tolist() == expect  # sorted ids compared in blocks
+    ordered = sorted(set(ids) - {None})
+    assert first_occurrences(pa.array(ordered)).all()  # increasing: no sort needed
+    assert first_occurrences(pa.array(ordered + ordered[-1:])).tolist() == [True] * len(ordered) + [False]
+    assert first_occurrences(pa.array(["a", None, "a"])).tolist() == [True, True, False]  # a null is no proof
+    assert first_occurrences(pa.array(ids[:1])).tolist() == [True]
+    assert first_occurrences(pa.array([None, None, "b", "b"])).tolist() == [True, True, True, False]
+    assert first_occurrences(pa.array([10, 9, 10, 2] * 20)).tolist() == [True, True, False, True] + [False] * 76  # ints
+    assert first_occurrences(pa.array([], pa.string())).tolist() == []
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_hashed_ids_of_any_length_find_exactly_the_repeats(kind: pa.DataType) -> None:
+    # ids in random order go through the hash path: long ids that differ only after a long shared prefix
+    # or in their last byte, empty ids, non-ASCII ids, and chunks that start inside a buffer (slices)
+    rng = np.random.default_rng(5)
+    pool = [f"https://example.org/{'a' * (k % 40)}/images/{k:07d}/photo.jpg" for k in range(400)]
+    pool += ["", "x", "é" * 9, "éé", "image-1", "image-2", "image-10"]
+    ids = [pool[k] for k in rng.integers(0, len(pool), 3000)]
     seen: set[str] = set()
     expect = []
     for rid in ids:
         expect.append(rid not in seen)
         seen.add(rid)
-    chunked = pa.chunked_array([pa.array(ids[:400]), pa.array(ids[400:])])
+    whole = pa.array(["skip"] * 5 + ids, kind).slice(5)
+    chunked = pa.chunked_array([whole.slice(0, 1000), whole.slice(1000, 1), whole.slice(1001)])
+    assert first_occurrences(whole).tolist() == expect
     assert first_occurrences(chunked).tolist() == expect
-    assert first_occurrences(chunked, block=7).tolist() == expect  # sorted ids compared in blocks
-    ordered = sorted(set(ids))
-    assert first_occurrences(pa.array(ordered)).all()  # increasing: no sort needed
-    assert first_occurrences(pa.array(ordered + ordered[-1:])).tolist() == [True] * len(ordered) + [False]
-    assert first_occurrences(pa.array(["a", None, "a"])).tolist() == [True, True, False]  # a null is no proof
-    assert first_occurrences(pa.array(ids[:1])).tolist() == [True]
-    assert first_occurrences(pa.array([], pa.string())).tolist() == []
+    distinct = list(dict.fromkeys(ids))
+    order = np.random.default_rng(6).permutation(len(distinct))
+    assert first_occurrences(pa.array([distinct[k] for k in order], kind)).all()
 
 
 def test_counter_ids_prove_themselves_unique_without_a_sort(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,6 +78,14 @@ def test_counter_ids_prove_themselves_unique_without_a_sort(monkeypatch: pytest.
     with monkeypatch.context() as patched:  # the proof holds: no sort at all
         patched.setattr("curate.core.columns.pc.sort_indices", lambda *a, **k: pytest.fail("sorted"))
         assert first_occurrences(pa.array(counters)).all()
+    sorted_sizes: list[int] = []
+    sort_indices = pc.sort_indices
+    with monkeypatch.context() as patched:  # ids in random order are hashed; only those sharing a hash are sorted
+        patched.setattr("curate.core.columns.pc.sort_indices",
+                        lambda values, *a, **k: sorted_sizes.append(len(values)) or sort_indices(values, *a, **k))
+        shuffled = [counters[k] for k in np.random.default_rng(0).permutation(len(counters))]
+        assert first_occurrences(pa.array(shuffled + shuffled[:3])).tolist() == [True] * 1200 + [False] * 3
+    assert sorted_sizes and max(sorted_sizes) <= 12  # the 3 pairs, and at most a few rows sharing buckets
     repeated = counters[:30] + ["r7"] + counters[30:40] + ["r35"]
     assert first_occurrences(pa.array(repeated)).tolist() == [True] * 30 + [False] + [True] * 10 + [False]
     assert first_occurrences(pa.array(per_file)).all()
