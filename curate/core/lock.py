@@ -179,6 +179,20 @@ def _release_all() -> None:
         _drop(key)
 
 
+def _forget_in_child() -> None:
+    """A forked child (e.g. a pack worker) holds none of its parent's locks: its copies of their fds are
+    closed, so a lock ends with its holder even when a child outlives it (the flock stays the parent's)."""
+    for held_lock in _HELD.values():
+        try:
+            os.close(held_lock.fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def held(out: str | os.PathLike[str]) -> bool:
     """Whether this process holds the lock on ``out``."""
     return Path(out).resolve() in _HELD

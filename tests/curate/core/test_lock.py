@@ -75,6 +75,43 @@ def test_second_run_stops_then_takes_over_a_dead_holders_lock(tmp_path: Path) ->
     assert (out / "scores.parquet").exists() and not (out / LOCK_NAME).exists()
 
 
+FORKING_HOLDER = textwrap.dedent("""
+    import os, signal, sys, time
+    from curate.core.lock import acquire
+    acquire(sys.argv[1])
+    child = os.fork()
+    if child == 0:  # a forked worker that outlives the run: it must not keep the lock
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)  # let go of the test's pipes
+        os.dup2(quiet, 2)
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the run dies without releasing
+""")
+
+
+def test_a_forked_child_that_outlives_the_holder_does_not_keep_the_lock(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    holder = subprocess.run([sys.executable, "-c", FORKING_HOLDER, str(out)], capture_output=True, text=True,
+                            env=_env(), timeout=60)
+    child = int(holder.stdout.split()[0])
+    try:
+        assert holder.returncode == -signal.SIGKILL and (out / LOCK_NAME).exists() and _alive(child)
+        with out_lock(out):  # the holder is dead; its child lives on, without the flock
+            assert json.loads((out / LOCK_NAME).read_text())["pid"] == os.getpid()
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_the_lock_is_reentrant_and_removed_on_release(tmp_path: Path) -> None:
     out = tmp_path / "o"
     with out_lock(out):
