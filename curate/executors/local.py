@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -20,6 +23,16 @@ def _init_worker(task: ShardTask) -> None:
     global _WORKER_TASK
     _WORKER_TASK = task
     cap_threads(task_threads(task))  # before setup(): torch/OpenMP use what this worker was given
+    parent = os.getppid()
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="exit-with-parent", daemon=True).start()
+
+
+def _exit_with_parent(parent: int, every: float = 1.0) -> None:
+    """End this worker once its driver is gone (killed, however): a pool worker would otherwise wait for
+    work forever, holding its memory, after a ``kill -9`` of the run."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)
 
 
 def _run_in_worker(shard: Shard, out: str, seed: int) -> dict[str, Any]:
