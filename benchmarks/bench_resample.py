@@ -21,7 +21,7 @@ from ``os.wait4``):
 
 The ids are ``r0 … r9999999``, a counter without zero padding, the usual shape of
 ids made from row numbers: increasing in (length, bytes) order, which proves them
-distinct without a sort (:func:`curate.core.columns.strictly_increasing`). With
+distinct without a sort (:func:`curate.core.columns.first_occurrences`). With
 ``--unordered-ids`` (on by default in ``make bench``, ``--no-unordered-ids`` to skip)
 a second file has the same ids in a shuffled order, and resample is timed on it too:
 repeats are then looked for by hashing every id (and sorting the few that share a hash).

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -106,10 +105,11 @@ class LengthsTask(ShardTask):
 
     stage = "lengths"
     transient = ("counter", "_reused")
-    #: Local workers are forked on Linux: the driver has loaded the processor already (``settings()``), and a
-    #: spawned worker would spend ≈6 s of CPU importing torch and loading it again; forked ones share its
-    #: pages. Each caps its torch/OpenMP threads when it starts (the driver runs no torch op before).
-    start_method = "fork" if sys.platform == "linux" else "spawn"
+    #: Local workers are forked (on Linux; spawned elsewhere): the driver has loaded the processor already
+    #: (``settings()``), and a spawned worker would spend ≈6 s of CPU importing torch and loading it again;
+    #: forked ones share its pages. Each caps its torch/OpenMP threads when it starts (the driver runs no
+    #: torch op before).
+    start_method = "fork"
     driver_reads = ("lengths/*.parquet",)  # merged by pack; the _records store stays in a bucket until shards are written
 
     def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,

@@ -9,8 +9,7 @@ GPU FAISS is used when the installed FAISS sees a GPU; it is never required.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -59,41 +58,31 @@ def _load_checked(matrix: np.ndarray, rows: int = 8192) -> tuple[np.ndarray, int
 
     One pass, ``rows`` at a time: each block is converted into the result and checked while it is in the
     CPU cache (checking the whole matrix at once made a temporary of one byte per value: 256 MB at 500K × 512).
-    A memory-mapped ``.npy`` is read with plain reads into one block buffer: faulting its pages in one by
-    one cost more than the conversion (≈1.6 s for 512 MB here).
+    A C-ordered memory map of a ``.npy`` is read from its file with plain reads into one block buffer:
+    faulting its pages in one by one cost more than the conversion (≈1.6 s for 512 MB here).
     """
     full = np.empty(matrix.shape, np.float32)
     used = np.zeros(len(matrix), bool)
     bad = 0
-    source = _block_reader(matrix, rows)
-    for lo in range(0, len(matrix), rows):
-        block = full[lo:lo + rows]
-        block[...] = source(lo, len(block))
-        finite = np.isfinite(block)
-        if not finite.all():
-            bad += int((~finite.all(axis=1)).sum())
-        used[lo:lo + rows] = block.any(axis=1)
+    mapped = isinstance(matrix, np.memmap) and matrix.filename is not None and matrix.flags.c_contiguous
+    buffer = np.empty((rows, *matrix.shape[1:]), matrix.dtype) if mapped else None
+    with open(matrix.filename, "rb") if mapped else contextlib.nullcontext() as fh:
+        if fh is not None:
+            fh.seek(matrix.offset)
+        for lo in range(0, len(matrix), rows):
+            block = full[lo:lo + rows]
+            if fh is None:
+                block[...] = matrix[lo:lo + rows]
+            else:
+                view = memoryview(buffer[:len(block)]).cast("B")
+                if fh.readinto(view) != view.nbytes:
+                    raise UserError(f"--concepts {matrix.filename}: shorter than its header says")
+                block[...] = buffer[:len(block)]
+            finite = np.isfinite(block)
+            if not finite.all():
+                bad += int((~finite.all(axis=1)).sum())
+            used[lo:lo + rows] = block.any(axis=1)
     return full, bad, used
-
-
-def _block_reader(matrix: np.ndarray, rows: int) -> Callable[[int, int], np.ndarray]:
-    """``read(first row, n rows)`` of ``matrix``: from its file with ``readinto`` when it is a C-ordered memory
-    map of a file, else a slice."""
-    name = getattr(matrix, "filename", None)
-    if not isinstance(matrix, np.memmap) or name is None or not matrix.flags.c_contiguous:
-        return lambda lo, n: matrix[lo:lo + n]
-    row_bytes = matrix.dtype.itemsize * int(np.prod(matrix.shape[1:]))
-    buffer = np.empty((rows, *matrix.shape[1:]), matrix.dtype)
-
-    def read(lo: int, n: int) -> np.ndarray:
-        with open(name, "rb") as fh:
-            fh.seek(matrix.offset + lo * row_bytes)
-            view = memoryview(buffer[:n]).cast("B")
-            if fh.readinto(view) != n * row_bytes:
-                raise UserError(f"--concepts {name}: shorter than its header says")
-        return buffer[:n]
-
-    return read
 
 
 def maybe_gpu(index: Any) -> Any:

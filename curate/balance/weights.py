@@ -38,7 +38,7 @@ class TagArrays:
     exactly K tags (the usual output of ``curate tag``), ``width`` is K and ``offsets`` is None:
     the tags are a ``(records, K)`` matrix and the per-record reductions work on its columns.
     That matrix may be stored in parts of whole records (``flat`` a tuple: the row groups as
-    read, not copied); :meth:`parts` and :meth:`blocks` walk them, :meth:`all_tags` joins them.
+    read, not copied); :meth:`parts` and :meth:`blocks` walk them.
     """
 
     ids: pa.Array | pa.ChunkedArray
@@ -78,12 +78,6 @@ class TagArrays:
             found.append((first, part))
             first += part.size // int(self.width or 1)
         return found
-
-    def all_tags(self) -> np.ndarray:
-        """Every tag in one flat array (the parts joined: a copy when there are several)."""
-        if isinstance(self.flat, np.ndarray):
-            return self.flat
-        return np.concatenate(self.flat) if self.flat else np.zeros(0, np.int32)
 
     def max_tag(self) -> int:
         """The largest concept index of any tag, -1 without tags."""

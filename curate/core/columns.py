@@ -55,7 +55,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
     Each chunk's (small) dictionary is mapped to one list of names; rows index
     it through numpy, so no string is made per row.
     """
-    chunks = sources.chunks if isinstance(sources, pa.ChunkedArray) else [sources]
+    chunks = _chunks(sources)
     where: dict[str, int] = {}  # name -> code, in order of first appearance
     codes = pooled(sum(len(c) for c in chunks), np.int32)
     at = 0
@@ -102,7 +102,9 @@ _LOW_BYTES = np.array([(1 << (8 * r)) - 1 for r in range(8)] + [(1 << 64) - 1], 
 def first_occurrences(ids: pa.Array | pa.ChunkedArray, block: int = 1 << 20) -> np.ndarray:
     """Boolean mask of the first occurrence of every id (later repeats are False; a null is never a repeat).
 
-    Ids in strictly increasing order need nothing more (see :func:`strictly_increasing`). Otherwise,
+    Ids that increase strictly need nothing more: in byte order (zero-padded counters: ``00009 < 00010``)
+    or in the order of (length, bytes) (counters without padding, alone or after a fixed prefix: ``r9 < r10``,
+    ``shard:9 < shard:10``); one or two comparisons of neighbours, ≈0.1 s at 10M ids. Otherwise,
     with long increasing runs (at most one descent every :data:`SORT_RUNS` rows), a stable sort brings
     equal ids together in input order and a row is a repeat when the id sorted just before it is equal
     (compared ``block`` at a time, so only one block of them is ever copied); in any other order the
@@ -195,14 +197,6 @@ def _ordered_by_length(ids: pa.Array | pa.ChunkedArray) -> bool:
     shorter, longer = pc.binary_length(before), pc.binary_length(after)
     ordered = pc.or_(pc.less(shorter, longer), pc.and_(pc.equal(shorter, longer), pc.less(before, after)))
     return bool(pc.all(ordered, skip_nulls=False).as_py())
-
-
-def strictly_increasing(ids: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether every id is greater than the one before it, so that none repeats: in byte order (zero-padded
-    counters: ``00009 < 00010``) or in the order of (length, bytes) (counters without padding, alone or after
-    a fixed prefix: ``r9 < r10``, ``shard:9 < shard:10``). One or two comparisons of neighbours (≈0.1 s at
-    10M ids) instead of a sort or a hash table; a null id is no proof (False)."""
-    return _descents(ids) == 0 or _ordered_by_length(ids)
 
 
 def take_rows(column: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -81,7 +82,8 @@ class LocalExecutor(Executor):
     def _pool(self, task: ShardTask, todo: Sequence[Shard], out: Path, seed: int,
               progress: StageProgress) -> list[dict[str, Any]]:
         results = []
-        ctx = mp.get_context(getattr(task, "start_method", "spawn"))  # spawn unless a task is safe to fork
+        method = getattr(task, "start_method", "spawn")  # spawn unless a task is safe to fork
+        ctx = mp.get_context(method if method != "fork" or sys.platform == "linux" else "spawn")  # fork: Linux only
         size = min(self.workers, len(todo))
         with thread_env(task_threads(task)), worker_cpus(available_cpus() // size), ProcessPoolExecutor(
                 max_workers=size, mp_context=ctx, initializer=_init_worker, initargs=(task,)) as pool:

@@ -9,8 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from curate.core.columns import (counts_by_source, first_occurrences, rows, source_codes, strictly_increasing,
-                                 take_rows)
+from curate.core.columns import counts_by_source, first_occurrences, rows, source_codes, take_rows
 from curate.core.stats import StageStats
 
 
@@ -66,18 +65,26 @@ def test_counter_ids_prove_themselves_unique_without_a_sort(monkeypatch: pytest.
     counters = [f"r{k}" for k in range(1200)]  # no zero padding: "r9" < "r10" by length, not by bytes
     padded = [f"{k:05d}" for k in range(1200)]
     per_file = [f"part-1:{k}" for k in range(50)] + [f"part-2:{k}" for k in range(50)]  # prefix order breaks once
-    assert strictly_increasing(pa.array(counters)) and strictly_increasing(pa.array(padded))
-    assert strictly_increasing(pa.chunked_array([pa.array(counters[:500]), pa.array(counters[500:])]))
-    assert not strictly_increasing(pa.array(per_file))
-    assert not strictly_increasing(pa.array(counters[:20] + ["r9"]))  # a repeat further on
-    assert not strictly_increasing(pa.array(["r1", "r2", "r2"]))  # equal neighbours
-    assert not strictly_increasing(pa.array(["r1", None, "r3"]))
-    assert strictly_increasing(pa.array(["r10", "r9"]))  # increasing bytes, whatever the lengths
-    assert not strictly_increasing(pa.array(["r9", "r10", "r2"]))  # neither order holds throughout
-    assert not strictly_increasing(pa.array(["b1", "a2"]))  # same length, bytes decrease
-    with monkeypatch.context() as patched:  # the proof holds: no sort at all
+    def proven(values: list) -> bool:  # all first occurrences, found without sorting or hashing any id
+        with monkeypatch.context() as patched:
+            patched.setattr("curate.core.columns.pc.sort_indices", lambda *a, **k: pytest.fail("sorted"))
+            patched.setattr("curate.core.columns._hash64", lambda *a, **k: pytest.fail("hashed"))
+            try:
+                return bool(first_occurrences(pa.array(values)).all())
+            except pytest.fail.Exception:
+                return False
+
+    assert proven(counters) and proven(padded)
+    with monkeypatch.context() as patched:
         patched.setattr("curate.core.columns.pc.sort_indices", lambda *a, **k: pytest.fail("sorted"))
-        assert first_occurrences(pa.array(counters)).all()
+        assert first_occurrences(pa.chunked_array([pa.array(counters[:500]), pa.array(counters[500:])])).all()
+    assert not proven(per_file)
+    assert not proven(counters[:20] + ["r9"])  # a repeat further on
+    assert not proven(["r1", "r2", "r2"])  # equal neighbours
+    assert not proven(["r1", None, "r3"])
+    assert proven(["r10", "r9"])  # increasing bytes, whatever the lengths
+    assert not proven(["r9", "r10", "r2"])  # neither order holds throughout
+    assert not proven(["b1", "a2"])  # same length, bytes decrease
     sorted_sizes: list[int] = []
     sort_indices = pc.sort_indices
     with monkeypatch.context() as patched:  # ids in random order are hashed; only those sharing a hash are sorted
