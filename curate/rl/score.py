@@ -35,10 +35,13 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.validate import configure
 from curate.rl.config import ScoreConfig
-from curate.executors import Executor, run_stage
+from curate.executors import Executor, pending, run_stage
 from curate.core.io import write_parquet
-from curate.core.records import BadRecord, Part, iter_rows, read_records, split_file
+from curate.core.lock import out_lock
+from curate.core.records import Part, iter_rows, split_file
 from curate.core.remote import remote_out
+from curate.core.remote_sync import push_files
+from curate.rl.golds import GOLDS_FILE, SCORED_FIELDS, load_golds, load_records, write_golds  # noqa: F401
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats, finish_stage, run_header
 
@@ -49,32 +52,17 @@ UNKNOWN_SOURCE = "(unknown)"
 _BATCH = 1024
 
 
-#: What scoring reads of a record (:func:`curate.rewards.registry` plans, the per-source counts); each worker
-#: holds only these, never the images or the prompt text, so its memory follows the golds, not the records.
-SCORED_FIELDS = ("id", "source", "answer", "answer_type", "prompt_type", "reward")
-
-
-def load_records(paths: Sequence[str | os.PathLike[str]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Records by id (only :data:`SCORED_FIELDS`), and the ids of rows that could not be read with their reason."""
-    by_id: dict[str, dict[str, Any]] = {}
-    bad: dict[str, str] = {}
-    for rec in read_records(paths):
-        if isinstance(rec, BadRecord):
-            bad[rec.id] = rec.reason
-        else:
-            by_id[rec["id"]] = {k: rec[k] for k in SCORED_FIELDS if k in rec}
-    return by_id, bad
-
-
 class ScoreTask(ShardTask):
     """Scores one shard of a responses file (``shard.parts`` are row ranges of it)."""
 
     stage = "score"
     unit = "responses"
+    reads_out = (GOLDS_FILE,)  # written by the driver before the shards run (curate.rl.golds)
 
-    def __init__(self, records: Sequence[str], *, progress: float | None = None) -> None:
+    def __init__(self, records: Sequence[str], *, progress: float | None = None, golds: str | None = None) -> None:
         self.records = [str(p) for p in records]
         self.progress = progress
+        self.golds = golds  # the run's golds file; None: each worker reads the records itself
         self._by_id: dict[str, dict[str, Any]] | None = None
         self._bad: dict[str, str] = {}
 
@@ -86,12 +74,12 @@ class ScoreTask(ShardTask):
         return {"records": self.records, "progress": self.progress}
 
     def setup(self) -> None:
-        """Start the verifier pool (in the background) and load the records, once per worker."""
+        """Start the verifier pool (in the background) and load the golds, once per worker."""
         if self._by_id is None:
             from curate.rewards import warm_up
 
-            warm_up()  # first: the pool's factory imports math-verify while the records load
-            self._by_id, self._bad = load_records(self.records)
+            warm_up()  # first: the pool's factory imports math-verify while the golds load
+            self._by_id, self._bad = load_golds(self.golds) if self.golds else load_records(self.records)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Score the shard's responses; write ``scores/<shard>.parquet``."""
@@ -242,8 +230,13 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
     records, responses, out = config.records, config.responses, Path(config.out)
     progress, seed, shard_size = config.progress, config.seed, config.shard_size
     shards = plan_response_shards(responses, shard_size)
-    task = ScoreTask([str(Path(p).resolve()) for p in records], progress=progress)
-    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
+    task = ScoreTask([str(Path(p).resolve()) for p in records], progress=progress, golds=str(out / GOLDS_FILE))
+    with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
+        if pending(task, shards, out):  # the records are read once here, not once per worker
+            write_golds(task.records, out / GOLDS_FILE)
+            push_files(out, [GOLDS_FILE])  # --out in a bucket: workers on other nodes fetch it (reads_out)
+        stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
+        (out / GOLDS_FILE).unlink(missing_ok=True)
     tables = [pq.read_table(out / "scores" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     # number the samples of each id in file order where the file gives none

@@ -1,0 +1,95 @@
+"""What scoring needs of the RL records (the golds), read once by the driver and shared with every worker.
+
+``curate score`` may run many workers, and each needs every record's answer (a response
+names its prompt by id). Records can be large (images embedded in Parquet, prompts), so
+the driver reads them once and keeps, per row in record order, the id, the fields of
+:data:`SCORED_FIELDS` and, for a row that is not a record, the reader's reason, in an
+Arrow IPC file in ``OUT`` (:data:`GOLDS_FILE`, written a batch at a time). Workers load
+that file instead of reading the records again: the same dictionaries as reading the
+records, at a fraction of the bytes and parsing.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from curate.core.io import atomic_path
+from curate.core.records import BadRecord, read_records
+
+#: What scoring reads of a record (:func:`curate.rewards.registry` plans, the per-source counts); each worker
+#: holds only these, never the images or the prompt text, so its memory follows the golds, not the records.
+SCORED_FIELDS = ("id", "source", "answer", "answer_type", "prompt_type", "reward")
+#: The golds of a run, relative to ``OUT``.
+GOLDS_FILE = "_golds.arrow"
+_SCHEMA = pa.schema([("id", pa.string()), ("fields", pa.binary()), ("bad", pa.string())])
+_BATCH = 65536
+
+Golds = tuple[dict[str, dict[str, Any]], dict[str, str]]
+
+
+def _rows(paths: Sequence[str | os.PathLike[str]]) -> Iterator[tuple[str, dict[str, Any] | None, str | None]]:
+    """``(id, scored fields, None)`` for each record and ``(id, None, reason)`` for each row that is not one."""
+    for rec in read_records(paths):
+        if isinstance(rec, BadRecord):
+            yield rec.id, None, rec.reason
+        else:
+            yield rec["id"], {k: rec[k] for k in SCORED_FIELDS if k in rec}, None
+
+
+def _add(golds: Golds, rid: str, fields: dict[str, Any] | None, reason: str | None) -> None:
+    by_id, bad = golds
+    if reason is None:
+        by_id[rid] = fields or {}
+    else:
+        bad[rid] = reason
+
+
+def load_records(paths: Sequence[str | os.PathLike[str]]) -> Golds:
+    """Records by id (only :data:`SCORED_FIELDS`), and the ids of rows that could not be read with their reason
+    (a later row of an id replaces an earlier one)."""
+    golds: Golds = ({}, {})
+    for row in _rows(paths):
+        _add(golds, *row)
+    return golds
+
+
+def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str]) -> int:
+    """Read the records once and write their golds to ``target`` (atomically); returns the rows written."""
+    rows = 0
+    with atomic_path(target) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+        batch: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+
+        def flush() -> None:
+            writer.write_batch(pa.record_batch([pa.array(c, t.type) for c, t in zip(batch, _SCHEMA)], schema=_SCHEMA))
+            for column in batch:
+                column.clear()
+
+        for rid, fields, reason in _rows(paths):
+            batch[0].append(rid)
+            batch[1].append(None if fields is None else pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
+            batch[2].append(reason)
+            rows += 1
+            if len(batch[0]) >= _BATCH:
+                flush()
+        if batch[0] or not rows:
+            flush()
+    return rows
+
+
+def load_golds(path: str | os.PathLike[str]) -> Golds:
+    """The golds written by :func:`write_golds`: the same two dictionaries as :func:`load_records`."""
+    golds: Golds = ({}, {})
+    with pa.memory_map(str(Path(path))) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            ids, blobs, reasons = (batch.column(j).to_pylist() for j in range(3))
+            for rid, blob, reason in zip(ids, blobs, reasons):
+                _add(golds, rid, None if blob is None else pickle.loads(blob), reason)
+    return golds

@@ -1,0 +1,61 @@
+"""The golds file: what score workers load instead of reading the records again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from curate.rl.golds import GOLDS_FILE, load_golds, load_records, write_golds
+from curate.rl.score import ScoreTask, score
+
+
+def _records(tmp_path: Path) -> Path:
+    rows = [{"id": "a", "source": "s1", "problem": "1+1?", "answer": "2", "answer_type": "number"},
+            {"id": "b", "source": "s2", "problem": "box?", "answer": ["2", "two"], "answer_type": "number"},
+            {"id": "a", "source": "s1", "problem": "again", "answer": "3", "answer_type": "number"}]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{not json\n")
+    return path
+
+
+def test_golds_file_gives_the_same_dictionaries_as_the_records(sample_data, tmp_path) -> None:
+    for paths in ([sample_data / "rl" / "prompts.jsonl"], [_records(tmp_path)]):
+        target = tmp_path / "g" / GOLDS_FILE
+        rows = write_golds(paths, target)
+        by_id, bad = load_golds(target)
+        assert (by_id, bad) == load_records(paths)
+        assert rows == len(by_id) + len(bad) + (1 if paths[0].parent == tmp_path else 0)  # one id twice
+    assert by_id["a"]["answer"] == "3" and by_id["b"]["answer"] == ["2", "two"] and len(bad) == 1
+
+
+def test_empty_records_give_an_empty_golds_file(tmp_path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert write_golds([empty], tmp_path / GOLDS_FILE) == 0
+    assert load_golds(tmp_path / GOLDS_FILE) == ({}, {})
+
+
+def test_workers_load_the_golds_not_the_records(tmp_path) -> None:
+    """A task given the golds never opens the records: scoring works with the record file gone."""
+    records = _records(tmp_path)
+    write_golds([records], tmp_path / GOLDS_FILE)
+    task = ScoreTask([str(tmp_path / "gone.jsonl")], golds=str(tmp_path / GOLDS_FILE))
+    task.setup()
+    assert task._by_id == load_records([records])[0]
+
+
+def test_score_with_two_workers_equals_one_and_cleans_up(sample_data, tmp_path) -> None:
+    """Two forked workers load the golds the driver wrote: the same scores as one process; no golds left."""
+    from curate.executors import get_executor
+
+    prompts = sample_data / "rl" / "prompts.jsonl"
+    rec = [json.loads(line) for line in prompts.read_text().splitlines()][:12]
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("\n".join(json.dumps({"id": r["id"], "response": "<answer>0</answer>"}) for r in rec) + "\n")
+    one = score([prompts], responses, tmp_path / "one", shard_size=4)
+    two = score([prompts], responses, tmp_path / "two", shard_size=4, executor=get_executor("local", workers=2))
+    assert one["scored"] == two["scored"] == len(rec)
+    assert pq.read_table(tmp_path / "one" / "scores.parquet").equals(pq.read_table(tmp_path / "two" / "scores.parquet"))
+    assert not (tmp_path / "one" / GOLDS_FILE).exists() and not (tmp_path / "two" / GOLDS_FILE).exists()
