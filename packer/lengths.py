@@ -29,8 +29,9 @@ a new mtime, would fool or miss) and far cheaper than a hash of the whole file.
 The saving is the text: rendering and tokenizing, the bulk of the counting time.
 A fixed, seeded number of records (``verify_sample``, spread over the shards in
 proportion to their sizes; see :meth:`LengthsTask.choose_verified`) is also run
-through the full processor; any disagreement stops the run with a message naming
-the record. The older ``verify_fraction`` (a share of every shard) still works,
+through the full processor (its pixel values neither rescaled nor normalised: that
+changes no count, see :meth:`~packer.tokens.TokenCounter.count_exact`); any
+disagreement stops the run with a message naming the record. The older ``verify_fraction`` (a share of every shard) still works,
 but at 85M records 1% is 850K processor runs: prefer a fixed sample.
 """
 

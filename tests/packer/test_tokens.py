@@ -63,3 +63,19 @@ def test_fingerprint_tracks_pixel_bounds(tiny_processor_dir) -> None:
 def test_extreme_aspect_ratio_is_reported(counter: TokenCounter) -> None:
     with pytest.raises(ValueError):
         counter.image_grid(10, 5000)
+
+
+def test_check_skips_only_pixel_arithmetic(counter: TokenCounter) -> None:
+    """The full processor's check runs without rescaling or normalising pixels: its ids and grids equal a default
+    run of the processor (which does both) at every size, small, large and narrow."""
+    assert counter.pixel_kwargs == {"do_rescale": False, "do_normalize": False}
+    messages = CONVERSATIONS[0]
+    text = counter.render(messages)
+    for size in [(90, 60), (28, 28), (1500, 1100), (3000, 120), (57, 1003)]:
+        image = Image.new("RGB", size, (30, 100, 200))
+        full = counter.processor(text=[text], images=[image], return_tensors="np")
+        exact, grids = counter.count_exact(messages, [image])
+        assert exact == full["input_ids"].shape[1] and grids == full["image_grid_thw"].tolist()
+        skipped = counter.processor(text=[text], images=[image], return_tensors="np", **counter.pixel_kwargs)
+        assert skipped["pixel_values"].dtype != full["pixel_values"].dtype or \
+            not (skipped["pixel_values"] == full["pixel_values"]).all()  # the arithmetic was indeed skipped
