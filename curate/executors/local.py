@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing as mp
 import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,26 @@ from curate.core.shards import Shard, ShardTask, execute_shard
 from curate.core.threads import available_cpus, cap_threads, task_threads, thread_env, torch_threads, worker_cpus
 
 _WORKER_TASK: ShardTask | None = None
+
+
+@contextlib.contextmanager
+def _frozen_heap(ctx: Any) -> Iterator[None]:
+    """With fork, keep the driver's objects out of the workers' garbage collections (``gc.freeze``).
+
+    A forked worker starts with every object of the driver (a loaded processor: torch,
+    transformers, millions of objects). Each full collection in the worker would walk them
+    all, and touching them copies the pages the two processes share. Frozen, they are
+    never walked; the driver's collector gets them back once the pool is done.
+    """
+    if ctx.get_start_method() != "fork":
+        yield
+        return
+    gc.collect()  # garbage is freed, not frozen
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _init_worker(task: ShardTask) -> None:
@@ -85,8 +107,9 @@ class LocalExecutor(Executor):
         method = getattr(task, "start_method", "spawn")  # spawn unless a task is safe to fork
         ctx = mp.get_context(method if method != "fork" or sys.platform == "linux" else "spawn")  # fork: Linux only
         size = min(self.workers, len(todo))
-        with thread_env(task_threads(task)), worker_cpus(available_cpus() // size), ProcessPoolExecutor(
-                max_workers=size, mp_context=ctx, initializer=_init_worker, initargs=(task,)) as pool:
+        with thread_env(task_threads(task)), worker_cpus(available_cpus() // size), _frozen_heap(ctx), \
+                ProcessPoolExecutor(max_workers=size, mp_context=ctx, initializer=_init_worker,
+                                    initargs=(task,)) as pool:
             # Every shard is queued, and with fork every worker started, before the progress bar starts its
             # refresh thread: a forked worker never inherits a lock that thread held (e.g. on stderr).
             futures: dict[Future, Shard] = {pool.submit(_run_in_worker, s, str(out), seed): s for s in todo}

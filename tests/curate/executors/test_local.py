@@ -70,3 +70,45 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+FROZEN = textwrap.dedent("""
+    import gc, json, os, sys
+    from pathlib import Path
+    from curate.core.shards import Shard, ShardTask
+    from curate.core.stats import StageStats
+    from curate.executors import get_executor, run_stage
+
+    class Frozen(ShardTask):
+        stage = "frozen"
+        start_method = sys.argv[2]
+        def run(self, shard, work, ctx):
+            stats = StageStats()
+            stats.extra["frozen"] = gc.get_freeze_count()
+            return stats
+
+    if __name__ == "__main__":
+        kept = [[i] for i in range(50_000)]  # the driver's heap, as a loaded processor makes it
+        shards = [Shard(i, meta=(i,), size=1) for i in range(4)]
+        stats = run_stage(Frozen(), shards, Path(sys.argv[1]), executor=get_executor("local", workers=2))
+        print(json.dumps({"workers": stats.extra["frozen"], "driver_after": gc.get_freeze_count()}))
+""")
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_forked_workers_never_collect_the_drivers_objects(tmp_path: Path, start_method: str) -> None:
+    """Forked workers start with the driver's objects frozen (out of every collection); spawned ones have none to
+    freeze; the driver's collector gets its objects back when the pool ends."""
+    script = tmp_path / "driver.py"
+    script.write_text(FROZEN)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "out"), start_method], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    if start_method == "fork":
+        assert seen["workers"] >= 4 * 50_000  # summed over the 4 shards: each worker saw the heap frozen
+    else:
+        assert seen["workers"] == 0
+    assert seen["driver_after"] == 0
