@@ -34,8 +34,7 @@ def _frozen_heap(ctx: Any) -> Iterator[None]:
     if ctx.get_start_method() != "fork":
         yield
         return
-    gc.collect()  # garbage is freed, not frozen
-    gc.freeze()
+    gc.freeze()  # (no collection first: it would walk the whole heap; garbage frozen here is collected once unfrozen)
     try:
         yield
     finally:
