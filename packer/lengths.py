@@ -195,8 +195,8 @@ class LengthsTask(ShardTask):
             known = self._reused or {}
             fresh = [p for p in pending if p["text_key"] not in known]
             with stats.timer("tokenize"):
-                ids = self.counter.text_ids([p["text"] for p in fresh]) if fresh else []
-                counted = {id(p): len(i) for p, i in zip(fresh, ids)}
+                lengths = self.counter.text_lengths([p["text"] for p in fresh]) if fresh else []
+                counted = {id(p): n for p, n in zip(fresh, lengths)}
             stats.extra["text_counts_reused"] = stats.extra.get("text_counts_reused", 0) + len(pending) - len(fresh)
             for item in pending:
                 n_text = counted[id(item)] if id(item) in counted else known[item["text_key"]]

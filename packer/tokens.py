@@ -26,8 +26,15 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.records import IMAGE_TOKEN
+from packer.text_counts import PieceCounter
 
 IGNORE_INDEX = -100
+#: Texts on which counting piece by piece must agree with the whole text's ids before it is used: spaces,
+#: newlines and combining marks next to special tokens, special tokens side by side or cut short, CJK text.
+PROBE_TEXTS = ["<|im_start|>user\nHello, world! 你好<|im_end|>\n", " <|im_end|> ", "\n\n<|im_start|>\n\n",
+               "e<|im_end|>\u0301x", "a  <|image_pad|><|image_pad|>  b", "<|im_start|><|im_start|>", "<|im_end", "",
+               "plain text, no special token at all", "你好<|vision_start|><|image_pad|><|vision_end|>世界 ",
+               "<|im_start|>assistant\n<think>\n\n</think>\n\n answer<|im_end|>"]
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,9 @@ class TokenCounter:
         if self._backend is not None and self.text_ids([probe_text])[0] != self.tokenizer(
                 [probe_text], add_special_tokens=False)["input_ids"][0]:
             self._backend = None  # the fast path must give the tokenizer's own ids
+        self._pieces = PieceCounter.of(self._backend) if self._backend is not None else None
+        if self._pieces is not None and self._pieces.lengths(PROBE_TEXTS) != [len(i) for i in self.text_ids(PROBE_TEXTS)]:
+            self._pieces = None  # counting piece by piece must give the whole text's count
         self.fingerprint = self._fingerprint()
         self.text_fingerprint = self._text_fingerprint()
 
@@ -192,6 +202,13 @@ class TokenCounter:
     def render_reference(self, messages: list[dict[str, str]]) -> str:
         """The processor's own ``apply_chat_template`` text (slow; for checks)."""
         return self.processor.apply_chat_template(to_template_messages(messages), tokenize=False)
+
+    def text_lengths(self, texts: list[str]) -> list[int]:
+        """Number of token ids of rendered texts (``len`` of :meth:`text_ids`), each piece between special tokens
+        tokenised once per run (:mod:`packer.text_counts`) where the tokenizer allows it."""
+        if self._pieces is not None:
+            return self._pieces.lengths(texts)
+        return [len(ids) for ids in self.text_ids(texts)]
 
     def text_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids of rendered texts (no special tokens added beyond the template's)."""
