@@ -103,6 +103,29 @@ def to_template_messages(messages: list[dict[str, str]]) -> list[dict[str, Any]]
     return [{"role": m["role"], "content": _split_images(m["content"])} for m in messages]
 
 
+#: Conversations on which the direct renderer must agree with transformers' ``render_jinja_template``.
+PROBE_CHATS = [[{"role": "user", "content": "<image>\nDescribe the image."}, {"role": "assistant", "content": "A cat."}],
+               [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "<image><image> 比较 "},
+                {"role": "assistant", "content": "  "}, {"role": "user", "content": "Why?"}]]
+
+
+def _direct_renderer(chat_template: str, variables: dict[str, Any]) -> Any:
+    """``render(chat, add_generation_prompt)`` with transformers' compiled template and its variables made plain
+    once, not per call (what ``render_jinja_template`` does for plain messages and no tools or documents);
+    None where this transformers has no such helpers."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template, _plain_template_data
+        compiled, plain = _compile_jinja_template(chat_template), _plain_template_data(variables)
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+    def render(chat: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return compiled.render(messages=chat, tools=None, documents=None, add_generation_prompt=add_generation_prompt,
+                               **plain)
+
+    return render
+
+
 class TokenCounter:
     """Counts tokens and builds token ids exactly as a transformers processor would.
 
@@ -151,6 +174,10 @@ class TokenCounter:
         if self.image_token and self.image_token_id is None:
             self.image_token_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
         self._template_vars = dict(getattr(self.tokenizer, "special_tokens_map", {}) or {})
+        self._direct = _direct_renderer(self.chat_template, self._template_vars)
+        if self._direct is not None and any(self._direct(chat, gen) != self._render_whole(chat, gen)
+                                            for chat in map(to_template_messages, PROBE_CHATS) for gen in (False, True)):
+            self._direct = None  # the compiled template must render what render_jinja_template renders
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         probe_text = "<|im_start|>user\nHello, world! 你好<|im_end|>\n"
         if self._backend is not None and self.text_ids([probe_text])[0] != self.tokenizer(
@@ -192,10 +219,15 @@ class TokenCounter:
         as ``processor.apply_chat_template`` (checked by :meth:`render_reference`
         on verified records), without the per-call overhead of the processor.
         """
+        chat = to_template_messages(messages)
+        if self._direct is not None:
+            return self._direct(chat, add_generation_prompt)
+        return self._render_whole(chat, add_generation_prompt)
+
+    def _render_whole(self, chat: list[dict[str, Any]], add_generation_prompt: bool) -> str:
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        rendered, _ = render_jinja_template(conversations=[to_template_messages(messages)],
-                                            chat_template=self.chat_template,
+        rendered, _ = render_jinja_template(conversations=[chat], chat_template=self.chat_template,
                                             add_generation_prompt=add_generation_prompt, **self._template_vars)
         return rendered[0]
 

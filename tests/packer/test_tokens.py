@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer.tokens import IGNORE_INDEX, TokenCounter
+from packer.tokens import IGNORE_INDEX, TokenCounter, to_template_messages
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +79,14 @@ def test_check_skips_only_pixel_arithmetic(counter: TokenCounter) -> None:
         skipped = counter.processor(text=[text], images=[image], return_tensors="np", **counter.pixel_kwargs)
         assert skipped["pixel_values"].dtype != full["pixel_values"].dtype or \
             not (skipped["pixel_values"] == full["pixel_values"]).all()  # the arithmetic was indeed skipped
+
+
+def test_direct_render_equals_transformers_renderer(counter: TokenCounter) -> None:
+    """The compiled template rendered directly gives render_jinja_template's text, with and without a generation
+    prompt, for every conversation of these tests."""
+    assert counter._direct is not None
+    for messages in CONVERSATIONS:
+        chat = to_template_messages(messages)
+        for gen in (False, True):
+            assert counter._direct(chat, gen) == counter._render_whole(chat, gen)
+            assert counter.render(messages, add_generation_prompt=gen) == counter._render_whole(chat, gen)
