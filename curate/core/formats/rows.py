@@ -17,6 +17,7 @@ A column that holds something no layout reads as an image is never ignored: the 
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -45,15 +46,23 @@ def looks_like_image(data: bytes) -> bool:
 
 
 def _resolve(path: str, base_dir: Path | str) -> str:
+    """An image path as the record gives it, made absolute against the record file's folder (URLs as given)."""
     if is_url(path):
         return path
-    path = str(as_path(path))  # a file:// URL is a local path
-    if os.path.isabs(path):
-        return path
-    base = str(base_dir)
+    if path.startswith("file://") or os.path.isabs(path):
+        path = str(as_path(path))  # a file:// URL is a local path
+        if os.path.isabs(path):
+            return path
+    base = _base(str(base_dir))
     if is_url(base):
-        return base.rstrip("/") + "/" + path
-    return os.path.normpath(os.path.join(str(as_path(base)), path))
+        return base.rstrip("/") + "/" + str(Path(path))
+    return os.path.normpath(os.path.join(base, path))  # normpath does what Path() would to the relative part
+
+
+@functools.lru_cache(maxsize=64)
+def _base(base_dir: str) -> str:
+    """A record file's folder as text (one per input file, so made once)."""
+    return base_dir if is_url(base_dir) else str(as_path(base_dir))
 
 
 def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
