@@ -229,6 +229,17 @@ def push_files(out: Path, files: Sequence[str]) -> None:
         fs.put_file(str(out / rel), f"{inner}/{rel}")
 
 
+def drop_files(out: Path, files: Sequence[str]) -> None:
+    """Delete files of a staging folder's bucket that the run no longer needs (no-op for an ordinary folder)."""
+    url = url_of(out)
+    if url is None:
+        return
+    fs, inner = remote_fs(url)
+    for rel in files:
+        if fs.exists(f"{inner}/{rel}"):
+            fs.rm_file(f"{inner}/{rel}")
+
+
 def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
     """Upload one finished shard of a staging folder: its files, then its marker (no-op elsewhere)."""
     push_files(out, [*files, marker.relative_to(out).as_posix()])

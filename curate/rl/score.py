@@ -40,7 +40,7 @@ from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.records import Part, iter_rows, split_file
 from curate.core.remote import remote_out
-from curate.core.remote_sync import push_files
+from curate.core.remote_sync import drop_files, push_files
 from curate.rl.golds import GOLDS_FILE, SCORED_FIELDS, load_golds, load_records, write_golds  # noqa: F401
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats, finish_stage, run_header
@@ -236,7 +236,8 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
             write_golds(task.records, out / GOLDS_FILE)
             push_files(out, [GOLDS_FILE])  # --out in a bucket: workers on other nodes fetch it (reads_out)
         stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
-        (out / GOLDS_FILE).unlink(missing_ok=True)
+        (out / GOLDS_FILE).unlink(missing_ok=True)  # the workers' copy of the records is done with
+        drop_files(out, [GOLDS_FILE])
     tables = [pq.read_table(out / "scores" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     # number the samples of each id in file order where the file gives none

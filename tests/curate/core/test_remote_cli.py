@@ -99,6 +99,7 @@ def test_pack_score_and_balance_write_into_a_bucket_through_the_cli(
     assert any(k.startswith("shards/") for k in packed) and packed == _local(tmp_path / "packed", PACKED)
     scored = _objects(f"{bucket}/scored", SCORED)
     assert "scores.parquet" in scored and scored == _local(tmp_path / "scored", SCORED)
+    assert not _fs().exists(f"{bucket[5:]}/scored/_golds.arrow")  # the workers' golds: pushed for them, then gone
     assert _fs().exists(f"{bucket[5:]}/bal/selection.parquet") and _fs().exists(f"{bucket[5:]}/bal/records/hf.parquet")
     for prefix in ("packed", "scored", "bal"):
         _check_order(puts, f"{bucket}/{prefix}")
