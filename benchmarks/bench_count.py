@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/bench_count.py            # 100K records, --workers 2
     python benchmarks/bench_count.py --quick    # 20K records
+    python benchmarks/bench_count.py --repeat 3 # three interleaved rounds; ratios of the medians
 
 Writes N seeded records (1 image each, from a pool of 64 JPEGs of 64 to 1,600 px
 per side, captions of varied length) and counts them twice with ``curate pack
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of the runs, interleaved (ratios of the medians; each round's ratio printed too)")
     ap.add_argument("--baseline-rev", default="3ed208c^",
                     help="the code before issue 14 (default: the parent of the commit that brought --verify-sample)")
     args = ap.parse_args(argv)
@@ -113,20 +117,24 @@ def main(argv: list[str] | None = None) -> None:
             runs.insert(0, ("before", ["--verify-fraction", "0.01"], {}, before))
         else:
             print(f"  before: skipped (git archive {args.baseline_rev} failed: a shallow clone?)")
-        rates = {}
-        for name, flags, env, tree in runs:
-            t0 = time.perf_counter()
-            stats = count(records, processor, tmp / name, args.workers, flags, env, tree)
-            seconds = stats["timings"]["lengths"]
-            rates[name] = n / seconds
-            where = f" [code of {args.baseline_rev}]" if tree != ROOT else ""
-            print(f"  {name}{where}: {' '.join(flags)} {env or ''}: count {seconds:.1f} s = {rates[name]:,.0f} "
-                  f"records/s, {stats.get('verified_records', 0):,} records checked by the processor "
-                  f"(process {time.perf_counter() - t0:.1f} s)")
-        print(f"  ratio new / old records/s: {rates['new'] / rates['old']:.2f}x  (the thread caps alone)")
+        seconds: dict[str, list[float]] = {name: [] for name, *_ in runs}
+        for round_no in range(args.repeat):  # rounds of the runs, so a change of the machine's speed hits them alike
+            for name, flags, env, tree in runs:
+                t0 = time.perf_counter()
+                stats = count(records, processor, tmp / f"{name}-{round_no}", args.workers, flags, env, tree)
+                took = stats["timings"]["lengths"]
+                seconds[name].append(took)
+                where = f" [code of {args.baseline_rev}]" if tree != ROOT else ""
+                print(f"  {name}{where}: {' '.join(flags)} {env or ''}: count {took:.1f} s = {n / took:,.0f} "
+                      f"records/s, {stats.get('verified_records', 0):,} records checked by the processor "
+                      f"(process {time.perf_counter() - t0:.1f} s)")
+            if args.repeat > 1 and "before" in seconds:
+                print(f"  round {round_no + 1}: new / before {seconds['before'][-1] / seconds['new'][-1]:.2f}x")
+        rates = {name: n / statistics.median(took) for name, took in seconds.items()}
+        of = " (medians)" if args.repeat > 1 else ""
+        print(f"  ratio new / old records/s{of}: {rates['new'] / rates['old']:.2f}x  (the thread caps alone)")
         if "before" in rates:
-            print(f"  ratio new / before records/s: {rates['new'] / rates['before']:.2f}x  (target >= 2x today's)")
-
+            print(f"  ratio new / before records/s{of}: {rates['new'] / rates['before']:.2f}x  (target >= 2x today's)")
 
 if __name__ == "__main__":
     main()
