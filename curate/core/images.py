@@ -338,7 +338,7 @@ def _decode(data: bytes | _ViewFile, max_pixels: int, label: str) -> Image.Image
     img = _open(data, max_pixels, label) if isinstance(data, bytes) else _pil_open(data, max_pixels, label)
     try:
         img.load()
-        img = ImageOps.exif_transpose(img) or img
+        ImageOps.exif_transpose(img, in_place=True)  # upright, without a copy of an image that already is
         return _to_rgb(img)
     except Image.DecompressionBombError as exc:
         raise ImageError("decompression_bomb", f"{label}: {exc}") from None

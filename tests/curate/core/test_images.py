@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from curate.core.images import ImageError, decode, probe
 
@@ -51,6 +51,8 @@ def test_exif_orientation_gives_displayed_size(tmp_path: Path, photo: Image.Imag
     path.write_bytes(jpeg_bytes(photo, exif=exif.tobytes()))
     assert (probe(path).width, probe(path).height) == displayed
     assert decode(path).size == displayed
+    with Image.open(path) as stored:  # the same pixels as Pillow's own upright copy
+        assert np.array_equal(np.asarray(decode(path)), np.asarray(ImageOps.exif_transpose(stored).convert("RGB")))
 
 
 def test_defects_have_stable_reasons(tmp_path: Path, photo: Image.Image) -> None:
