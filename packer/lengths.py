@@ -50,6 +50,7 @@ from curate.core.errors import UserError
 from curate.core.formats.refs import ImageAt
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
 from curate.core.io import write_parquet
+from curate.core.malloc import keep_freed_memory
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
@@ -160,6 +161,7 @@ class LengthsTask(ShardTask):
 
     def setup(self) -> None:
         """Load the processor once per worker."""
+        keep_freed_memory()  # the check's image buffers are reused, not faulted in again for every record
         if self.counter is None:
             self.counter = TokenCounter(self.processor_spec, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
                                         trust_remote_code=self.trust_remote_code)
