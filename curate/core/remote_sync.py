@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -219,25 +219,27 @@ def fetch_marker(out: Path, rel: str) -> None:
         get_file(fs, f"{inner}/{rel}", out / rel)
 
 
-def push_files(out: Path, files: Sequence[str]) -> None:
-    """Upload files of a staging folder, in the order given (no-op for an ordinary folder)."""
+def _each_remote(out: Path, files: Sequence[str]) -> Iterator[tuple[Any, str, str]]:
+    """``(filesystem, remote path, relative path)`` of each file of a staging folder (none for an ordinary folder)."""
     url = url_of(out)
     if url is None:
         return
     fs, inner = remote_fs(url)
     for rel in files:
-        fs.put_file(str(out / rel), f"{inner}/{rel}")
+        yield fs, f"{inner}/{rel}", rel
+
+
+def push_files(out: Path, files: Sequence[str]) -> None:
+    """Upload files of a staging folder, in the order given (no-op for an ordinary folder)."""
+    for fs, remote, rel in _each_remote(out, files):
+        fs.put_file(str(out / rel), remote)
 
 
 def drop_files(out: Path, files: Sequence[str]) -> None:
     """Delete files of a staging folder's bucket that the run no longer needs (no-op for an ordinary folder)."""
-    url = url_of(out)
-    if url is None:
-        return
-    fs, inner = remote_fs(url)
-    for rel in files:
-        if fs.exists(f"{inner}/{rel}"):
-            fs.rm_file(f"{inner}/{rel}")
+    for fs, remote, _ in _each_remote(out, files):
+        if fs.exists(remote):
+            fs.rm_file(remote)
 
 
 def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
