@@ -31,8 +31,9 @@ A fixed, seeded number of records (``verify_sample``, spread over the shards in
 proportion to their sizes; see :meth:`LengthsTask.choose_verified`) is also run
 through the full processor (its pixel values neither rescaled nor normalised: that
 changes no count, see :meth:`~packer.tokens.TokenCounter.count_exact`); any
-disagreement stops the run with a message naming the record. The older ``verify_fraction`` (a share of every shard) still works,
-but at 85M records 1% is 850K processor runs: prefer a fixed sample.
+disagreement stops the run with a message naming the record. The older
+``verify_fraction`` (a share of every shard) still works, but at 85M records 1% is
+850K processor runs: prefer a fixed sample.
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ class PieceCounter:
     """Counts tokens of texts piece by piece (see the module docstring)."""
 
     def __init__(self, backend: Any, added: list[str]) -> None:
-        self._backend = backend
         self._encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
         # longest first: at one place the alternation takes the first that matches, i.e. the longest
         self._split = re.compile("(" + "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True)) + ")")

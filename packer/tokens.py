@@ -29,8 +29,9 @@ from curate.core.records import IMAGE_TOKEN
 from packer.text_counts import PieceCounter
 
 IGNORE_INDEX = -100
-#: Texts on which counting piece by piece must agree with the whole text's ids before it is used: spaces,
-#: newlines and combining marks next to special tokens, special tokens side by side or cut short, CJK text.
+#: Texts on which the fast paths (the backend tokenizer, counting piece by piece) must agree with the tokenizer
+#: before they are used: spaces, newlines and combining marks next to special tokens, special tokens side by side
+#: or cut short, CJK text.
 PROBE_TEXTS = ["<|im_start|>user\nHello, world! 你好<|im_end|>\n", " <|im_end|> ", "\n\n<|im_start|>\n\n",
                "e<|im_end|>\u0301x", "a  <|image_pad|><|image_pad|>  b", "<|im_start|><|im_start|>", "<|im_end", "",
                "plain text, no special token at all", "你好<|vision_start|><|image_pad|><|vision_end|>世界 ",
@@ -179,13 +180,15 @@ class TokenCounter:
                                             for chat in map(to_template_messages, PROBE_CHATS) for gen in (False, True)):
             self._direct = None  # the compiled template must render what render_jinja_template renders
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        probe_text = "<|im_start|>user\nHello, world! 你好<|im_end|>\n"
-        if self._backend is not None and self.text_ids([probe_text])[0] != self.tokenizer(
-                [probe_text], add_special_tokens=False)["input_ids"][0]:
-            self._backend = None  # the fast path must give the tokenizer's own ids
-        self._pieces = PieceCounter.of(self._backend) if self._backend is not None else None
-        if self._pieces is not None and self._pieces.lengths(PROBE_TEXTS) != [len(i) for i in self.text_ids(PROBE_TEXTS)]:
-            self._pieces = None  # counting piece by piece must give the whole text's count
+        self._pieces = None
+        if self._backend is not None:
+            whole = self.tokenizer(PROBE_TEXTS, add_special_tokens=False)["input_ids"]
+            if self.text_ids(PROBE_TEXTS) != whole:
+                self._backend = None  # the fast path must give the tokenizer's own ids
+            else:
+                self._pieces = PieceCounter.of(self._backend)
+                if self._pieces is not None and self._pieces.lengths(PROBE_TEXTS) != [len(ids) for ids in whole]:
+                    self._pieces = None  # counting piece by piece must give the whole text's count
         self.fingerprint = self._fingerprint()
         self.text_fingerprint = self._text_fingerprint()
 

@@ -114,10 +114,11 @@ def first_occurrences(ids: pa.Array | pa.ChunkedArray, block: int = 1 << 20) -> 
     if not any(check(ids.type) for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
                                              pa.types.is_large_binary)):
         ids = ids.cast(pa.string())  # e.g. integer ids: compared and hashed as their text
-    descents = _descents(ids)
+    less = _less_than_next(ids)
+    descents = len(less) - int(pc.sum(less).as_py() or 0) if n > 1 else 0
     if descents > n // SORT_RUNS:  # no order to speak of (increasing lengths would not descend so often)
         return _first_by_hash(ids, block)
-    if descents == 0 or _ordered_by_length(ids):
+    if descents == 0 or _ordered_by_length(ids, less):
         return np.ones(n, dtype=bool)  # no id can repeat
     return _first_by_sort(as_array(ids), block)  # one copy: a take from chunks would join them on every block
 
@@ -125,8 +126,6 @@ def first_occurrences(ids: pa.Array | pa.ChunkedArray, block: int = 1 << 20) -> 
 def _first_by_sort(ids: pa.Array, block: int) -> np.ndarray:
     n = len(ids)
     keep = np.ones(n, dtype=bool)
-    if n < 2:
-        return keep
     order = as_array(pc.sort_indices(ids))  # stable: equal ids keep their input order
     for lo in range(0, n - 1, block):
         ordered = ids.take(order.slice(lo, min(block, n - lo - 1) + 1))
@@ -179,23 +178,21 @@ def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
     return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
 
 
-def _descents(ids: pa.Array | pa.ChunkedArray) -> int:
-    """How many neighbours are not in strictly increasing byte order (a null counts as one)."""
+def _less_than_next(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """For each id but the last, whether it is less than the next one in byte order (False next to a null)."""
     n = len(ids)
-    if n < 2:
-        return 0
-    less = pc.less(ids.slice(0, n - 1), ids.slice(1))
-    return n - 1 - int(pc.sum(pc.fill_null(less, False)).as_py() or 0)
+    return pc.fill_null(pc.less(ids.slice(0, max(n - 1, 0)), ids.slice(min(1, n))), False)
 
 
-def _ordered_by_length(ids: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether the ids increase strictly in the order of (length, bytes); False with a null."""
+def _ordered_by_length(ids: pa.Array | pa.ChunkedArray, less: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether the ids increase strictly in the order of (length, bytes) (``less``: :func:`_less_than_next`);
+    False with a null."""
     n = len(ids)
     if n < 2:
         return True
     before, after = ids.slice(0, n - 1), ids.slice(1)
     shorter, longer = pc.binary_length(before), pc.binary_length(after)
-    ordered = pc.or_(pc.less(shorter, longer), pc.and_(pc.equal(shorter, longer), pc.less(before, after)))
+    ordered = pc.or_(pc.less(shorter, longer), pc.and_(pc.equal(shorter, longer), less))
     return bool(pc.all(ordered, skip_nulls=False).as_py())
 
 

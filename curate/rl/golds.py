@@ -42,23 +42,6 @@ def _rows(paths: Sequence[str | os.PathLike[str]]) -> Iterator[tuple[str, dict[s
             yield rec["id"], {k: rec[k] for k in SCORED_FIELDS if k in rec}, None
 
 
-def _add(golds: Golds, rid: str, fields: dict[str, Any] | None, reason: str | None) -> None:
-    by_id, bad = golds
-    if reason is None:
-        by_id[rid] = fields or {}
-    else:
-        bad[rid] = reason
-
-
-def load_records(paths: Sequence[str | os.PathLike[str]]) -> Golds:
-    """Records by id (only :data:`SCORED_FIELDS`), and the ids of rows that could not be read with their reason
-    (a later row of an id replaces an earlier one)."""
-    golds: Golds = ({}, {})
-    for row in _rows(paths):
-        _add(golds, *row)
-    return golds
-
-
 def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str]) -> int:
     """Read the records once and write their golds to ``target`` (atomically); returns the rows written."""
     rows = 0
@@ -83,13 +66,18 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
 
 
 def load_golds(path: str | os.PathLike[str]) -> Golds:
-    """The golds written by :func:`write_golds`: the same two dictionaries as :func:`load_records`."""
-    golds: Golds = ({}, {})
+    """The golds written by :func:`write_golds`: records by id (only :data:`SCORED_FIELDS`), and the ids of rows
+    that could not be read with their reason (a later row of an id replaces an earlier one)."""
+    by_id: dict[str, dict[str, Any]] = {}
+    bad: dict[str, str] = {}
     with pa.memory_map(str(Path(path))) as source:
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             ids, blobs, reasons = (batch.column(j).to_pylist() for j in range(3))
             for rid, blob, reason in zip(ids, blobs, reasons):
-                _add(golds, rid, None if blob is None else pickle.loads(blob), reason)
-    return golds
+                if reason is None:
+                    by_id[rid] = pickle.loads(blob)
+                else:
+                    bad[rid] = reason
+    return by_id, bad

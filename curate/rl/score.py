@@ -41,7 +41,7 @@ from curate.core.lock import out_lock
 from curate.core.records import Part, iter_rows, split_file
 from curate.core.remote import remote_out
 from curate.core.remote_sync import drop_files, push_files
-from curate.rl.golds import GOLDS_FILE, SCORED_FIELDS, load_golds, load_records, write_golds  # noqa: F401
+from curate.rl.golds import GOLDS_FILE, load_golds, write_golds
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats, finish_stage, run_header
 
@@ -59,10 +59,10 @@ class ScoreTask(ShardTask):
     unit = "responses"
     reads_out = (GOLDS_FILE,)  # written by the driver before the shards run (curate.rl.golds)
 
-    def __init__(self, records: Sequence[str], *, progress: float | None = None, golds: str | None = None) -> None:
+    def __init__(self, records: Sequence[str], golds: str, *, progress: float | None = None) -> None:
         self.records = [str(p) for p in records]
         self.progress = progress
-        self.golds = golds  # the run's golds file; None: each worker reads the records itself
+        self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver
         self._by_id: dict[str, dict[str, Any]] | None = None
         self._bad: dict[str, str] = {}
 
@@ -79,7 +79,7 @@ class ScoreTask(ShardTask):
             from curate.rewards import warm_up
 
             warm_up()  # first: the pool's factory imports math-verify while the golds load
-            self._by_id, self._bad = load_golds(self.golds) if self.golds else load_records(self.records)
+            self._by_id, self._bad = load_golds(self.golds)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Score the shard's responses; write ``scores/<shard>.parquet``."""
@@ -230,7 +230,7 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
     records, responses, out = config.records, config.responses, Path(config.out)
     progress, seed, shard_size = config.progress, config.seed, config.shard_size
     shards = plan_response_shards(responses, shard_size)
-    task = ScoreTask([str(Path(p).resolve()) for p in records], progress=progress, golds=str(out / GOLDS_FILE))
+    task = ScoreTask([str(Path(p).resolve()) for p in records], str(out / GOLDS_FILE), progress=progress)
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker
             write_golds(task.records, out / GOLDS_FILE)

@@ -110,12 +110,13 @@ def test_sample_numbers_on_columns_equal_a_count_per_id() -> None:
     assert rank_within_id(pa.array([], pa.string())).tolist() == []
 
 
-def test_workers_hold_only_what_scoring_reads(sample_data, responses) -> None:
+def test_workers_hold_only_what_scoring_reads(sample_data, responses, tmp_path) -> None:
     """Each worker keeps the golds, not the images or prompts; scores from them equal scores from full records."""
-    from curate.rl.score import SCORED_FIELDS, load_records
+    from curate.rl.golds import SCORED_FIELDS, load_golds, write_golds
 
     _, records = responses
-    by_id, bad = load_records([sample_data / "rl" / "prompts.jsonl"])
+    write_golds([sample_data / "rl" / "prompts.jsonl"], tmp_path / "golds.arrow")
+    by_id, bad = load_golds(tmp_path / "golds.arrow")
     assert not bad and set(by_id) == {r["id"] for r in records}
     assert any(r["images"] for r in records)  # the sample prompts carry images: they must not be held
     assert all(set(kept) <= set(SCORED_FIELDS) and "images" not in kept for kept in by_id.values())
