@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from curate.core.errors import UserError
+from curate.core.gcpause import paused_gc
 from curate.core.records import IMAGE_TOKEN
 from packer.text_counts import PieceCounter
 
@@ -139,11 +140,12 @@ class TokenCounter:
 
     def __init__(self, processor: str | os.PathLike[str], *, min_pixels: int | None = None,
                  max_pixels: int | None = None, trust_remote_code: bool = False) -> None:
-        from transformers import AutoProcessor
-
         self.spec = str(processor)
         try:
-            self.processor = AutoProcessor.from_pretrained(self.spec, trust_remote_code=trust_remote_code)
+            with paused_gc():  # importing transformers and torch makes ≈435K lasting objects (curate.core.gcpause)
+                from transformers import AutoProcessor
+
+                self.processor = AutoProcessor.from_pretrained(self.spec, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"--processor {self.spec}: cannot load a processor ({first}); pass a processor "

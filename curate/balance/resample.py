@@ -62,6 +62,7 @@ from curate.balance.selected import copy_id, write_selected_records  # noqa: F40
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
 from curate.core.columns import first_occurrences, pooled, rows, take_rows
+from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
@@ -122,7 +123,12 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     Returns:
         The ``stats.json`` content and the stats (with the rejects).
     """
-    config = configure(ResampleConfig, config, **settings)
+    with paused_gc():  # column work: collections would only walk the objects of the modules loaded (plotting's too)
+        return _run_resample(tags, configure(ResampleConfig, config, **settings), write_stats)
+
+
+def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
+                  write_stats: bool) -> tuple[dict[str, Any], StageStats]:
     fraction, seed, mode, t, use_k, plot = config.fraction, config.seed, config.mode, config.t, config.use_k, config.plot
     records = list(config.records) if config.records else None
     out = Path(config.out)
