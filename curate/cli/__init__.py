@@ -23,10 +23,11 @@ import click
 from curate.cli.errors import describe_os_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
+from curate.core.gcpause import settle_for_exit
 from curate.core.lock import held_for_command
 from curate.core.remote import cli_args
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "entry", "main"]
 
 
 def _fail(message: str, code: int) -> None:
@@ -57,3 +58,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except OSError as exc:
         _fail(describe_os_error(exc, args), 1)
+
+
+def entry() -> None:
+    """The ``curate`` console script and ``python -m curate``: :func:`main`, then a quick exit (the collector does
+    not walk the loaded libraries' objects again at shutdown: :func:`curate.core.gcpause.settle_for_exit`)."""
+    try:
+        main()
+    finally:
+        settle_for_exit()

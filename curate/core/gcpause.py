@@ -8,6 +8,11 @@ collections over ≈435K objects) and found ≈10 MB of garbage. Column work (``
 makes few Python objects, yet the collections that its imports trigger walk every object
 of every module loaded so far. :func:`paused_gc` turns automatic collection off for such a
 block; what the block leaves behind is collected by the next automatic collection after it.
+
+At interpreter exit the collector walks every object again, more than once as modules are
+torn down: a ``curate pack`` that had loaded a processor spent 1.7 s exiting (≈520K
+objects). :func:`settle_for_exit` collects once and freezes what is left, for a process
+that is about to exit: 0.65 s.
 """
 
 from __future__ import annotations
@@ -39,3 +44,11 @@ def paused_gc() -> Iterator[None]:
             _depth -= 1
             if _depth == 0 and _was_enabled:
                 gc.enable()
+
+
+def settle_for_exit() -> None:
+    """Collect the garbage once (finalizers run, cyclic garbage with open files included), then freeze every
+    object left so that the collections of interpreter shutdown skip them. Only for a process about to exit:
+    objects made after this are collected as usual, but none of the frozen ones ever again."""
+    gc.collect()
+    gc.freeze()

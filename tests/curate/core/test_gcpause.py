@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from curate.core.gcpause import paused_gc
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +87,45 @@ def test_overlapping_blocks_in_two_threads() -> None:
     thread.join(10)
     assert seen == [False]
     assert gc.isenabled()
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_settle_for_exit_finalizes_cyclic_garbage_then_freezes(tmp_path: Path) -> None:
+    """In a child (freezing this process would keep the tests' garbage): a cycle holding an object with a finalizer
+    is finalized by the one collection, and what is left is frozen."""
+    marker = tmp_path / "finalized"
+    code = f"""
+import gc
+from curate.core.gcpause import settle_for_exit
+class Closes:
+    def __del__(self):
+        open({str(marker)!r}, "w").write("yes")
+a = [Closes()]
+a.append(a)
+del a
+gc.disable()
+settle_for_exit()
+print(gc.get_freeze_count() > 1000, {str(marker)!r} and open({str(marker)!r}).read())
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "yes"]
+
+
+@pytest.mark.parametrize("argv, code", [(["curate", "--help"], 0), (["curate", "no-such-verb"], 2)])
+def test_the_console_entry_settles_before_exit(argv: list[str], code: int) -> None:
+    """``curate`` (``entry``) leaves the heap frozen when it exits, on success and on a usage error."""
+    program = f"""
+import atexit, gc, sys
+atexit.register(lambda: print("frozen", gc.get_freeze_count() > 0))
+sys.argv = {argv!r}
+from curate.cli import entry
+entry()
+"""
+    done = _python(program)
+    assert done.returncode == code, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "frozen True"
