@@ -36,6 +36,7 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
+from curate.core.gcpause import paused_gc
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
 from curate.core.images import ImageError, decode
@@ -156,7 +157,8 @@ class TransformersBackend(GenerationBackend):
             if not (path / "config.json").is_file():
                 raise UserError(f"--model {model}: not a transformers checkpoint (config.json missing)")
             self.model_path = str(path.resolve())
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+        with paused_gc():
+            from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -164,10 +166,11 @@ class TransformersBackend(GenerationBackend):
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_image_pixels = max_image_pixels
         try:
-            self.processor = AutoProcessor.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
-            self.model = AutoModelForImageTextToText.from_pretrained(
-                self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
-            )
+            with paused_gc():  # lasting objects, little garbage (curate.core.gcpause)
+                self.processor = AutoProcessor.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
+                self.model = AutoModelForImageTextToText.from_pretrained(
+                    self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
+                )
         except (OSError, ValueError, KeyError) as exc:
             raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText "
                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None

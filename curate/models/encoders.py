@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from curate.core.errors import UserError
+from curate.core.gcpause import paused_gc
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS, check_precision, create_model, parse_model_spec, pick_device
 
 __all__ = ["DEFAULT_MODEL", "PRECISIONS", "Encoder", "load_encoder"]
@@ -240,7 +241,8 @@ def load_encoder(spec: str = DEFAULT_MODEL, *, precision: str = "fp32", device: 
         if cache and key in _LOADED:
             return _LOADED[key]
     try:
-        model, preprocess, tokenizer, name = create_model(parsed, device, precision)
+        with paused_gc():  # open_clip's and torch's imports make lasting objects, little garbage (curate.core.gcpause)
+            model, preprocess, tokenizer, name = create_model(parsed, device, precision)
     except UserError:
         raise
     except (RuntimeError, OSError, ValueError, KeyError) as exc:
