@@ -1,9 +1,9 @@
 """Count step of ``curate pack`` (token lengths + the processor check): fixed sample + thread caps vs the old path.
 
 Usage:
-    python benchmarks/bench_count.py            # 100K records, --workers 2
-    python benchmarks/bench_count.py --quick    # 20K records
-    python benchmarks/bench_count.py --repeat 3 # three interleaved rounds; ratios of the medians
+    python benchmarks/bench_count.py            # 100K records, --workers 2, three interleaved rounds (medians)
+    python benchmarks/bench_count.py --quick    # 20K records, one round
+    python benchmarks/bench_count.py --repeat 1 # one round
 
 Writes N seeded records (1 image each, from a pool of 64 JPEGs of 64 to 1,600 px
 per side, captions of varied length) and counts them twice with ``curate pack
@@ -98,12 +98,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="rounds of the runs, interleaved (ratios of the medians; each round's ratio printed too)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="rounds of the runs, interleaved (ratios of the medians; each round's ratio printed too): "
+                         "on a shared VM one round's ratio moves by a fifth (default 3; 1 with --quick)")
     ap.add_argument("--baseline-rev", default="3ed208c^",
                     help="the code before issue 14 (default: the parent of the commit that brought --verify-sample)")
     args = ap.parse_args(argv)
     n = 20_000 if args.quick else args.n
+    args.repeat = args.repeat or (1 if args.quick else 3)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         records = make_records(tmp / "data", n)

@@ -90,3 +90,32 @@ def test_direct_render_equals_transformers_renderer(counter: TokenCounter) -> No
         for gen in (False, True):
             assert counter._direct(chat, gen) == counter._render_whole(chat, gen)
             assert counter.render(messages, add_generation_prompt=gen) == counter._render_whole(chat, gen)
+
+
+def test_check_hands_rgb_images_over_channel_first(counter: TokenCounter) -> None:
+    """RGB images reach the processor as (3, height, width) arrays: ids, grids and every pixel value equal the run
+    on the Pillow image, on random pixels at uneven sizes; other modes go in as Pillow images."""
+    assert counter._channels_first
+    text = counter.render(CONVERSATIONS[0])
+    rng = np.random.default_rng(3)
+    for width, height in [(71, 45), (1501, 1103), (2990, 121), (29, 1007)]:
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), "RGB")
+        pil = counter._process(text, [image], channels_first=False)
+        bands = counter._process(text, [image], channels_first=True)
+        assert sorted(pil) == sorted(bands)
+        for key in pil:
+            assert np.array_equal(np.asarray(pil[key]), np.asarray(bands[key])), key
+    for mode in ("L", "RGBA", "P"):
+        image = Image.new(mode, (300, 200))
+        full = counter.processor(text=[text], images=[image], return_tensors="np")
+        assert counter.count_exact(CONVERSATIONS[0], [image]) == (full["input_ids"].shape[1],
+                                                                 full["image_grid_thw"].tolist())
+
+
+def test_channel_first_layout_is_checked_at_load(counter: TokenCounter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layout the processor would read differently is not used: with the bands handed over in the wrong order
+    the load-time probe disagrees."""
+    import packer.tokens as tokens
+
+    monkeypatch.setattr(tokens, "_bands", lambda image: np.stack([np.asarray(b) for b in image.split()][::-1]))
+    assert not counter._channels_first_agrees()
