@@ -126,6 +126,7 @@ def account(decided: pa.Table) -> StageStats:
     stats.kept_many(counts_by_source(codes, names, decision == KEPT))
     ids, sources = as_array(decided.column("id")), as_array(decided.column("source")).cast(pa.string())
     reasons = as_array(decided.column("reason"))
+    listed: list[np.ndarray] = []  # the rows of the rejects, in the order they are added
     for kind, code in (("dropped", DROPPED), ("errored", ERRORED)):
         picked = decision == code
         if not picked.any():
@@ -139,6 +140,10 @@ def account(decided: pa.Table) -> StageStats:
                 given = rows(as_array(decided.column("error_detail")), idx)
                 details = [d or reason for d in given]
             stats.reject_many(kind, reason, rows(ids, idx), rows(sources, idx), details)
+            listed.append(idx)
+    if listed:  # rejects.parquet lists the prompts in their input order, as every stage does
+        order = np.argsort(np.concatenate(listed), kind="stable")
+        stats.rejects = [stats.rejects[i] for i in order.tolist()]
     return stats
 
 

@@ -55,7 +55,8 @@ def test_columns_agree_with_the_one_prompt_rules() -> None:
     stats = account(decided)
     assert stats.records_in == len(rows) and stats.records_out == sum(r["decision"] == "kept" for r in want)
     assert dict(stats.dropped) == dict(_count(want, "dropped")) and dict(stats.errored) == dict(_count(want, "errored"))
-    assert sorted(r[0] for r in stats.rejects) == sorted(r["id"] for r in want if r["decision"] != "kept")
+    assert [r[0] for r in stats.rejects] == [r["id"] for r in want if r["decision"] != "kept"]  # input order
+    assert [r[2:4] for r in stats.rejects] == [(r["decision"], r["reason"]) for r in want if r["decision"] != "kept"]
     # the monitoring figures, overall and per source (a source without prompts too)
     overall, per = reports(decided, ["alpha", "beta", "delta", "gamma", "zeta"])
     assert _close(overall, source_report(want))
