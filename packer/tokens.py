@@ -293,11 +293,13 @@ class TokenCounter:
         return int(out["input_ids"].shape[1]), [[int(x) for x in g] for g in grids]
 
     def _process(self, text: str, images: list[Any], channels_first: bool) -> Any:
-        """The full processor on one text and its decoded images (:attr:`pixel_kwargs`). ``channels_first``: RGB
-        images go in as ``(3, height, width)`` uint8 arrays, the layout the image processor works in, made from
-        Pillow's bands: from a Pillow image it makes that layout with a strided copy (≈2.5 of ≈12 ms per
-        full-size image here); the pixels that reach the resize are the same (checked at load:
-        :meth:`_channels_first_agrees`)."""
+        """The full processor on one text and its decoded images (:attr:`pixel_kwargs`).
+
+        ``channels_first``: RGB images go in as ``(3, height, width)`` uint8 arrays made from Pillow's bands,
+        the layout the image processor works in. Given a Pillow image it makes that layout itself with a
+        strided copy (≈2.5 of ≈12 ms per full-size image here). The pixels that reach the resize are the
+        same (checked when the processor loads: :meth:`_channels_first_agrees`).
+        """
         if not images:
             return self.processor(text=[text], return_tensors="np")
         extra: dict[str, Any] = {}
