@@ -28,6 +28,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -202,12 +203,14 @@ def run_tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str]
     out.mkdir(parents=True, exist_ok=True)
     files = find_embeddings(embeddings)
     concepts = Path(concepts)
-    vectors, valid_rows, total_rows = concept_matrix(concepts)
+    with ThreadPoolExecutor(max_workers=1) as hasher:  # the hash reads the file while the matrix is converted
+        hashed = hasher.submit(file_sha256, concepts)
+        vectors, valid_rows, total_rows = concept_matrix(concepts)
+        concepts_sha = hashed.result()
     dims = {int(np.load(f.npy, mmap_mode="r").shape[1]) for f in files}
     if dims != {vectors.shape[1]}:
         raise UserError(f"embeddings have {sorted(dims)} dims but {concepts} has {vectors.shape[1]}; "
                         "embed images and concepts with the same --model")
-    concepts_sha = file_sha256(concepts)
     t0 = time.perf_counter()
     index_file = None
     recall = None
