@@ -111,7 +111,7 @@ PROBE_CHATS = [[{"role": "user", "content": "<image>\nDescribe the image."}, {"r
                 {"role": "assistant", "content": "  "}, {"role": "user", "content": "Why?"}]]
 
 
-def _bands(image: Any) -> Any:
+def channel_first(image: Any) -> Any:
     """An RGB Pillow image as a ``(3, height, width)`` uint8 array (one band per channel)."""
     import numpy as np
 
@@ -198,7 +198,8 @@ class TokenCounter:
                 self._pieces = PieceCounter.of(self._backend)
                 if self._pieces is not None and self._pieces.lengths(PROBE_TEXTS) != [len(ids) for ids in whole]:
                     self._pieces = None  # counting piece by piece must give the whole text's count
-        self._channels_first = self._channels_first_agrees()
+        #: How RGB images reach the processor in :meth:`count_exact`: :func:`channel_first` where the probe agrees.
+        self.layout = channel_first if self.image_rule is not None and self.layout_agrees(channel_first) else None
         self.fingerprint = self._fingerprint()
         self.text_fingerprint = self._text_fingerprint()
 
@@ -288,37 +289,35 @@ class TokenCounter:
         token count, and it is about a third of the processor's time on a full-size image. RGB
         images are handed over channel first (see :meth:`_process`).
         """
-        out = self._process(self.render(messages), images, self._channels_first)
+        out = self._process(self.render(messages), images, self.layout)
         grids = out["image_grid_thw"].tolist() if "image_grid_thw" in out else []
         return int(out["input_ids"].shape[1]), [[int(x) for x in g] for g in grids]
 
-    def _process(self, text: str, images: list[Any], channels_first: bool) -> Any:
+    def _process(self, text: str, images: list[Any], layout: Any = None) -> Any:
         """The full processor on one text and its decoded images (:attr:`pixel_kwargs`).
 
-        ``channels_first``: RGB images go in as ``(3, height, width)`` uint8 arrays made from Pillow's bands,
-        the layout the image processor works in. Given a Pillow image it makes that layout itself with a
-        strided copy (≈2.5 of ≈12 ms per full-size image here). The pixels that reach the resize are the
-        same (checked when the processor loads: :meth:`_channels_first_agrees`).
+        ``layout`` (e.g. :func:`channel_first`): RGB images go in as the ``(3, height, width)`` uint8 arrays it
+        makes, the layout the image processor works in; None: as Pillow images. Given a Pillow image the
+        processor makes that layout itself with a strided copy (≈2.5 of ≈12 ms per full-size image here).
+        The pixels that reach the resize are the same (checked when the processor loads: :meth:`layout_agrees`).
         """
         if not images:
             return self.processor(text=[text], return_tensors="np")
         extra: dict[str, Any] = {}
-        if channels_first and all(getattr(im, "mode", None) == "RGB" for im in images):
-            images, extra = [_bands(im) for im in images], {"input_data_format": "channels_first"}
+        if layout is not None and all(getattr(im, "mode", None) == "RGB" for im in images):
+            images, extra = [layout(im) for im in images], {"input_data_format": "channels_first"}
         return self.processor(text=[text], images=images, return_tensors="np", **self.pixel_kwargs, **extra)
 
-    def _channels_first_agrees(self) -> bool:
-        """Whether RGB images handed over as channel-first arrays give the processor's outputs for Pillow images,
-        ids, grids and pixel values, on a small probe image of uneven size and pixels."""
-        if self.image_rule is None:
-            return False
+    def layout_agrees(self, layout: Any) -> bool:
+        """Whether RGB images handed over as ``layout(image)`` arrays give the processor's outputs for Pillow
+        images, ids, grids and pixel values, on a small probe image of uneven size and pixels."""
         import numpy as np
         from PIL import Image
 
         probe = Image.fromarray(np.random.default_rng(0).integers(0, 256, (45, 71, 3), dtype=np.uint8), "RGB")
         text = self.render([{"role": "user", "content": IMAGE_TOKEN + " probe"}])
         try:
-            a, b = self._process(text, [probe], False), self._process(text, [probe], True)
+            a, b = self._process(text, [probe]), self._process(text, [probe], layout)
         except (TypeError, ValueError):
             return False
         return set(a) == set(b) and all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)

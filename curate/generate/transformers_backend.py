@@ -157,23 +157,22 @@ class TransformersBackend(GenerationBackend):
             if not (path / "config.json").is_file():
                 raise UserError(f"--model {model}: not a transformers checkpoint (config.json missing)")
             self.model_path = str(path.resolve())
-        with paused_gc():
-            from transformers import AutoModelForImageTextToText, AutoProcessor
-
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_image_pixels = max_image_pixels
-        try:
-            with paused_gc():  # lasting objects, little garbage (curate.core.gcpause)
+        with paused_gc():  # torch's and transformers' imports, the model: lasting objects, little garbage
+            self.device = resolve_device(device)
+            self.dtype = resolve_dtype(dtype, self.device)
+            try:
+                from transformers import AutoModelForImageTextToText, AutoProcessor
+
                 self.processor = AutoProcessor.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
                 self.model = AutoModelForImageTextToText.from_pretrained(
                     self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
                 )
-        except (OSError, ValueError, KeyError) as exc:
-            raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText "
-                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+            except (OSError, ValueError, KeyError) as exc:
+                raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
         self.model.to(self.device).eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # batched generation continues every row from its last token

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer.tokens import IGNORE_INDEX, TokenCounter, to_template_messages
+from packer.tokens import IGNORE_INDEX, TokenCounter, channel_first, to_template_messages
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +95,13 @@ def test_direct_render_equals_transformers_renderer(counter: TokenCounter) -> No
 def test_check_hands_rgb_images_over_channel_first(counter: TokenCounter) -> None:
     """RGB images reach the processor as (3, height, width) arrays: ids, grids and every pixel value equal the run
     on the Pillow image, on random pixels at uneven sizes; other modes go in as Pillow images."""
-    assert counter._channels_first
+    assert counter.layout is channel_first
     text = counter.render(CONVERSATIONS[0])
     rng = np.random.default_rng(3)
     for width, height in [(71, 45), (1501, 1103), (2990, 121), (29, 1007)]:
         image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), "RGB")
-        pil = counter._process(text, [image], channels_first=False)
-        bands = counter._process(text, [image], channels_first=True)
+        pil = counter._process(text, [image])
+        bands = counter._process(text, [image], channel_first)
         assert sorted(pil) == sorted(bands)
         for key in pil:
             assert np.array_equal(np.asarray(pil[key]), np.asarray(bands[key])), key
@@ -112,10 +112,11 @@ def test_check_hands_rgb_images_over_channel_first(counter: TokenCounter) -> Non
                                                                  full["image_grid_thw"].tolist())
 
 
-def test_channel_first_layout_is_checked_at_load(counter: TokenCounter, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A layout the processor would read differently is not used: with the bands handed over in the wrong order
-    the load-time probe disagrees."""
-    import packer.tokens as tokens
+def test_channel_first_layout_is_checked_at_load(counter: TokenCounter) -> None:
+    """A layout the processor would read differently is refused by the load-time probe: the bands in the wrong
+    order (BGR) give other pixel values on the probe's random pixels."""
+    def reversed_bands(image: Image.Image) -> np.ndarray:
+        return channel_first(image)[::-1].copy()
 
-    monkeypatch.setattr(tokens, "_bands", lambda image: np.stack([np.asarray(b) for b in image.split()][::-1]))
-    assert not counter._channels_first_agrees()
+    assert counter.layout_agrees(channel_first)
+    assert not counter.layout_agrees(reversed_bands)
