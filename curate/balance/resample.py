@@ -61,9 +61,10 @@ from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
-from curate.core.columns import first_occurrences, pooled, rows, take_rows
+from curate.core.columns import code_counts, first_occurrences, pooled, rows, take_rows
 from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
+from curate.core.malloc import keep_freed_memory
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
@@ -82,15 +83,15 @@ def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copie
     stats = StageStats()
     codes, names = tags.codes, tags.source_names
     size = len(names)
-    seen = np.bincount(codes, minlength=size)
-    kept = np.bincount(codes[copies > 0], minlength=size)
+    seen = code_counts(codes, size)
+    kept = code_counts(codes, size, copies > 0)
     left = seen - kept
     stats.seen_many(dict(zip(names, seen.tolist())))
     stats.kept_many(dict(zip(names, kept.tolist())))
     for mask, kind, reason, detail in ((~first, "errored", "duplicate_id", "id already seen earlier in the tags"),
                                        (first & ~has_tags, "dropped", "no_concept", "record has no concept tag")):
         index = np.flatnonzero(mask)
-        left -= np.bincount(codes[index], minlength=size)
+        left -= code_counts(codes[index], size)
         stats.reject_many(kind, reason, rows(tags.ids, index), [names[c] for c in codes[index].tolist()], detail)
     for name, n in zip(names, left.tolist()):
         if n:
@@ -123,6 +124,7 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     Returns:
         The ``stats.json`` content and the stats (with the rejects).
     """
+    keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     with paused_gc():  # column work: collections would only walk the objects of the modules loaded (plotting's too)
         return _run_resample(tags, configure(ResampleConfig, config, **settings), write_stats)
 

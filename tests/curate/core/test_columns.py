@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from curate.core.columns import counts_by_source, first_occurrences, rows, source_codes, take_rows
+from curate.core.columns import FEW_CODES, code_counts, counts_by_source, first_occurrences, rows, source_codes, take_rows
 from curate.core.stats import StageStats
 
 
@@ -182,3 +182,17 @@ def test_reject_columns_equal_reject_many_and_keep_the_order() -> None:
     assert cols.then(StageStats(records_in=1, records_out=1, per_source={
         "c": {"records_in": 1, "records_out": 1, "dropped": Counter(), "errored": Counter()}})
     ).rejects_table().equals(cols.rejects_table())
+
+
+@pytest.mark.parametrize("size", [1, 3, FEW_CODES, FEW_CODES + 1, 40])
+def test_code_counts_equal_bincount_with_few_and_many_codes(size: int) -> None:
+    rng = np.random.default_rng(size)
+    codes = rng.integers(0, size, 5_000).astype(np.int32)
+    codes[:3] = size - 1  # the last code is present whatever the draw
+    where = rng.random(5_000) < 0.3
+    for mask in (None, where):
+        picked = codes if mask is None else codes[mask]
+        expected = np.bincount(picked, minlength=size)
+        got = code_counts(codes, size, mask)
+        assert got.dtype == np.int64 and got.tolist() == expected.tolist()
+    assert code_counts(np.zeros(0, np.int32), size).tolist() == [0] * size
