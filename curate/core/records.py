@@ -9,7 +9,8 @@ Accepted layouts (see DESIGN.md §1):
 
 * canonical: ``messages`` with ``role``/``content``;
 * LLaVA: ``conversations`` with ``from: human|gpt|system`` and ``value``; ``image`` or ``images``;
-* caption-only: ``caption`` (the user turn is ``<image>\\n`` + :data:`CAPTION_PROMPT`);
+* caption-only: ``caption`` (the user turn is ``<image>\\n`` + :data:`CAPTION_PROMPT`), or, in a row
+  with none of the other layouts, ``text`` or ``TEXT`` (:data:`CAPTION_ALIASES`);
 * RL (LLaVA-OneVision-1.5-RL): ``problem`` and ``answer`` (plus ``answer_type``,
   ``problem_type``, ``prompt_type``, optional ``reward``), kept as extra fields.
 
@@ -37,7 +38,7 @@ from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import table_rows
-from curate.core.formats.rows import RecordInvalid
+from curate.core.formats.rows import CAPTION_ALIASES, RecordInvalid
 from curate.core.io import as_path, input_size, is_url, open_input
 
 IMAGE_TOKEN = "<image>"
@@ -45,6 +46,7 @@ CAPTION_PROMPT = "Describe the image."
 _ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
              "system": "system", "model": "assistant", "bot": "assistant"}
 _LAYOUT_KEYS = {"id", "source", "image", "images", "messages", "conversations", "caption", "problem"}
+_NO_LAYOUT = "no messages, conversations, caption, text or problem field"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet",
              ".tar": "tar"}
 
@@ -94,25 +96,34 @@ def _content_text(content: Any, field: str) -> str:
     raise RecordInvalid("invalid_field", f"{field} content must be a string, got {type(content).__name__}")
 
 
-def _messages_of(raw: dict[str, Any]) -> list[dict[str, str]]:
-    if "messages" in raw:
+def text_layout(raw: dict[str, Any]) -> str | None:
+    """The field a row's conversation comes from: ``messages``, ``conversations``, ``caption``, ``problem``, then
+    a caption alias (:data:`CAPTION_ALIASES`); None when it has none."""
+    for key in ("messages", "conversations", "caption", "problem", *CAPTION_ALIASES):
+        if key in raw:
+            return key
+    return None
+
+
+def _messages_of(raw: dict[str, Any], layout: str | None) -> list[dict[str, str]]:
+    if layout == "messages":
         turns, role_key, text_key = raw["messages"], "role", "content"
-    elif "conversations" in raw:
+    elif layout == "conversations":
         turns, role_key, text_key = raw["conversations"], "from", "value"
-    elif "caption" in raw:
-        caption = _as_str(raw["caption"], "caption").strip()
+    elif layout == "caption" or layout in CAPTION_ALIASES:
+        caption = _as_str(raw[layout], layout).strip()
         if not caption:
-            raise RecordInvalid("invalid_field", "caption is empty")
+            raise RecordInvalid("invalid_field", f"{layout} is empty")
         prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
-    elif "problem" in raw:
+    elif layout == "problem":
         problem = _as_str(raw["problem"], "problem")
         answer = raw.get("answer", "")
         answer_text = answer[0] if isinstance(answer, list) and answer else answer
         return [{"role": "user", "content": problem},
                 {"role": "assistant", "content": _as_str(answer_text if answer_text is not None else "", "answer")}]
     else:
-        raise RecordInvalid("unknown_layout", "no messages, conversations, caption or problem field")
+        raise RecordInvalid("unknown_layout", _NO_LAYOUT)
     if isinstance(turns, str):  # Parquet users often store the conversation as a JSON string
         try:
             turns = json.loads(turns)
@@ -167,14 +178,15 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
     if not isinstance(raw, dict):
         raise RecordInvalid("not_an_object", f"row is a {type(raw).__name__}, not an object")
     raw, images = normalize_row(raw, base_dir)  # paths or bytes, in every image layout (curate.core.formats)
-    if not (_LAYOUT_KEYS - {"id", "source", "image", "images"}) & raw.keys():
-        raise RecordInvalid("unknown_layout", "no messages, conversations, caption or problem field")
+    layout = text_layout(raw)
+    if layout is None:
+        raise RecordInvalid("unknown_layout", _NO_LAYOUT)
     rid = raw.get("id")
     rid = fallback_id if rid is None or rid == "" else _as_str(rid, "id")
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else _as_str(source, "source")
-    messages = place_images(_messages_of(raw), len(images))
-    record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS}
+    messages = place_images(_messages_of(raw, layout), len(images))
+    record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
     record.update(id=rid, source=source, images=images, messages=messages)
     return record
 

@@ -28,6 +28,11 @@ from curate.core.io import as_path, is_url
 #: Column names (and WebDataset member extensions) that hold raw image bytes.
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm"})
 _TEXT_LAYOUTS = frozenset({"messages", "conversations", "caption", "problem"})
+#: Caption columns of the public image-text sets, read as ``caption`` in a row without ``messages``,
+#: ``conversations``, ``caption`` or ``problem`` (:func:`curate.core.records.to_canonical`): ``text``
+#: (COYO, DataComp, most Hugging Face text-to-image sets), ``TEXT`` (LAION). The column used is not kept
+#: among the record's extra fields.
+CAPTION_ALIASES = ("text", "TEXT")
 _MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
 
 

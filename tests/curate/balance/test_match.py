@@ -94,12 +94,16 @@ def test_match_text_writes_tags_that_resample_reads(tmp_path: Path) -> None:
 
 def test_cli_match_text(tmp_path: Path) -> None:
     data = _records(tmp_path / "caps.jsonl", 10)
+    with open(data, "a", encoding="utf-8") as fh:  # LAION's caption column reads too; a row without text does not
+        fh.write(json.dumps({"id": "laion", "TEXT": "a black cat"}) + "\n" + json.dumps({"id": "alt", "alt": "x"}) + "\n")
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
     run = [sys.executable, "-m", "curate", "tag", "--match", "text", "--records", str(data), "--vocab", str(vocab),
            "--out", str(tmp_path / "o"), "--top-k", "2"]
     done = subprocess.run(run, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    assert "matched 11 of 13 records" in done.stderr  # the summary says what was not matched, and why
+    assert "errored {'malformed_json': 1, 'unknown_layout': 1}" in done.stderr and "rejects.parquet" in done.stderr
     assert max(len(c) for c in pq.read_table(tmp_path / "o" / "tags.parquet").column("concepts").to_pylist()) == 2
     bad = subprocess.run(run[:6] + ["--vocab", str(vocab), "--out", str(tmp_path / "p")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--records" in bad.stderr and "Traceback" not in bad.stderr

@@ -51,7 +51,7 @@ def test_bad_rows_become_bad_records_with_reasons(tmp_path: Path) -> None:
         '{"id": "ok", "caption": "fine"}',
         '{"id": "broken", "caption": ',
         '[1, 2]',
-        '{"id": "nolayout", "text": "hello"}',
+        '{"id": "nolayout", "alt": "hello"}',
         '{"id": "mismatch", "images": ["a.jpg"], "messages": [{"role": "user", "content": "<image><image>"}]}',
         '{"id": "badrole", "messages": [{"role": "wizard", "content": "x"}]}',
         '',
@@ -117,3 +117,30 @@ def test_to_canonical_requires_string_fields() -> None:
     with pytest.raises(RecordInvalid) as info:
         to_canonical({"id": "x", "caption": ["a"]}, Path("/"), fallback_id="f", fallback_source="s")
     assert info.value.reason == "invalid_field"
+
+
+def test_text_and_TEXT_columns_are_captions_when_no_other_layout(tmp_path: Path) -> None:
+    """LAION's TEXT and COYO's / DataComp's / the Hugging Face text-to-image sets' text read as captions."""
+    rows = [
+        {"key": "000001", "TEXT": "A tabby cat.", "URL": "http://x/1.jpg", "image": "img/1.jpg"},
+        {"id": "t", "text": "  A red car. ", "url": "http://x/2.jpg"},
+        {"id": "both", "caption": "From caption.", "text": "kept as an extra field"},
+        {"id": "rl", "problem": "How many?", "answer": "3", "text": "an RL row stays an RL row"},
+        {"id": "chat", "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
+         "text": "extra"},
+        {"id": "empty", "TEXT": ""},
+        {"id": "null", "text": None},
+    ]
+    recs = list(read_records([write_jsonl(tmp_path / "laion.jsonl", rows)]))
+    laion, coyo, both, rl, chat, empty, null = recs
+    assert laion["id"] == "laion:1"  # a JSONL row's key is not an id (only img2dataset's image-column rows)
+    assert laion["messages"] == [{"role": "user", "content": f"<image>\n{CAPTION_PROMPT}"},
+                                 {"role": "assistant", "content": "A tabby cat."}]
+    assert "TEXT" not in laion and laion["URL"] == "http://x/1.jpg"  # the column used is not an extra field
+    assert coyo["messages"][1]["content"] == "A red car." and "text" not in coyo and coyo["url"] == "http://x/2.jpg"
+    assert coyo["messages"][0]["content"] == CAPTION_PROMPT  # no image, no placeholder
+    assert both["messages"][1]["content"] == "From caption." and both["text"] == "kept as an extra field"
+    assert rl["messages"][0]["content"] == "How many?" and rl["text"] == "an RL row stays an RL row"
+    assert chat["messages"][1]["content"] == "Yo" and chat["text"] == "extra"
+    assert isinstance(empty, BadRecord) and empty.reason == "invalid_field" and "TEXT is empty" in empty.detail
+    assert isinstance(null, BadRecord) and null.reason == "invalid_field" and "text must be a string" in null.detail

@@ -129,3 +129,25 @@ def test_parquet_written_by_the_datasets_library(tmp_path: Path, layouts: Layout
     recs = list(read_records([tmp_path / "train.parquet"]))
     assert [r["images"] for r in recs] == [[it["bytes"]] for it in items]
     assert [r["messages"][1]["content"] for r in recs] == [it["caption"] for it in items]
+
+
+def test_text_columns_of_image_text_sets_are_captions(tmp_path: Path, layouts: Layouts) -> None:
+    """A Hugging Face text-to-image Parquet (image struct + ``text``), a LAION-style img2dataset Parquet
+    (``key``, ``TEXT``, ``jpg``) and a tar whose JSON holds ``text`` all read as caption records."""
+    items = layouts.items[:2]
+    hf = pa.table({"image": pa.array([{"bytes": it["bytes"], "path": it["name"]} for it in items], IMAGE_STRUCT),
+                   "text": [it["caption"] for it in items]})
+    pq.write_table(hf, tmp_path / "hf.parquet")
+    laion = pa.table({"key": ["000001", "000002"], "TEXT": [it["caption"] for it in items],
+                      "jpg": pa.array([it["bytes"] for it in items], pa.binary())})
+    pq.write_table(laion, tmp_path / "laion.parquet")
+    _tar(tmp_path / "shard.tar", [{"__key__": f"k{i}", "jpg": it["bytes"], "json": {"text": it["caption"], "url": "u"}}
+                                  for i, it in enumerate(items)])
+    for name, ids in (("hf.parquet", ["hf:0", "hf:1"]), ("laion.parquet", ["000001", "000002"]),
+                      ("shard.tar", ["k0", "k1"])):
+        recs = list(read_records([tmp_path / name]))
+        assert not [r for r in recs if isinstance(r, BadRecord)], name
+        assert [r["id"] for r in recs] == ids
+        assert [r["messages"][1]["content"] for r in recs] == [it["caption"] for it in items]
+        assert [r["images"][0] for r in recs] == [it["bytes"] for it in items] or name == "shard.tar"
+        assert all(r["messages"][0]["content"].startswith("<image>\n") for r in recs)
