@@ -70,7 +70,8 @@ def _print_rejects(r: Counts, out: str) -> None:
 @click.option("--vocab", type=click.Path(path_type=str), default=None,
               help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt).")
 @click.option("--text-field", default=None,
-              help="With --match text: match this raw field (caption, text, alt...) instead of the assistant messages.")
+              help="With --match text: match this raw field (e.g. alt, or a caption beside a conversation) instead "
+                   "of the assistant messages; rows must still be records (a conversation, caption, text or problem).")
 @click.option("--case-sensitive", is_flag=True,
               help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
 @click.option("--shard-size", type=int, default=50000, show_default=True,
@@ -208,7 +209,8 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
               help="How records get their concepts: nearest concept embeddings, or MetaCLIP's substring "
                    "matching of each record's text against --vocab (no model; no embeddings/ or concepts.npy).")
 @click.option("--text-field", default=None,
-              help="With --match text: match this raw field (caption, text, alt...) instead of the assistant messages.")
+              help="With --match text: match this raw field (e.g. alt, or a caption beside a conversation) instead "
+                   "of the assistant messages; rows must still be records (a conversation, caption, text or problem).")
 @click.option("--case-sensitive", is_flag=True,
               help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
 @click.option("--top-k", type=int, default=None,
