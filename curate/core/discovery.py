@@ -6,10 +6,20 @@ file holds records only as an array: a JSON object, such as a folder's
 ``EXPECTED.json`` or a ``stats.json``, is skipped with one line on stderr that
 names it and says why. A file named directly on the command line is always read
 (and refused with a one-line error when it is not records).
+
+A curate output folder inside an input folder (``curate pack data/ --out data/packed``) is
+skipped whole, with one line: its shards, tags and rejects are not the user's records, and
+reading them would change the inputs of the next run, so a rerun could not resume. It is
+known by what every stage leaves in it (:func:`output_folder`): the lock of a run
+(``.curate.lock``, held while it runs and left by a killed one), the shard markers of a
+sharded stage (``_shards/``) or the ``stats.json`` of a finished one. A folder named
+directly is always read.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Container
 from pathlib import Path
@@ -30,20 +40,52 @@ def _json_array(path: Path) -> bool:
     return False
 
 
+def output_folder(folder: Path) -> str | None:
+    """What shows ``folder`` to be a curate output folder (for the line that skips it), or None."""
+    if (folder / ".curate.lock").exists():
+        return "a run's lock, .curate.lock"
+    if (folder / "_shards").is_dir():
+        return "shard markers, _shards/"
+    stats = folder / "stats.json"
+    if stats.is_file():
+        try:
+            with open(stats, "rb") as fh:
+                head = json.loads(fh.read(1 << 22))
+        except (OSError, ValueError):
+            return None
+        if isinstance(head, dict) and isinstance(head.get("stage"), str) and "records_in" in head:
+            return f"stats.json of curate {head['stage']}"
+    return None
+
+
 def records_files(folder: Path, suffixes: Container[str]) -> list[Path]:
-    """The record files under ``folder`` (sorted), skipping hidden paths and JSON that is not an array.
+    """The record files under ``folder`` (sorted), skipping hidden paths, JSON that is not an array and the
+    curate output folders below it (see the module docstring).
 
     Args:
         folder: An input folder.
         suffixes: Lower-case file suffixes of record formats (``.jsonl``, ``.parquet``, ...).
     """
     found = []
-    for path in sorted(folder.rglob("*")):
-        if not path.is_file() or path.suffix.lower() not in suffixes:
-            continue
-        if any(part.startswith(".") for part in path.relative_to(folder).parts):
-            continue
-        if path.suffix.lower() == ".json" and not _json_array(path):
-            continue
-        found.append(path)
-    return found
+    for root, dirs, files in os.walk(folder):
+        here = Path(root)
+        keep = []
+        for name in sorted(dirs):
+            if name.startswith("."):
+                continue
+            why = output_folder(here / name)
+            if why is None:
+                keep.append(name)
+            elif (here / name).resolve() not in _REPORTED:
+                _REPORTED.add((here / name).resolve())
+                print(f"skipped {here / name}/: a curate output folder ({why}), not input records",
+                      file=sys.stderr)
+        dirs[:] = keep  # os.walk descends only into these
+        for name in files:
+            path = here / name
+            if name.startswith(".") or path.suffix.lower() not in suffixes or not path.is_file():
+                continue
+            if path.suffix.lower() == ".json" and not _json_array(path):
+                continue
+            found.append(path)
+    return sorted(found)

@@ -42,3 +42,47 @@ def test_folder_skips_hidden_and_objects_but_reads_arrays(tmp_path: Path) -> Non
     (tmp_path / ".tmp" / "c.jsonl").write_text('{"id": "c", "caption": "z"}\n')
     assert [p.name for p in expand_inputs([tmp_path])] == ["a.jsonl", "b.json"]
     assert [p.name for p in expand_inputs([tmp_path / "stats.json"])] == ["stats.json"]  # named: read (and refused later)
+
+
+def test_curate_output_folders_inside_an_input_folder_are_skipped(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder with a run's lock, shard markers or a stage's stats.json is an output, not records."""
+    data = tmp_path / "data"
+    for sub in ("running", "crashed", "done", "mine", "done/records"):
+        (data / sub).mkdir(parents=True)
+    (data / "a.jsonl").write_text('{"id": "a", "caption": "x"}\n')
+    (data / "running" / ".curate.lock").write_text("{}")
+    (data / "running" / "r.jsonl").write_text('{"id": "r", "caption": "x"}\n')
+    (data / "crashed" / "_shards").mkdir()
+    (data / "crashed" / "c.parquet").write_bytes(b"")
+    (data / "done" / "stats.json").write_text(json.dumps({"stage": "resample", "records_in": 3}))
+    (data / "done" / "selection.parquet").write_bytes(b"")
+    (data / "done" / "records" / "d.jsonl").write_text('{"id": "d", "caption": "x"}\n')
+    (data / "mine" / "stats.json").write_text(json.dumps({"records_in": 3}))  # not a stage's: a user's file
+    (data / "mine" / "m.jsonl").write_text('{"id": "m", "caption": "x"}\n')
+    assert [p.relative_to(data).as_posix() for p in expand_inputs([data])] == ["a.jsonl", "mine/m.jsonl"]
+    lines = [line for line in capsys.readouterr().err.splitlines() if "curate output folder" in line]
+    assert sorted(line.split()[1] for line in lines) == [f"{data}/crashed/:", f"{data}/done/:", f"{data}/running/:"]
+    assert "stats.json of curate resample" in " ".join(lines) and "_shards/" in " ".join(lines)
+    assert [p.name for p in expand_inputs([data / "done" / "records"])] == ["d.jsonl"]  # named: read
+    assert [p.name for p in expand_inputs([data / "running"])] == ["r.jsonl"]
+
+
+def test_rerun_with_the_output_inside_the_input_folder_resumes(sample_data: Path, tiny_processor_dir: Path,
+                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`curate pack data/ --out data/packed` twice: the second run does not read the first one's output (it
+    stopped with 'holds a lengths run with other settings') and finds the same records."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(sample_data / "records.jsonl", data / "records.jsonl")
+    shutil.copytree(sample_data / "images", data / "images")
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+    args = ["pack", str(data), "--processor", str(tiny_processor_dir), "--ctx", "4096", "--out", str(data / "packed"),
+            "--plan-only"]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output[-2000:]
+    stats = json.loads((data / "packed" / "stats.json").read_text())
+    second = CliRunner().invoke(cli, args)
+    assert second.exit_code == 0, second.output[-2000:]
+    assert json.loads((data / "packed" / "stats.json").read_text())["records_in"] == stats["records_in"] \
+        == _lines(data / "records.jsonl")
