@@ -64,6 +64,7 @@ from curate.balance.weights import TagArrays, concept_counts, draw, draw_metacli
 from curate.core.columns import code_counts, first_occurrences, pooled, rows, take_rows
 from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
+from curate.core.lock import out_lock
 from curate.core.malloc import keep_freed_memory
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
@@ -124,9 +125,11 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     Returns:
         The ``stats.json`` content and the stats (with the rejects).
     """
+    config = configure(ResampleConfig, config, **settings)
     keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
-    with paused_gc():  # column work: collections would only walk the objects of the modules loaded (plotting's too)
-        return _run_resample(tags, configure(ResampleConfig, config, **settings), write_stats)
+    # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
+    with out_lock(config.out), paused_gc():  # collections would only walk the loaded modules' objects
+        return _run_resample(tags, config, write_stats)
 
 
 def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,

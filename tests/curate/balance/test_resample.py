@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -187,6 +188,22 @@ def test_selected_records_keep_their_layout_and_images(sample_data: Path, tmp_pa
     base = {r["id"].split("#")[0] for r in written}
     assert base == set(copies)
     assert result["records_written"]["selected_not_found"] == 0
+
+
+def test_an_output_inside_the_records_folder_is_not_read_back(sample_data: Path, tmp_path: Path) -> None:
+    """``--records data/ --out data/balanced``: the selection written before the records are read is not
+    taken for records (resample holds OUT's lock while it runs), and a second run finds the same records."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(sample_data / "captions.jsonl", data / "captions.jsonl")
+    records = [r for r in read_records([data]) if isinstance(r, dict)]
+    tags = _tags(tmp_path / "t.parquet", [[i % 5] for i in range(len(records))], ids=[r["id"] for r in records],
+                 sources=[r["source"] for r in records])
+    for _ in range(2):
+        result = resample(tags, out=data / "balanced", fraction=0.5, seed=0, records=[data], plot=False)
+        assert result["records_written"]["files"] == {"captions.jsonl": result["records_selected"]}
+        assert result["records_written"]["selected_not_found"] == 0
+        assert not (data / "balanced" / ".curate.lock").exists()  # released at the end
 
 
 @pytest.mark.parametrize("kw", [{"fraction": 0.3}, {"fraction": 1.7, "weighting": "max"}, {"mode": "metaclip", "t": 5}])
