@@ -14,6 +14,11 @@ known by what every stage leaves in it (:func:`output_folder`): the lock of a ru
 (``.curate.lock``, held while it runs and left by a killed one), the shard markers of a
 sharded stage (``_shards/``) or the ``stats.json`` of a finished one. A folder named
 directly is always read.
+
+A Parquet file with the stem of a tar beside it (``00000.parquet`` next to ``00000.tar``) is that
+shard's metadata table, as img2dataset and NeMo Curator write their WebDataset output: one row per
+sample it tried (failed downloads too), caption but no image. Its rows would be read a second time
+as records without their images, so it is skipped with one line; named directly, it is read.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Container
 from pathlib import Path
 
 _REPORTED: set[Path] = set()  # one line per skipped file and process, however often a folder is listed
+_TABLES = (".parquet", ".pq")
 
 
 def _json_array(path: Path) -> bool:
@@ -33,10 +39,8 @@ def _json_array(path: Path) -> bool:
         head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if head in (b"[", b""):
         return True
-    if path.resolve() not in _REPORTED:
-        _REPORTED.add(path.resolve())
-        print(f"skipped {path}: not records (a .json input holds an array of records; this file starts with "
-              f"{head.decode(errors='replace')!r})", file=sys.stderr)
+    _skip(path, f"not records (a .json input holds an array of records; this file starts with "
+                f"{head.decode(errors='replace')!r})")
     return False
 
 
@@ -76,16 +80,26 @@ def records_files(folder: Path, suffixes: Container[str]) -> list[Path]:
             why = output_folder(here / name)
             if why is None:
                 keep.append(name)
-            elif (here / name).resolve() not in _REPORTED:
-                _REPORTED.add((here / name).resolve())
-                print(f"skipped {here / name}/: a curate output folder ({why}), not input records",
-                      file=sys.stderr)
+            else:
+                _skip(here / name, f"a curate output folder ({why}), not input records", "/")
         dirs[:] = keep  # os.walk descends only into these
+        tars = {name[:-4] for name in files if name.lower().endswith(".tar")}
         for name in files:
             path = here / name
             if name.startswith(".") or path.suffix.lower() not in suffixes or not path.is_file():
                 continue
             if path.suffix.lower() == ".json" and not _json_array(path):
                 continue
+            if path.suffix.lower() in _TABLES and path.stem in tars:
+                _skip(path, f"the metadata table of {path.stem}.tar beside it (img2dataset's layout); "
+                            "the records are read from the tar")
+                continue
             found.append(path)
     return sorted(found)
+
+
+def _skip(path: Path, why: str, tail: str = "") -> None:
+    """Say once per process that ``path`` is skipped, and why (``tail``: ``/`` after a folder's name)."""
+    if path.resolve() not in _REPORTED:
+        _REPORTED.add(path.resolve())
+        print(f"skipped {path}{tail}: {why}", file=sys.stderr)

@@ -6,11 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import webdataset as wds
 from click.testing import CliRunner
 
 from curate.cli import cli
-from curate.core.records import expand_inputs
+from curate.core.records import expand_inputs, read_records
+from tests._fixtures.formats import Layouts
 
 
 def _lines(path: Path) -> int:
@@ -86,3 +90,27 @@ def test_rerun_with_the_output_inside_the_input_folder_resumes(sample_data: Path
     assert second.exit_code == 0, second.output[-2000:]
     assert json.loads((data / "packed" / "stats.json").read_text())["records_in"] == stats["records_in"] \
         == _lines(data / "records.jsonl")
+
+
+def test_img2dataset_metadata_tables_beside_their_tars_are_skipped(tmp_path: Path, layouts: Layouts,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """img2dataset's WebDataset output: 00000.tar + 00000.parquet (one row per sample tried, caption, no image)
+    + 00000_stats.json. The records come from the tar once, not a second time without images from the table."""
+    out = tmp_path / "laion"
+    out.mkdir()
+    items = layouts.items[:2]
+    with wds.TarWriter(str(out / "00000.tar")) as sink:
+        for i, it in enumerate(items):
+            sink.write({"__key__": f"00000000{i}", "jpg": it["bytes"], "txt": it["caption"],
+                        "json": {"key": f"00000000{i}", "caption": it["caption"], "status": "success"}})
+    meta = pa.table({"key": ["000000000", "000000001", "000000002"], "caption": [it["caption"] for it in items] + ["x"],
+                     "url": ["u0", "u1", "u2"], "status": ["success", "success", "failed_to_download"]})
+    pq.write_table(meta, out / "00000.parquet")
+    (out / "00000_stats.json").write_text(json.dumps({"count": 3, "successes": 2}))
+    pq.write_table(meta, out / "extra.parquet")  # a table of another stem is records as usual
+    assert [p.name for p in expand_inputs([out])] == ["00000.tar", "extra.parquet"]
+    err = capsys.readouterr().err
+    assert "00000.parquet: the metadata table of 00000.tar" in err and "00000_stats.json: not records" in err
+    recs = [r for r in read_records([out / "00000.tar"])]
+    assert [r["id"] for r in recs] == ["000000000", "000000001"] and all(r["images"] for r in recs)
+    assert [p.name for p in expand_inputs([out / "00000.parquet"])] == ["00000.parquet"]  # named: read
