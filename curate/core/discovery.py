@@ -19,6 +19,8 @@ A Parquet file with the stem of a tar beside it (``00000.parquet`` next to ``000
 shard's metadata table, as img2dataset and NeMo Curator write their WebDataset output: one row per
 sample it tried (failed downloads too), caption but no image. Its rows would be read a second time
 as records without their images, so it is skipped with one line; named directly, it is read.
+A prefix in object storage follows the same two rules (:func:`keep_listed`; there an output
+folder is known by its ``_shards/``).
 """
 
 from __future__ import annotations
@@ -98,8 +100,33 @@ def records_files(folder: Path, suffixes: Container[str]) -> list[Path]:
     return sorted(found)
 
 
-def _skip(path: Path, why: str, tail: str = "") -> None:
-    """Say once per process that ``path`` is skipped, and why (``tail``: ``/`` after a folder's name)."""
-    if path.resolve() not in _REPORTED:
-        _REPORTED.add(path.resolve())
+def _skip(path: Path | str, why: str, tail: str = "") -> None:
+    """Say once per process that ``path`` (a local path or a URL) is skipped, and why (``tail``: ``/`` after a
+    folder's name)."""
+    key = path.resolve() if isinstance(path, Path) else path
+    if key not in _REPORTED:
+        _REPORTED.add(key)
         print(f"skipped {path}{tail}: {why}", file=sys.stderr)
+
+
+def keep_listed(root: str, relative: list[str]) -> list[str]:
+    """The objects of a listed prefix that are inputs, by the rules of local folders (the module docstring):
+    those below a curate output folder (one holding ``_shards/``; a bucket keeps no lock) and Parquet
+    tables beside a tar of the same stem are skipped with one line each. ``relative``: every object's path
+    under ``root``, ``/``-separated, any suffix; the kept ones come back in the same order."""
+    present = set(relative)
+    outputs = sorted({rel.split("/_shards/")[0] for rel in ("/" + r for r in relative) if "/_shards/" in rel} - {""})
+    kept = []
+    for rel in relative:
+        folder = next((f for f in outputs if ("/" + rel).startswith(f + "/")), None)
+        if folder is not None:
+            _skip(root.rstrip("/") + folder, "a curate output folder (shard markers, _shards/), not input records",
+                  "/")
+            continue
+        stem, dot, suffix = rel.rpartition(".")
+        if dot and "." + suffix.lower() in _TABLES and stem + ".tar" in present:
+            _skip(f"{root.rstrip('/')}/{rel}", f"the metadata table of {stem.rsplit('/', 1)[-1]}.tar beside it "
+                  "(img2dataset's layout); the records are read from the tar")
+            continue
+        kept.append(rel)
+    return kept

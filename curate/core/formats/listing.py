@@ -10,7 +10,7 @@ import os
 from collections.abc import Container
 from pathlib import Path
 
-from curate.core.discovery import records_files
+from curate.core.discovery import keep_listed, records_files
 from curate.core.errors import UserError
 from curate.core.formats.wds import expand_braces
 from curate.core.io import RemotePath, as_path, is_url, url_fs
@@ -39,7 +39,9 @@ def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
         except FileNotFoundError:
             kind = None
         if kind == "directory":
-            found = sorted(f"{protocol}://{p}" for p in fs.find(inner) if _wanted(p[len(inner):], suffixes))
+            relative = sorted(p[len(inner):].lstrip("/") for p in fs.find(inner))
+            base = f"{protocol}://{inner.rstrip('/')}/"
+            found = [base + rel for rel in keep_listed(base, relative) if _wanted(rel, suffixes)]
             if not found:
                 raise UserError(f"{url}: holds no {ACCEPTED} files")
             return [RemotePath(p) for p in found]

@@ -208,3 +208,17 @@ def test_recaption_from_and_into_a_bucket(bucket: str, layouts: Layouts, cache: 
     by_id = {it["id"]: it["bytes"] for it in layouts.items}
     recs = list(read_records([f"{bucket}/recap/records.parquet"]))
     assert len(recs) == len(layouts.items) and all(r["images"] == [by_id[r["recaption_of"]]] for r in recs)
+
+
+def test_a_prefix_skips_metadata_tables_and_curate_outputs(bucket: str, layouts: Layouts) -> None:
+    """A prefix holding img2dataset's output (00000.tar + 00000.parquet) and a curate output (with _shards/)
+    reads the tar's records once, as a local folder does."""
+    fs = _fs()
+    tar = sorted(layouts.wds_dir.glob("*.tar"))[0]
+    fs.put_file(str(tar), f"{bucket}/i2d/{tar.name}")
+    fs.put_file(str(layouts.hf), f"{bucket}/i2d/{tar.stem}.parquet")  # rows with images: read twice if not skipped
+    fs.put_file(str(layouts.hf), f"{bucket}/i2d/packed/plan.parquet")
+    fs.pipe_file(f"{bucket}/i2d/packed/_shards/lengths/000000.json", b"{}")
+    from_tar = [r["id"] for r in read_records([f"{bucket}/i2d/{tar.name}"])]
+    assert from_tar and [r["id"] for r in read_records([f"{bucket}/i2d"])] == from_tar
+    assert len(list(read_records([f"{bucket}/i2d/packed/plan.parquet"]))) == len(layouts.items)  # named: read
