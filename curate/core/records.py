@@ -38,7 +38,7 @@ from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import table_rows
-from curate.core.formats.rows import CAPTION_ALIASES, RecordInvalid
+from curate.core.formats.rows import CAPTION_ALIASES, RecordInvalid, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
 IMAGE_TOKEN = "<image>"
@@ -94,15 +94,6 @@ def _content_text(content: Any, field: str) -> str:
     if content is None:
         return ""
     raise RecordInvalid("invalid_field", f"{field} content must be a string, got {type(content).__name__}")
-
-
-def text_layout(raw: dict[str, Any]) -> str | None:
-    """The field a row's conversation comes from: ``messages``, ``conversations``, ``caption``, ``problem``, then
-    a caption alias (:data:`CAPTION_ALIASES`); None when it has none."""
-    for key in ("messages", "conversations", "caption", "problem", *CAPTION_ALIASES):
-        if key in raw:
-            return key
-    return None
 
 
 def _messages_of(raw: dict[str, Any], layout: str | None) -> list[dict[str, str]]:

@@ -36,6 +36,15 @@ CAPTION_ALIASES = ("text", "TEXT")
 _MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
 
 
+def text_layout(raw: dict[str, Any]) -> str | None:
+    """The field a row's conversation comes from: ``messages``, ``conversations``, ``caption``, ``problem``, then
+    a caption alias (:data:`CAPTION_ALIASES`); None when it has none."""
+    for key in ("messages", "conversations", "caption", "problem", *CAPTION_ALIASES):
+        if key in raw:
+            return key
+    return None
+
+
 class RecordInvalid(Exception):
     """Raised for a row that is not a usable record; ``reason`` is stable, ``detail`` says where."""
 
