@@ -19,8 +19,8 @@ A Parquet file with the stem of a tar beside it (``00000.parquet`` next to ``000
 shard's metadata table, as img2dataset and NeMo Curator write their WebDataset output: one row per
 sample it tried (failed downloads too), caption but no image. Its rows would be read a second time
 as records without their images, so it is skipped with one line; named directly, it is read.
-A prefix in object storage follows the same two rules (:func:`keep_listed`; there an output
-folder is known by its ``_shards/``).
+A prefix in object storage follows the same rules (:func:`keep_listed`, :func:`json_records`;
+there an output folder is known by its ``_shards/``).
 """
 
 from __future__ import annotations
@@ -35,15 +35,25 @@ _REPORTED: set[Path] = set()  # one line per skipped file and process, however o
 _TABLES = (".parquet", ".pq")
 
 
-def _json_array(path: Path) -> bool:
-    """Whether a ``.json`` file starts like an array (or is empty); reads at most 4 KiB."""
-    with open(path, "rb") as fh:
-        head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    if head in (b"[", b""):
+#: Bytes read from the start of a ``.json`` input to tell an array of records from an object.
+JSON_HEAD = 4096
+
+
+def json_records(path: Path | str, head: bytes) -> bool:
+    """Whether a ``.json`` input whose first bytes are ``head`` holds records (an array, or nothing); if not,
+    say once that ``path`` is skipped."""
+    first = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if first in (b"[", b""):
         return True
     _skip(path, f"not records (a .json input holds an array of records; this file starts with "
-                f"{head.decode(errors='replace')!r})")
+                f"{first.decode(errors='replace')!r})")
     return False
+
+
+def _json_array(path: Path) -> bool:
+    """Whether a local ``.json`` file holds records (:func:`json_records`)."""
+    with open(path, "rb") as fh:
+        return json_records(path, fh.read(JSON_HEAD))
 
 
 def output_folder(folder: Path) -> str | None:

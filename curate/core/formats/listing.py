@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Container
 from pathlib import Path
+from typing import Any
 
-from curate.core.discovery import keep_listed, records_files
+from curate.core.discovery import JSON_HEAD, json_records, keep_listed, records_files
 from curate.core.errors import UserError
 from curate.core.formats.wds import expand_braces
 from curate.core.io import RemotePath, as_path, is_url, url_fs
@@ -41,7 +42,7 @@ def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
         if kind == "directory":
             relative = sorted(p[len(inner):].lstrip("/") for p in fs.find(inner))
             base = f"{protocol}://{inner.rstrip('/')}/"
-            found = [base + rel for rel in keep_listed(base, relative) if _wanted(rel, suffixes)]
+            found = _json_arrays(fs, base, [rel for rel in keep_listed(base, relative) if _wanted(rel, suffixes)])
             if not found:
                 raise UserError(f"{url}: holds no {ACCEPTED} files")
             return [RemotePath(p) for p in found]
@@ -54,6 +55,18 @@ def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
     except Exception as exc:  # botocore/aiohttp raise many types for unreachable endpoints and bad keys
         raise remote_error(url, exc) from None
     raise UserError(f"{url}: no such object or prefix")
+
+
+def _json_arrays(fs: Any, base: str, relative: list[str]) -> list[str]:
+    """The URLs of a listed prefix's inputs, without its ``.json`` objects that are not arrays of records
+    (img2dataset's ``00000_stats.json``...): their first bytes are read, all at once."""
+    jsons = [rel for rel in relative if rel.lower().endswith(".json")]
+    inner = base.split("://", 1)[1]
+    heads = fs.cat_ranges([inner + rel for rel in jsons], [0] * len(jsons), [JSON_HEAD] * len(jsons)) if jsons else []
+    # A failed range read (an empty object answers 416 on S3) comes back as an exception: left to the reader.
+    refused = {rel for rel, head in zip(jsons, heads)
+               if isinstance(head, bytes) and not json_records(base + rel, head)}
+    return [base + rel for rel in relative if rel not in refused]
 
 
 def _wanted(rel: str, suffixes: Container[str]) -> bool:

@@ -217,6 +217,7 @@ def test_a_prefix_skips_metadata_tables_and_curate_outputs(bucket: str, layouts:
     tar = sorted(layouts.wds_dir.glob("*.tar"))[0]
     fs.put_file(str(tar), f"{bucket}/i2d/{tar.name}")
     fs.put_file(str(layouts.hf), f"{bucket}/i2d/{tar.stem}.parquet")  # rows with images: read twice if not skipped
+    fs.pipe_file(f"{bucket}/i2d/{tar.stem}_stats.json", b'{"count": 2, "successes": 2}')  # img2dataset's too
     fs.put_file(str(layouts.hf), f"{bucket}/i2d/packed/plan.parquet")
     fs.pipe_file(f"{bucket}/i2d/packed/_shards/lengths/000000.json", b"{}")
     from_tar = [r["id"] for r in read_records([f"{bucket}/i2d/{tar.name}"])]
