@@ -31,7 +31,7 @@ import sys
 from collections.abc import Container
 from pathlib import Path
 
-_REPORTED: set[Path] = set()  # one line per skipped file and process, however often a folder is listed
+_REPORTED: set[Path | str] = set()  # one line per skipped path (or URL) and process, however often it is listed
 _TABLES = (".parquet", ".pq")
 
 
