@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
-from curate.core.formats.parquet import table_rows
+from curate.core.formats.parquet import parquet_rows
 from curate.core.formats.rows import CAPTION_ALIASES, RecordInvalid, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
@@ -314,19 +314,8 @@ def _rows_tar(part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
 
 
 def _rows_parquet_file(pf: pq.ParquetFile, part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
-    row = 0
-    for rg in range(pf.num_row_groups):
-        n = pf.metadata.row_group(rg).num_rows
-        if row + n <= part.start:
-            row += n
-            continue
-        if row >= part.stop:
-            break
-        table = pf.read_row_group(rg)
-        lo, hi = max(part.start - row, 0), min(part.stop - row, n)
-        for i, item in enumerate(table_rows(table.slice(lo, hi - lo), part.path, row + lo, pf.schema_arrow, heads)):
-            yield row + lo + i, item, None
-        row += n
+    for row, item in parquet_rows(pf, part.start, part.stop, part.path, heads):
+        yield row, item, None
 
 
 def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[tuple[int, Any, str | None]]:

@@ -11,10 +11,12 @@ header; it then copies the bytes into pack's record store (see :mod:`packer.leng
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from curate.core.formats.refs import ImageAt
 
@@ -98,3 +100,40 @@ def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema,
             columns[name] = _column_values(col, kind, file, first_row, schema.get_field_index(name), heads)
     names = list(columns)
     return [dict(zip(names, values)) for values in zip(*columns.values())] if names else []
+
+
+#: Arrow bytes decoded at a time from a Parquet row group (a row group is streamed in batches of rows).
+PARQUET_BATCH_BYTES = 64 << 20
+
+
+def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str,
+                 heads: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(row, row as a dict)`` for rows ``start`` to ``stop`` of a Parquet file (see :func:`table_rows`).
+
+    Row groups are read in batches of about :data:`PARQUET_BATCH_BYTES`: a row group of images written whole
+    (one group per file is common) would otherwise be held in memory at once, by every worker that reads a
+    part of it (an 800 MB file in one group, 5,000 of its rows read: 2.8 GB peak that way, 1.2 GB now, most
+    of it the file's mapped pages).
+    """
+    row = 0
+    for rg in range(pf.num_row_groups):
+        meta = pf.metadata.row_group(rg)
+        n = meta.num_rows
+        if row + n <= start:
+            row += n
+            continue
+        if row >= stop:
+            break
+        size = max(16, min(1 << 16, PARQUET_BATCH_BYTES * n // max(meta.total_byte_size, 1)))
+        at = row
+        for batch in pf.iter_batches(batch_size=size, row_groups=[rg]):
+            end = at + batch.num_rows
+            lo, hi = max(start, at), min(stop, end)
+            if lo < hi:
+                table = pa.Table.from_batches([batch.slice(lo - at, hi - lo)])
+                for i, item in enumerate(table_rows(table, file, lo, pf.schema_arrow, heads)):
+                    yield lo + i, item
+            at = end
+            if at >= stop:
+                break
+        row += n

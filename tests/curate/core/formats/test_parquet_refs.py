@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from curate.core.formats.refs import ImageAt
 from curate.core.records import BadRecord, read_part, split_file
@@ -51,3 +52,25 @@ def test_every_shape_keeps_bytes_and_address(tmp_path: Path, sample_data: Path) 
     by_id = {r.id if isinstance(r, BadRecord) else r["id"]: r for r in records}
     assert isinstance(by_id["r4"], BadRecord) and by_id["r4"].reason == "missing_image"  # a null struct in the list
     assert by_id["r2"]["images"] == [blobs[2]] and type(by_id["r2"]["images"][0]) is bytes
+
+
+def test_a_row_group_read_in_batches_gives_every_row_once(tmp_path: Path, sample_data: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row group of 100 rows read in batches of 16 (the smallest), by parts of 7 rows that cross the batches:
+    the same rows, values and image addresses as a plain read."""
+    from curate.core.formats import parquet
+
+    blobs = [p.read_bytes() for p in sorted((sample_data / "images").glob("*.jpg"))[:3]]
+    n = 100
+    table = pa.table({"id": [f"r{i}" for i in range(n)], "caption": [f"caption {i}" for i in range(n)],
+                      "image": pa.array([{"bytes": blobs[i % 3], "path": f"{i}.jpg"} for i in range(n)], type=STRUCT)})
+    path = tmp_path / "one_group.parquet"
+    pq.write_table(table, path)  # one row group
+    assert pq.ParquetFile(path).num_row_groups == 1
+    monkeypatch.setattr(parquet, "PARQUET_BATCH_BYTES", 1)
+    parts = split_file(path, 7)
+    got = [raw for part in parts for raw, _ in read_part(part, with_raw=True)]
+    assert got == table.to_pylist()
+    heads = [raw for part in parts for raw, _ in read_part(part, with_raw=True, heads=True)]
+    spans = [raw["image"]["bytes"].span()[0] for raw in heads]
+    assert spans == list(range(n)) and all(raw["image"]["bytes"].read() == blobs[i % 3] for i, raw in enumerate(heads))
