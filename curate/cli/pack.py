@@ -97,7 +97,7 @@ def _summary_pack(stats: dict, out: str) -> None:
                       f"micro-batch{'es' if mb != 1 else ''}; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
                       f"idle rank time {before['idle_fraction']:.1%} -> {after['idle_fraction']:.1%}")
     if r.rejected:
-        console.print(f"dropped {r.dropped or {}}  errored {r.errored or {}}  → {out}/rejects.parquet")
+        console.print(r.rejects_line(out))
     if r.sequences is not None:
         console.print(f"shards: {out}/shards/   plot: {out}/packing.png   stats: {out}/stats.json")
     else:

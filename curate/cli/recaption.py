@@ -85,5 +85,5 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
         mean = "n/a" if counts.mean_chars is None else f"{counts.mean_chars:.0f}"
         console.print(f"  {lang}: {counts.kept:,} of {counts.images:,} kept, mean {mean} characters")
     if r.rejected:
-        console.print(f"dropped {r.dropped or {}}  errored {r.errored or {}}  → {out}/rejects.parquet")
+        console.print(r.rejects_line(out))
     console.print(f"records: {out}/records.jsonl   captions: {out}/captions.parquet   stats: {out}/stats.json")

@@ -56,12 +56,15 @@ def _json_array(path: Path) -> bool:
         return json_records(path, fh.read(JSON_HEAD))
 
 
+_SHARDS = "shard markers, _shards/"
+
+
 def output_folder(folder: Path) -> str | None:
     """What shows ``folder`` to be a curate output folder (for the line that skips it), or None."""
     if (folder / ".curate.lock").exists():
         return "a run's lock, .curate.lock"
     if (folder / "_shards").is_dir():
-        return "shard markers, _shards/"
+        return _SHARDS
     stats = folder / "stats.json"
     if stats.is_file():
         try:
@@ -93,21 +96,35 @@ def records_files(folder: Path, suffixes: Container[str]) -> list[Path]:
             if why is None:
                 keep.append(name)
             else:
-                _skip(here / name, f"a curate output folder ({why}), not input records", "/")
+                _skip_output(here / name, why)
         dirs[:] = keep  # os.walk descends only into these
-        tars = {name[:-4] for name in files if name.lower().endswith(".tar")}
+        present = {name.lower() for name in files}
         for name in files:
             path = here / name
             if name.startswith(".") or path.suffix.lower() not in suffixes or not path.is_file():
                 continue
             if path.suffix.lower() == ".json" and not _json_array(path):
                 continue
-            if path.suffix.lower() in _TABLES and path.stem in tars:
-                _skip(path, f"the metadata table of {path.stem}.tar beside it (img2dataset's layout); "
-                            "the records are read from the tar")
+            if _tar_table(name, present, path):
                 continue
             found.append(path)
     return sorted(found)
+
+
+def _skip_output(folder: Path | str, why: str) -> None:
+    _skip(folder, f"a curate output folder ({why}), not input records", "/")
+
+
+def _tar_table(name: str, present: Container[str], shown: Path | str) -> bool:
+    """Whether ``name`` (a path relative to a listing) is a Parquet table beside a tar of the same stem, the
+    tar's metadata table (``present``: the listing's lower-cased names); if so, say once that ``shown`` is
+    skipped."""
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or "." + suffix.lower() not in _TABLES or (stem + ".tar").lower() not in present:
+        return False
+    _skip(shown, f"the metadata table of {stem.rsplit('/', 1)[-1]}.tar beside it (img2dataset's layout); "
+                 "the records are read from the tar")
+    return True
 
 
 def _skip(path: Path | str, why: str, tail: str = "") -> None:
@@ -124,19 +141,15 @@ def keep_listed(root: str, relative: list[str]) -> list[str]:
     those below a curate output folder (one holding ``_shards/``; a bucket keeps no lock) and Parquet
     tables beside a tar of the same stem are skipped with one line each. ``relative``: every object's path
     under ``root``, ``/``-separated, any suffix; the kept ones come back in the same order."""
-    present = set(relative)
-    outputs = sorted({rel.split("/_shards/")[0] for rel in ("/" + r for r in relative) if "/_shards/" in rel} - {""})
+    present = {rel.lower() for rel in relative}
+    outputs = {rel[:rel.index("/_shards/")] for rel in relative if "/_shards/" in rel}  # never the root itself
+    base = root.rstrip("/") + "/"
     kept = []
     for rel in relative:
-        folder = next((f for f in outputs if ("/" + rel).startswith(f + "/")), None)
+        parts = rel.split("/")
+        folder = next((f for f in ("/".join(parts[:i]) for i in range(1, len(parts))) if f in outputs), None)
         if folder is not None:
-            _skip(root.rstrip("/") + folder, "a curate output folder (shard markers, _shards/), not input records",
-                  "/")
-            continue
-        stem, dot, suffix = rel.rpartition(".")
-        if dot and "." + suffix.lower() in _TABLES and stem + ".tar" in present:
-            _skip(f"{root.rstrip('/')}/{rel}", f"the metadata table of {stem.rsplit('/', 1)[-1]}.tar beside it "
-                  "(img2dataset's layout); the records are read from the tar")
-            continue
-        kept.append(rel)
+            _skip_output(base + folder, _SHARDS)
+        elif not _tar_table(rel, present, base + rel):
+            kept.append(rel)
     return kept

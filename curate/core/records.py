@@ -38,14 +38,14 @@ from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
-from curate.core.formats.rows import CAPTION_ALIASES, RecordInvalid, text_layout
+from curate.core.formats.rows import CAPTION_ALIASES, TEXT_LAYOUTS, RecordInvalid, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
 IMAGE_TOKEN = "<image>"
 CAPTION_PROMPT = "Describe the image."
 _ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
              "system": "system", "model": "assistant", "bot": "assistant"}
-_LAYOUT_KEYS = {"id", "source", "image", "images", "messages", "conversations", "caption", "problem"}
+_LAYOUT_KEYS = {"id", "source", "image", "images", *TEXT_LAYOUTS}
 _NO_LAYOUT = "no messages, conversations, caption, text or problem field"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet",
              ".tar": "tar"}
@@ -96,7 +96,8 @@ def _content_text(content: Any, field: str) -> str:
     raise RecordInvalid("invalid_field", f"{field} content must be a string, got {type(content).__name__}")
 
 
-def _messages_of(raw: dict[str, Any], layout: str | None) -> list[dict[str, str]]:
+def _messages_of(raw: dict[str, Any], layout: str) -> list[dict[str, str]]:
+    """The conversation of a row whose text comes from ``layout`` (:func:`~curate.core.formats.rows.text_layout`)."""
     if layout == "messages":
         turns, role_key, text_key = raw["messages"], "role", "content"
     elif layout == "conversations":
@@ -107,14 +108,12 @@ def _messages_of(raw: dict[str, Any], layout: str | None) -> list[dict[str, str]
             raise RecordInvalid("invalid_field", f"{layout} is empty")
         prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
-    elif layout == "problem":
+    else:  # problem
         problem = _as_str(raw["problem"], "problem")
         answer = raw.get("answer", "")
         answer_text = answer[0] if isinstance(answer, list) and answer else answer
         return [{"role": "user", "content": problem},
                 {"role": "assistant", "content": _as_str(answer_text if answer_text is not None else "", "answer")}]
-    else:
-        raise RecordInvalid("unknown_layout", _NO_LAYOUT)
     if isinstance(turns, str):  # Parquet users often store the conversation as a JSON string
         try:
             turns = json.loads(turns)

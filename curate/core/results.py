@@ -54,3 +54,7 @@ class Counts:
     def rejected(self) -> bool:
         """Whether any record was dropped or errored."""
         return bool(self.dropped or self.errored)
+
+    def rejects_line(self, out: object) -> str:
+        """One line for the command line: the dropped and errored records by reason, and where they are listed."""
+        return f"dropped {self.dropped or {}}  errored {self.errored or {}}  → {out}/rejects.parquet"

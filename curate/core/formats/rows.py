@@ -27,7 +27,8 @@ from curate.core.io import as_path, is_url
 
 #: Column names (and WebDataset member extensions) that hold raw image bytes.
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm"})
-_TEXT_LAYOUTS = frozenset({"messages", "conversations", "caption", "problem"})
+#: The fields a conversation comes from, in the order they are looked for (:func:`text_layout`).
+TEXT_LAYOUTS = ("messages", "conversations", "caption", "problem")
 #: Caption columns of the public image-text sets, read as ``caption`` in a row without ``messages``,
 #: ``conversations``, ``caption`` or ``problem`` (:func:`curate.core.records.to_canonical`): ``text``
 #: (COYO, DataComp, most Hugging Face text-to-image sets), ``TEXT`` (LAION). The column used is not kept
@@ -39,7 +40,7 @@ _MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
 def text_layout(raw: dict[str, Any]) -> str | None:
     """The field a row's conversation comes from: ``messages``, ``conversations``, ``caption``, ``problem``, then
     a caption alias (:data:`CAPTION_ALIASES`); None when it has none."""
-    for key in ("messages", "conversations", "caption", "problem", *CAPTION_ALIASES):
+    for key in (*TEXT_LAYOUTS, *CAPTION_ALIASES):
         if key in raw:
             return key
     return None
@@ -144,7 +145,7 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
             that no layout reads as an image (they would otherwise be lost silently).
     """
     row = raw
-    if "texts" in row and not (_TEXT_LAYOUTS & row.keys()):
+    if "texts" in row and not any(key in row for key in TEXT_LAYOUTS):
         row = {k: v for k, v in row.items() if k != "texts"}
         row["messages"] = _texts_to_messages(raw["texts"])
     if row.get("images") is not None:
