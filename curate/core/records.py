@@ -38,6 +38,7 @@ from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
+from curate.core.formats.sources import default_source
 from curate.core.formats.rows import CAPTION_ALIASES, TEXT_LAYOUTS, RecordInvalid, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
@@ -160,7 +161,8 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
         raw: the parsed JSON object or Parquet row.
         base_dir: folder that relative image paths are relative to.
         fallback_id: id used when the row has none (``<file stem>:<row>``).
-        fallback_source: source used when the row has none (the input file's stem).
+        fallback_source: source used when the row has none (the input file's name less any shard number:
+            :func:`curate.core.formats.sources.default_source`).
 
     Raises:
         RecordInvalid: the row is not a usable record (its ``reason`` is stable).
@@ -349,7 +351,7 @@ def read_part(part: Part, *, with_raw: bool = False, heads: bool = False, views:
 
 def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator[tuple[Any, Record | BadRecord]]:
     path = as_path(part.path)
-    stem = path.stem
+    stem, source = path.stem, default_source(str(part.path))
     for row, raw, problem in iter_rows(part, heads, views):
         fallback_id = f"{stem}:{row + 1}" if part.format == "jsonl" else f"{stem}:{row}"
         if problem == "blank":
@@ -358,16 +360,16 @@ def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator
             reason, _, detail = problem.partition(":")
             where = f"line {row + 1}" if part.format == "jsonl" else f"row {row}"
             rid = raw.get("id") if isinstance(raw, dict) else None  # a reader may know the id of a bad row
-            yield None, BadRecord(rid or fallback_id, stem, reason, f"{path.name} {where}: {detail}")
+            yield None, BadRecord(rid or fallback_id, source, reason, f"{path.name} {where}: {detail}")
             continue
         try:
-            yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=stem)
+            yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=source)
         except RecordInvalid as exc:
             rid = (raw.get("id") or raw.get("key")) if isinstance(raw, dict) else None  # key: img2dataset
             src = raw.get("source") if isinstance(raw, dict) else None
             where = f"{path.name} line {row + 1}" if part.format == "jsonl" else f"{path.name} row {row}"
             yield raw, BadRecord(str(rid) if rid not in (None, "") else fallback_id,
-                                 str(src) if isinstance(src, str) and src else stem, exc.reason, f"{where}: {exc.detail}")
+                                 str(src) if isinstance(src, str) and src else source, exc.reason, f"{where}: {exc.detail}")
 
 
 def read_records(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[Record | BadRecord]:
