@@ -52,6 +52,10 @@ _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet":
              ".tar": "tar"}
 
 Record = dict[str, Any]
+#: How rows become records (ids, sources, layouts): part of every stage's recorded settings and of
+#: cross-run caches, so a run or a cache made by a reader that read the same rows otherwise is not reused.
+#: Raise it whenever the same row would read differently. 2: sources without shard numbers (formats.sources).
+READER_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.io import input_stamp, dumps_json, read_json, write_json, write_parquet
 from curate.core.remote_sync import push_shard
-from curate.core.records import BadRecord, Part, expand_inputs, read_part, split_file
+from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part, split_file
 from curate.core.stats import REJECT_SCHEMA, StageStats
 
 DEFAULT_SHARD_SIZE = 5000
@@ -115,8 +115,9 @@ def plan_hash(shards: Sequence[Shard]) -> str:
 
 
 def inputs_fingerprint(shards: Sequence[Shard]) -> str:
-    """:func:`plan_hash` plus each input file's size and modification time (for caches across runs)."""
-    h = hashlib.sha256(plan_hash(shards).encode())
+    """:func:`plan_hash` plus each input file's size and modification time and the reader's version
+    (:data:`~curate.core.records.READER_VERSION`), for caches across runs."""
+    h = hashlib.sha256(f"{plan_hash(shards)}|reader {READER_VERSION}".encode())
     for path in sorted({part.path for shard in shards for part in shard.parts}):
         h.update(f"{path}|{input_stamp(path)}\n".encode())  # local files and objects in a bucket
     return h.hexdigest()[:16]
@@ -280,6 +281,9 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
         shutil.rmtree(work, ignore_errors=True)
 
 
+_SETTING_NAMES = {"plan": "inputs or shard size", "reader": "the curate version that reads the records"}
+
+
 def check_settings(out: Path, stage: str, settings: dict[str, Any]) -> None:
     """Refuse to mix runs: OUT's recorded settings for ``stage`` must equal ``settings``.
 
@@ -292,7 +296,7 @@ def check_settings(out: Path, stage: str, settings: dict[str, Any]) -> None:
         finished = any(p.name != "settings.json" for p in path.parent.glob("*.json"))
         if recorded != normal and finished:
             changed = sorted(k for k in set(recorded) | set(normal) if recorded.get(k) != normal.get(k))
-            what = ", ".join("inputs or shard size" if k == "plan" else k for k in changed)
+            what = ", ".join(_SETTING_NAMES.get(k, k) for k in changed)
             raise UserError(f"{out} holds a '{stage}' run with other settings ({what}); "
                             "use another --out, or delete the folder to start again")
         if recorded == normal:

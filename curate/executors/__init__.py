@@ -62,8 +62,8 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     """Run ``task`` over ``shards`` into ``out`` and return the merged stats.
 
     Shards whose completion marker exists are not run again. ``settings`` (by
-    default ``task.settings()``), the seed and the shard plan (:func:`plan_hash`:
-    inputs and row ranges) are recorded on the first run and must match on reruns,
+    default ``task.settings()``), the seed, the shard plan (:func:`plan_hash`:
+    inputs and row ranges) and the reader's version (``READER_VERSION``) are recorded on the first run and must match on reruns,
     so a rerun with other inputs never reuses old shards. The run holds the lock on
     ``out`` (:mod:`curate.core.lock`), so a second live run into it stops with one line.
 
@@ -74,12 +74,14 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     """
     from curate.core.lock import out_lock
     from curate.core.remote_sync import ensure_local, pull_listed, push_files
+    from curate.core.records import READER_VERSION
     from curate.core.shards import (SHARDS_DIR, check_settings, clean_tmp, marker_path, merge_shards, plan_hash,
                                      read_marker)
 
     out = Path(out)
     with out_lock(out):  # one run per folder (curate.core.lock): a second one stops here with one line
-        recorded = {"seed": seed, "plan": plan_hash(shards), **(settings if settings is not None else task.settings())}
+        recorded = {"seed": seed, "plan": plan_hash(shards), "reader": READER_VERSION,
+                    **(settings if settings is not None else task.settings())}
         check_settings(out, task.stage, recorded)
         clean_tmp(out, task.stage)
         todo: list[Shard] = []

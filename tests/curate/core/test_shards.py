@@ -11,7 +11,8 @@ import pytest
 
 from curate.core.errors import UserError
 from curate.executors import get_executor, run_stage
-from curate.core.shards import Shard, ShardContext, ShardTask, marker_path, plan_shards, readable_records
+from curate.core.shards import (Shard, ShardContext, ShardTask, inputs_fingerprint, marker_path, plan_shards,
+                                 readable_records)
 from curate.core.stats import StageStats
 
 
@@ -101,6 +102,22 @@ def test_other_settings_are_refused(tmp_path: Path) -> None:
         run_stage(LengthTask(3), shards, tmp_path / "o", seed=0)
     with pytest.raises(UserError, match="seed"):
         run_stage(LengthTask(2), shards, tmp_path / "o", seed=5)
+
+
+def test_a_run_by_another_reader_is_refused_and_caches_change(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder (or a cross-run cache) made by a reader that read the same rows otherwise is not reused."""
+    import curate.core.records
+    import curate.core.shards
+
+    shards = plan_shards([make_input(tmp_path)], shard_size=10)
+    before = inputs_fingerprint(shards)
+    run_stage(LengthTask(2), shards, tmp_path / "o", seed=0)
+    monkeypatch.setattr(curate.core.records, "READER_VERSION", curate.core.records.READER_VERSION + 1)
+    monkeypatch.setattr(curate.core.shards, "READER_VERSION", curate.core.records.READER_VERSION)
+    with pytest.raises(UserError, match="the curate version that reads the records"):
+        run_stage(LengthTask(2), shards, tmp_path / "o", seed=0)
+    assert inputs_fingerprint(shards) != before
 
 
 @pytest.mark.slow
