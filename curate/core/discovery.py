@@ -21,6 +21,10 @@ sample it tried (failed downloads too), caption but no image. Its rows would be 
 as records without their images, so it is skipped with one line; named directly, it is read.
 A prefix in object storage follows the same rules (:func:`keep_listed`, :func:`json_records`;
 there an output folder is known by its ``_shards/``).
+
+Skipped files are said once per process, on stderr, when the listing ends (:func:`say_skipped`):
+one line for a lone file, one line per folder and reason for several (img2dataset's 8,500 shards
+leave 8,500 metadata tables and 8,500 ``_stats.json`` files: two lines, not 17,000).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from collections.abc import Container
 from pathlib import Path
 
 _REPORTED: set[Path | str] = set()  # one line per skipped path (or URL) and process, however often it is listed
+#: Skipped files not said yet: (folder, reason for several) → [(name, line for it alone)].
+_PENDING: dict[tuple[str, str], list[tuple[str, str]]] = {}
+_SHOWN_NAMES = 3  # names shown in a line for several files (the first ones, … the last one)
 _TABLES = (".parquet", ".pq")
 
 
@@ -46,7 +53,7 @@ def json_records(path: Path | str, head: bytes) -> bool:
     if first in (b"[", b""):
         return True
     _skip(path, f"not records (a .json input holds an array of records; this file starts with "
-                f"{first.decode(errors='replace')!r})")
+                f"{first.decode(errors='replace')!r})", group="not records (a .json input holds an array of records)")
     return False
 
 
@@ -123,17 +130,35 @@ def _tar_table(name: str, present: Container[str], shown: Path | str) -> bool:
     if not dot or "." + suffix.lower() not in _TABLES or (stem + ".tar").lower() not in present:
         return False
     _skip(shown, f"the metadata table of {stem.rsplit('/', 1)[-1]}.tar beside it (img2dataset's layout); "
-                 "the records are read from the tar")
+                 "the records are read from the tar",
+          group="the metadata tables of the tars of the same name beside them (img2dataset's layout); "
+                "the records are read from the tars")
     return True
 
 
-def _skip(path: Path | str, why: str, tail: str = "") -> None:
-    """Say once per process that ``path`` (a local path or a URL) is skipped, and why (``tail``: ``/`` after a
-    folder's name)."""
+def _skip(path: Path | str, why: str, tail: str = "", group: str | None = None) -> None:
+    """Note once per process that ``path`` (a local path or a URL) is skipped, and why (``tail``: ``/`` after a
+    folder's name; ``group``: the reason in a line for several files of one folder), for :func:`say_skipped`."""
     key = path.resolve() if isinstance(path, Path) else path
-    if key not in _REPORTED:
-        _REPORTED.add(key)
-        print(f"skipped {path}{tail}: {why}", file=sys.stderr)
+    if key in _REPORTED:
+        return
+    _REPORTED.add(key)
+    text = str(path)
+    folder, _, name = text.rpartition("/") if "/" in text else ("", "", text)
+    _PENDING.setdefault((folder, group or f"{name}{tail}: {why}"), []).append((name, f"skipped {path}{tail}: {why}"))
+
+
+def say_skipped() -> None:
+    """Say on stderr the files skipped since the last call: one line per file alone, one per folder and reason for
+    several (their count, the first names and the last)."""
+    for (folder, group), files in sorted(_PENDING.items()):
+        if len(files) == 1:
+            print(files[0][1], file=sys.stderr)
+            continue
+        names = sorted(name for name, _ in files)
+        shown = names if len(names) <= _SHOWN_NAMES + 1 else [*names[:_SHOWN_NAMES], "…", names[-1]]
+        print(f"skipped {len(names):,} files in {folder or '.'}/ ({', '.join(shown)}): {group}", file=sys.stderr)
+    _PENDING.clear()
 
 
 def keep_listed(root: str, relative: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
-from curate.core.discovery import JSON_HEAD, json_records, keep_listed, records_files
+from curate.core.discovery import JSON_HEAD, json_records, keep_listed, records_files, say_skipped
 from curate.core.errors import UserError
 from curate.core.formats.wds import expand_braces
 from curate.core.io import RemotePath, as_path, is_url, url_fs
@@ -81,10 +81,17 @@ def list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[
         item: the argument as given.
         suffixes: lower-case suffixes of record formats (folders keep only those, hidden paths skipped).
     """
+    try:
+        return _list_inputs(item, suffixes)
+    finally:
+        say_skipped()  # one line per folder and reason, once the listing is done
+
+
+def _list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | RemotePath]:
     text = os.fspath(item) if not isinstance(item, RemotePath) else item.url
     expanded = expand_braces(text)
     if len(expanded) > 1:
-        return [f for one in expanded for f in list_inputs(one, suffixes)]
+        return [f for one in expanded for f in _list_inputs(one, suffixes)]
     if is_url(text):
         return list(_remote(text, suffixes))
     path = as_path(text)

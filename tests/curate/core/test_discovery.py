@@ -114,3 +114,28 @@ def test_img2dataset_metadata_tables_beside_their_tars_are_skipped(tmp_path: Pat
     recs = [r for r in read_records([out / "00000.tar"])]
     assert [r["id"] for r in recs] == ["000000000", "000000001"] and all(r["images"] for r in recs)
     assert [p.name for p in expand_inputs([out / "00000.parquet"])] == ["00000.parquet"]  # named: read
+
+
+def test_many_skipped_files_of_a_folder_are_one_line_per_reason(tmp_path: Path, layouts: Layouts,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """img2dataset's 8,500 shards leave 8,500 tables and 8,500 _stats.json files: a line per reason, not per file."""
+    out = tmp_path / "cc3m_wds"
+    out.mkdir()
+    it = layouts.items[0]
+    meta = pa.table({"key": ["k"], "caption": [it["caption"]], "status": ["success"]})
+    for s in range(6):
+        with wds.TarWriter(str(out / f"{s:05d}.tar")) as sink:
+            sink.write({"__key__": f"{s:05d}0000", "jpg": it["bytes"], "txt": it["caption"]})
+        pq.write_table(meta, out / f"{s:05d}.parquet")
+        (out / f"{s:05d}_stats.json").write_text(json.dumps({"count": 1, "successes": 1}))
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "EXPECTED.json").write_text("{}")
+    (tmp_path / "alone" / "a.jsonl").write_text('{"id": "a", "caption": "x"}\n')
+    assert len(expand_inputs([out, tmp_path / "alone"])) == 7
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("skipped")]
+    assert len(lines) == 3, lines
+    tables = next(line for line in lines if "metadata tables" in line)
+    assert tables.startswith(f"skipped 6 files in {out}/ (00000.parquet, 00001.parquet, 00002.parquet, …, "
+                             "00005.parquet): ")
+    assert any(line.startswith("skipped 6 files") and "_stats.json" in line and "not records" in line for line in lines)
+    assert any(line.startswith(f"skipped {tmp_path / 'alone' / 'EXPECTED.json'}: not records") for line in lines)
