@@ -7,6 +7,7 @@ several people can add fixtures without editing this file.
 from __future__ import annotations
 
 import os
+import tempfile
 
 # Nothing may reach a model hub at test time.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -17,6 +18,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Stage verbs write OUT/report/ at their end; tests of the report turn it on where they need it.
 os.environ.setdefault("CURATE_REPORT", "0")
+# Caches across runs (lengths, tar splits, remote mirrors) go to a folder of this test session, never the user's.
+os.environ["CURATE_CACHE"] = tempfile.mkdtemp(prefix="curate-test-cache-")
 
 import pathlib
 

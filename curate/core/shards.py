@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.io import input_stamp, dumps_json, read_json, write_json, write_parquet
 from curate.core.remote_sync import push_shard
-from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part, split_file
+from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
+from curate.core.splits import split_inputs
 from curate.core.stats import REJECT_SCHEMA, StageStats
 
 DEFAULT_SHARD_SIZE = 5000
@@ -92,8 +93,8 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     shards: list[Shard] = []
     current: list[Part] = []
     rows = 0
-    for path in expand_inputs(inputs):
-        for part in split_file(path, shard_size):
+    for parts in split_inputs(expand_inputs(inputs), shard_size):  # tars and JSONL: cached, scanned in parallel
+        for part in parts:
             if rows + len(part) > shard_size and current:
                 shards.append(Shard(len(shards), tuple(current)))
                 current, rows = [], 0
