@@ -82,3 +82,24 @@ def test_a_changed_or_fresh_tar_is_walked_again(tmp_path: Path, monkeypatch: pyt
     os.utime(fresh / "00000.tar")  # modified just now: it may still be being written
     plan_shards([fresh], shard_size=100)
     assert len(list((tmp_path / "cache" / "splits").glob("*.json"))) == 3  # 2 tars, then the rewritten one
+
+
+def test_tars_in_a_bucket_are_walked_in_threads_and_kept(bucket: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against a real S3 server (moto): the plan of a prefix of 8 tars equals the plan of the same tars on disk."""
+    import s3fs
+
+    folder = _tars(tmp_path / "wds", 8)
+    s3fs.S3FileSystem(skip_instance_cache=True).put(str(folder) + "/", f"{bucket}/wds/", recursive=True)
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+    local = _layout(plan_shards([folder], shard_size=4))
+    remote = _layout(plan_shards([f"{bucket}/wds"], shard_size=4))
+    assert [[(Path(p).name, *rest) for p, *rest in shard] for shard in remote] == \
+        [[(Path(p).name, *rest) for p, *rest in shard] for shard in local]
+    assert all(p.startswith(f"{bucket}/wds/") for shard in remote for p, *_ in shard)
+
+    def no_walk(path: str, rows: int) -> list:
+        raise AssertionError(f"{path} walked again")
+
+    monkeypatch.setattr(splits, "_scan", no_walk)  # threads see it too
+    assert _layout(plan_shards([f"{bucket}/wds"], shard_size=4)) == remote  # objects are kept at once (ETag)
