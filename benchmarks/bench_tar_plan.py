@@ -39,6 +39,7 @@ from PIL import Image  # noqa: E402
 
 import curate.core.splits as splits  # noqa: E402
 from curate.core.shards import plan_shards  # noqa: E402
+from curate.core.threads import available_cpus  # noqa: E402
 
 SEED_TARS = 8_500  # 85M samples in img2dataset tars of 10,000
 NODE_CORES = 64
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         size = write_tars(tmp / "laion", args.tars, args.samples)
         print(f"{args.tars} tars × {args.samples:,} samples ({size / 1e6:.0f} MB, written in "
-              f"{time.perf_counter() - t0:.0f}s); {splits._cpus()} cores")
+              f"{time.perf_counter() - t0:.0f}s); {available_cpus()} cores")
         default = splits.PARALLEL_FROM
         splits.PARALLEL_FROM = args.tars + 1
         one = timed_plan(tmp / "laion", tmp / "cache-one")

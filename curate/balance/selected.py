@@ -3,16 +3,25 @@
 Each input file ``NAME`` gives ``OUT/records/NAME`` in the same format; a record
 drawn ``k`` times is written ``k`` times, copies after the first with the id
 ``id#k``; relative image paths are rewritten for the new folder.
+
+Every input record is read again (images included), so at the seed's scale (85M records in 8,500
+tars) this is the longest step of ``balance`` on the driver. The files are read and written in
+worker processes, one file per task, each looking its records up in a :class:`SelectionIndex`
+shared with the driver; the files are the same as one process writes.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import sys
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -44,42 +53,143 @@ def copy_id(rid: str, k: int) -> str:
     return rid if k == 1 else f"{rid}#{k}"
 
 
+class SelectionIndex:
+    """The selected ids, looked up a batch of records at a time: their 64-bit hashes sorted, with the ids and
+    copies in the same order; a hash match is confirmed on the id itself, so lookups are exact. Three
+    arrays (about 20 bytes and the id per selected record), which worker processes share with the driver."""
+
+    def __init__(self, selection: pa.Table) -> None:
+        from curate.core.columns import hash_strings, take_rows
+
+        ids = selection.column("id")
+        hashes = hash_strings(ids)
+        order = np.argsort(hashes, kind="stable")
+        self.hashes = hashes[order]
+        self.ids = take_rows(ids, order)
+        self.copies = selection.column("copies").to_numpy()[order].astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def lookup(self, ids: list[str]) -> np.ndarray:
+        """The position of each id in the index, -1 for ids not selected."""
+        from curate.core.columns import hash_strings
+
+        found = np.full(len(ids), -1, np.int64)
+        if not ids or not len(self):
+            return found
+        hashes = hash_strings(pa.array(ids, pa.string()))
+        lo = np.searchsorted(self.hashes, hashes, "left")
+        hi = np.searchsorted(self.hashes, hashes, "right")
+        for i in np.flatnonzero(hi > lo).tolist():
+            for at in range(int(lo[i]), int(hi[i])):  # almost always one: the hash is shared by different ids rarely
+                if self.ids[at].as_py() == ids[i]:
+                    found[i] = at
+                    break
+        return found
+
+
+_INDEX: SelectionIndex | None = None  # the selection, in worker processes (set by _share before they start)
+_BATCH = 256  # records looked up at once (their rows, image bytes included, are held until then)
+
+
+def _share(index: SelectionIndex) -> None:
+    global _INDEX
+    _INDEX = index
+
+
 def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: pa.Table,
-                           folder: Path) -> dict[str, Any]:
+                           folder: Path, *, workers: int | None = None) -> dict[str, Any]:
     """Write each selected record ``copies`` times, in its input file's format and layout.
 
     Each input file ``NAME`` gives ``folder/NAME`` (same format); relative image
     paths are rewritten relative to ``folder``; copies after the first get the id
-    ``id#k`` so that ids stay unique. Returns counts per output file.
+    ``id#k`` so that ids stay unique. A selected id found in several rows is written at its first
+    row in input order. The input files are read in worker processes (``workers``, default one per
+    core; each reads and writes whole files), which gives the same files as one process.
+    Returns counts per output file.
     """
-    from curate.core.records import BadRecord, expand_inputs, input_format, read_part, split_file
+    from curate.core.records import expand_inputs, input_format
+    from curate.core.threads import available_cpus
 
-    wanted = dict(zip(selection.column("id").to_pylist(), selection.column("copies").to_pylist()))
-    remaining = dict(wanted)
-    folder.mkdir(parents=True, exist_ok=True)
-    used: set[str] = set()
-    files: dict[str, int] = {}
-    for path in expand_inputs(inputs):
-        fmt = input_format(path)
-        suffix = ".parquet" if fmt == "tar" else path.suffix  # tars come back as Parquet with image structs
-        name = path.stem + suffix
-        k = 2
-        while name in used:
+    paths = expand_inputs(inputs)
+    names: list[str] = []
+    for path in paths:
+        suffix = ".parquet" if input_format(path) == "tar" else path.suffix  # tars come back as Parquet
+        name, k = path.stem + suffix, 2
+        while name in names:
             name = f"{path.stem}-{k}{suffix}"
             k += 1
-        used.add(name)
-        src_dir, dst_dir = str(path.parent), str(folder.resolve())
-        rows_out: list[tuple[int, Any]] = []
-        for part in split_file(path, 1 << 62):
-            for raw, rec in read_part(part, with_raw=True):  # the one row reader: same ids as every stage
-                if isinstance(rec, BadRecord):
-                    continue
-                rid = rec["id"]
-                n = remaining.pop(rid, 0)
-                for c in range(1, n + 1):
-                    rows_out.append((c, (rid, raw)))
-        files[name] = _write_rows(folder / name, fmt, rows_out, src_dir, dst_dir, path)
-    return {"files": files, "records": sum(files.values()), "selected_not_found": len(remaining)}
+        names.append(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    index = SelectionIndex(selection)
+    _share(index)
+    jobs = [(str(p), n, str(folder.resolve())) for p, n in zip(paths, names)]
+    size = min(workers or available_cpus(), len(jobs))
+    results = _run(jobs, index, size)
+    seen = np.zeros(len(index), bool)
+    files: dict[str, int] = {}
+    for (path, name, dest), (count, found) in zip(jobs, results):
+        if seen[found].any():  # also selected in an earlier file: written there (rare), so this file again without
+            count, found = _write_file(path, name, dest, frozenset(np.flatnonzero(seen).tolist()))
+        seen[found] = True
+        files[name] = count
+    return {"files": files, "records": sum(files.values()), "selected_not_found": int(len(index) - seen.sum())}
+
+
+def _run(jobs: list[tuple[str, str, str]], index: SelectionIndex, size: int) -> list[tuple[int, np.ndarray]]:
+    """Every job through :func:`_write_file`: here when one worker is enough, else in worker processes."""
+    from curate.core.progress import StageProgress
+
+    if size <= 1:
+        with StageProgress("write selected records", len(jobs), unit="files") as bar:
+            out = []
+            for job in jobs:
+                out.append(_write_file(*job))
+                bar.advance(1)
+            return out
+    method = "fork" if sys.platform == "linux" else "spawn"  # fork: the index is shared, not copied
+    with ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context(method),
+                             initializer=_share, initargs=(index,)) as pool:
+        futures = [pool.submit(_write_file, *job) for job in jobs]  # every worker started before the bar's thread
+        with StageProgress("write selected records", len(jobs), unit="files") as bar:
+            for future in as_completed(futures):
+                future.result()
+                bar.advance(1)
+        return [f.result() for f in futures]
+
+
+def _write_file(path: str, name: str, dest: str, skip: frozenset[int] = frozenset()) -> tuple[int, np.ndarray]:
+    """Write the selected records of one input file to ``dest/name``; returns the records written and the
+    index positions found, in row order (``skip``: positions not to write)."""
+    from curate.core.records import BadRecord, input_format, read_part, split_file
+    from curate.core.io import as_path
+
+    assert _INDEX is not None
+    source, fmt = as_path(path), input_format(path)
+    rows_out: list[tuple[int, Any]] = []
+    found: list[int] = []
+    taken = set(skip)
+    batch: list[tuple[str, Any]] = []
+
+    def flush() -> None:
+        for (rid, raw), at in zip(batch, _INDEX.lookup([rid for rid, _ in batch]).tolist()):
+            if at >= 0 and at not in taken:  # a repeated id: its first row only
+                taken.add(at)
+                found.append(at)
+                rows_out.extend((c, (rid, raw)) for c in range(1, int(_INDEX.copies[at]) + 1))
+        batch.clear()
+
+    for part in split_file(source, 1 << 62):
+        for raw, rec in read_part(part, with_raw=True):  # the one row reader: same ids as every stage
+            if isinstance(rec, BadRecord):
+                continue
+            batch.append((rec["id"], raw))
+            if len(batch) >= _BATCH:
+                flush()
+    flush()
+    count = _write_rows(Path(dest) / name, fmt, rows_out, str(source.parent), dest, source)
+    return count, np.array(found, np.int64)
 
 
 def _rebased_row(raw: dict[str, Any], rid: str, copy: int, src_dir: str, dst_dir: str) -> dict[str, Any]:

@@ -168,9 +168,17 @@ def _first_by_hash(ids: pa.Array | pa.ChunkedArray, block: int) -> np.ndarray:
     return keep
 
 
+def hash_strings(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash (``uint64``) of every string of a column, the one :func:`first_occurrences` uses; equal
+    strings have equal hashes, and a hash shared by different strings is rare but possible."""
+    chunks = [_hash64(chunk) for chunk in _chunks(column) if len(chunk)]
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.uint64)
+
+
 def _hash64(chunk: pa.Array) -> np.ndarray:
     """A 64-bit hash of every string of a chunk (all its bytes, and its length), 8 bytes of every string at a
-    time through a view that reads 8 bytes from any byte offset of the data."""
+    time through a view that reads 8 bytes from any byte offset of the data; the same for the same string in
+    any chunk."""
     n = len(chunk)
     chunk = chunk.cast(pa.large_binary()) if not pa.types.is_large_binary(chunk.type) else chunk
     offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + n + 1]
@@ -183,9 +191,18 @@ def _hash64(chunk: pa.Array) -> np.ndarray:
     hashed = length.astype(np.uint64) * _MIX[1]
     for at in range(0, int(length.max()) if n else 0, 8):
         word = words[np.minimum(start + at, hi - lo)] & _LOW_BYTES[np.clip(length - at, 0, 8)]
-        hashed ^= word
-        hashed *= _MIX[0]
-        hashed ^= hashed >> np.uint64(29)
+        live = length > at
+        if live.all():
+            hashed ^= word
+            hashed *= _MIX[0]
+            hashed ^= hashed >> np.uint64(29)
+            continue
+        # Only the strings that reach this far are mixed again: a string's hash never depends on the others.
+        rows = np.flatnonzero(live)
+        part = hashed[rows] ^ word[rows]
+        part *= _MIX[0]
+        part ^= part >> np.uint64(29)
+        hashed[rows] = part
     return hashed
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from curate.core.io import RemotePath, atomic_open, input_stamp, is_url
 from curate.core.records import READER_VERSION, Part, input_format, split_file
+from curate.core.threads import available_cpus
 
 #: Formats whose split walks the whole file and is worth keeping (JSONL lines are found at about 1.4 GB/s here).
 SCANNED = frozenset({"tar"})
@@ -56,13 +57,6 @@ def _scan(path: str, rows_per_part: int) -> list[tuple[int, int, int]]:
     """``(start, stop, offset)`` of the parts of one file (run in a worker process or thread)."""
     return [(p.start, p.stop, p.offset) for p in split_file(RemotePath(path) if is_url(path) else Path(path),
                                                             rows_per_part)]
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _recall(entry: Path) -> list[tuple[int, int, int]] | None:
@@ -134,7 +128,7 @@ class _Serial(Executor):
 
 def _pool(n: int, *, threads: bool) -> Executor:
     """Threads or worker processes for ``n`` scans, or the calling thread when they are few."""
-    cpus = _cpus()
+    cpus = available_cpus()
     if n < PARALLEL_FROM or (not threads and cpus < 2):
         return _Serial()
     if threads:

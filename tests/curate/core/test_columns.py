@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from curate.core.columns import FEW_CODES, code_counts, counts_by_source, first_occurrences, rows, source_codes, take_rows
+from curate.core.columns import (FEW_CODES, code_counts, counts_by_source, first_occurrences, hash_strings, rows,
+                                 source_codes, take_rows)
 from curate.core.stats import StageStats
 
 
@@ -196,3 +197,12 @@ def test_code_counts_equal_bincount_with_few_and_many_codes(size: int) -> None:
         got = code_counts(codes, size, mask)
         assert got.dtype == np.int64 and got.tolist() == expected.tolist()
     assert code_counts(np.zeros(0, np.int32), size).tolist() == [0] * size
+
+
+def test_a_string_hashes_the_same_in_any_array() -> None:
+    """The hash of an id does not depend on the other ids of its array (lookups hash a batch at a time)."""
+    ids = ["", "a", "r1", "abcdefgh", "abcdefghi", "x" * 40, "日本語のキャプション"]
+    alone = np.array([hash_strings(pa.array([i]))[0] for i in ids], np.uint64)
+    together = hash_strings(pa.chunked_array([pa.array(ids[:3]), pa.array(ids[3:])]))
+    large = hash_strings(pa.array(ids[::-1], pa.large_string()))[::-1]
+    assert together.tolist() == alone.tolist() == large.tolist() and len(set(alone.tolist())) == len(ids)

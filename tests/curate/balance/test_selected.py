@@ -1,0 +1,55 @@
+"""Selected records written back by input file, in worker processes: the same files as one process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import curate.core.columns
+
+from curate.balance.selected import SelectionIndex, write_selected_records
+
+
+def _jsonl(path: Path, ids: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"id": i, "caption": f"caption of {i}", "k": n}) + "\n"
+                            for n, i in enumerate(ids)))
+    return path
+
+
+def test_workers_write_the_same_files_and_a_repeated_id_once(tmp_path: Path) -> None:
+    inputs = [_jsonl(tmp_path / f"part-{f}.jsonl", [f"r{f * 50 + i}" for i in range(50)]) for f in range(5)]
+    _jsonl(tmp_path / "late.jsonl", ["r7", "r7", "r120", "new"])  # r7 and r120 were in earlier files
+    pq.write_table(pa.table({"id": ["p1", "r7", "p2"], "caption": ["a", "b", "c"]}), tmp_path / "late2.parquet")
+    inputs += [tmp_path / "late.jsonl", tmp_path / "late2.parquet"]
+    chosen = [f"r{i}" for i in range(0, 250, 3)] + ["p2", "missing"]
+    selection = pa.table({"id": chosen, "copies": pa.array([1 + (i % 3 == 0) for i in range(len(chosen))], pa.int32())})
+    one = write_selected_records(inputs, selection, tmp_path / "one", workers=1)
+    two = write_selected_records(inputs, selection, tmp_path / "two", workers=3)
+    assert one == two
+    for name in one["files"]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    copies = dict(zip(chosen, selection.column("copies").to_pylist()))
+    assert one["records"] == sum(copies.values()) - copies["missing"] and one["selected_not_found"] == 1
+    late = [json.loads(line)["id"] for line in (tmp_path / "one" / "late.jsonl").read_text().splitlines()]
+    assert late == []  # r7 and r120 were written from the earlier files, at their first row
+    first = [json.loads(line)["id"] for line in (tmp_path / "one" / "part-0.jsonl").read_text().splitlines()]
+    assert first[:3] == ["r0", "r0#2", "r3"]
+    assert pq.read_table(tmp_path / "one" / "late2.parquet").column("id").to_pylist() == \
+        ["p2", "p2#2"][:copies["p2"]]
+
+
+def test_the_index_confirms_every_hash_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    selection = pa.table({"id": ["a", "bb", "x" * 30], "copies": pa.array([1, 2, 3], pa.int32())})
+    index = SelectionIndex(selection)
+    found = index.lookup(["bb", "zz", "x" * 30, "a", "x" * 29])
+    assert [int(index.copies[at]) if at >= 0 else 0 for at in found] == [2, 0, 3, 1, 0]
+    # Every id shares one hash: only the ids themselves tell them apart.
+    monkeypatch.setattr(curate.core.columns, "hash_strings", lambda column: np.full(len(column), 7, np.uint64))
+    index = SelectionIndex(selection)
+    found = index.lookup(["bb", "a", "nope", "x" * 30])
+    assert [int(index.copies[at]) if at >= 0 else 0 for at in found] == [2, 1, 0, 3]
