@@ -188,13 +188,13 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
                                    title=f"{chosen.pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
         stats = _build_stats(arrays, first, has_tags, copies)
         selection, timings["build_selection"], timings["write_selection"] = stored.result()
-        written = None
-        if records:
-            t1 = time.perf_counter()
-            written = write_selected_records(records, selection, out / RECORDS_DIR)
-            timings["write_records"] = time.perf_counter() - t1
         if drawn is not None:
             timings["plot"] = drawn.result()
+    written = None
+    if records:  # after the plot: its worker processes are forked while no other thread of ours runs
+        t1 = time.perf_counter()
+        written = write_selected_records(records, selection, out / RECORDS_DIR)
+        timings["write_records"] = time.perf_counter() - t1
     counts = stats.to_dict()
     n_target, pool = chosen.target, chosen.pool
     inverse = mode == "inverse"
