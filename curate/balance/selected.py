@@ -13,9 +13,7 @@ shared with the driver; the files are the same as one process writes.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -148,9 +146,11 @@ def _run(jobs: list[tuple[str, str, str]], index: SelectionIndex, size: int) -> 
                 out.append(_write_file(*job))
                 bar.advance(1)
             return out
-    method = "fork" if sys.platform == "linux" else "spawn"  # fork: the index is shared, not copied
-    with ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context(method),
-                             initializer=_share, initargs=(index,)) as pool:
+    from curate.core.threads import plain_workers_context
+
+    # fork: the index is shared, not copied (spawned workers get it pickled, through the initializer)
+    with ProcessPoolExecutor(max_workers=size, mp_context=plain_workers_context(), initializer=_share,
+                             initargs=(index,)) as pool:
         futures = [pool.submit(_write_file, *job) for job in jobs]  # every worker started before the bar's thread
         with StageProgress("write selected records", len(jobs), unit="files") as bar:
             for future in as_completed(futures):

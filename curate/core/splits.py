@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -33,7 +31,7 @@ from pathlib import Path
 
 from curate.core.io import RemotePath, atomic_open, input_stamp, is_url
 from curate.core.records import READER_VERSION, Part, input_format, split_file
-from curate.core.threads import available_cpus
+from curate.core.threads import available_cpus, plain_workers_context
 
 #: Formats whose split walks the whole file and is worth keeping (JSONL lines are found at about 1.4 GB/s here).
 SCANNED = frozenset({"tar"})
@@ -135,11 +133,5 @@ def _pool(n: int, *, threads: bool) -> Executor:
         return ThreadPoolExecutor(max_workers=min(_THREADS, n))
     # fork on Linux: a walk is plain Python and file reads, nothing of what the driver's other threads may hold
     # (pyarrow's, torch's), and a spawned worker would first import the driver's modules again (≈2 s each)
-    method = "fork" if sys.platform == "linux" and not _ray_running() else "spawn"
-    return ProcessPoolExecutor(max_workers=min(cpus, n), mp_context=multiprocessing.get_context(method))
+    return ProcessPoolExecutor(max_workers=min(cpus, n), mp_context=plain_workers_context())
 
-
-def _ray_running() -> bool:
-    """Whether this process is connected to Ray (whose gRPC threads do not survive a fork well)."""
-    ray = sys.modules.get("ray")
-    return bool(ray is not None and getattr(ray, "is_initialized", lambda: False)())

@@ -112,3 +112,14 @@ def map_split(fn: Callable[[list[Any]], T], items: Sequence[Any], threads: int |
         return [fn(list(items))]
     with ThreadPoolExecutor(max_workers=n) as pool:
         return list(pool.map(fn, [list(items[i::n]) for i in range(n)]))
+
+
+def plain_workers_context() -> Any:
+    """The multiprocessing context for worker processes that run plain Python and file reads (walking tars,
+    writing records back): ``fork`` on Linux, which shares the driver's arrays and imports nothing again,
+    unless this process is connected to Ray (whose gRPC threads do not survive a fork); else ``spawn``."""
+    import multiprocessing
+
+    ray = sys.modules.get("ray")
+    connected = bool(ray is not None and getattr(ray, "is_initialized", lambda: False)())
+    return multiprocessing.get_context("fork" if sys.platform == "linux" and not connected else "spawn")

@@ -16,6 +16,7 @@ To cover a new stage, add a :class:`StageCase` to ``STAGES``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -436,3 +437,27 @@ def test_tasks_pickle_without_their_heavy_state(request, tmp_path_factory, tiny_
         assert getattr(clone, heavy) is None
         clone.setup()
         assert getattr(clone, heavy) is not None
+
+
+def test_plain_worker_pools_spawn_while_connected_to_ray(ray_cluster, tmp_path) -> None:
+    """A driver connected to Ray starts its tar walkers and record writers with spawn, never fork (Ray's gRPC
+    threads do not survive a fork), and the spawned record writers write the same files."""
+    import pyarrow as pa
+
+    from curate.balance.selected import write_selected_records
+    from curate.core.threads import plain_workers_context
+
+    assert ray.is_initialized() and plain_workers_context().get_start_method() == "spawn"
+    inputs = []
+    for f in range(3):
+        path = tmp_path / f"in-{f}.jsonl"
+        path.write_text("".join(json.dumps({"id": f"r{f}-{i}", "caption": f"c {i}"}) + "\n" for i in range(20)))
+        inputs.append(path)
+    chosen = [f"r{f}-{i}" for f in range(3) for i in range(0, 20, 3)]
+    selection = pa.table({"id": chosen, "copies": pa.array([1, 2] * (len(chosen) // 2) + [1] * (len(chosen) % 2),
+                                                          pa.int32())})
+    one = write_selected_records(inputs, selection, tmp_path / "one", workers=1)
+    two = write_selected_records(inputs, selection, tmp_path / "two", workers=2)
+    assert one == two and one["records"] == sum(selection.column("copies").to_pylist())
+    for name in one["files"]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
