@@ -311,11 +311,15 @@ def clean_tmp(out: Path, stage: str) -> None:
 
 
 def merge_shards(out: Path, stage: str, markers: Sequence[dict[str, Any]]) -> StageStats:
-    """Merge shard stats in shard order; also gathers every shard's rejects."""
+    """Merge shard stats in shard order; also gathers every shard's rejects (a shard that dropped and errored
+    nothing has none: its empty table is not read, which at 17,000 shards saves the driver thousands of reads)."""
     total = StageStats()
     tables = []
     for content in sorted(markers, key=lambda m: m["shard"]):
-        total.merge(StageStats.from_dict(content["stats"]))
+        stats = content["stats"]
+        total.merge(StageStats.from_dict(stats))
+        if not any(stats["dropped"].values()) and not any(stats["errored"].values()):
+            continue
         rej = out / _rejects_rel(stage, content["shard"])
         if rej.exists():
             tables.append(pq.read_table(rej))
