@@ -32,10 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
-from curate.core.io import input_stamp, dumps_json, read_json, write_json, write_parquet
+from curate.core.io import dumps_json, read_json, write_json, write_parquet
 from curate.core.remote_sync import push_shard
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
-from curate.core.splits import split_inputs
+from curate.core.splits import input_stamps, split_inputs
 from curate.core.stats import REJECT_SCHEMA, StageStats
 
 DEFAULT_SHARD_SIZE = 5000
@@ -119,8 +119,9 @@ def inputs_fingerprint(shards: Sequence[Shard]) -> str:
     """:func:`plan_hash` plus each input file's size and modification time and the reader's version
     (:data:`~curate.core.records.READER_VERSION`), for caches across runs."""
     h = hashlib.sha256(f"{plan_hash(shards)}|reader {READER_VERSION}".encode())
-    for path in sorted({part.path for shard in shards for part in shard.parts}):
-        h.update(f"{path}|{input_stamp(path)}\n".encode())  # local files and objects in a bucket
+    paths = sorted({part.path for shard in shards for part in shard.parts})
+    for path, stamp in zip(paths, input_stamps(paths)):  # local files and objects in a bucket (asked in threads)
+        h.update(f"{path}|{stamp}\n".encode())
     return h.hexdigest()[:16]
 
 

@@ -94,14 +94,12 @@ def split_inputs(paths: Sequence[Path | RemotePath], rows_per_part: int) -> list
     formats = [input_format(p) for p in paths]
     texts = [str(p) for p in paths]
     scanned = [i for i, fmt in enumerate(formats) if fmt in SCANNED]
-    remote = [i for i in scanned if is_url(texts[i])]
-    with _pool(len(remote), threads=True) as pool:  # one request per object: in threads when many
-        stamps = dict(zip(remote, pool.map(input_stamp, [texts[i] for i in remote])))
+    stamps = dict(zip(scanned, input_stamps([texts[i] for i in scanned])))
     base = cache_dir()
     found: dict[int, list[tuple[int, int, int]]] = {}
     entries: dict[int, Path] = {}
     for i in scanned:
-        entries[i] = base / f"{_key(texts[i], stamps[i] if i in stamps else input_stamp(texts[i]), rows_per_part)}.json"
+        entries[i] = base / f"{_key(texts[i], stamps[i], rows_per_part)}.json"
         recalled = _recall(entries[i])
         if recalled is not None:
             found[i] = recalled
@@ -115,6 +113,15 @@ def split_inputs(paths: Sequence[Path | RemotePath], rows_per_part: int) -> list
                     _remember(entries[i], texts[i], parts)
     return [[Part(texts[i], formats[i], s, e, o) for s, e, o in found[i]] if i in found
             else split_file(path, rows_per_part) for i, path in enumerate(paths)]
+
+
+def input_stamps(paths: Sequence[str]) -> list[str]:
+    """:func:`~curate.core.io.input_stamp` of each path, in order; objects in a bucket (a request each) are asked
+    in threads when there are many (8,500 objects one after the other take minutes)."""
+    remote = [i for i, path in enumerate(paths) if is_url(path)]
+    with _pool(len(remote), threads=True) as pool:
+        asked = dict(zip(remote, pool.map(input_stamp, [paths[i] for i in remote])))
+    return [asked[i] if i in asked else input_stamp(path) for i, path in enumerate(paths)]
 
 
 class _Serial(Executor):

@@ -103,3 +103,19 @@ def test_tars_in_a_bucket_are_walked_in_threads_and_kept(bucket: str, tmp_path: 
 
     monkeypatch.setattr(splits, "_scan", no_walk)  # threads see it too
     assert _layout(plan_shards([f"{bucket}/wds"], shard_size=4)) == remote  # objects are kept at once (ETag)
+
+
+def test_stamps_of_many_objects_are_asked_in_threads_in_order(bucket: str, tmp_path: Path) -> None:
+    import s3fs
+
+    from curate.core.io import input_stamp
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    for i in range(9):
+        fs.pipe(f"{bucket}/stamps/{i}.jsonl", b"x" * (i + 1))
+    (tmp_path / "local.jsonl").write_text("{}\n")
+    paths = [f"{bucket}/stamps/{i}.jsonl" for i in range(9)]
+    paths.insert(4, str(tmp_path / "local.jsonl"))
+    stamps = splits.input_stamps(paths)
+    assert stamps == [input_stamp(p) for p in paths]
+    assert [int(s.split("|")[0]) for s in stamps] == [1, 2, 3, 4, 3, 5, 6, 7, 8, 9]
