@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         chosen = [f"{t:05d}{i:04d}" for t in range(args.tars) for i in range(0, args.samples, 5)]
         selection = pa.table({"id": chosen, "copies": pa.array([1] * len(chosen), pa.int32())})
         cores = available_cpus()
-        print(f"{args.tars} tars × {args.samples:,} samples ({size / 1e6:.0f} MB), {len(chosen):,} selected; {cores} cores")
+        print(f"{args.tars} tars × {args.samples:,} samples ({size / 1e6:.0f} MB), {len(chosen):,} selected; "
+              f"{cores} cores")
         best: dict[int, float] = {}
         for r in range(args.repeat):
             for workers in (1, cores):
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"workers={workers:<3d} {wall:7.2f}s  {n / wall:9,.0f} records/s read  {best[1] / wall:5.2f}×")
         per_core = n / best[1]
         print(f"85M records: {SEED_RECORDS / per_core / 3600:.1f} h in one process (before), "
-              f"≈{SEED_RECORDS / per_core / NODE_CORES / 60:.0f} min over {NODE_CORES} cores (the rate of one process here)")
+              f"≈{SEED_RECORDS / per_core / NODE_CORES / 60:.0f} min over {NODE_CORES} cores "
+              "(the rate of one process here)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

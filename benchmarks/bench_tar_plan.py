@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         per_tar = one[0] / args.tars * (10_000 / args.samples)
         for name, (wall, cpu, _) in (("one process, no cache", one), ("worker processes, no cache", workers),
                                      ("from the cache", cached)):
-            print(f"{name:28s} {wall:7.2f}s wall {cpu:7.2f}s CPU  {wall / args.tars * 1000:7.1f} ms per tar  "
+            print(f"{name:28s} {wall:7.2f}s wall {cpu:7.2f}s CPU  {wall / args.tars * 1000:7.1f} ms per tar "
                   f"{one[0] / wall:6.1f}× one process")
         print(f"one 10,000-sample tar walked in {per_tar:.3f}s: {SEED_TARS:,} tars (85M samples) = "
               f"{per_tar * SEED_TARS / 60:.0f} min in one process, ≈{per_tar * SEED_TARS / NODE_CORES:.0f}s over "

@@ -88,8 +88,8 @@ def _remember(entry: Path, path: str, parts: list[tuple[int, int, int]]) -> None
 def split_inputs(paths: Sequence[Path | RemotePath], rows_per_part: int) -> list[list[Part]]:
     """The parts of each input file (as :func:`~curate.core.records.split_file` gives them), in order.
 
-    Scanned formats (:data:`SCANNED`) come from the cache when their file is unchanged; the others
-    are scanned, in parallel when there are many, and remembered.
+    A tar (:data:`SCANNED`) comes from the cache when it is unchanged; the other tars are walked, in
+    parallel when there are many, and remembered; files of other formats are split here.
     """
     formats = [input_format(p) for p in paths]
     texts = [str(p) for p in paths]
@@ -105,7 +105,9 @@ def split_inputs(paths: Sequence[Path | RemotePath], rows_per_part: int) -> list
             found[i] = recalled
     todo = [i for i in scanned if i not in found]
     began = time.time()
-    for group, threads in (([i for i in todo if is_url(texts[i])], True), ([i for i in todo if not is_url(texts[i])], False)):
+    remote = [i for i in todo if is_url(texts[i])]
+    local = [i for i in todo if not is_url(texts[i])]
+    for group, threads in ((remote, True), (local, False)):
         with _pool(len(group), threads=threads) as pool:
             for i, parts in zip(group, pool.map(_scan, [texts[i] for i in group], [rows_per_part] * len(group))):
                 found[i] = parts
