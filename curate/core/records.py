@@ -10,7 +10,8 @@ Accepted layouts (see DESIGN.md §1):
 * canonical: ``messages`` with ``role``/``content``;
 * LLaVA: ``conversations`` with ``from: human|gpt|system`` and ``value``; ``image`` or ``images``;
 * caption-only: ``caption`` (the user turn is ``<image>\\n`` + :data:`CAPTION_PROMPT`), or, in a row
-  with none of the other layouts, ``text`` or ``TEXT`` (:data:`CAPTION_ALIASES`);
+  with none of the other layouts, ``text`` or ``TEXT`` (:data:`CAPTION_ALIASES`); a list of captions
+  (Flickr30k, COCO Captions) gives its first non-empty one, the list kept as ``captions``;
 * RL (LLaVA-OneVision-1.5-RL): ``problem`` and ``answer`` (plus ``answer_type``,
   ``problem_type``, ``prompt_type``, optional ``reward``), kept as extra fields.
 
@@ -39,7 +40,8 @@ from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
 from curate.core.formats.sources import default_source
-from curate.core.formats.rows import CAPTION_ALIASES, TEXT_LAYOUTS, RecordInvalid, text_layout
+from curate.core.formats.rows import CAPTION_ALIASES, TEXT_LAYOUTS, RecordInvalid, caption_text, text_layout
+from curate.core.formats.rows import as_text as _as_str
 from curate.core.io import as_path, input_size, is_url, open_input
 
 IMAGE_TOKEN = "<image>"
@@ -54,8 +56,9 @@ _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet":
 Record = dict[str, Any]
 #: How rows become records (ids, sources, layouts): part of every stage's recorded settings and of
 #: cross-run caches, so a run or a cache made by a reader that read the same rows otherwise is not reused.
-#: Raise it whenever the same row would read differently. 2: sources without shard numbers (formats.sources).
-READER_VERSION = 2
+#: Raise it whenever the same row would read differently. 2: sources without shard numbers (formats.sources);
+#: 3: a list of captions is read (its first non-empty one), not errored.
+READER_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,6 @@ class BadRecord:
 # ---------------------------------------------------------------------------
 # Canonical conversion
 # ---------------------------------------------------------------------------
-
-def _as_str(value: Any, field: str) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise RecordInvalid("invalid_field", f"{field} must be a string, got {type(value).__name__}")
-
 
 def _content_text(content: Any, field: str) -> str:
     """Flatten OpenAI-style content parts (text / image) to text with <image> placeholders."""
@@ -108,7 +103,7 @@ def _messages_of(raw: dict[str, Any], layout: str) -> list[dict[str, str]]:
     elif layout == "conversations":
         turns, role_key, text_key = raw["conversations"], "from", "value"
     elif layout == "caption" or layout in CAPTION_ALIASES:
-        caption = _as_str(raw[layout], layout).strip()
+        caption = caption_text(raw[layout], layout)
         if not caption:
             raise RecordInvalid("invalid_field", f"{layout} is empty")
         prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
@@ -183,6 +178,8 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
     source = fallback_source if source is None or source == "" else _as_str(source, "source")
     messages = place_images(_messages_of(raw, layout), len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
+    if isinstance(raw[layout], (list, tuple)) and layout not in ("messages", "conversations"):
+        record.setdefault("captions", list(raw[layout]))  # every caption of a row that has several
     record.update(id=rid, source=source, images=images, messages=messages)
     return record
 

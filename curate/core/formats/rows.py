@@ -55,6 +55,28 @@ class RecordInvalid(Exception):
         self.detail = detail
 
 
+def as_text(value: Any, field: str) -> str:
+    """A text field's value: a string, or a number as text.
+
+    Raises:
+        RecordInvalid: ``invalid_field`` for anything else.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise RecordInvalid("invalid_field", f"{field} must be a string, got {type(value).__name__}")
+
+
+def caption_text(value: Any, field: str) -> str:
+    """A caption field's text, stripped; of a list of captions (Flickr30k, COCO Captions: five per image), the
+    first that is not empty (:func:`curate.core.records.to_canonical` keeps the list as ``captions``)."""
+    if isinstance(value, (list, tuple)):
+        texts = (as_text(v, f"{field}[{i}]").strip() for i, v in enumerate(value) if v is not None)
+        return next((t for t in texts if t), "")
+    return as_text(value, field).strip()
+
+
 def looks_like_image(data: bytes) -> bool:
     """Whether bytes start like a common image file (JPEG, PNG, GIF, BMP, TIFF, WEBP)."""
     return data.startswith(_MAGIC) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")

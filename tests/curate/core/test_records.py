@@ -115,7 +115,7 @@ def test_user_errors_are_one_line(tmp_path: Path) -> None:
 def test_to_canonical_requires_string_fields() -> None:
     from curate.core.records import RecordInvalid
     with pytest.raises(RecordInvalid) as info:
-        to_canonical({"id": "x", "caption": ["a"]}, Path("/"), fallback_id="f", fallback_source="s")
+        to_canonical({"id": "x", "caption": {"en": "a"}}, Path("/"), fallback_id="f", fallback_source="s")
     assert info.value.reason == "invalid_field"
 
 
@@ -144,3 +144,22 @@ def test_text_and_TEXT_columns_are_captions_when_no_other_layout(tmp_path: Path)
     assert chat["messages"][1]["content"] == "Yo" and chat["text"] == "extra"
     assert isinstance(empty, BadRecord) and empty.reason == "invalid_field" and "TEXT is empty" in empty.detail
     assert isinstance(null, BadRecord) and null.reason == "invalid_field" and "text must be a string" in null.detail
+
+
+def test_a_list_of_captions_gives_its_first_non_empty_one(tmp_path: Path) -> None:
+    """Flickr30k and COCO Captions on the Hugging Face hub: a list of five captions per image (a Parquet list)."""
+    pq.write_table(pa.table({
+        "image": ["img/1.jpg", "img/2.jpg", "img/3.jpg", "img/4.jpg"],
+        "caption": [["", " A dog runs on grass. ", "A brown dog."], ["One."], [], ["", None]],
+        "img_id": ["1", "2", "3", "4"],
+    }), tmp_path / "flickr30k.parquet")
+    (tmp_path / "coco.jsonl").write_text(json.dumps({"id": "c", "text": ["Two cats.", "Cats on a bed."]}) + "\n"
+                                         + json.dumps({"id": "bad", "caption": [{"en": "x"}]}) + "\n")
+    first, one, empty, blank, coco, bad = read_records([tmp_path / "flickr30k.parquet", tmp_path / "coco.jsonl"])
+    assert first["messages"][1] == {"role": "assistant", "content": "A dog runs on grass."}
+    assert first["captions"] == ["", " A dog runs on grass. ", "A brown dog."] and first["img_id"] == "1"
+    assert one["messages"][1]["content"] == "One." and one["captions"] == ["One."]
+    assert coco["messages"][1]["content"] == "Two cats." and coco["captions"] == ["Two cats.", "Cats on a bed."]
+    for rec in (empty, blank):
+        assert isinstance(rec, BadRecord) and rec.reason == "invalid_field" and "caption is empty" in rec.detail
+    assert isinstance(bad, BadRecord) and "caption[0] must be a string" in bad.detail
