@@ -52,3 +52,28 @@ def test_walker_matches_tarfile(tmp_path: Path, fmt: object) -> None:
     assert [(g[2], g[3]) for g in got] == [(e[2], e[3]) for e in expected]
     starts = {g[0]: g[1] for g in got if g[1] >= 0}
     assert all(starts[name] == offset for name, offset, _, _ in expected if name in starts)
+
+
+def test_header_checksums_are_checked_exactly(tmp_path: Path) -> None:
+    """A header whose bytes no longer add up to its checksum ends the walk there (its group is truncated)."""
+    import os
+
+    from curate.core.formats.wds import _byte_sum
+
+    for block in (bytes(512), b"\xff" * 512, os.urandom(512), bytes(range(256)) * 2):
+        assert _byte_sum(block) == sum(block)
+    path = tmp_path / "t.tar"
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for key in ("a", "b", "c"):
+            for ext in ("jpg", "txt"):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = 10
+                tar.addfile(info, io.BytesIO(b"z" * 10))
+    data = bytearray(path.read_bytes())
+    with tarfile.open(path) as tar:
+        third = [m for m in tar.getmembers() if m.name == "b.jpg"][0].offset
+    data[third + 5] ^= 0x01  # one bit of b.jpg's name: the sum is off by one
+    path.write_bytes(bytes(data))
+    with open(path, "rb") as fh:
+        groups = list(scan_groups(fh, len(data)))
+    assert [g.key for g in groups] == ["a"] and "bad header checksum" in groups[-1].truncated
