@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from curate.core.columns import counts_by_source, first_occurrences, source_codes
 from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
-from curate.core.io import atomic_open, dumps_json, file_sha256, read_json, write_json, write_parquet
+from curate.core.io import atomic_open, curate_cache, dumps_json, file_sha256, read_json, write_json, write_parquet
 from curate.core.progress import console
 from curate.core.remote import remote_out
 from curate.core.shards import SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
@@ -56,7 +56,7 @@ PLAN_COLUMNS = ("id", "source", "tokens")
 
 
 def _lengths_index() -> Path:
-    return Path(os.environ.get("CURATE_CACHE", Path.home() / ".cache" / "curate")) / "lengths-index.json"
+    return curate_cache("lengths-index.json")
 
 
 def _lengths_key(shards: Sequence[Shard], settings: dict[str, Any]) -> str:

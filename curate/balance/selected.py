@@ -112,13 +112,15 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
 
     paths = expand_inputs(inputs)
     names: list[str] = []
+    taken: set[str] = set()
     for path in paths:
         suffix = ".parquet" if input_format(path) == "tar" else path.suffix  # tars come back as Parquet
         name, k = path.stem + suffix, 2
-        while name in names:
+        while name in taken:
             name = f"{path.stem}-{k}{suffix}"
             k += 1
         names.append(name)
+        taken.add(name)
     folder.mkdir(parents=True, exist_ok=True)
     index = SelectionIndex(selection)
     _share(index)

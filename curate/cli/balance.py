@@ -10,7 +10,7 @@ from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.cli.options import executor_options, make_executor, model_options, threads_for
+from curate.cli.options import executor_options, make_executor, model_options, print_rejects, threads_for
 
 
 @cli.command("embed")
@@ -44,9 +44,9 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
     r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
                   f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
-    if r.rejected:
-        console.print(r.rejects_line(out))
+    print_rejects(r, out)
     console.print(f"embeddings: {out}/embeddings/   stats: {out}/stats.json")
+
 
 @cli.command("tag")
 @click.option("--match", "match", type=click.Choice(MATCHES), default="embeddings", show_default=True,
@@ -120,9 +120,7 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
         console.print(f"[bold]matched[/bold] {r['records_tagged']:,} of {r['records_in']:,} records against "
                       f"{r['concepts_embedded']:,} entries: {r['matches']:,} matches, "
                       f"{r['rows_without_concept']:,} records without any")
-        rejects = from_stats(TagResult, r)
-        if rejects.rejected:
-            console.print(rejects.rejects_line(out))
+        print_rejects(from_stats(TagResult, r), out)
         console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
         return
     if embeddings is None or concepts is None:
@@ -134,8 +132,7 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
     r = from_stats(TagResult, tag(embeddings, concepts, config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {top_k} of "
                   f"{r.concepts_embedded:,} concepts ({r.embedding_files} embedding files, {r.layout} layout)")
-    if r.rejected:
-        console.print(r.rejects_line(out))
+    print_rejects(r, out)
     console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from curate.core import validate as v
 from curate.executors import EXECUTORS
 from curate.models.specs import PRECISIONS  # not .encoders: that loads numpy for a flag's choices
+
+if TYPE_CHECKING:
+    from curate.core.results import Counts
 
 
 def _store_meta(ctx: click.Context, param: click.Parameter, value: object) -> object:
@@ -69,6 +74,15 @@ def model_options(fn):  # noqa: ANN001, ANN202 - click decorator
     fn = click.option("--model", default="ViT-B-32-quickgelu:metaclip_400m", show_default=True, metavar="SPEC",
                       help=_MODEL_HELP)(fn)
     return fn
+
+
+def print_rejects(counts: Counts, out: str) -> None:
+    """The line with the dropped and errored records by reason (:meth:`~curate.core.results.Counts.rejects_line`),
+    when there are any."""
+    from curate.core.progress import console
+
+    if counts.rejected:
+        console.print(counts.rejects_line(out))
 
 
 def threads_for(threads: int | None, workers: int) -> int | None:

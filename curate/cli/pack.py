@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, make_executor
+from curate.cli.options import executor_options, make_executor, print_rejects
 from curate.core import validate as v
 from curate.core.errors import UserError
 
@@ -96,8 +96,7 @@ def _summary_pack(stats: dict, out: str) -> None:
         console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {mb} "
                       f"micro-batch{'es' if mb != 1 else ''}; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
                       f"idle rank time {before['idle_fraction']:.1%} -> {after['idle_fraction']:.1%}")
-    if r.rejected:
-        console.print(r.rejects_line(out))
+    print_rejects(r, out)
     if r.sequences is not None:
         console.print(f"shards: {out}/shards/   plot: {out}/packing.png   stats: {out}/stats.json")
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, make_executor
+from curate.cli.options import executor_options, make_executor, print_rejects
 from curate.cli.generate_options import (
     backend_kwargs_from_flags,
     backend_options,
@@ -84,6 +84,5 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
     for lang, counts in r.per_lang.items():
         mean = "n/a" if counts.mean_chars is None else f"{counts.mean_chars:.0f}"
         console.print(f"  {lang}: {counts.kept:,} of {counts.images:,} kept, mean {mean} characters")
-    if r.rejected:
-        console.print(r.rejects_line(out))
+    print_rejects(r, out)
     console.print(f"records: {out}/records.jsonl   captions: {out}/captions.parquet   stats: {out}/stats.json")

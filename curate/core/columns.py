@@ -193,17 +193,21 @@ def _hash64(chunk: pa.Array) -> np.ndarray:
         word = words[np.minimum(start + at, hi - lo)] & _LOW_BYTES[np.clip(length - at, 0, 8)]
         live = length > at
         if live.all():
-            hashed ^= word
-            hashed *= _MIX[0]
-            hashed ^= hashed >> np.uint64(29)
+            _mix(hashed, word)
             continue
         # Only the strings that reach this far are mixed again: a string's hash never depends on the others.
         rows = np.flatnonzero(live)
-        part = hashed[rows] ^ word[rows]
-        part *= _MIX[0]
-        part ^= part >> np.uint64(29)
+        part = hashed[rows]
+        _mix(part, word[rows])
         hashed[rows] = part
     return hashed
+
+
+def _mix(hashed: np.ndarray, word: np.ndarray) -> None:
+    """One step of the hash, in place: the next 8 bytes of each string folded in."""
+    hashed ^= word
+    hashed *= _MIX[0]
+    hashed ^= hashed >> np.uint64(29)
 
 
 def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:

@@ -164,7 +164,7 @@ def say_skipped() -> None:
 def keep_listed(root: str, relative: list[str]) -> list[str]:
     """The objects of a listed prefix that are inputs, by the rules of local folders (the module docstring):
     those below a curate output folder (one holding ``_shards/``; a bucket keeps no lock) and Parquet
-    tables beside a tar of the same stem are skipped with one line each. ``relative``: every object's path
+    tables beside a tar of the same stem are skipped (said by :func:`say_skipped`). ``relative``: every object's path
     under ``root``, ``/``-separated, any suffix; the kept ones come back in the same order."""
     present = {rel.lower() for rel in relative}
     outputs = {rel[:rel.index("/_shards/")] for rel in relative if "/_shards/" in rel}  # never the root itself

@@ -25,6 +25,13 @@ os.umask(_UMASK)
 _FSYNC = os.environ.get("CURATE_FSYNC", "0") not in ("", "0", "false", "no")
 
 
+def curate_cache(name: str) -> Path:
+    """The folder (or file) ``name`` of curate's caches across runs: under ``$CURATE_CACHE``, default
+    ``~/.cache/curate``."""
+    base = os.environ.get("CURATE_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "curate") / name
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path next to ``path`` for a writer to create; renamed to ``path`` on success.

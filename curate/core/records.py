@@ -10,8 +10,8 @@ Accepted layouts (see DESIGN.md §1):
 * canonical: ``messages`` with ``role``/``content``;
 * LLaVA: ``conversations`` with ``from: human|gpt|system`` and ``value``; ``image`` or ``images``;
 * caption-only: ``caption`` (the user turn is ``<image>\\n`` + :data:`CAPTION_PROMPT`), or, in a row
-  with none of the other layouts, ``text`` or ``TEXT`` (:data:`CAPTION_ALIASES`); a list of captions
-  (Flickr30k, COCO Captions) gives its first non-empty one, the list kept as ``captions``;
+  with none of the other layouts, ``text`` or ``TEXT`` (:data:`~curate.core.formats.rows.CAPTION_ALIASES`);
+  a list of captions (Flickr30k, COCO Captions) gives its first non-empty one, the list kept as ``captions``;
 * RL (LLaVA-OneVision-1.5-RL): ``problem`` and ``answer`` (plus ``answer_type``,
   ``problem_type``, ``prompt_type``, optional ``reward``), kept as extra fields.
 
@@ -40,8 +40,7 @@ from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
 from curate.core.formats.sources import default_source
-from curate.core.formats.rows import CAPTION_ALIASES, TEXT_LAYOUTS, RecordInvalid, caption_text, text_layout
-from curate.core.formats.rows import as_text as _as_str
+from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, caption_text, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
 IMAGE_TOKEN = "<image>"
@@ -85,7 +84,7 @@ def _content_text(content: Any, field: str) -> str:
             if isinstance(part, str):
                 parts.append(part)
             elif isinstance(part, dict) and part.get("type") == "text":
-                parts.append(_as_str(part.get("text", ""), field))
+                parts.append(as_text(part.get("text", ""), field))
             elif isinstance(part, dict) and part.get("type") in ("image", "image_url"):
                 parts.append(IMAGE_TOKEN)
             else:
@@ -102,18 +101,18 @@ def _messages_of(raw: dict[str, Any], layout: str) -> list[dict[str, str]]:
         turns, role_key, text_key = raw["messages"], "role", "content"
     elif layout == "conversations":
         turns, role_key, text_key = raw["conversations"], "from", "value"
-    elif layout == "caption" or layout in CAPTION_ALIASES:
+    elif layout in CAPTION_LAYOUTS:
         caption = caption_text(raw[layout], layout)
         if not caption:
             raise RecordInvalid("invalid_field", f"{layout} is empty")
         prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
     else:  # problem
-        problem = _as_str(raw["problem"], "problem")
+        problem = as_text(raw["problem"], "problem")
         answer = raw.get("answer", "")
         answer_text = answer[0] if isinstance(answer, list) and answer else answer
         return [{"role": "user", "content": problem},
-                {"role": "assistant", "content": _as_str(answer_text if answer_text is not None else "", "answer")}]
+                {"role": "assistant", "content": as_text(answer_text if answer_text is not None else "", "answer")}]
     if isinstance(turns, str):  # Parquet users often store the conversation as a JSON string
         try:
             turns = json.loads(turns)
@@ -173,12 +172,12 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
     if layout is None:
         raise RecordInvalid("unknown_layout", _NO_LAYOUT)
     rid = raw.get("id")
-    rid = fallback_id if rid is None or rid == "" else _as_str(rid, "id")
+    rid = fallback_id if rid is None or rid == "" else as_text(rid, "id")
     source = raw.get("source", raw.get("data_source"))
-    source = fallback_source if source is None or source == "" else _as_str(source, "source")
+    source = fallback_source if source is None or source == "" else as_text(source, "source")
     messages = place_images(_messages_of(raw, layout), len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
-    if isinstance(raw[layout], (list, tuple)) and layout not in ("messages", "conversations"):
+    if layout in CAPTION_LAYOUTS and isinstance(raw[layout], (list, tuple)):
         record.setdefault("captions", list(raw[layout]))  # every caption of a row that has several
     record.update(id=rid, source=source, images=images, messages=messages)
     return record

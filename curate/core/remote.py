@@ -37,7 +37,7 @@ from typing import Any
 
 from curate.core.environ import environ
 from curate.core.errors import UserError
-from curate.core.io import as_path, is_url
+from curate.core.io import as_path, curate_cache, is_url
 from curate.core.remote_sync import ENV, get_file, mapping, pull, pull_control, push, remote_fs, url_of
 
 __all__ = ["output", "input_file", "local_copy", "remote_out", "cli_args", "staging", "check_reachable", "url_of"]
@@ -45,8 +45,7 @@ __all__ = ["output", "input_file", "local_copy", "remote_out", "cli_args", "stag
 
 def staging(url: str) -> Path:
     """The local folder that mirrors ``url`` on this machine."""
-    root = Path(os.environ.get("CURATE_CACHE", Path.home() / ".cache" / "curate")) / "remote"
-    return root / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    return curate_cache("remote") / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
 
 
 def check_reachable(url: str) -> None:

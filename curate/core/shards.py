@@ -93,7 +93,7 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     shards: list[Shard] = []
     current: list[Part] = []
     rows = 0
-    for parts in split_inputs(expand_inputs(inputs), shard_size):  # tars and JSONL: cached, scanned in parallel
+    for parts in split_inputs(expand_inputs(inputs), shard_size):  # tars: walked in parallel, kept in a cache
         for part in parts:
             if rows + len(part) > shard_size and current:
                 shards.append(Shard(len(shards), tuple(current)))

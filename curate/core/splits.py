@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-from curate.core.io import RemotePath, atomic_open, input_stamp, is_url
+from curate.core.io import RemotePath, as_path, atomic_open, curate_cache, input_stamp, is_url
 from curate.core.records import READER_VERSION, Part, input_format, split_file
 from curate.core.threads import available_cpus, plain_workers_context
 
@@ -44,7 +44,7 @@ SETTLED = 2.0
 
 def cache_dir() -> Path:
     """Where split parts are kept: ``$CURATE_CACHE/splits`` (default ``~/.cache/curate/splits``)."""
-    return Path(os.environ.get("CURATE_CACHE", Path.home() / ".cache" / "curate")) / "splits"
+    return curate_cache("splits")
 
 
 def _key(path: str, stamp: str, rows_per_part: int) -> str:
@@ -53,8 +53,7 @@ def _key(path: str, stamp: str, rows_per_part: int) -> str:
 
 def _scan(path: str, rows_per_part: int) -> list[tuple[int, int, int]]:
     """``(start, stop, offset)`` of the parts of one file (run in a worker process or thread)."""
-    return [(p.start, p.stop, p.offset) for p in split_file(RemotePath(path) if is_url(path) else Path(path),
-                                                            rows_per_part)]
+    return [(p.start, p.stop, p.offset) for p in split_file(as_path(path), rows_per_part)]
 
 
 def _recall(entry: Path) -> list[tuple[int, int, int]] | None:

@@ -63,8 +63,9 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
 
     Shards whose completion marker exists are not run again. ``settings`` (by
     default ``task.settings()``), the seed, the shard plan (:func:`plan_hash`:
-    inputs and row ranges) and the reader's version (``READER_VERSION``) are recorded on the first run and must match on reruns,
-    so a rerun with other inputs never reuses old shards. The run holds the lock on
+    inputs and row ranges) and the reader's version (``READER_VERSION``) are recorded
+    on the first run and must match on reruns, so a rerun with other inputs or another
+    reader never reuses old shards. The run holds the lock on
     ``out`` (:mod:`curate.core.lock`), so a second live run into it stops with one line.
 
     With ``out`` the staging mirror of a bucket (:mod:`curate.core.remote`), the settings reach the

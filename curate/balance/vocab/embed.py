@@ -43,7 +43,7 @@ from curate.balance.config import SCRIPT_CHOICES, VocabEmbedConfig, check_templa
 from curate.models.encoders import Encoder, load_encoder
 from curate.core.errors import UserError
 from curate.balance.concepts import copy_concepts, sidecar_path
-from curate.core.io import atomic_open, file_sha256, read_json, write_json
+from curate.core.io import atomic_open, curate_cache, file_sha256, read_json, write_json
 from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
@@ -58,8 +58,7 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where concept embeddings are cached (see the module docstring)."""
     if cache_dir:
         return Path(cache_dir)
-    base = os.environ.get("CURATE_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "curate") / "concepts"
+    return curate_cache("concepts")
 
 
 def read_vocab(path: str | os.PathLike[str]) -> list[str]:

@@ -34,6 +34,8 @@ TEXT_LAYOUTS = ("messages", "conversations", "caption", "problem")
 #: (COYO, DataComp, most Hugging Face text-to-image sets), ``TEXT`` (LAION). The column used is not kept
 #: among the record's extra fields.
 CAPTION_ALIASES = ("text", "TEXT")
+#: The fields a caption record's text comes from: ``caption``, then the aliases.
+CAPTION_LAYOUTS = ("caption", *CAPTION_ALIASES)
 _MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from curate.core.formats.refs import ImageAt
-from curate.core.formats.rows import CAPTION_ALIASES, IMAGE_EXTS
+from curate.core.formats.rows import CAPTION_LAYOUTS, IMAGE_EXTS
 
 
 _BRACE = re.compile(r"\{([^{}]*)\}")
@@ -274,7 +274,7 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
         row["caption"] = text
     if not images and not has_dialog:
         return bad, f"incomplete_group:group {group.key} has no image member ({'|'.join(sorted(IMAGE_EXTS))})"
-    if text is None and not has_dialog and not any(isinstance(row.get(k), str) for k in ("caption", *CAPTION_ALIASES)):
+    if text is None and not has_dialog and not any(isinstance(row.get(k), str) for k in CAPTION_LAYOUTS):
         return bad, (f"incomplete_group:group {group.key} has no text: no .txt, and no .json with "
                      "conversations/messages/caption/text")
     if images:
