@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def _share(index: SelectionIndex) -> None:
 
 
 def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: pa.Table,
-                           folder: Path, *, workers: int | None = None) -> dict[str, Any]:
+                           folder: Path, *, workers: int | None = None, text_field: str | None = None) -> dict[str, Any]:
     """Write each selected record ``copies`` times, in its input file's format and layout.
 
     Each input file ``NAME`` gives ``folder/NAME`` (same format); relative image
@@ -105,7 +106,8 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     ``id#k`` so that ids stay unique. A selected id found in several rows is written at its first
     row in input order. The input files are read in worker processes (``workers``, default one per
     core; each reads and writes whole files), which gives the same files as one process.
-    Returns counts per output file.
+    ``text_field``: rows in no known layout are read with this caption field, as ``tag --match text`` read them
+    (:func:`curate.core.records.to_canonical`), so their ids are found. Returns counts per output file.
     """
     from curate.core.records import expand_inputs, input_format
     from curate.core.threads import available_cpus
@@ -124,20 +126,20 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     folder.mkdir(parents=True, exist_ok=True)
     index = SelectionIndex(selection)
     _share(index)
-    jobs = [(str(p), n, str(folder.resolve())) for p, n in zip(paths, names)]
+    jobs = [(str(p), n, str(folder.resolve()), text_field) for p, n in zip(paths, names)]
     size = min(workers or available_cpus(), len(jobs))
     results = _run(jobs, index, size)
     seen = np.zeros(len(index), bool)
     files: dict[str, int] = {}
-    for (path, name, dest), (count, found) in zip(jobs, results):
+    for (path, name, dest, _), (count, found) in zip(jobs, results):
         if seen[found].any():  # also selected in an earlier file: written there (rare), so this file again without
-            count, found = _write_file(path, name, dest, frozenset(np.flatnonzero(seen).tolist()))
+            count, found = _write_file(path, name, dest, text_field, frozenset(np.flatnonzero(seen).tolist()))
         seen[found] = True
         files[name] = count
     return {"files": files, "records": sum(files.values()), "selected_not_found": int(len(index) - seen.sum())}
 
 
-def _run(jobs: list[tuple[str, str, str]], index: SelectionIndex, size: int) -> list[tuple[int, np.ndarray]]:
+def _run(jobs: list[tuple[str, str, str, str | None]], index: SelectionIndex, size: int) -> list[tuple[int, np.ndarray]]:
     """Every job through :func:`_write_file`: here when one worker is enough, else in worker processes."""
     from curate.core.progress import StageProgress
 
@@ -161,9 +163,11 @@ def _run(jobs: list[tuple[str, str, str]], index: SelectionIndex, size: int) -> 
         return [f.result() for f in futures]
 
 
-def _write_file(path: str, name: str, dest: str, skip: frozenset[int] = frozenset()) -> tuple[int, np.ndarray]:
+def _write_file(path: str, name: str, dest: str, text_field: str | None = None,
+                skip: frozenset[int] = frozenset()) -> tuple[int, np.ndarray]:
     """Write the selected records of one input file to ``dest/name``; returns the records written and the
-    index positions found, in row order (``skip``: positions not to write)."""
+    index positions found, in row order (``skip``: positions not to write; ``text_field``: see
+    :func:`write_selected_records`)."""
     from curate.core.records import BadRecord, input_format, read_part, split_file
     from curate.core.io import as_path
 
@@ -183,7 +187,7 @@ def _write_file(path: str, name: str, dest: str, skip: frozenset[int] = frozense
         batch.clear()
 
     for part in split_file(source, 1 << 62):
-        for raw, rec in read_part(part, with_raw=True):  # the one row reader: same ids as every stage
+        for raw, rec in read_part(replace(part, text_field=text_field), with_raw=True):  # the one row reader: same ids as every stage
             if isinstance(rec, BadRecord):
                 continue
             batch.append((rec["id"], raw))
@@ -201,6 +205,8 @@ def _rebased_row(raw: dict[str, Any], rid: str, copy: int, src_dir: str, dst_dir
             row[key] = _rebase(row[key], src_dir, dst_dir)
     if copy > 1:
         row["id"] = copy_id(rid, copy)
+    elif row.get("id") in (None, ""):  # the id the row was selected by (its file and row), not its new row's
+        row["id"] = rid
     return row
 
 
@@ -227,9 +233,7 @@ def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str,
     with open_input(source_path) as fh:  # a local file or an object in a bucket
         schema = pq.read_schema(fh)
     objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
-    if "id" not in schema.names and any(c > 1 for c, _ in rows):
+    if "id" not in schema.names:  # the ids the rows were selected by (their input file and row)
         schema = schema.append(pa.field("id", pa.string()))
-        for obj, (_, (rid, _)) in zip(objs, rows):
-            obj.setdefault("id", rid)
     write_parquet(dest, pa.Table.from_pylist(objs, schema=schema))
     return len(objs)

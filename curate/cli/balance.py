@@ -62,8 +62,9 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
 @click.option("--vocab", type=click.Path(path_type=str), default=None,
               help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt).")
 @click.option("--text-field", default=None,
-              help="With --match text: match this raw field (e.g. alt, or a caption beside a conversation) instead "
-                   "of the assistant messages; rows must still be records (a conversation, caption, text or problem).")
+              help="With --match text: match this raw field (e.g. alt_text, or a caption beside a conversation) "
+                   "instead of the assistant messages; a row with no conversation, caption, text or problem is read "
+                   "as a caption record from this field (resample --records then finds it too).")
 @click.option("--case-sensitive", is_flag=True,
               help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
 @click.option("--shard-size", type=int, default=50000, show_default=True,
@@ -201,8 +202,9 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
               help="How records get their concepts: nearest concept embeddings, or MetaCLIP's substring "
                    "matching of each record's text against --vocab (no model; no embeddings/ or concepts.npy).")
 @click.option("--text-field", default=None,
-              help="With --match text: match this raw field (e.g. alt, or a caption beside a conversation) instead "
-                   "of the assistant messages; rows must still be records (a conversation, caption, text or problem).")
+              help="With --match text: match this raw field (e.g. alt_text, or a caption beside a conversation) "
+                   "instead of the assistant messages; a row with no conversation, caption, text or problem is read "
+                   "as a caption record from this field (resample --records then finds it too).")
 @click.option("--case-sensitive", is_flag=True,
               help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
 @click.option("--top-k", type=int, default=None,

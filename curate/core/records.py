@@ -39,7 +39,7 @@ from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
-from curate.core.formats.sources import default_source
+from curate.core.formats.sources import default_id_prefix, default_source
 from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, caption_text, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
@@ -56,8 +56,9 @@ Record = dict[str, Any]
 #: How rows become records (ids, sources, layouts): part of every stage's recorded settings and of
 #: cross-run caches, so a run or a cache made by a reader that read the same rows otherwise is not reused.
 #: Raise it whenever the same row would read differently. 2: sources without shard numbers (formats.sources);
-#: 3: a list of captions is read (its first non-empty one), not errored.
-READER_VERSION = 3
+#: 3: a list of captions is read (its first non-empty one), not errored; 4: ids without an id field lead with the
+#: source folder when the file name is only a shard number (formats.sources.default_id_prefix).
+READER_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,14 @@ def _content_text(content: Any, field: str) -> str:
     raise RecordInvalid("invalid_field", f"{field} content must be a string, got {type(content).__name__}")
 
 
-def _messages_of(raw: dict[str, Any], layout: str) -> list[dict[str, str]]:
-    """The conversation of a row whose text comes from ``layout`` (:func:`~curate.core.formats.rows.text_layout`)."""
+def _messages_of(raw: dict[str, Any], layout: str, caption: bool) -> list[dict[str, str]]:
+    """The conversation of a row whose text comes from ``layout`` (:func:`~curate.core.formats.rows.text_layout`;
+    ``caption``: the field is read as a caption)."""
     if layout == "messages":
         turns, role_key, text_key = raw["messages"], "role", "content"
     elif layout == "conversations":
         turns, role_key, text_key = raw["conversations"], "from", "value"
-    elif layout in CAPTION_LAYOUTS:
+    elif caption:
         caption = caption_text(raw[layout], layout)
         if not caption:
             raise RecordInvalid("invalid_field", f"{layout} is empty")
@@ -152,15 +154,19 @@ def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str
     raise RecordInvalid("image_count_mismatch", f"{n_tags} {IMAGE_TOKEN} placeholders for {n_images} images")
 
 
-def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source: str) -> Record:
+def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source: str,
+                 text_field: str | None = None) -> Record:
     """Convert one raw row (any accepted layout) to a canonical record.
 
     Args:
         raw: the parsed JSON object or Parquet row.
         base_dir: folder that relative image paths are relative to.
-        fallback_id: id used when the row has none (``<file stem>:<row>``).
+        fallback_id: id used when the row has none (``<file stem>:<row>``, the stem led by its folder when it
+            is only a shard number: :func:`curate.core.formats.sources.default_id_prefix`).
         fallback_source: source used when the row has none (the input file's name less any shard number:
             :func:`curate.core.formats.sources.default_source`).
+        text_field: a row in none of the layouts is read as a caption record whose caption is this field
+            (e.g. ``alt_text``), when it has it.
 
     Raises:
         RecordInvalid: the row is not a usable record (its ``reason`` is stable).
@@ -170,14 +176,18 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
     raw, images = normalize_row(raw, base_dir)  # paths or bytes, in every image layout (curate.core.formats)
     layout = text_layout(raw)
     if layout is None:
-        raise RecordInvalid("unknown_layout", _NO_LAYOUT)
+        if text_field is None or text_field not in raw:
+            raise RecordInvalid("unknown_layout", _NO_LAYOUT if text_field is None else
+                                f"no messages, conversations, caption, text, problem or {text_field} field")
+        layout = text_field
+    caption = layout in CAPTION_LAYOUTS or layout == text_field
     rid = raw.get("id")
     rid = fallback_id if rid is None or rid == "" else as_text(rid, "id")
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else as_text(source, "source")
-    messages = place_images(_messages_of(raw, layout), len(images))
+    messages = place_images(_messages_of(raw, layout, caption), len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
-    if layout in CAPTION_LAYOUTS and isinstance(raw[layout], (list, tuple)):
+    if caption and isinstance(raw[layout], (list, tuple)):
         record.setdefault("captions", list(raw[layout]))  # every caption of a row that has several
     record.update(id=rid, source=source, images=images, messages=messages)
     return record
@@ -192,7 +202,8 @@ class Part:
     """A contiguous range of rows ``[start, stop)`` of one input file.
 
     ``offset`` is the byte offset of row ``start`` for JSONL files (so a worker
-    seeks instead of scanning), 0 otherwise.
+    seeks instead of scanning), 0 otherwise. ``text_field``: see :func:`to_canonical` (a reading
+    setting of the run, e.g. ``tag --match text --text-field``, carried by its parts to the workers).
     """
 
     path: str
@@ -200,6 +211,7 @@ class Part:
     start: int
     stop: int
     offset: int = 0
+    text_field: str | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -351,7 +363,7 @@ def read_part(part: Part, *, with_raw: bool = False, heads: bool = False, views:
 
 def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator[tuple[Any, Record | BadRecord]]:
     path = as_path(part.path)
-    stem, source = path.stem, default_source(str(part.path))
+    stem, source = default_id_prefix(str(part.path)), default_source(str(part.path))
     for row, raw, problem in iter_rows(part, heads, views):
         fallback_id = f"{stem}:{row + 1}" if part.format == "jsonl" else f"{stem}:{row}"
         if problem == "blank":
@@ -363,7 +375,8 @@ def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator
             yield None, BadRecord(rid or fallback_id, source, reason, f"{path.name} {where}: {detail}")
             continue
         try:
-            yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=source)
+            yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=source,
+                                    text_field=part.text_field)
         except RecordInvalid as exc:
             rid = (raw.get("id") or raw.get("key")) if isinstance(raw, dict) else None  # key: img2dataset
             src = raw.get("source") if isinstance(raw, dict) else None

@@ -23,7 +23,7 @@ import shutil
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -81,12 +81,14 @@ class Shard:
             yield from read_part(part, with_raw=with_raw, heads=heads, views=views)
 
 
-def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE) -> list[Shard]:
+def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE, *,
+                text_field: str | None = None) -> list[Shard]:
     """Split inputs into shards of at most ``shard_size`` rows, in input order.
 
     Files are split at ``shard_size`` rows; consecutive small pieces of
     different files share a shard until it is full. The plan depends only on the
-    inputs and ``shard_size``.
+    inputs and ``shard_size``. ``text_field``: read rows in no known layout as captions from
+    this field (:func:`curate.core.records.to_canonical`); every part carries it to the workers.
     """
     if shard_size < 1:
         raise UserError(f"--shard-size must be at least 1, got {shard_size}")
@@ -95,6 +97,8 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     rows = 0
     for parts in split_inputs(expand_inputs(inputs), shard_size):  # tars: walked in parallel, kept in a cache
         for part in parts:
+            if text_field is not None:
+                part = replace(part, text_field=text_field)
             if rows + len(part) > shard_size and current:
                 shards.append(Shard(len(shards), tuple(current)))
                 current, rows = [], 0

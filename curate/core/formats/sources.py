@@ -17,6 +17,10 @@ one source, not one per shard: img2dataset writes ``00000.tar … 08499.tar``, H
   → ``train``), else the stem.
 
 A row's own ``source`` (or ``data_source``) always wins over this rule.
+
+A row without an ``id`` is ``<stem>:<row>``, and when the source comes from a folder the folder's name
+leads (:func:`default_id_prefix`): the subsets of ``the_cauldron`` all hold a ``train-00000-of-0000N.parquet``,
+and their rows would otherwise share ids (every subset after the first errored ``duplicate_id``).
 """
 
 from __future__ import annotations
@@ -35,24 +39,35 @@ _SHARD = re.compile(r"(?:(?P<name>.*?)[-_.])?\d+(?:-of-\d+)?")
 _LEVELS = 3
 
 
-@functools.lru_cache(maxsize=4096)
 def default_source(path: str) -> str:
     """The source of the records of input file ``path`` that have none (see the module docstring)."""
+    return _names(path)[0]
+
+
+def default_id_prefix(path: str) -> str:
+    """What the id of a row without one starts with (``<prefix>:<row>``): the file's stem, after the folder that
+    names its source when the stem alone does not (``vqav2/train-00000-of-00002``,
+    ``laion400m/00000``), so that the same file names in two datasets' folders give different ids."""
+    return _names(path)[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(path: str) -> tuple[str, str]:
     p = as_path(path if is_url(path) else os.path.abspath(path))
     stem = p.stem
     match = _SHARD.fullmatch(stem)
     if match is None:
-        return stem
+        return stem, stem
     name = match.group("name") or ""
     if name and name.lower() not in GENERIC_NAMES:
-        return name
+        return name, stem
     folder, generic = p.parent, ""
     for _ in range(_LEVELS):
         label = folder.name
         if not label or ":" in label:  # the file system's root, or a URL's scheme
             break
         if label.lower() not in GENERIC_NAMES:
-            return label
+            return label, f"{label}/{stem}"
         generic = generic or label
         folder = folder.parent
-    return name or generic or stem
+    return name or generic or stem, stem

@@ -131,3 +131,38 @@ def test_cli_balance_match_text_on_sample_data(tmp_path: Path) -> None:
     assert selection.num_rows == stats["records_selected"]
     tags = pq.read_table(out / "tags.parquet")
     assert set(selection.column("id").to_pylist()) <= set(tags.column("id").to_pylist())
+
+
+def test_text_field_reads_rows_in_no_layout_through_resample(tmp_path: Path) -> None:
+    """Rows with only ``url``, ``alt_text`` and an embedded image: not records by themselves, records read with
+    ``--text-field alt_text`` (matched, selected and written back by ``resample --records``)."""
+    import pyarrow as pa
+
+    image = sorted((Path(__file__).resolve().parents[3] / "data" / "sample" / "images").glob("*.jpg"))[0].read_bytes()
+    words = ["black cat", "sofa", "red", "猫", "tree"]
+    alts = [f"{words[i % 5]} and a {words[(i * 3) % 5]}" for i in range(40)]
+    folder = tmp_path / "webli"
+    folder.mkdir()
+    pq.write_table(pa.table({"url": [f"https://e.com/{i}.jpg" for i in range(40)], "alt_text": alts,
+                             "image": [{"bytes": image, "path": f"{i}.jpg"} for i in range(40)]}),
+                   folder / "train-00000-of-00001.parquet")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    plain = match_text([folder], vocab, out=tmp_path / "plain")
+    assert plain["records_tagged"] == 0 and plain["errored"] == {"unknown_layout": 40}
+    r = match_text([folder], vocab, out=tmp_path / "alt", text_field="alt_text", shard_size=15,
+                   executor=get_executor("local", workers=2))
+    assert r["records_tagged"] == 40 and not r["errored"] and r["per_source"]["webli"]["records_out"] == 40
+    tags = pq.read_table(tmp_path / "alt" / "tags.parquet").to_pylist()
+    m = TextMatcher(VOCAB)
+    assert [t["id"] for t in tags] == [f"webli/train-00000-of-00001:{i}" for i in range(40)]
+    for alt, tag in zip(alts, tags):
+        assert dict(zip(tag["concepts"], tag["scores"])) == {c: float(n) for c, n in m.counts(alt).items()}
+    chosen = resample(tmp_path / "alt" / "tags.parquet", out=tmp_path / "rs", fraction=0.5, seed=0, plot=False,
+                      records=[str(folder)])
+    written = pq.read_table(tmp_path / "rs" / "records" / "train-00000-of-00001.parquet")
+    assert chosen["records_written"]["records"] == chosen["records_selected"] == written.num_rows == 20
+    selected = set(pq.read_table(tmp_path / "rs" / "selection.parquet").column("id").to_pylist())
+    assert set(written.column("id").to_pylist()) == selected  # the ids they were selected by
+    assert written.column("alt_text").to_pylist() == [alts[int(i.split(":")[1])] for i in written.column("id").to_pylist()]
+    assert written.column("image").to_pylist()[0]["bytes"] == image  # the rows as they were, image included

@@ -119,6 +119,25 @@ def test_to_canonical_requires_string_fields() -> None:
     assert info.value.reason == "invalid_field"
 
 
+def test_a_text_field_reads_rows_in_no_layout_as_captions() -> None:
+    from curate.core.records import RecordInvalid
+
+    row = {"url": "http://x/1.jpg", "alt_text": ["", "a cat", "a kitten"], "image": "img/1.jpg"}
+    with pytest.raises(RecordInvalid) as info:
+        to_canonical(row, Path("/d"), fallback_id="f:0", fallback_source="s")
+    assert info.value.reason == "unknown_layout"
+    with pytest.raises(RecordInvalid) as info:  # the field named, but not in the row: the message says so
+        to_canonical({"url": "u"}, Path("/d"), fallback_id="f:0", fallback_source="s", text_field="alt_text")
+    assert info.value.reason == "unknown_layout" and "alt_text" in info.value.detail
+    rec = to_canonical(row, Path("/d"), fallback_id="f:0", fallback_source="s", text_field="alt_text")
+    assert rec["messages"] == [{"role": "user", "content": f"<image>\n{CAPTION_PROMPT}"},
+                               {"role": "assistant", "content": "a cat"}]
+    assert rec["captions"] == ["", "a cat", "a kitten"] and rec["url"] == "http://x/1.jpg" and "alt_text" not in rec
+    laion = to_canonical({"TEXT": "a dog", "alt_text": "x"}, Path("/d"), fallback_id="f:1", fallback_source="s",
+                         text_field="alt_text")
+    assert laion["messages"][-1]["content"] == "a dog" and laion["alt_text"] == "x"  # a known layout wins
+
+
 def test_text_and_TEXT_columns_are_captions_when_no_other_layout(tmp_path: Path) -> None:
     """LAION's TEXT and COYO's / DataComp's / the Hugging Face text-to-image sets' text read as captions."""
     rows = [

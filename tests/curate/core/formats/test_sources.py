@@ -1,4 +1,5 @@
-"""The source of records without one: the input file's name less its shard number, else its folder's."""
+"""The source of records without one: the input file's name less its shard number, else its folder's; the ids of
+rows without one: the file's stem, led by that folder when the folder names the source."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from curate.core.formats.sources import default_source
+from curate.core.formats.sources import default_id_prefix, default_source
 from curate.core.records import BadRecord, read_records
 
 
@@ -33,6 +34,33 @@ from curate.core.records import BadRecord, read_records
 ])
 def test_default_source(path: str, source: str) -> None:
     assert default_source(path) == source
+
+
+@pytest.mark.parametrize("path, prefix", [
+    ("/d/coyo.jsonl", "coyo"),
+    ("/d/shards/laion-000123.tar", "laion-000123"),  # the file names its dataset: the stem alone
+    ("/d/laion400m/00000.tar", "laion400m/00000"),
+    ("/d/the_cauldron/vqav2/train-00000-of-00002.parquet", "vqav2/train-00000-of-00002"),
+    ("/d/coyo/data/train-00000-of-00128.parquet", "coyo/train-00000-of-00128"),
+    ("/a/b/c/data/train/shards/0000.tar", "0000"),  # no folder names it: the stem
+    ("s3://bucket/laion/00001.tar", "laion/00001"),
+])
+def test_default_id_prefix(path: str, prefix: str) -> None:
+    assert default_id_prefix(path) == prefix
+
+
+def test_same_file_names_in_two_datasets_give_distinct_ids(tmp_path: Path) -> None:
+    """the_cauldron's subsets each hold a ``train-00000-of-0000N.parquet`` of rows without ids."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for subset in ("vqav2", "ocrvqa"):
+        (tmp_path / subset).mkdir()
+        pq.write_table(pa.table({"caption": [f"{subset} {i}" for i in range(3)]}),
+                       tmp_path / subset / "train-00000-of-00001.parquet")
+    records = list(read_records([tmp_path]))
+    assert [r["id"] for r in records] == [f"{s}/train-00000-of-00001:{i}" for s in ("ocrvqa", "vqav2") for i in range(3)]
+    assert [r["source"] for r in records] == ["ocrvqa"] * 3 + ["vqav2"] * 3
 
 
 def test_a_relative_path_is_named_by_its_real_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
