@@ -103,7 +103,7 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
 
     Each input file ``NAME`` gives ``folder/NAME`` (same format); relative image
     paths are rewritten relative to ``folder``; copies after the first get the id
-    ``id#k`` so that ids stay unique. A selected id found in several rows is written at its first
+    ``id#k`` so that ids stay unique; a row without an id or source gets the ones it was read with. A selected id found in several rows is written at its first
     row in input order. The input files are read in worker processes (``workers``, default one per
     core; each reads and writes whole files), which gives the same files as one process.
     ``text_field``: rows in no known layout are read with this caption field, as ``tag --match text`` read them
@@ -176,21 +176,21 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None,
     rows_out: list[tuple[int, Any]] = []
     found: list[int] = []
     taken = set(skip)
-    batch: list[tuple[str, Any]] = []
+    batch: list[tuple[str, str, Any]] = []
 
     def flush() -> None:
-        for (rid, raw), at in zip(batch, _INDEX.lookup([rid for rid, _ in batch]).tolist()):
+        for (rid, src, raw), at in zip(batch, _INDEX.lookup([rid for rid, _, _ in batch]).tolist()):
             if at >= 0 and at not in taken:  # a repeated id: its first row only
                 taken.add(at)
                 found.append(at)
-                rows_out.extend((c, (rid, raw)) for c in range(1, int(_INDEX.copies[at]) + 1))
+                rows_out.extend((c, (rid, src, raw)) for c in range(1, int(_INDEX.copies[at]) + 1))
         batch.clear()
 
     for part in split_file(source, 1 << 62):
         for raw, rec in read_part(replace(part, text_field=text_field), with_raw=True):  # the one row reader: same ids as every stage
             if isinstance(rec, BadRecord):
                 continue
-            batch.append((rec["id"], raw))
+            batch.append((rec["id"], rec["source"], raw))
             if len(batch) >= _BATCH:
                 flush()
     flush()
@@ -198,15 +198,19 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None,
     return count, np.array(found, np.int64)
 
 
-def _rebased_row(raw: dict[str, Any], rid: str, copy: int, src_dir: str, dst_dir: str) -> dict[str, Any]:
+def _rebased_row(raw: dict[str, Any], rid: str, source: str, copy: int, src_dir: str, dst_dir: str) -> dict[str, Any]:
+    """The row as written to ``records/``: image paths rebased; the id and source it was read with when it had
+    none (``<file>:<row>`` and its folder's name: in ``records/`` they would become others), ``id#k`` for copies."""
     row = dict(raw)
     for key in ("images", "image"):
         if key in row and row[key] is not None:
             row[key] = _rebase(row[key], src_dir, dst_dir)
     if copy > 1:
         row["id"] = copy_id(rid, copy)
-    elif row.get("id") in (None, ""):  # the id the row was selected by (its file and row), not its new row's
+    elif row.get("id") in (None, ""):
         row["id"] = rid
+    if row.get("source", row.get("data_source")) in (None, ""):
+        row["source"] = source
     return row
 
 
@@ -215,11 +219,11 @@ def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str,
     if fmt == "tar":  # tar members come back as Parquet rows with datasets image structs
         from curate.core.formats.writeback import records_table
 
-        objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
+        objs = [_rebased_row(raw, rid, src, c, src_dir, dst_dir) for c, (rid, src, raw) in rows]
         write_parquet(dest, records_table(objs))
         return len(objs)
     if fmt in ("jsonl", "json"):
-        objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
+        objs = [_rebased_row(raw, rid, src, c, src_dir, dst_dir) for c, (rid, src, raw) in rows]
         with atomic_open(dest, "w") as fh:
             if fmt == "jsonl":
                 for obj in objs:
@@ -232,8 +236,9 @@ def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str,
 
     with open_input(source_path) as fh:  # a local file or an object in a bucket
         schema = pq.read_schema(fh)
-    objs = [_rebased_row(raw, rid, c, src_dir, dst_dir) for c, (rid, raw) in rows]
-    if "id" not in schema.names:  # the ids the rows were selected by (their input file and row)
-        schema = schema.append(pa.field("id", pa.string()))
+    objs = [_rebased_row(raw, rid, src, c, src_dir, dst_dir) for c, (rid, src, raw) in rows]
+    for name in ("id", "source"):  # added to rows that had none (see _rebased_row)
+        if name not in schema.names and any(name in obj for obj in objs):
+            schema = schema.append(pa.field(name, pa.string()))
     write_parquet(dest, pa.Table.from_pylist(objs, schema=schema))
     return len(objs)

@@ -15,6 +15,7 @@ import pytest
 from curate.balance.match import (TextMatcher, brute_force_counts, match_text, no_space_char, spaced_entry,
                                   spaced_text)
 from curate.balance.resample import resample
+from curate.core.records import read_records
 from curate.executors import get_executor
 
 VOCAB = ["cat", "black cat", "sofa", "red", "猫", "睡觉", "t恤", "on", "c++", "Apple", "apple", "new york"]
@@ -164,5 +165,8 @@ def test_text_field_reads_rows_in_no_layout_through_resample(tmp_path: Path) -> 
     assert chosen["records_written"]["records"] == chosen["records_selected"] == written.num_rows == 20
     selected = set(pq.read_table(tmp_path / "rs" / "selection.parquet").column("id").to_pylist())
     assert set(written.column("id").to_pylist()) == selected  # the ids they were selected by
+    assert set(written.column("source").to_pylist()) == {"webli"}  # not "records", their new folder's name
+    again = list(read_records([tmp_path / "rs" / "records"]))  # read back (still no layout): the same ids and source
+    assert {r.id for r in again} == selected and {r.source for r in again} == {"webli"}
     assert written.column("alt_text").to_pylist() == [alts[int(i.split(":")[1])] for i in written.column("id").to_pylist()]
     assert written.column("image").to_pylist()[0]["bytes"] == image  # the rows as they were, image included

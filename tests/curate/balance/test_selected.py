@@ -53,3 +53,34 @@ def test_the_index_confirms_every_hash_match(monkeypatch: pytest.MonkeyPatch) ->
     index = SelectionIndex(selection)
     found = index.lookup(["bb", "a", "nope", "x" * 30])
     assert [int(index.copies[at]) if at >= 0 else 0 for at in found] == [2, 1, 0, 3]
+
+
+def test_rows_without_id_or_source_keep_the_ones_they_were_read_with(tmp_path: Path) -> None:
+    """img2dataset tars come back as Parquet rows that name their dataset (not ``records``); a Parquet row
+    without an id gets its ``<file>:<row>`` one; a row's own source stays."""
+    import io
+    import tarfile
+
+    from curate.core.records import read_records
+
+    folder = tmp_path / "cc3m_wds"
+    folder.mkdir()
+    for shard in range(2):
+        with tarfile.open(folder / f"{shard:05d}.tar", "w") as tar:
+            for i in range(3):
+                for ext, data in (("jpg", b"\xff\xd8\xff not decoded here"), ("txt", f"caption {shard} {i}".encode())):
+                    info = tarfile.TarInfo(f"{shard:05d}{i:04d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    pq.write_table(pa.table({"caption": ["a", "b"], "source": [None, "own"]}), folder / "extra.parquet")
+    selection = pa.table({"id": ["000000001", "000010002", "cc3m_wds/extra:0", "extra:0", "extra:1"],
+                          "copies": pa.array([1, 2, 1, 1, 1], pa.int32())})
+    written = write_selected_records([folder], selection, tmp_path / "records", workers=1)
+    assert written["records"] == 5 and written["selected_not_found"] == 1  # extra.parquet's stem names it: extra:N
+    rows = pq.read_table(tmp_path / "records" / "00001.parquet").to_pylist()
+    assert [(r["id"], r["source"]) for r in rows] == [("000010002", "cc3m_wds"), ("000010002#2", "cc3m_wds")]
+    extra = pq.read_table(tmp_path / "records" / "extra.parquet").to_pylist()
+    assert [(r["id"], r["source"]) for r in extra] == [("extra:0", "extra"), ("extra:1", "own")]
+    again = {r["id"]: r["source"] for r in read_records([tmp_path / "records"])}
+    assert again == {"000000001": "cc3m_wds", "000010002": "cc3m_wds", "000010002#2": "cc3m_wds",
+                     "extra:0": "extra", "extra:1": "own"}
