@@ -1,6 +1,7 @@
 """Selected records written back in the layout of their input files (``OUT/records/`` of ``curate resample``).
 
-Each input file ``NAME`` gives ``OUT/records/NAME`` in the same format; a record
+Each input file ``NAME`` gives ``OUT/records/NAME`` in the same format (``OUT/records/DATASET/NAME`` when
+``NAME`` is only a shard number, e.g. ``laion400m/00000.parquet`` from img2dataset's tars); a record
 drawn ``k`` times is written ``k`` times, copies after the first with the id
 ``id#k``; relative image paths are rewritten for the new folder.
 
@@ -98,17 +99,21 @@ def _share(index: SelectionIndex) -> None:
 
 
 def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: pa.Table,
-                           folder: Path, *, workers: int | None = None, text_field: str | None = None) -> dict[str, Any]:
+                           folder: Path, *, workers: int | None = None,
+                           text_field: str | None = None) -> dict[str, Any]:
     """Write each selected record ``copies`` times, in its input file's format and layout.
 
-    Each input file ``NAME`` gives ``folder/NAME`` (same format); relative image
-    paths are rewritten relative to ``folder``; copies after the first get the id
-    ``id#k`` so that ids stay unique; a row without an id or source gets the ones it was read with. A selected id found in several rows is written at its first
-    row in input order. The input files are read in worker processes (``workers``, default one per
-    core; each reads and writes whole files), which gives the same files as one process.
-    ``text_field``: rows in no known layout are read with this caption field, as ``tag --match text`` read them
-    (:func:`curate.core.records.to_canonical`), so their ids are found. Returns counts per output file.
+    Each input file ``NAME`` gives ``folder/NAME`` (same format; ``folder/DATASET/NAME`` when the name is
+    only a shard number and its folder ``DATASET`` names it, as in ids); relative image paths are
+    rewritten relative to the new file; copies after the first get the id ``id#k`` so that ids stay
+    unique; a row without an id or source gets the ones it was read with. A selected id found in
+    several rows is written at its first row in input order. The input files are read in worker
+    processes (``workers``, default one per core; each reads and writes whole files), which gives the
+    same files as one process. ``text_field``: rows in no known layout are read with this caption
+    field, as ``tag --match text`` read them (:func:`curate.core.records.to_canonical`), so their ids
+    are found. Returns counts per output file.
     """
+    from curate.core.formats.sources import default_id_prefix
     from curate.core.records import expand_inputs, input_format
     from curate.core.threads import available_cpus
 
@@ -117,9 +122,10 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     taken: set[str] = set()
     for path in paths:
         suffix = ".parquet" if input_format(path) == "tar" else path.suffix  # tars come back as Parquet
-        name, k = path.stem + suffix, 2
+        stem = default_id_prefix(str(path))  # vqav2/train-00000-of-00002: a shard number alone names no dataset
+        name, k = stem + suffix, 2
         while name in taken:
-            name = f"{path.stem}-{k}{suffix}"
+            name = f"{stem}-{k}{suffix}"
             k += 1
         names.append(name)
         taken.add(name)
@@ -187,14 +193,17 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None,
         batch.clear()
 
     for part in split_file(source, 1 << 62):
-        for raw, rec in read_part(replace(part, text_field=text_field), with_raw=True):  # the one row reader: same ids as every stage
+        # the one row reader: the same ids as every stage
+        for raw, rec in read_part(replace(part, text_field=text_field), with_raw=True):
             if isinstance(rec, BadRecord):
                 continue
             batch.append((rec["id"], rec["source"], raw))
             if len(batch) >= _BATCH:
                 flush()
     flush()
-    count = _write_rows(Path(dest) / name, fmt, rows_out, str(source.parent), dest, source)
+    target = Path(dest) / name
+    target.parent.mkdir(parents=True, exist_ok=True)  # a dataset's folder (vqav2/train-00000-of-00002.parquet)
+    count = _write_rows(target, fmt, rows_out, str(source.parent), str(target.parent), source)
     return count, np.array(found, np.int64)
 
 

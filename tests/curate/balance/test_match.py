@@ -161,12 +161,13 @@ def test_text_field_reads_rows_in_no_layout_through_resample(tmp_path: Path) -> 
         assert dict(zip(tag["concepts"], tag["scores"])) == {c: float(n) for c, n in m.counts(alt).items()}
     chosen = resample(tmp_path / "alt" / "tags.parquet", out=tmp_path / "rs", fraction=0.5, seed=0, plot=False,
                       records=[str(folder)])
-    written = pq.read_table(tmp_path / "rs" / "records" / "train-00000-of-00001.parquet")
+    written = pq.read_table(tmp_path / "rs" / "records" / "webli" / "train-00000-of-00001.parquet")
     assert chosen["records_written"]["records"] == chosen["records_selected"] == written.num_rows == 20
     selected = set(pq.read_table(tmp_path / "rs" / "selection.parquet").column("id").to_pylist())
     assert set(written.column("id").to_pylist()) == selected  # the ids they were selected by
     assert set(written.column("source").to_pylist()) == {"webli"}  # not "records", their new folder's name
     again = list(read_records([tmp_path / "rs" / "records"]))  # read back (still no layout): the same ids and source
     assert {r.id for r in again} == selected and {r.source for r in again} == {"webli"}
-    assert written.column("alt_text").to_pylist() == [alts[int(i.split(":")[1])] for i in written.column("id").to_pylist()]
+    rows = [int(i.split(":")[1]) for i in written.column("id").to_pylist()]
+    assert written.column("alt_text").to_pylist() == [alts[i] for i in rows]
     assert written.column("image").to_pylist()[0]["bytes"] == image  # the rows as they were, image included

@@ -37,7 +37,9 @@ def test_workers_write_the_same_files_and_a_repeated_id_once(tmp_path: Path) -> 
     assert one["records"] == sum(copies.values()) - copies["missing"] and one["selected_not_found"] == 1
     late = [json.loads(line)["id"] for line in (tmp_path / "one" / "late.jsonl").read_text().splitlines()]
     assert late == []  # r7 and r120 were written from the earlier files, at their first row
-    first = [json.loads(line)["id"] for line in (tmp_path / "one" / "part-0.jsonl").read_text().splitlines()]
+    assert f"{tmp_path.name}/part-0.jsonl" in one["files"]  # "part-0" names no dataset: its folder leads
+    part0 = (tmp_path / "one" / tmp_path.name / "part-0.jsonl").read_text()
+    first = [json.loads(line)["id"] for line in part0.splitlines()]
     assert first[:3] == ["r0", "r0#2", "r3"]
     assert pq.read_table(tmp_path / "one" / "late2.parquet").column("id").to_pylist() == \
         ["p2", "p2#2"][:copies["p2"]]
@@ -77,7 +79,8 @@ def test_rows_without_id_or_source_keep_the_ones_they_were_read_with(tmp_path: P
                           "copies": pa.array([1, 2, 1, 1, 1], pa.int32())})
     written = write_selected_records([folder], selection, tmp_path / "records", workers=1)
     assert written["records"] == 5 and written["selected_not_found"] == 1  # extra.parquet's stem names it: extra:N
-    rows = pq.read_table(tmp_path / "records" / "00001.parquet").to_pylist()
+    assert sorted(written["files"]) == ["cc3m_wds/00000.parquet", "cc3m_wds/00001.parquet", "extra.parquet"]
+    rows = pq.read_table(tmp_path / "records" / "cc3m_wds" / "00001.parquet").to_pylist()
     assert [(r["id"], r["source"]) for r in rows] == [("000010002", "cc3m_wds"), ("000010002#2", "cc3m_wds")]
     extra = pq.read_table(tmp_path / "records" / "extra.parquet").to_pylist()
     assert [(r["id"], r["source"]) for r in extra] == [("extra:0", "extra"), ("extra:1", "own")]
