@@ -32,7 +32,7 @@ from typing import Any
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
 from curate.balance.embed import EMBED_DIR, run_embed
 from curate.balance.match import run_match_text
-from curate.balance.results import BalanceResult
+from curate.balance.results import BalanceResult, records_lines
 from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
 from curate.core.progress import console
@@ -175,5 +175,6 @@ def summary_lines(result: BalanceResult | dict[str, Any], out: str | os.PathLike
     ]
     if r.rejected:
         lines.append(f"dropped {dict(r.dropped)}  errored {dict(Counter(r.errored))}  → {out}/rejects.parquet")
+    lines += records_lines(r.records_written, out)
     lines.append(f"plot: {out}/balance.png   selection: {out}/selection.parquet   stats: {out}/stats.json")
     return lines

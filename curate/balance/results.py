@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,3 +76,17 @@ class BalanceResult(Counts):
     copies_total: int = 0
     with_replacement: bool = False
     balance: BalanceReport = field(default_factory=BalanceReport)
+    records_written: dict[str, Any] | None = None
+
+
+def records_lines(written: dict[str, Any] | None, out: str | os.PathLike[str]) -> list[str]:
+    """What ``resample``/``balance`` print of ``OUT/records/``: the records written, and a warning when selected
+    ids were not in the record files given (other files, or ids read otherwise than when they were tagged)."""
+    if written is None:
+        return []
+    lines = [f"records: {out}/records/ ({written['records']:,} written)"]
+    missing = int(written.get("selected_not_found", 0))
+    if missing:
+        lines.append(f"[yellow]{missing:,} selected ids are in none of the record files given: give the records "
+                     "that were tagged (ids read by this curate version; see stats.json records_written)[/yellow]")
+    return lines

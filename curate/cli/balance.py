@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from curate.balance.config import INDEXES, MATCHES, MODES, SCRIPT_CHOICES, WEIGHTINGS
-from curate.balance.results import BalanceResult, EmbedResult, ResampleResult, TagResult
+from curate.balance.results import BalanceResult, EmbedResult, ResampleResult, TagResult, records_lines
 from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
@@ -181,8 +181,8 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
                   f"({r.copies_total:,} copies); concepts covered {b.concepts_covered_before:,} → "
                   f"{b.concepts_covered_after:,}, top-1% share {b.head_share_before:.3f} → "
                   f"{b.head_share_after:.3f}")
-    if r.records_written is not None:
-        console.print(f"records: {out}/records/ ({r.records_written['records']:,} written)")
+    for line in records_lines(r.records_written, out):
+        console.print(line)
     console.print(f"selection: {out}/selection.parquet   plot: {out}/balance.png   stats: {out}/stats.json")
 
 

@@ -87,3 +87,12 @@ def test_rows_without_id_or_source_keep_the_ones_they_were_read_with(tmp_path: P
     again = {r["id"]: r["source"] for r in read_records([tmp_path / "records"])}
     assert again == {"000000001": "cc3m_wds", "000010002": "cc3m_wds", "000010002#2": "cc3m_wds",
                      "extra:0": "extra", "extra:1": "own"}
+
+
+def test_selected_ids_not_in_the_records_are_said() -> None:
+    from curate.balance.results import records_lines
+
+    assert records_lines(None, "o") == []
+    assert records_lines({"records": 5, "selected_not_found": 0}, "o") == ["records: o/records/ (5 written)"]
+    lines = records_lines({"records": 0, "selected_not_found": 1234}, "o")
+    assert len(lines) == 2 and "1,234 selected ids are in none of the record files given" in lines[1]
