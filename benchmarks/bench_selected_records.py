@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
                 best[workers] = min(best.get(workers, float("inf")), time.perf_counter() - t0)
                 if result["records"] != len(chosen):
                     raise SystemExit(f"wrote {result['records']} records, expected {len(chosen)}")
-        for name in (p.name for p in (tmp / "out-1").iterdir()):
+        for name in result["files"]:  # laion/00000.parquet …: under the dataset's folder
             if (tmp / "out-1" / name).read_bytes() != (tmp / f"out-{cores}" / name).read_bytes():
                 raise SystemExit(f"{name} differs between 1 and {cores} workers")
         for workers, wall in best.items():
