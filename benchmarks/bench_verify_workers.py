@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
             seconds = time.perf_counter() - t0
             assert report.ok, report.problems[:3]
             rates[workers] = n / seconds
-            print(f"  --workers {workers}: {seconds:.1f} s = {rates[workers]:,.0f} records/s, {size / seconds:,.1f} MB/s")
+            print(f"  --workers {workers}: {seconds:.1f} s = {rates[workers]:,.0f} records/s, {size / seconds:,.1f} MB of tars/s")
         print(f"  ratio --workers 2 / 1: {rates[2] / rates[1]:.2f}x  (target >= 1.6x)")
 
 

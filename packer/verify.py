@@ -31,11 +31,10 @@ import pyarrow.parquet as pq
 from curate.core.columns import first_occurrences
 from curate.core.io import read_json
 from curate.core.remote import local_copy
-from curate.core.shards import Shard
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
 from packer.verify_steps import StepRecorder
-from packer.verify_tar import ProblemLog, VerifyTarTask
+from packer.verify_tar import ProblemLog, VerifyTarTask, tar_shards
 
 
 @dataclass
@@ -95,19 +94,19 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     balance = stats["settings"].get("balance")
     task = VerifyTarTask(ctx=ctx, rule=counter.image_rule if counter is not None else None, sample=sample,
                          balance=balance)
-    shards = [Shard(i, meta=(str(p.resolve()),), size=1) for i, p in enumerate(tars)]
+    shards = tar_shards(tars)
     work = out / ".verify" / uuid.uuid4().hex[:12]  # beside the shards: shared storage for Ray actors too
     try:
         if shards:
             run_stage(task, shards, work, executor=executor or get_executor("local", workers=workers), seed=seed,
                       desc="verify shards", settings={"tars": len(shards)})
-        summaries = [read_json(work / "verify" / f"{s.id}.json") for s in shards]
+        summaries = [tar for s in shards for tar in read_json(work / "verify" / f"{s.id}.json")["tars"]]
         tables = [pq.read_table(work / "verify" / f"{s.id}.parquet") for s in shards]
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if (out / ".verify").is_dir() and not any((out / ".verify").iterdir()):
             (out / ".verify").rmdir()
-    report.shards = len(shards)
+    report.shards = len(tars)
     for summary in summaries:
         report.sequences += summary["sequences"]
         report.records += summary["records"]

@@ -1,7 +1,8 @@
 """One tar of ``curate verify``, run as a shard by an executor: read the tar once and check every sequence.
 
-Tars are read with :mod:`tarfile` in one streaming pass (:func:`iter_samples`), so a
-worker imports no torch and no model: the image rule comes from the driver.
+Tars are read by their member headers (:func:`iter_samples`): the JSON of every sequence and the
+head and tail of every image, never the pixels between, so a worker reads a few MB per GB of
+shards, imports no torch and loads no model (the image rule comes from the driver).
 
 Each tar's results go to ``verify/<shard>.json`` (counts, problems, the seeded
 candidates for the processor recount, compute-balance rows) and
@@ -12,7 +13,6 @@ checks on the driver, which work on those columns).
 from __future__ import annotations
 
 import json
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from curate.core.formats.refs import ImageAt
+from curate.core.formats.wds import scan_groups
 from curate.core.images import ImageError, probe
-from curate.core.io import write_json, write_parquet
+from curate.core.io import input_size, open_input, write_json, write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
 from packer.verify_steps import StepRecorder
@@ -125,7 +127,7 @@ def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: 
     rng = np.random.default_rng([seed, _RECOUNT_SALT, index])
     chosen: list[dict[str, Any]] = []
     try:
-        for item in iter_samples(path):
+        for item in iter_samples(path, heads=rule is not None):
             where = f"{name}:{item['__key__']}"
             if "json" not in item:
                 report.add(f"{where}: no .json member")
@@ -147,6 +149,8 @@ def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: 
                     j = int(rng.integers(0, report.records))
                     if j < sample:
                         chosen[j] = entry
+    except _Unreadable as exc:
+        report.add(f"{name}: unreadable after {report.sequences} sequences: {exc}")
     except Exception as exc:  # noqa: BLE001 - a tar that cannot be read at all
         report.add(f"{name}: unreadable ({type(exc).__name__}: {exc})")
     order = rng.permutation(len(chosen)).tolist()
@@ -158,31 +162,42 @@ def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: 
     return summary, table
 
 
-def iter_samples(path: str) -> Iterator[dict[str, Any]]:
-    """The samples of a tar in order, as webdataset groups them: ``{"__key__": key, ext: bytes, ...}``.
+def iter_samples(path: str, heads: bool = True) -> Iterator[dict[str, Any]]:
+    """The samples of a tar in order, as webdataset groups them: ``{"__key__": key, ext: value, ...}``.
 
-    Consecutive members ``KEY.EXT`` (the key ends at the first dot of the file name)
-    form one sample. Read with the standard library in one pass, so a worker needs
-    neither torch nor webdataset.
+    Consecutive members ``KEY.EXT`` (the key ends at the first dot of the file name) form one
+    sample. Only the member headers are walked (:func:`curate.core.formats.wds.scan_groups`, member
+    data skipped by seeking): ``.json`` members are read whole; every other member (the images) is an
+    :class:`~curate.core.formats.refs.ImageAt` (its first 16 KiB and last 4 KiB, all that
+    :func:`~curate.core.images.probe` needs) with ``heads``, else None.
+    So a tar of 1 GB of images costs a few MB of reads, and a worker needs neither torch nor webdataset.
+
+    Raises:
+        _Unreadable: the tar ends inside a member or its headers stop making sense (after the samples before).
     """
-    current: dict[str, Any] | None = None
-    with tarfile.open(path, "r|*") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            folder, _, name = member.name.rpartition("/")
-            stem, dot, ext = name.partition(".")
-            if not dot:
-                continue
-            key = f"{folder}/{stem}" if folder else stem
-            if current is None or current["__key__"] != key:
-                if current is not None:
-                    yield current
-                current = {"__key__": key}
-            handle = tar.extractfile(member)
-            current[ext] = handle.read() if handle is not None else b""
-    if current is not None:
-        yield current
+    with open_input(path) as fh:
+        for group in scan_groups(fh, input_size(path)):
+            if group.truncated:
+                raise _Unreadable(group.truncated)
+            sample: dict[str, Any] = {"__key__": group.key}
+            for ext, at, size in group.members:
+                if ext == "json":
+                    fh.seek(at)
+                    sample[ext] = fh.read(size)
+                    if len(sample[ext]) != size:
+                        raise _Unreadable(f"member {group.key}.json is cut short")
+                elif heads:  # the images (img0.jpg, …): any member but the JSON may be listed as one
+                    try:
+                        sample[ext] = ImageAt.member(fh, path, at, size)
+                    except OSError as exc:
+                        raise _Unreadable(str(exc)) from None
+                else:
+                    sample[ext] = None
+            yield sample
+
+
+class _Unreadable(Exception):
+    """The rest of a tar cannot be read."""
 
 
 def _at(meta: dict[str, Any], key: str, i: int) -> Any:
@@ -190,8 +205,23 @@ def _at(meta: dict[str, Any], key: str, i: int) -> Any:
     return values[i] if isinstance(values, list) and i < len(values) else None
 
 
+#: Tars per shard at most: a shard's fixed cost (its work folder, marker and files: ≈10 small file
+#: operations) is then shared by several tars, now that a tar's own check costs a few milliseconds.
+TARS_PER_SHARD = 8
+#: Shards aimed at when there are few tars, so that every worker still gets several.
+MIN_SHARDS = 32
+
+
+def tar_shards(tars: list[Path]) -> list[Shard]:
+    """The shards of a verify run: consecutive tars, ``ceil(len / 32)`` per shard and at most
+    :data:`TARS_PER_SHARD`; ``meta`` holds ``(path, tar index)`` pairs (the index seeds each tar's sample)."""
+    per = max(1, min(TARS_PER_SHARD, -(-len(tars) // MIN_SHARDS)))
+    return [Shard(i, meta=tuple((str(p.resolve()), lo + j) for j, p in enumerate(tars[lo:lo + per])),
+                  size=len(tars[lo:lo + per])) for i, lo in enumerate(range(0, len(tars), per))]
+
+
 class VerifyTarTask(ShardTask):
-    """``curate verify`` of one tar (``shard.meta = (path,)``); see :func:`check_tar`."""
+    """``curate verify`` of a few consecutive tars (``shard.meta``: see :func:`tar_shards`); see :func:`check_tar`."""
 
     stage = "verify"
     unit = "tars"
@@ -205,16 +235,20 @@ class VerifyTarTask(ShardTask):
 
     def shard_items(self, shard: Shard) -> int:
         """Progress counts tars."""
-        return 1
+        return len(shard.meta)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
-        """Check one tar; write its summary and columns under ``verify/``."""
-        summary, table = check_tar(shard.meta[0], shard.index, ctx=self.ctx, rule=self.rule,
-                                   sample=self.sample, seed=ctx.seed, balance=self.balance)
-        write_json(work / "verify" / f"{shard.id}.json", summary)
-        write_parquet(work / "verify" / f"{shard.id}.parquet", table)
+        """Check the shard's tars; write their summaries (``{"tars": [...]}``) and columns under ``verify/``."""
+        summaries, tables = [], []
+        for path, index in shard.meta:
+            summary, table = check_tar(path, index, ctx=self.ctx, rule=self.rule, sample=self.sample,
+                                       seed=ctx.seed, balance=self.balance)
+            summaries.append(summary)
+            tables.append(table)
+            ctx.progress(1)
+        write_json(work / "verify" / f"{shard.id}.json", {"tars": summaries})
+        write_parquet(work / "verify" / f"{shard.id}.parquet", pa.concat_tables(tables))
         stats = StageStats()
-        stats.seen("tars")
-        stats.kept("tars")
-        ctx.progress(1)
+        stats.seen("tars", len(summaries))
+        stats.kept("tars", len(summaries))
         return stats

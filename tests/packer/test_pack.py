@@ -213,3 +213,29 @@ def test_verify_in_parallel_equals_serial(packed, tmp_path) -> None:
     text = " | ".join(serial.problems)
     assert "appear more than once" in text and "not unique and increasing" in text and "stats.json says" in text
     assert serial.records > stats["records_packed"] and not (copy / ".verify").exists()
+
+
+def test_verify_reports_a_cut_tar_and_a_broken_image(packed, tmp_path) -> None:
+    """verify walks the member headers (the JSON and each image's head and tail, not the pixels between):
+    a tar cut short and an image whose end is gone are problems with their place, never a crash."""
+    import tarfile
+
+    out, _ = packed
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    tars = sorted((copy / "shards").glob("*.tar"))
+    clean = verify_pack(copy, sample=0)
+    assert clean.ok and clean.images > 0, clean.problems[:3]
+    with tarfile.open(tars[0]) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".jpg"))
+    data = bytearray(tars[0].read_bytes())
+    data[member.offset_data + member.size - 2:member.offset_data + member.size] = b"\0\0"  # no JPEG end marker
+    tars[0].write_bytes(bytes(data))
+    tars[1].write_bytes(tars[1].read_bytes()[:tars[1].stat().st_size // 2])
+    for workers in (1, 2):
+        report = verify_pack(copy, sample=0, workers=workers)
+        text = " | ".join(report.problems)
+        assert not report.ok and f"{tars[1].name}: unreadable after " in text, text
+        key, _, ext = member.name.partition(".")
+        assert f"{tars[0].name}:{key}: image {ext}: " in text, text
+        assert report.sequences < clean.sequences  # the cut tar's sequences before the cut are checked
