@@ -17,6 +17,8 @@ each problem:
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.columns import first_occurrences
-from curate.core.io import read_json
+from curate.core.io import is_url, read_json
 from curate.core.remote import local_copy
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
@@ -71,7 +73,10 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     from curate.executors import get_executor, run_stage
 
     config = configure(VerifyConfig, config, out=out, **settings)
-    out = local_copy(config.out)  # a pack output in a bucket is read from a local mirror (curate.core.remote)
+    url = os.fspath(config.out).rstrip("/") if is_url(os.fspath(config.out)) else None
+    # A pack output in a bucket: its small files are read from a local mirror (curate.core.remote), its tars
+    # where they are (by their headers, a few MB per GB), never copied to this machine's disk.
+    out = local_copy(config.out, exclude=(TARS,))
     processor, sample, seed = config.processor, config.sample, config.seed
     stats = read_pack_stats(out)
     ctx = int(stats["settings"]["ctx"])
@@ -85,9 +90,9 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     if counter is not None and counter.fingerprint != stats["settings"].get("processor"):
         report.add(f"processor {processor} has fingerprint {counter.fingerprint}, the run used "
                    f"{stats['settings'].get('processor')}")
-    tars = sorted((out / "shards").glob("*.tar"))
+    tars = _bucket_tars(url) if url else [str(p.resolve()) for p in sorted((out / "shards").glob("*.tar"))]
     if stats.get("sequences") and not tars:
-        report.add(f"{out}/shards holds no tar files")
+        report.add(f"{url or out}/shards holds no tar files")
     leftovers = [p.name for p in (out / "shards").glob(".*")] if (out / "shards").exists() else []
     if leftovers:
         report.add(f"unfinished files in shards/: {leftovers[:5]}")
@@ -99,7 +104,7 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     try:
         if shards:
             run_stage(task, shards, work, executor=executor or get_executor("local", workers=workers), seed=seed,
-                      desc="verify shards", settings={"tars": len(shards)})
+                      desc="verify shards", settings={"tars": len(tars)})
         summaries = [tar for s in shards for tar in read_json(work / "verify" / f"{s.id}.json")["tars"]]
         tables = [pq.read_table(work / "verify" / f"{s.id}.parquet") for s in shards]
     finally:
@@ -125,6 +130,18 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     if counter is not None and sample:
         _recount(summaries, counter, sample, seed, report)
     return report
+
+
+#: The shards of a pack output (hidden files are a writer's unfinished ones).
+TARS = "shards/[!.]*.tar"
+
+
+def _bucket_tars(url: str) -> list[str]:
+    """The URLs of the tars of a pack output in a bucket, in name order."""
+    from curate.core.remote_sync import listing, remote_fs
+
+    fs, inner = remote_fs(url)
+    return [f"{url}/{rel}" for rel in sorted(listing(fs, inner, "shards")) if fnmatch.fnmatchcase(rel, TARS)]
 
 
 def _whole_pack(out: Path, stats: dict[str, Any], keys: pa.Array, ids: pa.Array, report: VerifyReport) -> None:

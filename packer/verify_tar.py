@@ -212,11 +212,12 @@ TARS_PER_SHARD = 8
 MIN_SHARDS = 32
 
 
-def tar_shards(tars: list[Path]) -> list[Shard]:
-    """The shards of a verify run: consecutive tars, ``ceil(len / 32)`` per shard and at most
-    :data:`TARS_PER_SHARD`; ``meta`` holds ``(path, tar index)`` pairs (the index seeds each tar's sample)."""
+def tar_shards(tars: list[str]) -> list[Shard]:
+    """The shards of a verify run over ``tars`` (absolute paths or URLs): consecutive tars, ``ceil(len / 32)``
+    per shard and at most :data:`TARS_PER_SHARD`; ``meta`` holds ``(path, tar index)`` pairs (the index
+    seeds each tar's sample)."""
     per = max(1, min(TARS_PER_SHARD, -(-len(tars) // MIN_SHARDS)))
-    return [Shard(i, meta=tuple((str(p.resolve()), lo + j) for j, p in enumerate(tars[lo:lo + per])),
+    return [Shard(i, meta=tuple((path, lo + j) for j, path in enumerate(tars[lo:lo + per])),
                   size=len(tars[lo:lo + per])) for i, lo in enumerate(range(0, len(tars), per))]
 
 

@@ -102,8 +102,9 @@ def input_file(path: str | os.PathLike[str] | None) -> Path | None:
     return dest
 
 
-def local_copy(url: str | os.PathLike[str]) -> Path:
-    """A read-only, exact local mirror of a folder (a pack output for ``verify``): pulled, never pushed."""
+def local_copy(url: str | os.PathLike[str], exclude: Sequence[str] = ()) -> Path:
+    """A read-only, exact local mirror of a folder (a pack output for ``verify``): pulled, never pushed;
+    objects matching ``exclude`` (e.g. ``shards/*.tar``, read in place) are left in the bucket."""
     text = os.fspath(url)
     if not is_url(text):
         return Path(as_path(text))
@@ -111,7 +112,7 @@ def local_copy(url: str | os.PathLike[str]) -> Path:
     check_reachable(text)
     local = staging(text)
     local.mkdir(parents=True, exist_ok=True)
-    pull(text, local, prune=True)
+    pull(text, local, prune=True, exclude=exclude)
     return local
 
 

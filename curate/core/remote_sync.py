@@ -135,14 +135,15 @@ def drop_partial(local: Path) -> None:
             part.unlink(missing_ok=True)
 
 
-def pull(url: str, local: Path, *, prune: bool = False) -> int:
+def pull(url: str, local: Path, *, prune: bool = False, exclude: Sequence[str] = ()) -> int:
     """Copy the objects under ``url`` that ``local`` lacks (or holds at another size); return how many.
 
     With ``prune`` files of ``local`` the bucket does not hold are removed, so ``local`` is an exact
-    mirror (what ``verify`` reads must be what the bucket holds).
+    mirror (what ``verify`` reads must be what the bucket holds). Objects matching an ``exclude`` pattern
+    (relative paths, e.g. ``shards/*.tar``: read in place) are not copied, and with ``prune`` not kept.
     """
     fs, inner = remote_fs(url)
-    remote = listing(fs, inner)
+    remote = {rel: info for rel, info in listing(fs, inner).items() if not _matches(rel, exclude)}
     drop_partial(local)
     if prune:
         for path in [p for p in local.rglob("*") if p.is_file()]:
