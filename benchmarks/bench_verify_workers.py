@@ -1,14 +1,17 @@
 """``curate verify --workers 2`` vs ``--workers 1`` on the same packed folder (records/s and MB/s of tars).
 
 Usage:
-    python benchmarks/bench_verify_workers.py            # 12,000 records over the sample images (1.4 GB of tars)
+    python benchmarks/bench_verify_workers.py            # 36,000 records over the sample images (4.2 GB of tars)
     python benchmarks/bench_verify_workers.py --quick    # 600
 
 Packs N seeded records (each one of the bundled sample images and a caption) into
 tars of 8 sequences with the tiny processor, then times ``verify_pack`` with
 --workers 1 and 2 in this process after one warm-up run (imports and the processor
-load on the driver are the same for both and left out; worker start is included).
-Target: >= 1.6x.
+load on the driver are the same for both and left out; worker start is included),
+in ``--repeat`` rounds, each setting's best reported. Verify reads only member
+headers, JSON and image heads and tails, about 0.3 ms of CPU per sequence here; the
+default size keeps each timing above a second so that its fixed costs (the pool's
+start, the driver's whole-pack checks) do not make the ratio. Target: >= 1.6x.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     from packer.pack import pack
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=12_000)
+    ap.add_argument("--n", type=int, default=36_000)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of the two timings (each one's best is reported)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     n = 600 if args.quick else args.n
@@ -57,13 +61,17 @@ def main(argv: list[str] | None = None) -> None:
         from packer.verify import verify_pack
 
         verify_pack(tmp / "pack", sample=0)  # warm: imports and the processor load are not what is compared
-        for workers in (1, 2):
-            t0 = time.perf_counter()
-            report = verify_pack(tmp / "pack", sample=0, workers=workers)
-            seconds = time.perf_counter() - t0
-            assert report.ok, report.problems[:3]
+        best: dict[int, float] = {}
+        for _ in range(args.repeat):  # rounds, each timing both, so a change of load hits them alike
+            for workers in (1, 2):
+                t0 = time.perf_counter()
+                report = verify_pack(tmp / "pack", sample=0, workers=workers)
+                best[workers] = min(best.get(workers, float("inf")), time.perf_counter() - t0)
+                assert report.ok, report.problems[:3]
+        for workers, seconds in best.items():
             rates[workers] = n / seconds
-            print(f"  --workers {workers}: {seconds:.1f} s = {rates[workers]:,.0f} records/s, {size / seconds:,.1f} MB of tars/s")
+            print(f"  --workers {workers}: {seconds:.2f} s (best of {args.repeat}) = {rates[workers]:,.0f} records/s, "
+                  f"{size / seconds:,.1f} MB of tars/s")
         print(f"  ratio --workers 2 / 1: {rates[2] / rates[1]:.2f}x  (target >= 1.6x)")
 
 
