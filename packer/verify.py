@@ -75,7 +75,7 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     config = configure(VerifyConfig, config, out=out, **settings)
     url = os.fspath(config.out).rstrip("/") if is_url(os.fspath(config.out)) else None
     # A pack output in a bucket: its small files are read from a local mirror (curate.core.remote), its tars
-    # where they are (by their headers, a few MB per GB), never copied to this machine's disk.
+    # where they are (by their headers: ≈29 KB per image), never copied to this machine's disk.
     out = local_copy(config.out, exclude=(TARS,))
     processor, sample, seed = config.processor, config.sample, config.seed
     stats = read_pack_stats(out)

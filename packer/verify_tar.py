@@ -1,10 +1,10 @@
-"""One tar of ``curate verify``, run as a shard by an executor: read the tar once and check every sequence.
+"""A few tars of ``curate verify``, run as a shard by an executor: read each tar once and check every sequence.
 
 Tars are read by their member headers (:func:`iter_samples`): the JSON of every sequence and the
-head and tail of every image, never the pixels between, so a worker reads a few MB per GB of
-shards, imports no torch and loads no model (the image rule comes from the driver).
+head and tail of every image, never the pixels between (≈29 KB per image whatever its size), so a
+worker imports no torch and loads no model (the image rule comes from the driver).
 
-Each tar's results go to ``verify/<shard>.json`` (counts, problems, the seeded
+A shard's results go to ``verify/<shard>.json`` (per tar: counts, problems, the seeded
 candidates for the processor recount, compute-balance rows) and
 ``verify/<shard>.parquet`` (sequence keys and record ids, for the whole-pack
 checks on the driver, which work on those columns).
@@ -170,7 +170,7 @@ def iter_samples(path: str, heads: bool = True) -> Iterator[dict[str, Any]]:
     data skipped by seeking): ``.json`` members are read whole; every other member (the images) is an
     :class:`~curate.core.formats.refs.ImageAt` (its first 16 KiB and last 4 KiB, all that
     :func:`~curate.core.images.probe` needs) with ``heads``, else None.
-    So a tar of 1 GB of images costs a few MB of reads, and a worker needs neither torch nor webdataset.
+    So an image costs ≈29 KB of reads whatever its size, and a worker needs neither torch nor webdataset.
 
     Raises:
         _Unreadable: the tar ends inside a member or its headers stop making sense (after the samples before).
