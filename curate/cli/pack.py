@@ -113,8 +113,10 @@ def verify_cmd(out: str, processor: str | None, sample: int, seed: int, workers:
                ray_address: str | None) -> None:
     """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
 
-    Tars are read once each, in parallel with --workers N (or on Ray with --executor ray).
-    Exits 1 and names each inconsistency when anything is wrong.
+    Each tar is walked once by its member headers (each sequence's JSON, each image's head and tail:
+    its size and end marker, never its pixels), in parallel with --workers N (or on Ray with
+    --executor ray); a pack in a bucket is read in place. Exits 1 and names each inconsistency when
+    anything is wrong.
     """
     from curate.core.progress import console
     from packer.config import VerifyConfig
