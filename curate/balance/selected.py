@@ -142,7 +142,19 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
             count, found = _write_file(path, name, dest, text_field, frozenset(np.flatnonzero(seen).tolist()))
         seen[found] = True
         files[name] = count
+    _drop_stale(folder, set(files))
     return {"files": files, "records": sum(files.values()), "selected_not_found": int(len(index) - seen.sum())}
+
+
+def _drop_stale(folder: Path, written: set[str]) -> None:
+    """Remove the files an earlier run left in ``folder`` that this one did not write (other inputs, or names
+    of another curate version), so that ``records/`` holds this selection only."""
+    for path in sorted(folder.rglob("*"), reverse=True):  # files before the folders that hold them
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and rel not in written:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def _run(jobs: list[tuple[str, str, str, str | None]], index: SelectionIndex, size: int) -> list[tuple[int, np.ndarray]]:

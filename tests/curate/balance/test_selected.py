@@ -89,6 +89,19 @@ def test_rows_without_id_or_source_keep_the_ones_they_were_read_with(tmp_path: P
                      "extra:0": "extra", "extra:1": "own"}
 
 
+def test_a_rerun_leaves_only_its_own_files(tmp_path: Path) -> None:
+    """records/ of an earlier run into the same folder (other inputs, or older names) is not mixed in."""
+    a = _jsonl(tmp_path / "a.jsonl", ["x1", "x2"])
+    b = _jsonl(tmp_path / "b.jsonl", ["y1", "y2"])
+    selection = pa.table({"id": ["x1", "y2"], "copies": pa.array([1, 1], pa.int32())})
+    write_selected_records([a, b], selection, tmp_path / "records", workers=1)
+    (tmp_path / "records" / "old" / "train-00000-of-00001.jsonl").parent.mkdir()
+    (tmp_path / "records" / "old" / "train-00000-of-00001.jsonl").write_text("{}\n")
+    again = write_selected_records([a], selection, tmp_path / "records", workers=1)
+    assert sorted(p.relative_to(tmp_path / "records").as_posix() for p in (tmp_path / "records").rglob("*")) \
+        == ["a.jsonl"] == sorted(again["files"])
+
+
 def test_selected_ids_not_in_the_records_are_said() -> None:
     from curate.balance.results import records_lines
 
