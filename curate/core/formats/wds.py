@@ -142,15 +142,19 @@ def _walk(fh: IO[bytes], size: int, offset: int) -> Iterator[tuple[str, int, int
     long_name: str | None = None
     pax_size: int | None = None
     window = _Window(fh)
-    while True:
-        block = window.get(pos, _BLOCK)
+    while True:  # one step per header; the next header is usually in the window already (no call to get)
+        at = pos - window.start
+        block = window.buf[at:at + _BLOCK] if at >= 0 else b""
+        if len(block) < _BLOCK:
+            block = window.get(pos, _BLOCK)
         if len(block) < _BLOCK:
             if block.strip(b"\0") or first is not None:
                 raise _BadTar(f"the tar ends at byte {size} inside a header")
             return
-        if block.count(0) == _BLOCK:
+        if not block[0] and block.count(0) == _BLOCK:  # a header's name never starts with NUL
             return
-        stored, unsigned = _number(block[148:156]), _byte_sum(block) - sum(block[148:156]) + 256
+        field = block[148:156]
+        stored, unsigned = _number(field), _byte_sum(block) - sum(field) + 256
         if stored != unsigned and stored != unsigned - 2 * sum(b for b in block if b > 127):  # signed sum too
             raise _BadTar("bad header checksum")
         kind = block[156]
