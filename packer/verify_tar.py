@@ -217,8 +217,9 @@ def tar_shards(tars: list[str]) -> list[Shard]:
     per shard and at most :data:`TARS_PER_SHARD`; ``meta`` holds ``(path, tar index)`` pairs (the index
     seeds each tar's sample)."""
     per = max(1, min(TARS_PER_SHARD, -(-len(tars) // MIN_SHARDS)))
-    return [Shard(i, meta=tuple((path, lo + j) for j, path in enumerate(tars[lo:lo + per])),
-                  size=len(tars[lo:lo + per])) for i, lo in enumerate(range(0, len(tars), per))]
+    groups = [tars[lo:lo + per] for lo in range(0, len(tars), per)]
+    return [Shard(i, meta=tuple((path, i * per + j) for j, path in enumerate(group)), size=len(group))
+            for i, group in enumerate(groups)]
 
 
 class VerifyTarTask(ShardTask):
@@ -233,10 +234,6 @@ class VerifyTarTask(ShardTask):
     def __init__(self, *, ctx: int, rule: Any, sample: int, balance: dict[str, Any] | None) -> None:
         self.ctx, self.rule = ctx, rule  # the processor's image rule (a small dataclass): workers load no model
         self.sample, self.balance = sample, balance
-
-    def shard_items(self, shard: Shard) -> int:
-        """Progress counts tars."""
-        return len(shard.meta)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Check the shard's tars; write their summaries (``{"tars": [...]}``) and columns under ``verify/``."""

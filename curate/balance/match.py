@@ -208,6 +208,21 @@ def record_text(record: dict[str, Any], raw: Any, field: str | None) -> str:
     return "\n".join(parts)
 
 
+#: ``text_field`` in ``tags.parquet``'s metadata when the assistant turns were matched (no field named).
+_ASSISTANT = "assistant"
+
+
+def matched_text_field(tags: str | os.PathLike[str]) -> str | None:
+    """The raw field a ``tag --match text`` run read its rows' text from (``--text-field``), from its
+    ``tags.parquet``; None for the assistant turns or tags made from embeddings. ``resample --records``
+    reads the records with it, so that rows in no known layout are found again."""
+    from curate.balance.tag import tags_metadata
+
+    meta = tags_metadata(tags)
+    field = meta.get("text_field") if meta.get("match") == "text" else None
+    return None if field in (None, "", _ASSISTANT) else field
+
+
 class MatchTask(ShardTask):
     """Match one shard of records against the vocabulary; writes ``tags/<shard>.parquet``.
 
@@ -313,7 +328,7 @@ def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.Pat
     stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc="match text", settings=settings)
     meta = {"concept_rows": str(len(entries)), "concepts_embedded": str(len(entries)),
             "top_k": str(top_k or 0), "match": "text", "vocab_sha256": vocab_sha,
-            "case_sensitive": str(case_sensitive).lower(), "text_field": config.text_field or "assistant"}
+            "case_sensitive": str(case_sensitive).lower(), "text_field": config.text_field or _ASSISTANT}
     rows = merge_tags(out, len(shards), meta)
     counts = stats.to_dict()
     wall = time.perf_counter() - t0

@@ -193,7 +193,9 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
     written = None
     if records:  # after the plot: its worker processes are forked while no other thread of ours runs
         t1 = time.perf_counter()
-        written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=_text_field(tags_file))
+        from curate.balance.match import matched_text_field
+
+        written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags))
         timings["write_records"] = time.perf_counter() - t1
     counts = stats.to_dict()
     n_target, pool = chosen.target, chosen.pool
@@ -318,13 +320,6 @@ def write_selection(path: Path, selection: pa.Table) -> None:
     """Write ``selection.parquet`` atomically with cheap settings: snappy, a dictionary for ``source`` only
     (ids are unique, weights barely repeat), no statistics; the same bytes for the same table."""
     write_parquet(path, selection, compression="snappy", use_dictionary=["source"], write_statistics=False)
-
-
-def _text_field(tags_file: Any) -> str | None:
-    """The raw field ``tag --match text --text-field`` read rows in no known layout with (from the tags' metadata)."""
-    meta = tags_file.schema_arrow.metadata or {}
-    field = meta.get(b"text_field", b"").decode() if meta.get(b"match") == b"text" else ""
-    return field if field and field != "assistant" else None
 
 
 def _vocab_names(vocab: str | os.PathLike[str] | None) -> list[str] | None:

@@ -174,12 +174,9 @@ def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source:
     if not isinstance(raw, dict):
         raise RecordInvalid("not_an_object", f"row is a {type(raw).__name__}, not an object")
     raw, images = normalize_row(raw, base_dir)  # paths or bytes, in every image layout (curate.core.formats)
-    layout = text_layout(raw)
+    layout = text_layout(raw, text_field)
     if layout is None:
-        if text_field is None or text_field not in raw:
-            raise RecordInvalid("unknown_layout", _NO_LAYOUT if text_field is None else
-                                f"no messages, conversations, caption, text, problem or {text_field} field")
-        layout = text_field
+        raise RecordInvalid("unknown_layout", _NO_LAYOUT + (f", and no {text_field}" if text_field else ""))
     caption = layout in CAPTION_LAYOUTS or layout == text_field
     rid = raw.get("id")
     rid = fallback_id if rid is None or rid == "" else as_text(rid, "id")

@@ -39,13 +39,14 @@ CAPTION_LAYOUTS = ("caption", *CAPTION_ALIASES)
 _MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
 
 
-def text_layout(raw: dict[str, Any]) -> str | None:
+def text_layout(raw: dict[str, Any], text_field: str | None = None) -> str | None:
     """The field a row's conversation comes from: ``messages``, ``conversations``, ``caption``, ``problem``, then
-    a caption alias (:data:`CAPTION_ALIASES`); None when it has none."""
+    a caption alias (:data:`CAPTION_ALIASES`), then ``text_field`` (a caption named by the run); None when it
+    has none."""
     for key in (*TEXT_LAYOUTS, *CAPTION_ALIASES):
         if key in raw:
             return key
-    return None
+    return text_field if text_field is not None and text_field in raw else None
 
 
 class RecordInvalid(Exception):
