@@ -1,7 +1,8 @@
 """``curate verify OUT``: re-read a packed folder and check every boundary and count.
 
-Reads every tar once (with :mod:`tarfile`, as webdataset groups members), tars in parallel as shards of an executor
-(``--workers N`` processes or ``--executor ray``; :mod:`packer.verify_tar`), and checks, naming
+Walks every tar once by its member headers (:func:`curate.core.formats.wds.scan_groups`, which groups members as
+webdataset does: each sequence's JSON is read, each image's head and tail, never its pixels), a few tars per shard
+of an executor (``--workers N`` processes or ``--executor ray``; :mod:`packer.verify_tar`), and checks, naming
 each problem:
 
 * each sequence's JSON: ``cu_seqlens`` starts at 0, its steps equal ``tokens``, it

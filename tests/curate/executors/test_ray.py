@@ -1,7 +1,7 @@
 """``--executor ray``: a real local Ray cluster (2 CPUs) gives the local executor's outputs, byte for byte.
 
 One cluster for the whole module (started and stopped by the ``ray_cluster``
-fixture). Every stage that runs on Ray is described once as a :class:`StageCase`
+fixture of ``tests/_fixtures/ray_cluster.py``). Every stage that runs on Ray is described once as a :class:`StageCase`
 (how to run it into a folder with a given executor, the same run as a CLI
 command, and which output files must be byte-identical). The tests
 
@@ -17,7 +17,6 @@ To cover a new stage, add a :class:`StageCase` to ``STAGES``.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import pickle
 import shutil
@@ -25,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,19 +40,7 @@ from curate.core.shards import SHARDS_DIR, Shard  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-# --------------------------------------------------------------------------- the cluster
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[str]:
-    """A local 2-CPU Ray cluster for this module; yields its address (for subprocess drivers)."""
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-
-
+# --------------------------------------------------------------------------- the cluster (tests/_fixtures/ray_cluster.py)
 def ray_executor(concurrency: int = 2) -> Executor:
     return get_executor("ray", concurrency=concurrency)
 
