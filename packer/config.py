@@ -49,6 +49,7 @@ class PackConfig:
         workers: Worker processes of the default executor and of the planner.
         seed: Seed of the verification sample and of the plan.
         shard_size: Input records per counting shard.
+        image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
         sequences_per_shard: Packed sequences per output tar.
         verify_fraction: Older form: a share of every shard also run through the full processor.
         verify_sample: Records (seeded, spread over the shards) also run through the full processor.
@@ -82,9 +83,11 @@ class PackConfig:
     micro_batches: int | None = None
     cost_model: PathLike | None = None
     energon: str | None = None
+    image_root: PathLike | None = None
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         v.integer("--ctx", self.ctx, 1)
         if self.ctx > MAX_CTX:
             raise UserError(f"--ctx {self.ctx} is larger than the supported maximum {MAX_CTX}")

@@ -250,7 +250,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         if lengths is not None:
             _load_lengths(Path(lengths), need_store=False, columns=("id", "tokens"))  # one line for an unreadable file, before any work
             processor = processor or _processor_of(Path(lengths))
-        shards = plan_shards(inputs, shard_size)
+        shards = plan_shards(inputs, shard_size, image_root=config.image_root)
         key = _lengths_key(shards, {})  # finds a folder that counted these inputs; record keys decide what is reused
         earlier = Path(lengths) if lengths is not None else _find_counted(key, out.resolve())
         if earlier is not None and earlier.is_dir():

@@ -67,9 +67,11 @@ class EmbedConfig:
     decode_threads: int | None = None
     threads: int | None = None
     seed: int = 0
+    image_root: PathLike | None = None
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         _model(self.model, self.precision, self.threads)
         v.at_least("--batch-size", self.batch_size, 1)
         v.at_least("--shard-size", self.shard_size, 1)
@@ -145,9 +147,11 @@ class ResampleConfig:
     vocab: PathLike | None = None
     records: tuple[PathLike, ...] | list[PathLike] | None = None
     plot: bool = True
+    image_root: PathLike | None = None
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         for path in self.records or ():
             v.in_path("--records", path)
         v.one_of("--mode", self.mode, MODES)
@@ -180,9 +184,11 @@ class MatchConfig:
     top_k: int | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
     seed: int = 0
+    image_root: PathLike | None = None
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         v.at_least("--top-k", self.top_k, 1)
         v.at_least("--shard-size", self.shard_size, 1)
         if self.text_field is not None and not self.text_field.strip():
@@ -237,6 +243,7 @@ class BalanceConfig:
         if match == "text":
             text = MatchConfig(out=out, text_field=text_field, case_sensitive=case_sensitive,
                                top_k=settings.get("top_k"), seed=settings.get("seed") or 0,
+                               image_root=settings.get("image_root"),
                                **({"shard_size": settings["shard_size"]} if settings.get("shard_size") else {}))
         if settings.get("mode", "inverse") == "inverse" and settings.get("target") is None \
                 and settings.get("fraction") is None:

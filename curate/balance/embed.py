@@ -209,7 +209,7 @@ def run_embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | No
     out, shard_size, seed = Path(config.out), config.shard_size, config.seed
     model, precision, device, batch_size = config.model, config.precision, config.device, config.batch_size
     decode_threads, threads = config.decode_threads, config.threads
-    shards = plan_shards(inputs, shard_size)
+    shards = plan_shards(inputs, shard_size, image_root=config.image_root)
     task = EmbedTask(model, precision=precision, device=device, batch_size=batch_size,
                      decode_threads=decode_threads, threads=threads)
     settings = {**task.settings(), "shard_size": shard_size, "plan": plan_hash(shards)}

@@ -118,7 +118,8 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
             replacement), ``seed``, ``mode`` (``inverse`` or ``metaclip``), ``t`` (MetaCLIP's
             threshold), ``weighting`` and ``temperature`` (``inverse`` mode), ``use_k`` (use only
             each record's best tags), ``records`` (input record files: the selected ones are
-            written to ``OUT/records/``), ``vocab`` (to name the top concepts), ``plot``.
+            written to ``OUT/records/``), ``image_root`` (the folder their relative image paths start from),
+            ``vocab`` (to name the top concepts), ``plot``.
         write_stats: write ``stats.json`` and ``rejects.parquet``.
         **settings: fields of :class:`ResampleConfig`, instead of or over ``config``.
 
@@ -195,7 +196,8 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
         t1 = time.perf_counter()
         from curate.balance.match import matched_text_field
 
-        written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags))
+        written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags),
+                                         image_root=config.image_root)
         timings["write_records"] = time.perf_counter() - t1
     counts = stats.to_dict()
     n_target, pool = chosen.target, chosen.pool

@@ -99,8 +99,8 @@ def _share(index: SelectionIndex) -> None:
 
 
 def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: pa.Table,
-                           folder: Path, *, workers: int | None = None,
-                           text_field: str | None = None) -> dict[str, Any]:
+                           folder: Path, *, workers: int | None = None, text_field: str | None = None,
+                           image_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Write each selected record ``copies`` times, in its input file's format and layout.
 
     Each input file ``NAME`` gives ``folder/NAME`` (same format; ``folder/DATASET/NAME`` when the name is
@@ -111,10 +111,12 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     processes (``workers``, default one per core; each reads and writes whole files), which gives the
     same files as one process. ``text_field``: rows in no known layout are read with this caption
     field, as ``tag --match text`` read them (:func:`curate.core.records.to_canonical`), so their ids
-    are found. Returns counts per output file.
+    are found. ``image_root``: the folder the inputs' relative image paths start from (``--image-root``;
+    default each file's own); the written paths are rewritten from there. Returns counts per output file.
     """
     from curate.core.formats.sources import default_id_prefix
     from curate.core.records import expand_inputs, input_format
+    from curate.core.shards import resolve_image_root
     from curate.core.threads import available_cpus
 
     paths = expand_inputs(inputs)
@@ -132,14 +134,16 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     folder.mkdir(parents=True, exist_ok=True)
     index = SelectionIndex(selection)
     _share(index)
-    jobs = [(str(p), n, str(folder.resolve()), text_field) for p, n in zip(paths, names)]
+    root = resolve_image_root(image_root)
+    jobs = [(str(p), n, str(folder.resolve()), text_field, root) for p, n in zip(paths, names)]
     size = min(workers or available_cpus(), len(jobs))
     results = _run(jobs, index, size)
     seen = np.zeros(len(index), bool)
     files: dict[str, int] = {}
-    for (path, name, dest, _), (count, found) in zip(jobs, results):
+    for job, (count, found) in zip(jobs, results):
         if seen[found].any():  # also selected in an earlier file: written there (rare), so this file again without
-            count, found = _write_file(path, name, dest, text_field, frozenset(np.flatnonzero(seen).tolist()))
+            count, found = _write_file(*job, skip=frozenset(np.flatnonzero(seen).tolist()))
+        name = job[1]
         seen[found] = True
         files[name] = count
     _drop_stale(folder, set(files))
@@ -157,7 +161,8 @@ def _drop_stale(folder: Path, written: set[str]) -> None:
             path.rmdir()
 
 
-def _run(jobs: list[tuple[str, str, str, str | None]], index: SelectionIndex, size: int) -> list[tuple[int, np.ndarray]]:
+def _run(jobs: list[tuple[str, str, str, str | None, str | None]], index: SelectionIndex,
+         size: int) -> list[tuple[int, np.ndarray]]:
     """Every job through :func:`_write_file`: here when one worker is enough, else in worker processes."""
     from curate.core.progress import StageProgress
 
@@ -181,10 +186,10 @@ def _run(jobs: list[tuple[str, str, str, str | None]], index: SelectionIndex, si
         return [f.result() for f in futures]
 
 
-def _write_file(path: str, name: str, dest: str, text_field: str | None = None,
+def _write_file(path: str, name: str, dest: str, text_field: str | None = None, image_root: str | None = None,
                 skip: frozenset[int] = frozenset()) -> tuple[int, np.ndarray]:
     """Write the selected records of one input file to ``dest/name``; returns the records written and the
-    index positions found, in row order (``skip``: positions not to write; ``text_field``: see
+    index positions found, in row order (``skip``: positions not to write; ``text_field``, ``image_root``: see
     :func:`write_selected_records`)."""
     from curate.core.records import BadRecord, input_format, read_part, split_file
     from curate.core.io import as_path
@@ -206,7 +211,7 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None,
 
     for part in split_file(source, 1 << 62):
         # the one row reader: the same ids as every stage
-        for raw, rec in read_part(replace(part, text_field=text_field), with_raw=True):
+        for raw, rec in read_part(replace(part, text_field=text_field, image_root=image_root), with_raw=True):
             if isinstance(rec, BadRecord):
                 continue
             batch.append((rec["id"], rec["source"], raw))
@@ -215,7 +220,7 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None,
     flush()
     target = Path(dest) / name
     target.parent.mkdir(parents=True, exist_ok=True)  # a dataset's folder (vqav2/train-00000-of-00002.parquet)
-    count = _write_rows(target, fmt, rows_out, str(source.parent), str(target.parent), source)
+    count = _write_rows(target, fmt, rows_out, image_root or str(source.parent), str(target.parent), source)
     return count, np.array(found, np.int64)
 
 

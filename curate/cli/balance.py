@@ -10,7 +10,8 @@ from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.cli.options import executor_options, make_executor, model_options, print_rejects, threads_for
+from curate.cli.options import (executor_options, image_root_option, make_executor, model_options, print_rejects,
+                                 threads_for)
 
 
 @cli.command("embed")
@@ -21,6 +22,7 @@ from curate.cli.options import executor_options, make_executor, model_options, p
 @click.option("--decode-threads", type=int, default=None,
               help="Threads decoding images while the model runs (default: cores, at most 8).")
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per shard (one .npy each).")
+@image_root_option
 @executor_options
 def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: int, executor: str,
               ray_address: str | None, **settings: object) -> None:
@@ -156,6 +158,7 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
                    "Repeatable.")
 @click.option("--vocab", type=click.Path(path_type=str), default=None,
               help="Vocabulary, to name the top concepts in stats.json.")
+@image_root_option
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draw.")
 def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: object) -> None:
     """Draw a concept-balanced selection of the tagged records.
@@ -223,6 +226,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 @click.option("--use-k", type=int, default=None, help="Resample on each record's J best tags only (default: all K).")
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per embedding shard.")
 @click.option("--no-records", is_flag=True, help="Write selection.parquet only, not the selected records.")
+@image_root_option
 @executor_options
 def balance_cmd(inputs: tuple[str, ...], out: str, threads: int | None, no_records: bool, workers: int, executor: str,
                 ray_address: str | None, **settings: object) -> None:

@@ -59,6 +59,14 @@ def make_executor(executor: str, workers: int, ray_address: str | None, **kw):  
     return get_executor(executor, workers=workers, ray_address=ray_address, **kw)
 
 
+def image_root_option(fn):  # noqa: ANN001, ANN202 - click decorator
+    """``--image-root``: where the records' relative image paths start (the verbs that read images)."""
+    return click.option("--image-root", type=click.Path(path_type=str), default=None, metavar="DIR",
+                        help="Folder (or bucket prefix) the records' relative image paths start from, for "
+                             "annotations kept apart from their images (LLaVA's --image-folder); default: "
+                             "each input file's own folder.")(fn)
+
+
 _MODEL_HELP = ("open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
                "(ARCH an open_clip name or an ARCH.json beside the file), local-dir:FOLDER or hf-hub:ORG/REPO.")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, make_executor, print_rejects
+from curate.cli.options import executor_options, image_root_option, make_executor, print_rejects
 from curate.core import validate as v
 from curate.core.errors import UserError
 
@@ -42,6 +42,7 @@ from curate.core.errors import UserError
               help="Packed sequences per rank per step (default 1).")
 @click.option("--cost-model", type=click.Path(path_type=str), default=None, metavar="FILE",
               help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B).")
+@image_root_option
 @executor_options
 def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, plan_only: bool, energon: str | None,
              workers: int, executor: str, ray_address: str | None, **settings: object) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, make_executor
+from curate.cli.options import executor_options, image_root_option, make_executor
 from curate.core.errors import UserError
 from curate.cli.generate_options import (  # shared flags of the generating verbs
     backend_kwargs_from_flags,
@@ -117,11 +117,12 @@ def _band(value: str | None) -> tuple[float, float] | None:
 @click.option("--progress", "train_progress", type=float, default=None,
               help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
 @click.option("--shard-size", type=int, default=1000, show_default=True, help="Prompts per shard.")
+@image_root_option
 @executor_options
 def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: float | None, min_gap: float | None,
                   band: str | None, thresholds: str | None, prompt_style: str | None, templates: str | None,
-                  train_progress: float | None, shard_size: int, seed: int, workers: int, executor: str,
-                  ray_address: str | None, **flags: object) -> None:
+                  train_progress: float | None, shard_size: int, image_root: str | None, seed: int, workers: int,
+                  executor: str, ray_address: str | None, **flags: object) -> None:
     """Keep the RL prompts a model solves sometimes but not reliably.
 
     Samples --n answers per prompt from the model (--model ckpt/, --endpoint URL, or
@@ -150,7 +151,7 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
                             sampling=sampling_dict(sampling_from_flags(flags, seed=seed)), prompt_style=prompt_style,
                             templates=templates, thresholds=thresholds, pass_threshold=pass_threshold,
                             min_gap=min_gap, band=_band(band), progress=train_progress, seed=seed,
-                            shard_size=shard_size)
+                            shard_size=shard_size, image_root=image_root)
     r = from_stats(RlFilterResult, rl_filter(list(inputs), config=config,
                                              executor=make_executor(executor, workers, ray_address)))
     o = r.overall

@@ -154,13 +154,13 @@ def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str
     raise RecordInvalid("image_count_mismatch", f"{n_tags} {IMAGE_TOKEN} placeholders for {n_images} images")
 
 
-def to_canonical(raw: Any, base_dir: Path, *, fallback_id: str, fallback_source: str,
+def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_source: str,
                  text_field: str | None = None) -> Record:
     """Convert one raw row (any accepted layout) to a canonical record.
 
     Args:
         raw: the parsed JSON object or Parquet row.
-        base_dir: folder that relative image paths are relative to.
+        base_dir: folder that relative image paths are relative to (the file's own, or the run's image root).
         fallback_id: id used when the row has none (``<file stem>:<row>``, the stem led by its folder when it
             is only a shard number: :func:`curate.core.formats.sources.default_id_prefix`).
         fallback_source: source used when the row has none (the input file's name less any shard number:
@@ -199,8 +199,10 @@ class Part:
     """A contiguous range of rows ``[start, stop)`` of one input file.
 
     ``offset`` is the byte offset of row ``start`` for JSONL files (so a worker
-    seeks instead of scanning), 0 otherwise. ``text_field``: see :func:`to_canonical` (a reading
-    setting of the run, e.g. ``tag --match text --text-field``, carried by its parts to the workers).
+    seeks instead of scanning), 0 otherwise. Reading settings of the run, carried by its parts to
+    the workers: ``text_field`` (see :func:`to_canonical`; ``tag --match text --text-field``) and
+    ``image_root``, the folder (or bucket prefix) relative image paths are read from instead of the
+    file's own folder (``--image-root``: LLaVA-style annotations kept apart from their images).
     """
 
     path: str
@@ -209,6 +211,7 @@ class Part:
     stop: int
     offset: int = 0
     text_field: str | None = None
+    image_root: str | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -372,8 +375,8 @@ def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator
             yield None, BadRecord(rid or fallback_id, source, reason, f"{path.name} {where}: {detail}")
             continue
         try:
-            yield raw, to_canonical(raw, path.parent, fallback_id=fallback_id, fallback_source=source,
-                                    text_field=part.text_field)
+            yield raw, to_canonical(raw, part.image_root or path.parent, fallback_id=fallback_id,
+                                    fallback_source=source, text_field=part.text_field)
         except RecordInvalid as exc:
             rid = (raw.get("id") or raw.get("key")) if isinstance(raw, dict) else None  # key: img2dataset
             src = raw.get("source") if isinstance(raw, dict) else None

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
-from curate.core.io import dumps_json, read_json, write_json, write_parquet
+from curate.core.io import dumps_json, is_url, read_json, write_json, write_parquet
 from curate.core.remote_sync import push_shard
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
 from curate.core.splits import input_stamps, split_inputs
@@ -82,23 +82,26 @@ class Shard:
 
 
 def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE, *,
-                text_field: str | None = None) -> list[Shard]:
+                text_field: str | None = None, image_root: str | os.PathLike[str] | None = None) -> list[Shard]:
     """Split inputs into shards of at most ``shard_size`` rows, in input order.
 
     Files are split at ``shard_size`` rows; consecutive small pieces of
     different files share a shard until it is full. The plan depends only on the
-    inputs and ``shard_size``. ``text_field``: read rows in no known layout as captions from
-    this field (:func:`curate.core.records.to_canonical`); every part carries it to the workers.
+    inputs and ``shard_size``. Reading settings, carried to the workers by every part (and part of
+    :func:`plan_hash`): ``text_field``, read rows in no known layout as captions from this field
+    (:func:`curate.core.records.to_canonical`); ``image_root``, the folder relative image paths are
+    read from (:func:`resolve_image_root`), instead of each file's own.
     """
     if shard_size < 1:
         raise UserError(f"--shard-size must be at least 1, got {shard_size}")
+    root = resolve_image_root(image_root)
     shards: list[Shard] = []
     current: list[Part] = []
     rows = 0
     for parts in split_inputs(expand_inputs(inputs), shard_size):  # tars: walked in parallel, kept in a cache
         for part in parts:
-            if text_field is not None:
-                part = replace(part, text_field=text_field)
+            if text_field is not None or root is not None:
+                part = replace(part, text_field=text_field, image_root=root)
             if rows + len(part) > shard_size and current:
                 shards.append(Shard(len(shards), tuple(current)))
                 current, rows = [], 0
@@ -109,13 +112,33 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     return shards
 
 
+def resolve_image_root(image_root: str | os.PathLike[str] | None) -> str | None:
+    """The run's image root as the parts carry it: an absolute local folder, or a URL as given.
+
+    Raises:
+        UserError: a local path that is not a folder.
+    """
+    if image_root is None:
+        return None
+    root = os.fspath(image_root)
+    if is_url(root):
+        return root.rstrip("/")
+    if not Path(root).is_dir():
+        raise UserError(f"--image-root {root}: no such folder; give the folder the records' relative image "
+                        "paths start from")
+    return os.path.abspath(root)
+
+
 def plan_hash(shards: Sequence[Shard]) -> str:
-    """A hash of the shard plan: every shard's index, input row ranges, ``meta`` and size."""
+    """A hash of the shard plan: every shard's index, input row ranges, ``meta`` and size, and the reading
+    settings its parts carry (``text_field``, ``image_root``) when they are set."""
     h = hashlib.sha256()
     for shard in shards:
         h.update(f"{shard.index}|{tuple(shard.meta)!r}|{shard.size}\n".encode())
         for part in shard.parts:
-            h.update(f"{part.path}|{part.start}|{part.stop}\n".encode())
+            reading = "".join(f"|{key}={value}" for key, value in (("text_field", part.text_field),
+                                                                    ("image_root", part.image_root)) if value)
+            h.update(f"{part.path}|{part.start}|{part.stop}{reading}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -287,7 +310,7 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
         shutil.rmtree(work, ignore_errors=True)
 
 
-_SETTING_NAMES = {"plan": "inputs or shard size", "reader": "the curate version that reads the records"}
+_SETTING_NAMES = {"plan": "inputs, shard size or --image-root", "reader": "the curate version that reads the records"}
 
 
 def check_settings(out: Path, stage: str, settings: dict[str, Any]) -> None:

@@ -169,6 +169,14 @@ def in_path(flag: str, path: str | os.PathLike[str] | None) -> None:
         raise UserError(f"{flag} {path}: no such file or folder")
 
 
+def in_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
+    """An input folder that exists, or a bucket prefix (``None``: not given)."""
+    if path is None or _elsewhere(path):
+        return
+    if not Path(path).is_dir():
+        raise UserError(f"{flag} {path}: no such folder")
+
+
 def cache_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
     """A cache folder: absent or a folder, never a file."""
     if path is not None and is_url(path):

@@ -95,6 +95,7 @@ class RecaptionConfig:
         rules: Caption check thresholds.
         seed: Seed of the sampling and of the ``mix`` draw.
         shard_size: Records per shard.
+        image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
     """
 
     out: PathLike
@@ -106,9 +107,11 @@ class RecaptionConfig:
     rules: CaptionRules | None = None
     seed: int = 0
     shard_size: int = 1000
+    image_root: PathLike | None = None
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         v.at_least("--shard-size", self.shard_size, 1)
         given = self.langs
         langs = parse_langs(given if isinstance(given, str) or given is None else ",".join(given))

@@ -90,7 +90,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     out, seed, lang_list = Path(config.out), config.seed, list(config.langs or ())
     task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts or {}),
                          sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules)
-    shards = plan_shards(inputs, config.shard_size)
+    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")
     tables = [pq.read_table(out / "captions" / f"{s.id}.parquet") for s in shards]

@@ -48,6 +48,7 @@ class RlFilterConfig:
         seed: Seed of the sampling.
         shard_size: Prompts per shard.
         plot: Write ``rl_filter.png``.
+        image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
     """
 
     out: PathLike
@@ -64,9 +65,11 @@ class RlFilterConfig:
     seed: int = 0
     shard_size: int = 1000
     plot: bool = True
+    image_root: PathLike | None = None
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         v.at_least("--n", self.n, 1)
         if self.prompt_style is not None:
             v.one_of("--prompt-style", self.prompt_style, PROMPT_STYLES)

@@ -305,7 +305,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     sampling = {"seed": seed, **(config.sampling or {})}
     task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
                        templates=load_templates(config.templates), progress=config.progress)
-    shards = plan_shards(inputs, config.shard_size)
+    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]

@@ -239,3 +239,16 @@ def test_verify_reports_a_cut_tar_and_a_broken_image(packed, tmp_path) -> None:
         key, _, ext = member.name.partition(".")
         assert f"{tars[0].name}:{key}: image {ext}: " in text, text
         assert report.sequences < clean.sequences  # the cut tar's sequences before the cut are checked
+
+
+def test_pack_reads_images_from_the_image_root(tiny_processor_dir, sample_data, tmp_path) -> None:
+    """``pack --image-root``: LLaVA-style annotations apart from their images are counted and packed with them."""
+    from tests.curate.core.test_image_root import llava_tree
+
+    ann, root, names = llava_tree(tmp_path, sample_data / "images")
+    stats = pack([ann], out=tmp_path / "p", ctx=2048, processor=str(tiny_processor_dir), image_root=root, plot=False)
+    assert stats["records_packed"] == stats["records_in"] == len(names) + 1 and not stats["errored"]
+    report = verify_pack(tmp_path / "p", sample=len(names) + 1)
+    assert report.ok and report.images == len(names) + 1 and report.recounted == len(names) + 1
+    plain = pack([ann], out=tmp_path / "q", ctx=2048, processor=str(tiny_processor_dir), plan_only=True, plot=False)
+    assert plain["records_packed"] == 1 and plain["errored"] == {"missing_image": len(names)}

@@ -187,3 +187,28 @@ def test_summary_names_the_plot(tmp_path: Path) -> None:
                           "normalized_entropy_after": 0.4}}
     lines = summary_lines(result, tmp_path)
     assert lines[0].startswith("selected 5 of 9 records") and f"{tmp_path}/balance.png" in lines[-1]
+
+
+def test_balance_reads_images_from_the_image_root(tiny_clip_spec: str, sample_data: Path, tmp_path: Path) -> None:
+    """LLaVA-style annotations apart from their images: every image is embedded from ``--image-root``, and the
+    selected rows written to records/ point at the images (absolute paths), so the next step reads them as they are."""
+    from tests.curate.core.test_image_root import llava_tree
+
+    ann, root, names = llava_tree(tmp_path, sample_data / "images")
+    vocab = _vocab(sample_data, tmp_path / "vocab.txt")
+    out = tmp_path / "out"
+    cli.main(args=["balance", str(ann), "--image-root", str(root), "--vocab", str(vocab), "--model", tiny_clip_spec,
+                   "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--top-k", "2", "--fraction", "1.0"],
+             standalone_mode=False)
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["records_in"] == stats["records_embedded"] == stats["records_selected"] == len(names) + 1, stats
+    rows = json.loads((out / "records" / "mix.json").read_text())
+    assert sorted(r["id"] for r in rows) == ["abs", "q0", "q1", "q2"]
+    assert {r["image"] for r in rows if r["id"] != "abs"} == {str(root / "coco" / "train2017" / n) for n in names}
+    again = [r for r in read_records([out / "records"])]
+    assert all(isinstance(r, dict) and Path(r["images"][0]).is_file() for r in again)
+    # without the root the relative images are not found: errored, and named with the path that was tried
+    cli.main(args=["embed", str(ann), "--model", tiny_clip_spec, "--out", str(tmp_path / "plain")],
+             standalone_mode=False)
+    plain = json.loads((tmp_path / "plain" / "stats.json").read_text())
+    assert plain["records_embedded"] == 1 and plain["errored"] == {"missing_image": len(names)}

@@ -72,6 +72,8 @@ MISTAKES: list[tuple[str, str]] = [
     (f"embed {R} --out {{d}}/o --precision fp8", "--precision"),
     (f"embed {R} --out {{d}}/o --num-gpus -1", "--num-gpus"),
     (f"embed {R}", "--out"),
+    (f"embed {R} --out {{d}}/o --image-root {{d}}/missing", "--image-root {d}/missing"),
+    (f"embed {R} --out {{d}}/o --image-root {{d}}/afile", "--image-root {d}/afile"),
     # vocab build / vocab embed
     ("vocab build --out {d}/folder --size 2 --no-wordfreq --word-list {d}/vocab.txt", "--out {d}/folder"),
     ("vocab build --out {d}/v.txt --word-list {d}/missing.txt", "--word-list {d}/missing.txt"),
@@ -105,9 +107,11 @@ MISTAKES: list[tuple[str, str]] = [
     ("resample --tags {d}/tags.parquet --out {d}/r --fraction 0.5 --weighting median", "--weighting"),
     ("resample --tags {d}/missing.parquet --out {d}/r --fraction 0.5", "--tags"),
     ("resample --tags {d}/tags.parquet --out {d}/afile --fraction 0.5", "--out"),
+    ("resample --tags {d}/tags.parquet --out {d}/r --fraction 0.5 --image-root {d}/missing", "--image-root {d}/missing"),
     # balance: refused before the first image is embedded
     (f"balance {R} --vocab {{d}}/empty.txt --out {{d}}/b", "--vocab"),
     (f"balance {R} --vocab {{d}}/vocab.txt --out {{d}}/b --top-k 0", "--top-k"),
+    (f"balance {R} --vocab {{d}}/vocab.txt --out {{d}}/b --image-root {{d}}/missing", "--image-root {d}/missing"),
     (f"balance {R} --vocab {{d}}/vocab.txt --out {{d}}/b --target -1", "--target"),
     (f"balance {R} --vocab {{d}}/vocab.txt --out {{d}}/b --temperature -1", "--temperature"),
     (f"balance {R} --vocab {{d}}/vocab.txt --out {{d}}/afile", "--out"),
@@ -121,12 +125,14 @@ MISTAKES: list[tuple[str, str]] = [
     (f"recaption {R} --out {{d}}/c --model {{d}}/no-checkpoint", "--model"),
     (f"recaption {R} --out {{d}}/c --endpoint http://127.0.0.1:9/v1 --concurrency 0", "--concurrency"),
     (f"recaption {R} --out {{d}}/c", "--rollouts"),
+    (f"recaption {R} --out {{d}}/c {ANS} --image-root {{d}}/missing", "--image-root {d}/missing"),
     (f"recaption {R} --out {{d}}/afile {ANS}", "--out"),
     # rl-filter: refused before the model loads
     (f"rl-filter {RL} --out {{d}}/f {ANS} --progress 7", "--progress"),
     (f"rl-filter {RL} --out {{d}}/f {ANS} --band 0.5,0.2", "--band"),
     (f"rl-filter {RL} --out {{d}}/f {ANS} --band abc", "--band"),
     (f"rl-filter {RL} --out {{d}}/f {ANS} --n 0", "--n"),
+    (f"rl-filter {RL} --out {{d}}/f {ANS} --image-root {{d}}/missing", "--image-root {d}/missing"),
     (f"rl-filter {RL} --out {{d}}/f {ANS} --pass-threshold 2", "--pass-threshold"),
     (f"rl-filter {RL} --out {{d}}/f {ANS} --top-p 0", "--top-p"),
     (f"rl-filter {RL} --out {{d}}/f {ANS} --thresholds {{d}}/missing.yaml", "--thresholds"),
@@ -144,6 +150,7 @@ MISTAKES: list[tuple[str, str]] = [
     # pack / verify / energon-prepare
     (f"pack {R} --processor {{d}}/proc --out {{d}}/p --min-pixels 1000000 --max-pixels 10", "--min-pixels"),
     (f"pack {R} --processor {{d}}/proc --out {{d}}/p --ctx 0", "--ctx"),
+    (f"pack {R} --processor {{d}}/proc --out {{d}}/p --image-root {{d}}/missing", "--image-root {d}/missing"),
     (f"pack {R} --processor {{d}}/proc --out {{d}}/afile", "--out {d}/afile"),
     (f"pack {R} --processor {{d}}/proc --out {{d}}/p --verify-sample -1", "--verify-sample"),
     (f"pack {R} --processor {{d}}/proc --out {{d}}/p --energon 1,x", "--split-ratio"),

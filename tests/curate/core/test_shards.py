@@ -145,9 +145,9 @@ def test_other_inputs_are_refused_and_unfinished_runs_can_change(tmp_path: Path)
     b = tmp_path / "b.jsonl"
     b.write_text(a.read_text())
     run_stage(LengthTask(2), plan_shards([a], shard_size=10), tmp_path / "o", seed=0)
-    with pytest.raises(UserError, match="inputs or shard size"):
+    with pytest.raises(UserError, match="inputs, shard size"):
         run_stage(LengthTask(2), plan_shards([b], shard_size=10), tmp_path / "o", seed=0)
-    with pytest.raises(UserError, match="inputs or shard size"):
+    with pytest.raises(UserError, match="inputs, shard size"):
         run_stage(LengthTask(2), plan_shards([a], shard_size=7), tmp_path / "o", seed=0)
     # a run that failed before finishing any shard does not lock the folder to its settings
     with pytest.raises(UserError, match="setup failed"):
