@@ -26,6 +26,9 @@ from curate.rl.config import LOG_LEVELS, PROMPT_STYLES
 @click.option("--progress", type=float, default=None,
               help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
 @click.option("--shard-size", type=int, default=20_000, show_default=True, help="Responses per shard.")
+@click.option("--answer-type", default=None, metavar="TYPE",
+              help="answer_type of the records that name no verifier (no answer_type, no reward.verifier), e.g. "
+                   "math for a set of problem/answer rows; default: such records are errored, each named.")
 @executor_options
 def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Score model responses with the rule-based verifiers (curate.rewards).
@@ -117,12 +120,15 @@ def _band(value: str | None) -> tuple[float, float] | None:
 @click.option("--progress", "train_progress", type=float, default=None,
               help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
 @click.option("--shard-size", type=int, default=1000, show_default=True, help="Prompts per shard.")
+@click.option("--answer-type", default=None, metavar="TYPE",
+              help="answer_type of the records that name no verifier (no answer_type, no reward.verifier), e.g. "
+                   "math for a set of problem/answer rows; default: such records are errored, each named.")
 @image_root_option
 @executor_options
 def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: float | None, min_gap: float | None,
                   band: str | None, thresholds: str | None, prompt_style: str | None, templates: str | None,
-                  train_progress: float | None, shard_size: int, image_root: str | None, seed: int, workers: int,
-                  executor: str, ray_address: str | None, **flags: object) -> None:
+                  train_progress: float | None, shard_size: int, answer_type: str | None, image_root: str | None,
+                  seed: int, workers: int, executor: str, ray_address: str | None, **flags: object) -> None:
     """Keep the RL prompts a model solves sometimes but not reliably.
 
     Samples --n answers per prompt from the model (--model ckpt/, --endpoint URL, or
@@ -151,7 +157,7 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
                             sampling=sampling_dict(sampling_from_flags(flags, seed=seed)), prompt_style=prompt_style,
                             templates=templates, thresholds=thresholds, pass_threshold=pass_threshold,
                             min_gap=min_gap, band=_band(band), progress=train_progress, seed=seed,
-                            shard_size=shard_size, image_root=image_root)
+                            shard_size=shard_size, image_root=image_root, answer_type=answer_type)
     r = from_stats(RlFilterResult, rl_filter(list(inputs), config=config,
                                              executor=make_executor(executor, workers, ray_address)))
     o = r.overall

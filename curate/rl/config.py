@@ -48,6 +48,7 @@ class RlFilterConfig:
         seed: Seed of the sampling.
         shard_size: Prompts per shard.
         plot: Write ``rl_filter.png``.
+        answer_type: The ``answer_type`` of records that name no verifier (default: they are errored).
         image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
     """
 
@@ -66,10 +67,12 @@ class RlFilterConfig:
     shard_size: int = 1000
     plot: bool = True
     image_root: PathLike | None = None
+    answer_type: str | None = None
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
+        _answer_type(self.answer_type)
         v.at_least("--n", self.n, 1)
         if self.prompt_style is not None:
             v.one_of("--prompt-style", self.prompt_style, PROMPT_STYLES)
@@ -104,8 +107,10 @@ class ScoreConfig:
     progress: float | None = None
     seed: int = 0
     shard_size: int = 20_000
+    answer_type: str | None = None
 
     def __post_init__(self) -> None:
+        _answer_type(self.answer_type)
         if isinstance(self.records, (str, os.PathLike)):
             object.__setattr__(self, "records", (self.records,))
         if not self.records:
@@ -138,3 +143,11 @@ class ServeRewardsConfig:
         v.at_least("--pool-workers", self.pool_workers, 1)
         v.one_of("--log-level", self.log_level, LOG_LEVELS)
         v.above("--deadline", self.deadline, 0)
+
+
+def _answer_type(answer_type: str | None) -> None:
+    """``--answer-type``: a name the verifiers know (:func:`curate.rewards.answer_types`)."""
+    if answer_type is not None:
+        from curate.rewards import answer_types
+
+        v.one_of("--answer-type", answer_type, answer_types())

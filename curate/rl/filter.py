@@ -39,6 +39,7 @@ from curate.core.formats.writeback import dumps_record, loads_record, write_reco
 from curate.core.errors import UserError
 from curate.core.validate import configure
 from curate.rl.config import RlFilterConfig
+from curate.rl.golds import with_answer_type
 from curate.core.io import write_parquet
 from curate.core.journal import end_line, read_journal
 from curate.core.records import IMAGE_TOKEN
@@ -124,7 +125,8 @@ class RolloutTask(GenerationTask):
 
     def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
                  prompt_style: str | None = None, templates: dict[str, str] | None = None,
-                 progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS) -> None:
+                 progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS,
+                 answer_type: str | None = None) -> None:
         if n < 1:
             raise UserError(f"--n must be at least 1, got {n}")
         if prompt_style not in (None, "normal", "think"):
@@ -136,6 +138,7 @@ class RolloutTask(GenerationTask):
         self.templates = templates or dict(DEFAULT_TEMPLATES)
         self.progress = progress
         self.max_prompt_chars = max_prompt_chars
+        self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
 
     def setup(self) -> None:
         """Open the backend (loads a local model once per worker) and start the verifier pool."""
@@ -153,7 +156,8 @@ class RolloutTask(GenerationTask):
         self.setup()
         return {"backend": backend_identity(self.backend.describe()), "n": self.n, "sampling": self.sampling,
                 "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
-                "max_prompt_chars": self.max_prompt_chars}
+                "max_prompt_chars": self.max_prompt_chars,
+                **({"answer_type": self.answer_type} if self.answer_type is not None else {})}
 
     def style_of(self, rec: dict[str, Any]) -> str:
         """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
@@ -178,6 +182,9 @@ class RolloutTask(GenerationTask):
         prompts: list[dict[str, Any]] = []
         raws: list[Any] = []
         for raw, rec in readable_records(shard, stats, ctx, with_raw=True):
+            if self.answer_type is not None:  # kept.jsonl's rows say which verifier scored them
+                rec = with_answer_type(rec, self.answer_type)
+                raw = with_answer_type(dict(raw), self.answer_type) if isinstance(raw, dict) else raw
             chars = max(total_chars([rec.get("problem")]), total_chars(m.get("content") for m in rec["messages"]))
             long = over(chars, self.max_prompt_chars, "characters of prompt")
             if long:  # refused before any template, tokenizer or model sees it
@@ -304,7 +311,8 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     default_th, per_source = config.selection()
     sampling = {"seed": seed, **(config.sampling or {})}
     task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
-                       templates=load_templates(config.templates), progress=config.progress)
+                       templates=load_templates(config.templates), progress=config.progress,
+                       answer_type=config.answer_type)
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")

@@ -33,17 +33,33 @@ _BATCH = 65536
 Golds = tuple[dict[str, dict[str, Any]], dict[str, str]]
 
 
-def _rows(paths: Sequence[str | os.PathLike[str]]) -> Iterator[tuple[str, dict[str, Any] | None, str | None]]:
+def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[str, Any]:
+    """``record`` with ``answer_type`` set to the run's default (``--answer-type``) when it names no verifier
+    itself (no ``answer_type``, no ``reward.verifier``): RL sets exported without the field, such as a ViRL39K
+    export of ``problem``, ``answer`` and ``images``, are scored instead of errored one by one. The record is
+    changed in place and returned."""
+    if answer_type is not None and record.get("answer_type") in (None, ""):
+        reward = record.get("reward")
+        if not (isinstance(reward, dict) and reward.get("verifier")):
+            record["answer_type"] = answer_type
+    return record
+
+
+def _rows(paths: Sequence[str | os.PathLike[str]],
+          answer_type: str | None = None) -> Iterator[tuple[str, dict[str, Any] | None, str | None]]:
     """``(id, scored fields, None)`` for each record and ``(id, None, reason)`` for each row that is not one."""
     for rec in read_records(paths):
         if isinstance(rec, BadRecord):
             yield rec.id, None, rec.reason
         else:
+            rec = with_answer_type(rec, answer_type)
             yield rec["id"], {k: rec[k] for k in SCORED_FIELDS if k in rec}, None
 
 
-def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str]) -> int:
-    """Read the records once and write their golds to ``target`` (atomically); returns the rows written."""
+def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str],
+                answer_type: str | None = None) -> int:
+    """Read the records once and write their golds to ``target`` (atomically); returns the rows written
+    (``answer_type``: the default of records that name no verifier, :func:`with_answer_type`)."""
     rows = 0
     with atomic_path(target) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
         batch: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
@@ -53,7 +69,7 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
             for column in batch:
                 column.clear()
 
-        for rid, fields, reason in _rows(paths):
+        for rid, fields, reason in _rows(paths, answer_type):
             batch[0].append(rid)
             batch[1].append(None if fields is None else pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
             batch[2].append(reason)

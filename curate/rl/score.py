@@ -59,9 +59,11 @@ class ScoreTask(ShardTask):
     unit = "responses"
     reads_out = (GOLDS_FILE,)  # written by the driver before the shards run (curate.rl.golds)
 
-    def __init__(self, records: Sequence[str], golds: str, *, progress: float | None = None) -> None:
+    def __init__(self, records: Sequence[str], golds: str, *, progress: float | None = None,
+                 answer_type: str | None = None) -> None:
         self.records = [str(p) for p in records]
         self.progress = progress
+        self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver
         self._by_id: dict[str, dict[str, Any]] | None = None
         self._bad: dict[str, str] = {}
@@ -70,8 +72,10 @@ class ScoreTask(ShardTask):
         return {**self.__dict__, "_by_id": None, "_bad": {}}
 
     def settings(self) -> dict[str, Any]:
-        """Scores depend on the records and the training progress (dynamic IoU threshold)."""
-        return {"records": self.records, "progress": self.progress}
+        """Scores depend on the records, the training progress (dynamic IoU threshold) and the default
+        answer type."""
+        return {"records": self.records, "progress": self.progress,
+                **({"answer_type": self.answer_type} if self.answer_type is not None else {})}
 
     def setup(self) -> None:
         """Start the verifier pool (in the background) and load the golds, once per worker."""
@@ -230,10 +234,11 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
     records, responses, out = config.records, config.responses, Path(config.out)
     progress, seed, shard_size = config.progress, config.seed, config.shard_size
     shards = plan_response_shards(responses, shard_size)
-    task = ScoreTask([str(Path(p).resolve()) for p in records], str(out / GOLDS_FILE), progress=progress)
+    task = ScoreTask([str(Path(p).resolve()) for p in records], str(out / GOLDS_FILE), progress=progress,
+                     answer_type=config.answer_type)
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker
-            write_golds(task.records, out / GOLDS_FILE)
+            write_golds(task.records, out / GOLDS_FILE, config.answer_type)
             push_files(out, [GOLDS_FILE])  # --out in a bucket: workers on other nodes fetch it (reads_out)
         stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
         (out / GOLDS_FILE).unlink(missing_ok=True)  # the workers' copy of the records is done with

@@ -141,6 +141,8 @@ MISTAKES: list[tuple[str, str]] = [
     (f"score --records {RL} --responses {{d}}/answers.jsonl --out {{d}}/s --shard-size 0", "--shard-size"),
     (f"score --records {RL} --responses {{d}}/answers.jsonl --out {{d}}/s --progress 2", "--progress"),
     (f"score --records {RL} --responses {{d}}/missing.jsonl --out {{d}}/s", "--responses"),
+    (f"score --records {RL} --responses {{d}}/answers.jsonl --out {{d}}/s --answer-type maths", "--answer-type maths"),
+    (f"rl-filter {RL} --out {{d}}/f {ANS} --answer-type maths", "--answer-type maths"),
     (f"score --records {RL} --responses {{d}}/answers.jsonl --out {{d}}/afile", "--out"),
     # serve-rewards: refused before a port is bound
     ("serve-rewards --port 70000", "--port"),
