@@ -65,7 +65,7 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
               help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt).")
 @click.option("--text-field", default=None,
               help="With --match text: match this raw field (e.g. alt_text, or a caption beside a conversation) "
-                   "instead of the assistant messages; a row with no conversation, caption, text or problem is read "
+                   "instead of the assistant messages; a row with no conversation, caption, text, problem or question is read "
                    "as a caption record from this field (resample --records then finds it too).")
 @click.option("--case-sensitive", is_flag=True,
               help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
@@ -206,7 +206,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
                    "matching of each record's text against --vocab (no model; no embeddings/ or concepts.npy).")
 @click.option("--text-field", default=None,
               help="With --match text: match this raw field (e.g. alt_text, or a caption beside a conversation) "
-                   "instead of the assistant messages; a row with no conversation, caption, text or problem is read "
+                   "instead of the assistant messages; a row with no conversation, caption, text, problem or question is read "
                    "as a caption record from this field (resample --records then finds it too).")
 @click.option("--case-sensitive", is_flag=True,
               help="With --match text: compare as written, as MetaCLIP does (default: fold case).")

@@ -40,15 +40,12 @@ from curate.core.formats import normalize_row, wds
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
 from curate.core.formats.sources import default_id_prefix, default_source
-from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, caption_text, text_layout
+from curate.core.formats.conversations import CAPTION_PROMPT, IMAGE_TOKEN, messages_of  # noqa: F401 (re-exported)
+from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
-IMAGE_TOKEN = "<image>"
-CAPTION_PROMPT = "Describe the image."
-_ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-             "system": "system", "model": "assistant", "bot": "assistant"}
 _LAYOUT_KEYS = {"id", "source", "image", "images", *TEXT_LAYOUTS}
-_NO_LAYOUT = "no messages, conversations, caption, text or problem field"
+_NO_LAYOUT = "no messages, conversations, caption, text, problem or question field"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet",
              ".tar": "tar"}
 
@@ -57,8 +54,9 @@ Record = dict[str, Any]
 #: cross-run caches, so a run or a cache made by a reader that read the same rows otherwise is not reused.
 #: Raise it whenever the same row would read differently. 2: sources without shard numbers (formats.sources);
 #: 3: a list of captions is read (its first non-empty one), not errored; 4: ids without an id field lead with the
-#: source folder when the file name is only a shard number (formats.sources.default_id_prefix).
-READER_VERSION = 4
+#: source folder when the file name is only a shard number (formats.sources.default_id_prefix); 5: VQA rows
+#: (``question`` with ``answer`` or ``answers``) are read, not errored ``unknown_layout``.
+READER_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -74,65 +72,6 @@ class BadRecord:
 # ---------------------------------------------------------------------------
 # Canonical conversion
 # ---------------------------------------------------------------------------
-
-def _content_text(content: Any, field: str) -> str:
-    """Flatten OpenAI-style content parts (text / image) to text with <image> placeholders."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and part.get("type") == "text":
-                parts.append(as_text(part.get("text", ""), field))
-            elif isinstance(part, dict) and part.get("type") in ("image", "image_url"):
-                parts.append(IMAGE_TOKEN)
-            else:
-                raise RecordInvalid("invalid_field", f"{field} has a content part that is neither text nor image")
-        return "".join(parts)
-    if content is None:
-        return ""
-    raise RecordInvalid("invalid_field", f"{field} content must be a string, got {type(content).__name__}")
-
-
-def _messages_of(raw: dict[str, Any], layout: str, caption: bool) -> list[dict[str, str]]:
-    """The conversation of a row whose text comes from ``layout`` (:func:`~curate.core.formats.rows.text_layout`;
-    ``caption``: the field is read as a caption)."""
-    if layout == "messages":
-        turns, role_key, text_key = raw["messages"], "role", "content"
-    elif layout == "conversations":
-        turns, role_key, text_key = raw["conversations"], "from", "value"
-    elif caption:
-        caption = caption_text(raw[layout], layout)
-        if not caption:
-            raise RecordInvalid("invalid_field", f"{layout} is empty")
-        prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
-        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
-    else:  # problem
-        problem = as_text(raw["problem"], "problem")
-        answer = raw.get("answer", "")
-        answer_text = answer[0] if isinstance(answer, list) and answer else answer
-        return [{"role": "user", "content": problem},
-                {"role": "assistant", "content": as_text(answer_text if answer_text is not None else "", "answer")}]
-    if isinstance(turns, str):  # Parquet users often store the conversation as a JSON string
-        try:
-            turns = json.loads(turns)
-        except json.JSONDecodeError as exc:
-            raise RecordInvalid("invalid_field", f"messages is a string but not JSON: {exc.msg}") from None
-    if not isinstance(turns, list) or not turns:
-        raise RecordInvalid("invalid_field", "messages/conversations must be a non-empty list")
-    out = []
-    for i, turn in enumerate(turns):
-        if not isinstance(turn, dict):
-            raise RecordInvalid("invalid_field", f"turn {i} is not an object")
-        role = _ROLE_MAP.get(str(turn.get(role_key, turn.get("role", ""))).lower())
-        if role is None:
-            raise RecordInvalid("invalid_field", f"turn {i} has unknown role {turn.get(role_key)!r}")
-        text = _content_text(turn.get(text_key, turn.get("content")), f"turn {i}")
-        out.append({"role": role, "content": text})
-    return out
-
 
 def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
     """Check that ``messages`` hold one ``<image>`` per image; when they hold none, put the
@@ -182,7 +121,7 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
     rid = fallback_id if rid is None or rid == "" else as_text(rid, "id")
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else as_text(source, "source")
-    messages = place_images(_messages_of(raw, layout, caption), len(images))
+    messages = place_images(messages_of(raw, layout, caption), len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
     if caption and isinstance(raw[layout], (list, tuple)):
         record.setdefault("captions", list(raw[layout]))  # every caption of a row that has several

@@ -28,9 +28,9 @@ from curate.core.io import as_path, is_url
 #: Column names (and WebDataset member extensions) that hold raw image bytes.
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm"})
 #: The fields a conversation comes from, in the order they are looked for (:func:`text_layout`).
-TEXT_LAYOUTS = ("messages", "conversations", "caption", "problem")
+TEXT_LAYOUTS = ("messages", "conversations", "caption", "problem", "question")
 #: Caption columns of the public image-text sets, read as ``caption`` in a row without ``messages``,
-#: ``conversations``, ``caption`` or ``problem`` (:func:`curate.core.records.to_canonical`): ``text``
+#: ``conversations``, ``caption``, ``problem`` or ``question`` (:func:`curate.core.records.to_canonical`): ``text``
 #: (COYO, DataComp, most Hugging Face text-to-image sets), ``TEXT`` (LAION). The column used is not kept
 #: among the record's extra fields.
 CAPTION_ALIASES = ("text", "TEXT")
@@ -40,7 +40,8 @@ _MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
 
 
 def text_layout(raw: dict[str, Any], text_field: str | None = None) -> str | None:
-    """The field a row's conversation comes from: ``messages``, ``conversations``, ``caption``, ``problem``, then
+    """The field a row's conversation comes from: ``messages``, ``conversations``, ``caption``, ``problem``,
+    ``question`` (VQA sets: POPE, GQA, VQAv2, TextVQA, DocVQA), then
     a caption alias (:data:`CAPTION_ALIASES`), then ``text_field`` (a caption named by the run); None when it
     has none."""
     for key in (*TEXT_LAYOUTS, *CAPTION_ALIASES):

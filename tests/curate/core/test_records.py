@@ -182,3 +182,30 @@ def test_a_list_of_captions_gives_its_first_non_empty_one(tmp_path: Path) -> Non
     for rec in (empty, blank):
         assert isinstance(rec, BadRecord) and rec.reason == "invalid_field" and "caption is empty" in rec.detail
     assert isinstance(bad, BadRecord) and "caption[0] must be a string" in bad.detail
+
+
+def test_vqa_rows_read_as_a_question_and_its_answer(tmp_path: Path) -> None:
+    """VQA sets on the Hugging Face hub: POPE and GQA (``answer``), TextVQA and DocVQA (``answers``, strings),
+    VQAv2 (``answers``, annotations of ``answer``); the image placeholder leads the question."""
+    pq.write_table(pa.table({
+        "question_id": ["1", "2", "3", "4", "5"],
+        "image": [{"bytes": b"\xff\xd8\xff\xe0", "path": f"{i}.jpg"} for i in range(5)],
+        "question": ["Is there a dog?", "What does the sign say?", "What color is the bus?", "Who wrote it?", "Why?"],
+        "answer": ["yes", None, None, None, None],
+        "answers": [None, ["STOP", "stop"], None, [], None],
+        "vqa": [None, None, [{"answer": "red", "answer_confidence": "yes"}, {"answer": "orange"}], None, None],
+    }).rename_columns(["question_id", "image", "question", "answer", "answers", "vqa"]), tmp_path / "pope.parquet")
+    pope, textvqa, vqav2, no_answer, none = read_records([tmp_path / "pope.parquet"])
+    assert pope["messages"] == [{"role": "user", "content": "<image>\nIs there a dog?"},
+                                {"role": "assistant", "content": "yes"}]
+    assert textvqa["messages"][1]["content"] == "STOP" and textvqa["answers"] == ["STOP", "stop"]
+    assert isinstance(vqav2, BadRecord) and vqav2.reason == "invalid_field"  # answers under another name: none
+    assert isinstance(no_answer, BadRecord) and "question has no answer" in no_answer.detail
+    assert isinstance(none, BadRecord)
+    rows = [{"id": "v2", "question": "What color?", "answers": [{"answer": "red"}, {"answer": "orange"}]},
+            {"id": "num", "question": "How many?", "answer": 3},
+            {"id": "both", "problem": "RL wins", "question": "ignored", "answer": "1"}]
+    v2, num, both = read_records([write_jsonl(tmp_path / "vqa.jsonl", rows)])
+    assert v2["messages"] == [{"role": "user", "content": "What color?"}, {"role": "assistant", "content": "red"}]
+    assert num["messages"][1]["content"] == "3"
+    assert both["messages"][0]["content"] == "RL wins"  # problem comes first
