@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.remote import remote_out
-from curate.core.formats.writeback import dumps_record, loads_record, write_records
+from curate.core.formats.writeback import dumps_record, loads_record, with_resolved_paths, write_records
 from curate.core.errors import UserError
 from curate.core.validate import configure
 from curate.rl.config import RlFilterConfig
@@ -182,6 +182,8 @@ class RolloutTask(GenerationTask):
         prompts: list[dict[str, Any]] = []
         raws: list[Any] = []
         for raw, rec in readable_records(shard, stats, ctx, with_raw=True):
+            # kept.jsonl lies in OUT: its rows point at their images as read (the input's folder or --image-root)
+            raw = with_resolved_paths(raw, rec["images"]) if isinstance(raw, dict) else raw
             if self.answer_type is not None:  # kept.jsonl's rows say which verifier scored them
                 rec = with_answer_type(rec, self.answer_type)
                 raw = with_answer_type(dict(raw), self.answer_type) if isinstance(raw, dict) else raw

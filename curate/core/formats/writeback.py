@@ -41,6 +41,34 @@ def _hook(obj: dict[str, Any]) -> Any:
     return obj
 
 
+def with_resolved_paths(raw: dict[str, Any], images: Sequence[Any]) -> dict[str, Any]:
+    """The raw row with the image paths of its ``images`` (or ``image``) field replaced by the record's resolved
+    ones (``images``: the canonical record's, in the same order), so that the row, written into another folder,
+    still points at its images. Bytes and structs carrying bytes stay as they are; the row is not changed (a
+    new one is returned when a path changes)."""
+    key = "images" if raw.get("images") is not None else "image" if raw.get("image") is not None else None
+    if key is None:
+        return raw
+    value = raw[key]
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(items) != len(images):
+        return raw
+
+    def one(item: Any, resolved: Any) -> Any:
+        if not isinstance(resolved, str):
+            return item
+        if isinstance(item, str):
+            return resolved
+        if isinstance(item, dict) and isinstance(item.get("path"), str) and not item.get("bytes"):
+            return {**item, "path": resolved}
+        return item
+
+    new = [one(item, resolved) for item, resolved in zip(items, images)]
+    if new == items:
+        return raw
+    return {**raw, key: new if isinstance(value, (list, tuple)) else new[0]}
+
+
 def dumps_record(obj: Any, *, sort_keys: bool = True) -> str:
     """One JSON line (no newline) for a record or raw row that may hold bytes."""
     return json.dumps(obj, ensure_ascii=False, sort_keys=sort_keys, default=_default)

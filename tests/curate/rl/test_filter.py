@@ -157,3 +157,26 @@ def test_endpoint_backend_against_transformers_serve(tiny_vlm_server, sample_dat
     # the server answers one choice per call: the backend asked again until each prompt had 3
     assert len(rollouts) == 3 * len(prompts) and stats["errored"] == {}
     assert stats["kept"] == len(prompts)
+
+
+def test_kept_rows_point_at_their_images(sample_data, tmp_path) -> None:
+    """kept.jsonl lies in OUT, not beside the input: its rows carry the image paths as they were read (here through
+    --image-root), so the next step (pack, a trainer) finds every image."""
+    from curate.core.records import read_records
+
+    prompts = [json.loads(line) for line in (sample_data / "rl" / "prompts.jsonl").read_text().splitlines()]
+    chosen = [p for p in prompts if p["answer_type"] == "number" and "images" in p][:4]
+    assert all(not Path(im).is_absolute() for p in chosen for im in p["images"])
+    src = tmp_path / "annotations" / "prompts.jsonl"
+    src.parent.mkdir()
+    src.write_text("".join(json.dumps(p) + "\n" for p in chosen))
+    rollouts = tmp_path / "answers.jsonl"
+    rollouts.write_text("".join(json.dumps({"id": p["id"], "response": tagged(answer, p["prompt_type"])}) + "\n"
+                                for p in chosen for answer in (p["answer"], "99999")))  # one right of two
+    stats = rl_filter([str(src)], tmp_path / "o", backend={"rollouts": str(rollouts)}, n=2,
+                      image_root=sample_data / "rl", plot=False)
+    assert stats["kept"] == len(chosen)
+    kept = [json.loads(line) for line in (tmp_path / "o" / "kept.jsonl").read_text().splitlines()]
+    assert [r["images"] for r in kept] == [[str(sample_data / "rl" / im) for im in p["images"]] for p in chosen]
+    again = list(read_records([tmp_path / "o" / "kept.jsonl"]))
+    assert all(isinstance(r, dict) and Path(r["images"][0]).is_file() for r in again)
