@@ -7,7 +7,7 @@
     from curate.rewards.trainers.trl import accuracy_reward, format_reward, kept_dataset
 
     trainer = GRPOTrainer(model, reward_funcs=[accuracy_reward, format_reward],
-                          train_dataset=kept_dataset("rl/kept.jsonl", image_root="prompts/"), args=GRPOConfig(...))
+                          train_dataset=kept_dataset("rl/kept.jsonl"), args=GRPOConfig(...))
 
 TRL calls a reward function as ``f(prompts=..., completions=..., completion_ids=...,
 **columns)`` where every other dataset column arrives as a list with one value per
@@ -110,8 +110,10 @@ def kept_dataset(path: str | os.PathLike[str], *, image_root: str | os.PathLike[
 
     Args:
         path: The ``kept.jsonl`` file (or any RL-layout JSONL file).
-        image_root: Folder that relative image paths are relative to: the folder of the
-            rl-filter *input* (default: the folder of ``path``).
+        image_root: Folder that relative image paths are relative to (default: the folder of ``path``).
+            rl-filter's ``kept.jsonl`` carries its image paths as rl-filter read them, so it needs none;
+            give the rl-filter input's folder for a ``kept.jsonl`` written before it did, or for
+            another RL file with relative paths.
         templates: The ``--templates`` file given to rl-filter, if any.
         prompt_style: The ``--prompt-style`` given to rl-filter, if any.
         skipped: When given, receives ``(id, reason, detail)`` for each row left out;
