@@ -25,27 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curate.core.formats.writeback import with_resolved_paths
 from curate.core.io import atomic_open, write_parquet
-
-
-def _rebase(value: Any, src_dir: str, dst_dir: str) -> Any:
-    """Rewrite relative image paths (str, list of str, list of {"path": str}) for a new folder.
-
-    A path under the new folder stays relative; any other becomes absolute.
-    """
-    def one(p: Any) -> Any:
-        if isinstance(p, str) and p and "://" in src_dir[:32] and "://" not in p[:32] and not os.path.isabs(p):
-            return src_dir.rstrip("/") + "/" + p  # an input in a bucket: its images are objects beside it
-        if isinstance(p, str) and p and not os.path.isabs(p) and "://" not in p[:32]:
-            absolute = os.path.normpath(os.path.join(os.path.abspath(src_dir), p))
-            rel = os.path.relpath(absolute, dst_dir)
-            return absolute if rel.startswith("..") else rel
-        if isinstance(p, dict) and isinstance(p.get("path"), str) and not p.get("bytes"):
-            return {**p, "path": one(p["path"])}  # a struct carrying bytes keeps its original file name
-        return p
-    if isinstance(value, list):
-        return [one(v) for v in value]
-    return one(value)
 
 
 def copy_id(rid: str, k: int) -> str:
@@ -199,14 +180,17 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None, 
     rows_out: list[tuple[int, Any]] = []
     found: list[int] = []
     taken = set(skip)
-    batch: list[tuple[str, str, Any]] = []
+    batch: list[tuple[str, str, Any, list[Any]]] = []
+    target = Path(dest) / name
 
     def flush() -> None:
-        for (rid, src, raw), at in zip(batch, _INDEX.lookup([rid for rid, _, _ in batch]).tolist()):
+        for (rid, src, raw, images), at in zip(batch, _INDEX.lookup([b[0] for b in batch]).tolist()):
             if at >= 0 and at not in taken:  # a repeated id: its first row only
                 taken.add(at)
                 found.append(at)
-                rows_out.extend((c, (rid, src, raw)) for c in range(1, int(_INDEX.copies[at]) + 1))
+                # image paths as the reader resolved them (the file's folder or --image-root), for the new folder
+                row = with_resolved_paths(raw, images, relative_to=str(target.parent))
+                rows_out.extend((c, (rid, src, row)) for c in range(1, int(_INDEX.copies[at]) + 1))
         batch.clear()
 
     for part in split_file(source, 1 << 62):
@@ -214,23 +198,20 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None, 
         for raw, rec in read_part(replace(part, text_field=text_field, image_root=image_root), with_raw=True):
             if isinstance(rec, BadRecord):
                 continue
-            batch.append((rec["id"], rec["source"], raw))
+            batch.append((rec["id"], rec["source"], raw, rec["images"]))
             if len(batch) >= _BATCH:
                 flush()
     flush()
-    target = Path(dest) / name
     target.parent.mkdir(parents=True, exist_ok=True)  # a dataset's folder (vqav2/train-00000-of-00002.parquet)
-    count = _write_rows(target, fmt, rows_out, image_root or str(source.parent), str(target.parent), source)
+    count = _write_rows(target, fmt, rows_out, source)
     return count, np.array(found, np.int64)
 
 
-def _rebased_row(raw: dict[str, Any], rid: str, source: str, copy: int, src_dir: str, dst_dir: str) -> dict[str, Any]:
-    """The row as written to ``records/``: image paths rebased; the id and source it was read with when it had
-    none (``<file>:<row>`` and its folder's name: in ``records/`` they would become others), ``id#k`` for copies."""
+def _rebased_row(raw: dict[str, Any], rid: str, source: str, copy: int) -> dict[str, Any]:
+    """The row as written to ``records/`` (its image paths already resolved): the id and source it was read with
+    when it had none (``<file>:<row>`` and its folder's name: in ``records/`` they would become others), ``id#k``
+    for copies."""
     row = dict(raw)
-    for key in ("images", "image"):
-        if key in row and row[key] is not None:
-            row[key] = _rebase(row[key], src_dir, dst_dir)
     if copy > 1:
         row["id"] = copy_id(rid, copy)
     elif row.get("id") in (None, ""):
@@ -240,16 +221,15 @@ def _rebased_row(raw: dict[str, Any], rid: str, source: str, copy: int, src_dir:
     return row
 
 
-def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str, dst_dir: str,
-                source_path: Path) -> int:
+def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], source_path: Path) -> int:
     if fmt == "tar":  # tar members come back as Parquet rows with datasets image structs
         from curate.core.formats.writeback import records_table
 
-        objs = [_rebased_row(raw, rid, src, c, src_dir, dst_dir) for c, (rid, src, raw) in rows]
+        objs = [_rebased_row(raw, rid, src, c) for c, (rid, src, raw) in rows]
         write_parquet(dest, records_table(objs))
         return len(objs)
     if fmt in ("jsonl", "json"):
-        objs = [_rebased_row(raw, rid, src, c, src_dir, dst_dir) for c, (rid, src, raw) in rows]
+        objs = [_rebased_row(raw, rid, src, c) for c, (rid, src, raw) in rows]
         with atomic_open(dest, "w") as fh:
             if fmt == "jsonl":
                 for obj in objs:
@@ -262,7 +242,7 @@ def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], src_dir: str,
 
     with open_input(source_path) as fh:  # a local file or an object in a bucket
         schema = pq.read_schema(fh)
-    objs = [_rebased_row(raw, rid, src, c, src_dir, dst_dir) for c, (rid, src, raw) in rows]
+    objs = [_rebased_row(raw, rid, src, c) for c, (rid, src, raw) in rows]
     for name in ("id", "source"):  # added to rows that had none (see _rebased_row)
         if name not in schema.names and any(name in obj for obj in objs):
             schema = schema.append(pa.field(name, pa.string()))

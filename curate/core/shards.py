@@ -37,6 +37,7 @@ from curate.core.remote_sync import push_shard
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
 from curate.core.splits import input_stamps, split_inputs
 from curate.core.stats import REJECT_SCHEMA, StageStats
+from curate.core.validate import in_dir
 
 DEFAULT_SHARD_SIZE = 5000
 SHARDS_DIR = "_shards"
@@ -123,22 +124,18 @@ def resolve_image_root(image_root: str | os.PathLike[str] | None) -> str | None:
     root = os.fspath(image_root)
     if is_url(root):
         return root.rstrip("/")
-    if not Path(root).is_dir():
-        raise UserError(f"--image-root {root}: no such folder; give the folder the records' relative image "
-                        "paths start from")
+    in_dir("--image-root", root)  # the configs' check, for callers that give no config
     return os.path.abspath(root)
 
 
 def plan_hash(shards: Sequence[Shard]) -> str:
     """A hash of the shard plan: every shard's index, input row ranges, ``meta`` and size, and the reading
-    settings its parts carry (``text_field``, ``image_root``) when they are set."""
+    settings its parts carry (``text_field``, ``image_root``)."""
     h = hashlib.sha256()
     for shard in shards:
         h.update(f"{shard.index}|{tuple(shard.meta)!r}|{shard.size}\n".encode())
         for part in shard.parts:
-            reading = "".join(f"|{key}={value}" for key, value in (("text_field", part.text_field),
-                                                                    ("image_root", part.image_root)) if value)
-            h.update(f"{part.path}|{part.start}|{part.stop}{reading}\n".encode())
+            h.update(f"{part.path}|{part.start}|{part.stop}|{part.text_field}|{part.image_root}\n".encode())
     return h.hexdigest()[:16]
 
 

@@ -156,8 +156,7 @@ class RolloutTask(GenerationTask):
         self.setup()
         return {"backend": backend_identity(self.backend.describe()), "n": self.n, "sampling": self.sampling,
                 "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
-                "max_prompt_chars": self.max_prompt_chars,
-                **({"answer_type": self.answer_type} if self.answer_type is not None else {})}
+                "max_prompt_chars": self.max_prompt_chars, "answer_type": self.answer_type}
 
     def style_of(self, rec: dict[str, Any]) -> str:
         """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
@@ -186,7 +185,7 @@ class RolloutTask(GenerationTask):
             raw = with_resolved_paths(raw, rec["images"]) if isinstance(raw, dict) else raw
             if self.answer_type is not None:  # kept.jsonl's rows say which verifier scored them
                 rec = with_answer_type(rec, self.answer_type)
-                raw = with_answer_type(dict(raw), self.answer_type) if isinstance(raw, dict) else raw
+                raw = with_answer_type(raw, self.answer_type) if isinstance(raw, dict) else raw
             chars = max(total_chars([rec.get("problem")]), total_chars(m.get("content") for m in rec["messages"]))
             long = over(chars, self.max_prompt_chars, "characters of prompt")
             if long:  # refused before any template, tokenizer or model sees it

@@ -74,8 +74,7 @@ class ScoreTask(ShardTask):
     def settings(self) -> dict[str, Any]:
         """Scores depend on the records, the training progress (dynamic IoU threshold) and the default
         answer type."""
-        return {"records": self.records, "progress": self.progress,
-                **({"answer_type": self.answer_type} if self.answer_type is not None else {})}
+        return {"records": self.records, "progress": self.progress, "answer_type": self.answer_type}
 
     def setup(self) -> None:
         """Start the verifier pool (in the background) and load the golds, once per worker."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,13 @@ def _hook(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def with_resolved_paths(raw: dict[str, Any], images: Sequence[Any]) -> dict[str, Any]:
+def with_resolved_paths(raw: dict[str, Any], images: Sequence[Any], relative_to: str | None = None) -> dict[str, Any]:
     """The raw row with the image paths of its ``images`` (or ``image``) field replaced by the record's resolved
-    ones (``images``: the canonical record's, in the same order), so that the row, written into another folder,
-    still points at its images. Bytes and structs carrying bytes stay as they are; the row is not changed (a
-    new one is returned when a path changes)."""
+    ones (``images``: the canonical record's, in the same order: the reader's one resolution, from the file's
+    folder or ``--image-root``), so that the row, written into another folder, still points at its images.
+    With ``relative_to`` (the folder the row is written to) a local path under it is written relative to it.
+    Bytes and structs carrying bytes stay as they are; the row is not changed (a new one is returned when a
+    path changes)."""
     key = "images" if raw.get("images") is not None else "image" if raw.get("image") is not None else None
     if key is None:
         return raw
@@ -57,6 +60,9 @@ def with_resolved_paths(raw: dict[str, Any], images: Sequence[Any]) -> dict[str,
     def one(item: Any, resolved: Any) -> Any:
         if not isinstance(resolved, str):
             return item
+        if relative_to is not None and "://" not in resolved[:32]:
+            rel = os.path.relpath(resolved, relative_to)
+            resolved = resolved if rel.startswith("..") else rel
         if isinstance(item, str):
             return resolved
         if isinstance(item, dict) and isinstance(item.get("path"), str) and not item.get("bytes"):
