@@ -63,7 +63,10 @@ def compare(before: np.ndarray, after: np.ndarray, n_concepts: int) -> dict[str,
 def top_concepts(counts: np.ndarray, n: int = 10, names: list[str] | None = None) -> list[dict[str, Any]]:
     """The ``n`` most frequent concepts (ties by index) with their counts and, if known, names."""
     counts = np.asarray(counts)
-    order = np.lexsort((np.arange(len(counts)), -counts))[:n]
+    candidates = np.arange(len(counts))
+    if 0 < n < len(counts) // 4:  # only the concepts at or above the n-th largest count are sorted
+        candidates = np.flatnonzero(counts >= np.partition(counts, len(counts) - n)[len(counts) - n])
+    order = candidates[np.lexsort((candidates, -counts[candidates]))][:n]
     rows = []
     for c in order.tolist():
         if counts[c] <= 0:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
-from curate.balance.report import compare, plot_balance, top_concepts
+from curate.balance.report import compare, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
@@ -66,12 +67,15 @@ from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.malloc import keep_freed_memory
+from curate.core.sidecar import Sidecar
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
 SELECTION_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("copies", pa.int32()),
                               ("weight", pa.float64())])
 RECORDS_DIR = "records"
+PLOT_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
+"""What :func:`curate.balance.report.plot_balance` imports, imported by the plotting process as it starts."""
 _SALT = 0x5E1EC7
 
 
@@ -129,13 +133,20 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     config = configure(ResampleConfig, config, **settings)
     keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
-    with out_lock(config.out), paused_gc():  # collections would only walk the loaded modules' objects
-        return _run_resample(tags, config, write_stats)
+    # paused_gc: collections would only walk the loaded modules' objects.
+    with out_lock(config.out), paused_gc(), _plotter(config.plot) as plotter:
+        return _run_resample(tags, config, write_stats, plotter)
 
 
-def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
-                  write_stats: bool) -> tuple[dict[str, Any], StageStats]:
-    fraction, seed, mode, t, use_k, plot = config.fraction, config.seed, config.mode, config.t, config.use_k, config.plot
+def _plotter(plot: bool) -> AbstractContextManager[Sidecar | None]:
+    """The process that draws the plot, started now: it imports matplotlib (half a second of one core) beside
+    the reads. In a thread here that import would hold the GIL and stall the weighing's many short numpy calls."""
+    return Sidecar("curate.balance.report", PLOT_IMPORTS) if plot else nullcontext()
+
+
+def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, write_stats: bool,
+                  plotter: Sidecar | None) -> tuple[dict[str, Any], StageStats]:
+    fraction, seed, mode, t, use_k = config.fraction, config.seed, config.mode, config.t, config.use_k
     records = list(config.records) if config.records else None
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,11 +154,9 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
     tags_file = open_tags(tags)
     with ThreadPoolExecutor(max_workers=2) as thread:
         # One thread reads the ids and sorts them for repeats while this one reads the concepts and weighs
-        # (the reads and the sort run outside the GIL). Plotting is imported in a third thread from the
-        # start, next to the reads' few long calls: an import holds the GIL, and next to the weighing's
-        # many short numpy calls it would make each of them wait for it.
-        if plot:
-            thread.submit(_import_plotting)
+        # (the reads and the sort run outside the GIL). pandas is imported there first (pyarrow imports it
+        # on the first conversion to numpy): an import holds the GIL, better next to the reads' few long calls.
+        thread.submit(_import_pandas)
         repeats = thread.submit(_ids_and_first_occurrences, tags)
         # Then, while the weighing runs on this thread, the other draws the exponentials of the draw and
         # faults in the weights' memory (the first touch of fresh pages is a large part of both).
@@ -182,15 +191,16 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
         names = _vocab_names(config.vocab)
         report["top_before"] = top_concepts(before, 10, names)
         report["top_after"] = top_concepts(after, 10, names)
-        drawn = None
-        if plot:
+        if plotter is not None:
+            t_plot = time.perf_counter()
             label = "inverse frequency" if mode == "inverse" else f"MetaCLIP t={t}"
-            drawn = threads.submit(_timed, plot_balance, out / "balance.png", before, after, stats=report,
-                                   title=f"{chosen.pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
+            plotter.call("plot_balance", str(out / "balance.png"), before, after, stats=report,
+                         title=f"{chosen.pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
         stats = _build_stats(arrays, first, has_tags, copies)
         selection, timings["build_selection"], timings["write_selection"] = stored.result()
-        if drawn is not None:
-            timings["plot"] = drawn.result()
+        if plotter is not None:
+            plotter.result()
+            timings["plot"] = time.perf_counter() - t_plot
     written = None
     if records:  # after the plot: its worker processes are forked while no other thread of ours runs
         t1 = time.perf_counter()
@@ -214,7 +224,7 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
         "balance": report, **({"records_written": written} if written is not None else {}),
         "timings": {k: round(v, 4) for k, v in {**timings, "wall": time.perf_counter() - t0}.items()},
         "outputs": {"selection": "selection.parquet", "rejects": "rejects.parquet",
-                    **({"records": f"{RECORDS_DIR}/"} if records else {}), **({"plot": "balance.png"} if plot else {})},
+                    **({"records": f"{RECORDS_DIR}/"} if records else {}), **({"plot": "balance.png"} if config.plot else {})},
     }
     if write_stats:
         finish_stage(out, result, stats)
@@ -291,18 +301,9 @@ def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.Chunked
     return ids, first_occurrences(ids)
 
 
-def _import_plotting() -> None:
-    """Import what the plot needs, and pandas (pyarrow imports it on the first conversion to numpy), here rather
-    than in the middle of the reads."""
+def _import_pandas() -> None:
+    """Import pandas (pyarrow imports it on the first conversion to numpy) here rather than in the weighing."""
     pa.array([0], pa.int8()).to_numpy()
-    import matplotlib.backends.backend_agg  # noqa: F401
-    import matplotlib.figure  # noqa: F401
-
-
-def _timed(fn: Any, *args: Any, **kwargs: Any) -> float:
-    t0 = time.perf_counter()
-    fn(*args, **kwargs)
-    return time.perf_counter() - t0
 
 
 def _store_selection(path: Path, arrays: TagArrays, copies: np.ndarray,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,23 @@ def test_same_seed_same_selection(tmp_path: Path) -> None:
     a = (tmp_path / "a" / "selection.parquet").read_bytes()
     assert a == (tmp_path / "b" / "selection.parquet").read_bytes()
     assert a != (tmp_path / "c" / "selection.parquet").read_bytes()
+
+
+def test_the_plot_drawn_by_the_helper_process_is_the_one_drawn_here(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    tags = _zipf_tags(tmp_path / "tags.parquet")
+    helper = resample(tags, out=tmp_path / "helper", fraction=0.25, seed=7)
+    monkeypatch.setattr(subprocess, "Popen", _no_processes)  # the fallback: plot_balance in this process
+    here = resample(tags, out=tmp_path / "here", fraction=0.25, seed=7)
+    png = (tmp_path / "helper" / "balance.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert png == (tmp_path / "here" / "balance.png").read_bytes()
+    assert helper["outputs"]["plot"] == "balance.png" and helper["timings"]["plot"] > 0
+    assert helper["balance"] == here["balance"]
+
+
+def _no_processes(*args: object, **kwargs: object) -> None:
+    raise OSError("no child processes")
 
 
 def test_without_replacement_below_the_pool(tmp_path: Path) -> None:
