@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/bench_resample.py            # 10M records, K=5, 500,000 concepts (Zipf 1.1)
     python benchmarks/bench_resample.py --quick    # 1M records
-    python benchmarks/bench_resample.py --repeat 5 # 5 rounds of the children (default 3), each child's fastest reported
+    python benchmarks/bench_resample.py --repeat 10 # 10 rounds of the children (default 5), each child's fastest reported
 
 A seeded synthetic ``tags.parquet`` is written first (not timed). Then child
 processes run one after the other, each measured for wall time, CPU time
@@ -17,7 +17,9 @@ from ``os.wait4``):
   row group at a time, ``source`` dictionary-encoded), the least any resampler
   must do; a stricter reference, since it is cheaper than ``read_table``;
 * ``curate resample --fraction 0.2`` (inverse frequency, mean weighting; the
-  selection, stats and rejects written, the plot drawn).
+  selection, stats and rejects written, the plot drawn);
+* the same without the plot (``plot=False``), to show what the plot costs: matplotlib's
+  import and drawing, in a helper process (:mod:`curate.core.sidecar`).
 
 The ids are ``r0 … r9999999``, a counter without zero padding, the usual shape of
 ids made from row numbers: increasing in (length, bytes) order, which proves them
@@ -65,7 +67,7 @@ kept = [f.read_row_group(g, columns=["id", "source", "concepts"]) for g in range
 _RESAMPLE = """
 import sys
 from curate.balance.resample import resample
-r = resample(sys.argv[1], out=sys.argv[2], fraction=0.2, seed=0)
+r = resample(sys.argv[1], out=sys.argv[2], fraction=0.2, seed=0, plot=sys.argv[3] == "plot")
 print(r["records_selected"], r["balance"]["head_share_before"], r["balance"]["head_share_after"])
 """
 
@@ -97,13 +99,20 @@ def write_tags(path: Path, n: int, k: int, concepts: int, seed: int = 0, shuffle
 
 
 _PEAK = """
+import resource
 with open("/proc/self/status") as _status:  # the peak since exec (ru_maxrss would count the parent's pages too)
     print(next(line for line in _status if line.startswith("VmHWM")).split()[1], file=sys.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)  # the plot's helper process, if any
 """
 
 
+HELPER_PEAKS: list[float] = []
+"""Peak RSS (GiB) of the largest process each child started and waited for (resample's plot helper)."""
+
+
 def run_child(code: str, *args: str) -> tuple[float, float, float, str]:
-    """Run Python code in a child; return (wall seconds, CPU seconds, peak RSS GiB, stdout)."""
+    """Run Python code in a child; return (wall seconds, CPU seconds (its helper processes' included),
+    peak RSS GiB (its own), stdout)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", code + _PEAK, *args], stdout=out, stderr=err, cwd=ROOT,
@@ -116,7 +125,8 @@ def run_child(code: str, *args: str) -> tuple[float, float, float, str]:
         errors = err.read()
         if proc.returncode:
             raise SystemExit(errors)
-        peak_kib = int(errors.strip().splitlines()[-1])
+        peak_kib, helper_kib = (int(line) for line in errors.strip().splitlines()[-2:])
+        HELPER_PEAKS.append(helper_kib / 1024 / 1024)
         return wall, usage.ru_utime + usage.ru_stime, peak_kib / 1024 / 1024, out.read().strip()
 
 
@@ -132,8 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--concepts", type=int, default=500_000)
     parser.add_argument("--quick", action="store_true", help="1M records")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="rounds of the three children (each child's fastest run is reported)")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="rounds of the children, each round in another order (each child's fastest run is "
+                             "reported); at least the number of children, so that each runs in every place")
     parser.add_argument("--unordered-ids", action=argparse.BooleanOptionalAction, default=True,
                         help="also time resample on the same ids in a shuffled order (the sort path)")
     args = parser.parse_args(argv)
@@ -149,24 +160,35 @@ def main(argv: list[str] | None = None) -> None:
         shuffled = tmp / "tags-unordered-ids.parquet"
         if args.unordered_ids:
             write_tags(shuffled, args.n, args.k, args.concepts, shuffled_ids=True)
-        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": [], "sort": []}
-        for _ in range(args.repeat):  # rounds of the children, so a change of load hits them alike
-            runs["base"].append(run_child(_BASELINE, str(tags)))
-            runs["groups"].append(run_child(_ROW_GROUPS, str(tags)))
-            runs["res"].append(run_child(_RESAMPLE, str(tags), str(tmp / "out")))
-            if args.unordered_ids:
-                runs["sort"].append(run_child(_RESAMPLE, str(shuffled), str(tmp / "out-unordered")))
-        base, groups, res = (best_of(runs[k]) for k in ("base", "groups", "res"))
+        runs: dict[str, list[tuple[float, float, float, str]]] = {"base": [], "groups": [], "res": [], "bare": [],
+                                                                   "sort": []}
+        children = [("base", (_BASELINE, str(tags))), ("groups", (_ROW_GROUPS, str(tags))),
+                    ("res", (_RESAMPLE, str(tags), str(tmp / "out"), "plot")),
+                    ("bare", (_RESAMPLE, str(tags), str(tmp / "out-no-plot"), "no-plot"))]
+        if args.unordered_ids:
+            children.append(("sort", (_RESAMPLE, str(shuffled), str(tmp / "out-unordered"), "plot")))
+        for r in range(args.repeat):
+            # Rounds of the children, so a change of load hits them alike, each round in another order: on a
+            # VM that hands freed memory back to its host, a child started as the previous one exits pays for
+            # that memory again, more after some children than others (2.6 s against 1.6 s for the same child).
+            for name, call in children[r % len(children):] + children[:r % len(children)]:
+                runs[name].append(run_child(*call))
+        base, groups, res, bare = (best_of(runs[k]) for k in ("base", "groups", "res", "bare"))
         selected, head_before, head_after = res[3].split()
         for label, (wall, cpu, mem, _) in (("baseline read_table (id, source, concepts)", base),
                                            ("baseline row groups (same columns)", groups),
                                            ("curate resample --fraction 0.2", res)):
             print(f"{label:44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  peak {mem:.2f} GiB")
+        print(f"  (the plot's helper process: peak {max(HELPER_PEAKS):.2f} GiB, beside resample's own)")
         print(f"  ({int(selected):,} selected; top-1% share {float(head_before):.3f} → {float(head_after):.3f}; "
               f"load average {os.getloadavg()[0]:.1f})")
         for label, ref in (("read_table", base), ("row groups", groups)):
             print(f"ratio resample/{label}: wall {res[0] / ref[0]:.2f}×, CPU {res[1] / ref[1]:.2f}×, "
                   f"memory {res[2] / ref[2]:.2f}×")
+        wall, cpu, mem, _ = bare
+        print(f"{'curate resample without the plot (plot=False)':44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  "
+              f"peak {mem:.2f} GiB  (ratio to read_table: wall {wall / base[0]:.2f}×, CPU {cpu / base[1]:.2f}×; "
+              f"the plot, matplotlib's import and drawing in a helper process: {res[1] - cpu:+.2f}s CPU)")
         if runs["sort"]:
             wall, cpu, mem, _ = best_of(runs["sort"])
             print(f"{'curate resample, ids in shuffled order':44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  "

@@ -66,7 +66,7 @@ from curate.core.columns import code_counts, first_occurrences, pooled, rows, ta
 from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
-from curate.core.malloc import keep_freed_memory
+from curate.core.malloc import keep_freed_memory, small_numpy_pages
 from curate.core.sidecar import Sidecar
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
@@ -134,7 +134,7 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
     # paused_gc: collections would only walk the loaded modules' objects.
-    with out_lock(config.out), paused_gc(), _plotter(config.plot) as plotter:
+    with out_lock(config.out), paused_gc(), small_numpy_pages(), _plotter(config.plot) as plotter:
         return _run_resample(tags, config, write_stats, plotter)
 
 

@@ -1,4 +1,4 @@
-"""keep_freed_memory: a buffer freed and allocated again is reused, not faulted in again."""
+"""keep_freed_memory: a buffer freed and allocated again is reused, not faulted in again; small_numpy_pages."""
 
 from __future__ import annotations
 
@@ -36,3 +36,18 @@ def test_freed_buffers_are_reused_not_faulted_in_again() -> None:
     default, kept = _faults("default"), _faults("keep")
     assert default > 10 * pages  # each 40 MB buffer a fresh mapping: every page faulted again
     assert kept < 2 * pages  # faulted in once, then reused
+
+
+def test_small_numpy_pages_turns_the_huge_page_advice_off_and_back() -> None:
+    from numpy._core import multiarray
+
+    from curate.core.malloc import small_numpy_pages
+
+    previous = multiarray._set_madvise_hugepage(True)
+    try:
+        with small_numpy_pages():
+            inside = multiarray._set_madvise_hugepage(False)  # returns the setting in force
+        after = multiarray._set_madvise_hugepage(True)
+    finally:
+        multiarray._set_madvise_hugepage(previous)
+    assert inside is False and after is True
