@@ -55,8 +55,9 @@ Record = dict[str, Any]
 #: Raise it whenever the same row would read differently. 2: sources without shard numbers (formats.sources);
 #: 3: a list of captions is read (its first non-empty one), not errored; 4: ids without an id field lead with the
 #: source folder when the file name is only a shard number (formats.sources.default_id_prefix); 5: VQA rows
-#: (``question`` with ``answer`` or ``answers``) are read, not errored ``unknown_layout``.
-READER_VERSION = 5
+#: (``question`` with ``answer`` or ``answers``) are read, not errored ``unknown_layout``; 6: multiple-choice VQA
+#: rows (``choices``/``options`` and the answer's index) read with their options lettered (core.answers).
+READER_VERSION = 6
 
 
 @dataclass(frozen=True)

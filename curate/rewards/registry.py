@@ -8,7 +8,11 @@ A record in the RL layout carries:
 
 - ``answer``: the gold, a string or a list of acceptable strings (for ``bbox`` /
   ``detection`` / ``general-code`` also JSON data). ``reward.ground_truth`` is used
-  when ``answer`` is missing.
+  when ``answer`` is missing, then a VQA row's ``answers`` (its annotators' answers, any
+  of which is right). For the ``choice`` verifier a row with options (``choices`` or
+  ``options``) and the index of the right one (``answer`` or ``correct_choice_idx``, as
+  ScienceQA, AI2D and A-OKVQA store them) is scored against that option's letter
+  (:mod:`curate.core.answers`).
 - ``answer_type``: one of :data:`ANSWER_TYPES` (the LLaVA-OneVision-1.5-RL names) or a
   verifier name (``math``, ``choice``, ``detection``, …); case and ``_``/``-`` are ignored.
 - ``prompt_type``: ``normal`` (answer-only, default) or ``think``.
@@ -38,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from curate.core.answers import annotator_answers, answer_letter, options_of
 from curate.rewards.verifiers import bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg
 from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import PROMPT_TYPES, format_score
@@ -198,6 +203,14 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
     gold = record.get("answer")
     if gold is None:
         gold = reward.get("ground_truth")
+    if gold is None:
+        gold = annotator_answers(record) or None  # a VQA row's annotators (TextVQA, VQAv2): any of them
+    options = options_of(record) if v.name == "choice" else None
+    if options:  # a multiple-choice row (ScienceQA: choices and the index of the right one): its letter
+        try:
+            gold = answer_letter(record, options) or gold
+        except ValueError as exc:
+            raise RecordError(f"{where(rid)}: {exc}") from None
     if gold is None:
         raise RecordError(f"{where(rid)}: no 'answer' (gold) to score against")
     if isinstance(gold, (list, tuple)) and not v.structured_gold:

@@ -24,7 +24,8 @@ from curate.core.records import BadRecord, read_records
 
 #: What scoring reads of a record (:func:`curate.rewards.registry` plans, the per-source counts); each worker
 #: holds only these, never the images or the prompt text, so its memory follows the golds, not the records.
-SCORED_FIELDS = ("id", "source", "answer", "answer_type", "prompt_type", "reward")
+SCORED_FIELDS = ("id", "source", "answer", "answer_type", "prompt_type", "reward", "answers", "choices", "options",
+                 "correct_choice_idx")
 #: The golds of a run, relative to ``OUT``.
 GOLDS_FILE = "_golds.arrow"
 _SCHEMA = pa.schema([("id", pa.string()), ("fields", pa.binary()), ("bad", pa.string())])

@@ -4,7 +4,8 @@
   ``from``, ``value``), possibly stored as a JSON string in a Parquet column;
 * a caption (``caption``, its aliases, or the run's ``--text-field``): ``<image>`` and
   :data:`CAPTION_PROMPT`, then the caption;
-* ``problem`` (RL sets) and ``question`` (VQA sets) with their answer.
+* ``problem`` (RL sets) and ``question`` (VQA sets) with their answer; a multiple-choice VQA row with its
+  options lettered and the letter as answer (:mod:`curate.core.answers`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from curate.core.answers import annotator_answers, answer_letter, choice_question, options_of
 from curate.core.formats.rows import RecordInvalid, as_text, caption_text
 
 IMAGE_TOKEN = "<image>"
@@ -55,8 +57,16 @@ def messages_of(raw: dict[str, Any], layout: str, caption: bool) -> list[dict[st
         prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
     elif layout == "question":
-        return [{"role": "user", "content": as_text(raw["question"], "question")},
-                {"role": "assistant", "content": _vqa_answer(raw)}]
+        question = as_text(raw["question"], "question")
+        options = options_of(raw)
+        try:
+            letter = answer_letter(raw, options) if options else None
+        except ValueError as exc:
+            raise RecordInvalid("invalid_field", str(exc)) from None
+        if letter is not None:  # multiple choice (ScienceQA, AI2D, A-OKVQA): options lettered, the letter answers
+            return [{"role": "user", "content": choice_question(raw, question, options)},
+                    {"role": "assistant", "content": letter}]
+        return [{"role": "user", "content": question}, {"role": "assistant", "content": _vqa_answer(raw)}]
     else:  # problem
         problem = as_text(raw["problem"], "problem")
         answer = raw.get("answer", "")
@@ -92,7 +102,7 @@ def _vqa_answer(raw: dict[str, Any]) -> str:
     """
     answer = raw.get("answer")
     if answer is None or answer == "" or answer == []:
-        answer = raw.get("answers")
+        answer = next(iter(annotator_answers(raw)), None)
     if isinstance(answer, (list, tuple)):
         answer = next((a for a in answer if a not in (None, "")), None)
     if isinstance(answer, dict):

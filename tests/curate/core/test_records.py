@@ -209,3 +209,35 @@ def test_vqa_rows_read_as_a_question_and_its_answer(tmp_path: Path) -> None:
     assert v2["messages"] == [{"role": "user", "content": "What color?"}, {"role": "assistant", "content": "red"}]
     assert num["messages"][1]["content"] == "3"
     assert both["messages"][0]["content"] == "RL wins"  # problem comes first
+
+
+def test_multiple_choice_rows_read_with_their_options_lettered(tmp_path: Path) -> None:
+    """ScienceQA on the Hugging Face hub: ``choices``, ``answer`` the index of the right one, ``hint`` the context;
+    AI2D exports: ``options`` and the index as text; A-OKVQA: ``correct_choice_idx``."""
+    pq.write_table(pa.table({
+        "image": [{"bytes": b"\xff\xd8\xff\xe0", "path": None}, None, None],
+        "question": ["Which animal is a mammal?", "Which is a fruit?", "What is it?"],
+        "choices": [["frog", "whale", "shark"], ["carrot", "apple"], ["cat", "dog"]],
+        "answer": [1, 0, 5],
+        "hint": ["Animals live in many places.", "", ""],
+    }), tmp_path / "train-00000-of-00001.parquet")
+    sqa, no_hint, bad = read_records([tmp_path / "train-00000-of-00001.parquet"])
+    assert sqa["messages"] == [
+        {"role": "user", "content": "<image>\nContext: Animals live in many places.\nWhich animal is a mammal?\n"
+                                    "A. frog\nB. whale\nC. shark\nAnswer with the option's letter from the given "
+                                    "choices directly."},
+        {"role": "assistant", "content": "B"}]
+    assert sqa["answer"] == 1 and sqa["choices"] == ["frog", "whale", "shark"]  # the row's fields as they were
+    assert no_hint["messages"][0]["content"].startswith("Which is a fruit?\nA. carrot\nB. apple\n")
+    assert no_hint["messages"][1]["content"] == "A"
+    assert isinstance(bad, BadRecord) and bad.reason == "invalid_field"
+    assert "answer 5 is not the index of one of the 2 options" in bad.detail
+    rows = [{"id": "ai2d", "question": "Which stage?", "options": ["egg", "larva", "adult"], "answer": "2"},
+            {"id": "aok", "question": "Why?", "choices": ["rain", "sun"], "correct_choice_idx": 1,
+             "direct_answers": ["sunny"]},
+            {"id": "free", "question": "Which?", "choices": ["x", "y"], "answer": "neither"}]
+    ai2d, aok, free = read_records([write_jsonl(tmp_path / "mc.jsonl", rows)])
+    assert ai2d["messages"][1]["content"] == "C" and "C. adult" in ai2d["messages"][0]["content"]
+    assert aok["messages"][1]["content"] == "B"
+    assert free["messages"] == [{"role": "user", "content": "Which?"},  # no option named: read as a plain question
+                                {"role": "assistant", "content": "neither"}]

@@ -1,0 +1,63 @@
+"""VQA rows in the RL stages: golds from the annotators' ``answers`` and multiple-choice rows scored by letter.
+
+TextVQA/VQAv2 rows carry no ``answer``, only their annotators' ``answers``; ScienceQA rows carry
+``choices`` and ``answer``, the index of the right one. Both were errored or scored against the
+wrong gold before (``no 'answer'``; the text ``1``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from curate.rewards.registry import plan
+from curate.rl.filter import rl_filter
+from curate.rl.score import score
+
+ROWS = [
+    {"id": "tvqa", "question": "What brand is the phone?", "answers": ["nokia", "nokia", "Nokia", "toshiba"],
+     "answer_type": "ocrtext"},
+    {"id": "vqav2", "question": "What color is the bus?", "answers": [{"answer": "red"}, {"answer": "orange"}],
+     "answer_type": "ocrtext"},
+    {"id": "sqa", "question": "Which animal is a mammal?", "choices": ["frog", "whale", "shark"], "answer": 1,
+     "hint": "", "answer_type": "multiple-choice"},
+    {"id": "sqa-wrong", "question": "Which is a fruit?", "choices": ["carrot", "apple"], "answer": 1,
+     "answer_type": "multiple-choice"},
+]
+RESPONSES = {"tvqa": "<answer>toshiba</answer>", "vqav2": "<answer>orange</answer>", "sqa": "<answer>B</answer>",
+             "sqa-wrong": "<answer>A</answer>"}
+
+
+def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    records, answers = tmp_path / "vqa.jsonl", tmp_path / "answers.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    answers.write_text("".join(json.dumps({"id": k, "response": v}) + "\n" for k, v in RESPONSES.items()))
+    return records, answers
+
+
+def test_plan_takes_the_annotators_answers_and_the_options_letter() -> None:
+    assert plan(ROWS[0]).golds == ["nokia", "Nokia", "toshiba"]
+    assert plan(ROWS[1]).golds == ["red", "orange"]
+    assert plan(ROWS[2]).golds == ["B"]
+    assert plan({**ROWS[2], "answer_type": "number"}).golds == ["1"]  # the letter is for the choice verifier only
+    assert plan({"question": "Why?", "choices": ["rain", "sun"], "correct_choice_idx": 0,
+                 "answer_type": "mcq"}).golds == ["A"]
+
+
+def test_score_vqa_rows(tmp_path: Path) -> None:
+    records, answers = write_inputs(tmp_path)
+    stats = score([records], answers, tmp_path / "out")
+    assert stats["scored"] == 4 and not stats.get("errored")
+    got = {r["id"]: r["accuracy"] for r in pq.read_table(tmp_path / "out" / "scores.parquet").to_pylist()}
+    assert got == {"tvqa": 1.0, "vqav2": 1.0, "sqa": 1.0, "sqa-wrong": 0.0}
+
+
+def test_rl_filter_vqa_rows(tmp_path: Path) -> None:
+    records, answers = write_inputs(tmp_path)
+    stats = rl_filter([str(records)], tmp_path / "rl", backend={"rollouts": str(answers)}, n=1, plot=False)
+    assert not stats["errored"] and stats["records_in"] == 4
+    prompts = {r["id"]: r for r in pq.read_table(tmp_path / "rl" / "prompts.parquet").to_pylist()}
+    assert {k: p["pass_at_1"] for k, p in prompts.items()} == {"tvqa": 1.0, "vqav2": 1.0, "sqa": 1.0,
+                                                                 "sqa-wrong": 0.0}
