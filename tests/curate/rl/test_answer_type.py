@@ -6,7 +6,6 @@ verifier get the default, and a record's own ``answer_type`` or ``reward.verifie
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,6 +15,7 @@ from curate.core.errors import UserError
 from curate.rl.filter import rl_filter
 from curate.rl.golds import with_answer_type
 from curate.rl.score import score
+from tests.curate.rl._inputs import write_records_and_responses
 
 ROWS = [{"id": "p0", "problem": "What is 1/2 + 1/4?", "answer": "\\frac{3}{4}", "category": "math"},
         {"id": "p1", "problem": "What is 2 + 2?", "answer": "4", "category": "math"},
@@ -27,10 +27,7 @@ RESPONSES = {"p0": "<answer>0.75</answer>", "p1": "<answer>5</answer>", "p2": "<
 
 
 def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
-    records, answers = tmp_path / "virl.jsonl", tmp_path / "answers.jsonl"
-    records.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    answers.write_text("".join(json.dumps({"id": k, "response": v}) + "\n" for k, v in RESPONSES.items()))
-    return records, answers
+    return write_records_and_responses(tmp_path, "virl", ROWS, RESPONSES)
 
 
 def test_the_default_fills_only_records_that_name_no_verifier() -> None:

@@ -7,7 +7,6 @@ wrong gold before (``no 'answer'``; the text ``1``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,6 +14,7 @@ import pyarrow.parquet as pq
 from curate.rewards.registry import plan
 from curate.rl.filter import rl_filter
 from curate.rl.score import score
+from tests.curate.rl._inputs import write_records_and_responses
 
 ROWS = [
     {"id": "tvqa", "question": "What brand is the phone?", "answers": ["nokia", "nokia", "Nokia", "toshiba"],
@@ -31,10 +31,7 @@ RESPONSES = {"tvqa": "<answer>toshiba</answer>", "vqav2": "<answer>orange</answe
 
 
 def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
-    records, answers = tmp_path / "vqa.jsonl", tmp_path / "answers.jsonl"
-    records.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    answers.write_text("".join(json.dumps({"id": k, "response": v}) + "\n" for k, v in RESPONSES.items()))
-    return records, answers
+    return write_records_and_responses(tmp_path, "vqa", ROWS, RESPONSES)
 
 
 def test_plan_takes_the_annotators_answers_and_the_options_letter() -> None:
