@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -315,3 +316,25 @@ def test_kth_smallest_equals_a_full_partition() -> None:
                    rng.integers(0, 3, 1_100_000).astype(np.float64), rng.random(50)):  # continuous, ties, small
         for k in {0, 7, len(values) // 10, len(values) // 3, len(values) - 1}:
             assert kth_smallest(values, k) == np.partition(values, k)[k]
+
+
+def _sidecars() -> list[int]:
+    """This process's children that run curate.core.sidecar."""
+    found = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                if b"curate.core.sidecar" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except FileNotFoundError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="lists children through /proc")
+def test_a_failed_run_leaves_no_plot_process_behind(tmp_path: Path) -> None:
+    bad = tmp_path / "tags.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(UserError, match="not a readable Parquet file"):
+        resample(bad, out=tmp_path / "o", fraction=0.5, seed=0)
+    assert _sidecars() == []
