@@ -78,6 +78,10 @@ def top_concepts(counts: np.ndarray, n: int = 10, names: list[str] | None = None
     return rows
 
 
+PLOT_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
+"""What :func:`plot_balance` imports: a helper process that will draw the plot imports them as it starts."""
+
+
 def _tick_label(value: float, _position: float | None = None) -> str:
     """``1``, ``10``, ``1,000``, ``1e+06``: plain text, no mathtext to typeset."""
     return f"{value:,.0f}" if 1 <= value < 1e5 else f"{value:.0e}"

@@ -58,7 +58,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
-from curate.balance.report import compare, top_concepts
+from curate.balance.report import PLOT_IMPORTS, compare, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
@@ -74,8 +74,6 @@ from curate.core.validate import configure
 SELECTION_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("copies", pa.int32()),
                               ("weight", pa.float64())])
 RECORDS_DIR = "records"
-PLOT_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
-"""What :func:`curate.balance.report.plot_balance` imports, imported by the plotting process as it starts."""
 _SALT = 0x5E1EC7
 
 

@@ -14,6 +14,17 @@ from curate.cli.options import (executor_options, image_root_option, make_execut
                                  threads_for)
 
 
+def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
+    """``--text-field`` and ``--case-sensitive`` of ``tag --match text`` and ``balance --match text``."""
+    fn = click.option("--case-sensitive", is_flag=True,
+                      help="With --match text: compare as written, as MetaCLIP does (default: fold case).")(fn)
+    return click.option("--text-field", default=None,
+                        help="With --match text: match this raw field (e.g. alt_text, or a caption beside a "
+                             "conversation) instead of the assistant messages; a row with no conversation, caption, "
+                             "text, problem or question is read as a caption record from this field (resample "
+                             "--records then finds it too).")(fn)
+
+
 @cli.command("embed")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
@@ -63,12 +74,7 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
               help="With --match text: record files/folders whose text is matched. Repeatable.")
 @click.option("--vocab", type=click.Path(path_type=str), default=None,
               help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt).")
-@click.option("--text-field", default=None,
-              help="With --match text: match this raw field (e.g. alt_text, or a caption beside a conversation) "
-                   "instead of the assistant messages; a row with no conversation, caption, text, problem or question is read "
-                   "as a caption record from this field (resample --records then finds it too).")
-@click.option("--case-sensitive", is_flag=True,
-              help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
+@_text_match_options
 @click.option("--shard-size", type=int, default=50000, show_default=True,
               help="With --match text: records per shard.")
 @click.option("--top-k", type=int, default=None,
@@ -204,12 +210,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 @click.option("--match", "match", type=click.Choice(MATCHES), default="embeddings", show_default=True,
               help="How records get their concepts: nearest concept embeddings, or MetaCLIP's substring "
                    "matching of each record's text against --vocab (no model; no embeddings/ or concepts.npy).")
-@click.option("--text-field", default=None,
-              help="With --match text: match this raw field (e.g. alt_text, or a caption beside a conversation) "
-                   "instead of the assistant messages; a row with no conversation, caption, text, problem or question is read "
-                   "as a caption record from this field (resample --records then finds it too).")
-@click.option("--case-sensitive", is_flag=True,
-              help="With --match text: compare as written, as MetaCLIP does (default: fold case).")
+@_text_match_options
 @click.option("--top-k", type=int, default=None,
               help="Concepts per record (default: 5 with --match embeddings, every match with --match text).")
 @click.option("--index", type=click.Choice(INDEXES), default="flat", show_default=True, help="FAISS index.")

@@ -17,6 +17,12 @@ from curate.cli.generate_options import (  # shared flags of the generating verb
 from curate.rl.config import LOG_LEVELS, PROMPT_STYLES
 
 
+_answer_type_option = click.option(
+    "--answer-type", default=None, metavar="TYPE",
+    help="answer_type of the records that name no verifier (no answer_type, no reward.verifier), e.g. math for a "
+         "set of problem/answer rows; default: such records are errored, each named.")
+
+
 @cli.command("score")
 @click.option("--records", "records", multiple=True, required=True, type=click.Path(path_type=str),
               help="RL records (JSONL/JSON/Parquet, any layout) holding answer, answer_type, prompt_type. Repeatable.")
@@ -26,9 +32,7 @@ from curate.rl.config import LOG_LEVELS, PROMPT_STYLES
 @click.option("--progress", type=float, default=None,
               help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
 @click.option("--shard-size", type=int, default=20_000, show_default=True, help="Responses per shard.")
-@click.option("--answer-type", default=None, metavar="TYPE",
-              help="answer_type of the records that name no verifier (no answer_type, no reward.verifier), e.g. "
-                   "math for a set of problem/answer rows; default: such records are errored, each named.")
+@_answer_type_option
 @executor_options
 def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Score model responses with the rule-based verifiers (curate.rewards).
@@ -120,9 +124,7 @@ def _band(value: str | None) -> tuple[float, float] | None:
 @click.option("--progress", "train_progress", type=float, default=None,
               help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
 @click.option("--shard-size", type=int, default=1000, show_default=True, help="Prompts per shard.")
-@click.option("--answer-type", default=None, metavar="TYPE",
-              help="answer_type of the records that name no verifier (no answer_type, no reward.verifier), e.g. "
-                   "math for a set of problem/answer rows; default: such records are errored, each named.")
+@_answer_type_option
 @image_root_option
 @executor_options
 def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: float | None, min_gap: float | None,

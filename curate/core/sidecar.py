@@ -112,9 +112,9 @@ class Sidecar:
         """End the child if it still runs, and free its pipes."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None and not stream.closed and (stream is proc.stdout or self._sender is None):
-                    stream.close()  # stdin is the sender's to close once it has written
+            if self._sender is None:  # no call sent: stdin closed empty ends the child quietly
+                proc.stdin.close()    # (once a call is sent, stdin is the sender's to close)
+            proc.stdout.close()
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
