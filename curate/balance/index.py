@@ -30,38 +30,85 @@ _LOADED_CONCEPTS: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, int]]
 def concept_matrix(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, int]:
     """Non-zero concept rows as float32, their vocabulary indices, and the total row count.
 
-    The last matrix loaded is kept for this process (the driver and an in-process
-    worker share it).
+    The rows are converted straight into the storage of an exact index (``IndexFlatIP``):
+    :func:`exact_index` of the returned array is that index, with no second copy of the
+    matrix (2 GB at 500K × 512 otherwise, and a second of copying and first touches). The
+    last matrix loaded is kept for this process (the driver and an in-process worker share it).
     """
     resolved = Path(path).resolve()
     st = resolved.stat() if resolved.is_file() else None
     key = (str(resolved), st.st_size, st.st_mtime_ns) if st else None
     if key is not None and key in _LOADED_CONCEPTS:
         return _LOADED_CONCEPTS[key]
-    full, bad, used = _load_checked(load_concepts(path))
+    matrix = load_concepts(path)
+    _LOADED_CONCEPTS.clear()  # the previous matrix is freed before this one is read
+    index = _flat_index(matrix.shape[1], len(matrix))
+    full, bad, used = _load_checked(matrix, out=_index_vectors(index))
     if bad:
         raise UserError(f"--concepts {path}: {bad:,} row(s) hold NaN or infinite values; embed the vocabulary "
                         "again (curate vocab embed) or with --precision fp32")
     nonzero = np.flatnonzero(used)
     if nonzero.size == 0:
         raise UserError(f"--concepts {path}: every row is zero (no concept could be embedded); check --scripts")
-    vectors = full if nonzero.size == len(full) else np.ascontiguousarray(full[nonzero])
-    result = (vectors, nonzero.astype(np.int64), int(full.shape[0]))
-    _LOADED_CONCEPTS.clear()
+    vectors = full
+    if nonzero.size < len(full):  # the few zero rows are left out: the others move up, in place
+        _compact(full, nonzero)
+        del full
+        index.codes.resize(nonzero.size * index.code_size)  # smaller: the storage stays where it is
+        index.ntotal = int(nonzero.size)
+        vectors = _index_vectors(index)
+    result = (vectors, nonzero.astype(np.int64), int(len(matrix)))
     if key is not None:
         _LOADED_CONCEPTS[key] = result
     return result
 
 
-def _load_checked(matrix: np.ndarray, rows: int = 8192) -> tuple[np.ndarray, int, np.ndarray]:
-    """The matrix as float32, the number of rows holding NaN or infinity, and which rows are not all zero.
+class _IndexVectors:
+    """The vectors stored in an ``IndexFlat``, offered to numpy: an array made from it keeps the index alive."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        self.__array_interface__ = {"shape": (int(index.ntotal), int(index.d)), "typestr": "<f4",
+                                    "data": (int(index.get_xb()), False), "version": 3}
+
+
+def _flat_index(dim: int, rows: int) -> Any:
+    """An ``IndexFlatIP`` of ``rows`` zero vectors, to be written through :func:`_index_vectors`."""
+    import faiss
+
+    index = faiss.IndexFlatIP(dim)
+    index.codes.resize(rows * index.code_size)
+    index.ntotal = rows
+    return index
+
+
+def _index_vectors(index: Any) -> np.ndarray:
+    """The vectors of a flat index as a writable float32 array over its storage (no copy)."""
+    return np.asarray(_IndexVectors(index))
+
+
+def _compact(full: np.ndarray, keep: np.ndarray, rows: int = 8192) -> None:
+    """Move the rows ``keep`` (increasing) to the top of ``full``, in order, in place.
+
+    Block by block: a block's rows are gathered before they are written, and rows of later
+    blocks lie below what is written (``keep[i] >= i``).
+    """
+    for lo in range(0, len(keep), rows):
+        part = keep[lo:lo + rows]
+        full[lo:lo + len(part)] = full[part]
+
+
+def _load_checked(matrix: np.ndarray, rows: int = 8192,
+                  out: np.ndarray | None = None) -> tuple[np.ndarray, int, np.ndarray]:
+    """The matrix as float32 (written into ``out`` when given), the number of rows holding NaN or infinity,
+    and which rows are not all zero.
 
     One pass, ``rows`` at a time: each block is converted into the result and checked while it is in the
     CPU cache (checking the whole matrix at once made a temporary of one byte per value: 256 MB at 500K × 512).
     A C-ordered memory map of a ``.npy`` is read from its file with plain reads into one block buffer:
     faulting its pages in one by one cost more than the conversion (≈1.6 s for 512 MB here).
     """
-    full = np.empty(matrix.shape, np.float32)
+    full = np.empty(matrix.shape, np.float32) if out is None else out
     used = np.zeros(len(matrix), bool)
     bad = 0
     mapped = isinstance(matrix, np.memmap) and matrix.filename is not None and matrix.flags.c_contiguous
@@ -128,9 +175,14 @@ def train_ivf(vectors: np.ndarray, nlist: int, seed: int) -> Any:
 
 
 def exact_index(vectors: np.ndarray) -> Any:
-    """An exact inner-product index (``IndexFlatIP``) holding ``vectors``."""
+    """An exact inner-product index (``IndexFlatIP``) holding ``vectors``: for the array of
+    :func:`concept_matrix`, the index it was loaded into, else a new one (a copy)."""
     import faiss
 
+    owner = vectors.base
+    if (isinstance(owner, _IndexVectors) and vectors.shape == (owner.index.ntotal, owner.index.d)
+            and vectors.ctypes.data == int(owner.index.get_xb())):
+        return owner.index  # the matrix of concept_matrix: its index already holds it
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(vectors)
     return index
