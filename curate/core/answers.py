@@ -12,7 +12,8 @@ Shared by the reader (:mod:`curate.core.formats.conversations`) and the verifier
   the answer would be the text ``1`` and the options nowhere in the prompt. Such a row reads
   as LLaVA reads ScienceQA: the context, the question, the options lettered ``A.``, ``B.``, …
   and :data:`CHOICE_PROMPT`, answered by the option's letter (:func:`choice_question`), and
-  that letter is its gold for the ``multiple-choice`` verifier (:func:`answer_letter`).
+  that letter is its gold for the ``multiple-choice`` verifier (:func:`answer_letter`). MMMU stores its
+  options as the text of a Python list (``"['8', '10']"``, ``"[]"`` for open questions): read as that list.
 """
 
 from __future__ import annotations
@@ -45,11 +46,14 @@ def annotator_answers(raw: Mapping[str, Any]) -> list[str]:
 
 
 def options_of(raw: Mapping[str, Any]) -> list[str] | None:
-    """The row's options (``choices`` or ``options``: 2 to 26 strings or numbers), else None."""
+    """The row's options (``choices`` or ``options``: 2 to 26 strings or numbers, or the text of such a
+    Python list), else None."""
     for field in OPTION_FIELDS:
         options = raw.get(field)
         if options is None:
             continue
+        if isinstance(options, str):
+            options = _listed(options)
         if (isinstance(options, (list, tuple)) and 2 <= len(options) <= len(LETTERS)
                 and all(isinstance(o, (str, int, float)) and not isinstance(o, bool) for o in options)):
             return [str(o).strip() for o in options]
@@ -95,3 +99,16 @@ def choice_question(raw: Mapping[str, Any], question: str, options: list[str]) -
     lines.extend(f"{LETTERS[i]}. {option}" for i, option in enumerate(options))
     lines.append(CHOICE_PROMPT)
     return "\n".join(lines)
+
+
+def _listed(text: str) -> Any:
+    """The list written as ``text`` (a Python or JSON list literal of at most 100,000 characters), else None."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")) or len(text) > 100_000:
+        return None
+    import ast  # only for rows whose options are text
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None

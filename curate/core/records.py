@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +57,10 @@ Record = dict[str, Any]
 #: 3: a list of captions is read (its first non-empty one), not errored; 4: ids without an id field lead with the
 #: source folder when the file name is only a shard number (formats.sources.default_id_prefix); 5: VQA rows
 #: (``question`` with ``answer`` or ``answers``) are read, not errored ``unknown_layout``; 6: multiple-choice VQA
-#: rows (``choices``/``options`` and the answer's index) read with their options lettered (core.answers).
-READER_VERSION = 6
+#: rows (``choices``/``options`` and the answer's index) read with their options lettered (core.answers); 7: MMMU
+#: rows (``image_1`` … columns, ``<image k>`` placeholders, options as list text), image structs in columns no
+#: layout reads errored ``invalid_image_column``.
+READER_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -74,14 +77,23 @@ class BadRecord:
 # Canonical conversion
 # ---------------------------------------------------------------------------
 
+_NUMBERED_PLACEHOLDER = re.compile(r"<image \d+>")
+
+
 def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
     """Check that ``messages`` hold one ``<image>`` per image; when they hold none, put the
     placeholders (each followed by a newline) at the start of the first user turn.
+
+    MMMU's numbered placeholders (``<image 1>`` …, in the question or its options) count as ``<image>``
+    when the conversation has no ``<image>``: each is replaced where it stands, as lmms-eval reads MMMU.
 
     Raises:
         RecordInvalid: ``image_count_mismatch`` (other counts, or images but no user turn).
     """
     n_tags = count_placeholders(messages)
+    if n_tags == 0 and n_images > 0 and any(_NUMBERED_PLACEHOLDER.search(m["content"]) for m in messages):
+        messages = [{**m, "content": _NUMBERED_PLACEHOLDER.sub(IMAGE_TOKEN, m["content"])} for m in messages]
+        n_tags = count_placeholders(messages)
     if n_tags == n_images:
         return messages
     if n_tags == 0 and n_images > 0:

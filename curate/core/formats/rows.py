@@ -9,16 +9,21 @@ Layouts (see the README's Records section):
 * Cauldron / FineVision: ``images`` (list of structs) and ``texts``, a list of ``{user, assistant}``
   turns, become the record's conversation;
 * img2dataset: raw image bytes in a column named like an image extension (``jpg``, ``png``,
-  ``webp``...), the ``key`` column as id when there is no ``id``.
+  ``webp``...), the ``key`` column as id when there is no ``id``;
+* MMMU and MMMU-Pro: numbered columns ``image_1`` … ``image_7`` (structs, null when unused), the row's
+  images in the order of their numbers; the text refers to them as ``<image 1>`` … (read as ``<image>``
+  placeholders: :func:`curate.core.records.place_images`).
 
-A column that holds something no layout reads as an image is never ignored: the row is errored
-``invalid_image_column`` with a detail naming the column.
+A column that holds something no layout reads as an image (raw image bytes, or an image struct
+whose bytes are an image) is never ignored: the row is errored ``invalid_image_column`` with a
+detail naming the column.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,8 @@ TEXT_LAYOUTS = ("messages", "conversations", "caption", "problem", "question")
 CAPTION_ALIASES = ("text", "TEXT")
 #: The fields a caption record's text comes from: ``caption``, then the aliases.
 CAPTION_LAYOUTS = ("caption", *CAPTION_ALIASES)
+#: MMMU's numbered image columns (``image_1`` …).
+NUMBERED_IMAGE = re.compile(r"image_(\d+)")
 _MAGIC = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"II*\x00", b"MM\x00*")
 
 
@@ -193,11 +200,24 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
             row = {k: v for k, v in row.items() if k not in ext_cols}
             if row.get("id") in (None, "") and row.get("key") not in (None, ""):
                 row["id"] = row["key"]
+        else:
+            row, images = _numbered_images(row, base_dir)
     if not images:
         for key, value in row.items():
-            head = value.head if isinstance(value, ImageAt) else value
+            head = value.get("bytes") if isinstance(value, dict) else value
+            head = head.head if isinstance(head, ImageAt) else head
             if isinstance(head, (bytes, bytearray, memoryview)) and looks_like_image(bytes(head[:16])):
                 raise RecordInvalid("invalid_image_column",
                                     f"column {key!r} holds image bytes that no layout reads; name it 'image' "
                                     "or after its extension ('jpg', 'png', ...)")
     return row, images
+
+
+def _numbered_images(row: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, Any], list[str | bytes]]:
+    """MMMU's ``image_1`` … ``image_N`` columns: the non-null ones in the order of their numbers, and the
+    row without any of them (no numbered column: the row as it is, no image)."""
+    numbered = sorted((int(m.group(1)), k) for k in row if isinstance(k, str) and (m := NUMBERED_IMAGE.fullmatch(k)))
+    if not numbered:
+        return row, []
+    images = [image_item(row[k], k, base_dir) for _, k in numbered if row[k] is not None]
+    return {k: v for k, v in row.items() if not (isinstance(k, str) and NUMBERED_IMAGE.fullmatch(k))}, images

@@ -241,3 +241,38 @@ def test_multiple_choice_rows_read_with_their_options_lettered(tmp_path: Path) -
     assert aok["messages"][1]["content"] == "B"
     assert free["messages"] == [{"role": "user", "content": "Which?"},  # no option named: read as a plain question
                                 {"role": "assistant", "content": "neither"}]
+
+
+def test_mmmu_rows_read_their_numbered_images_and_options(tmp_path: Path) -> None:
+    """MMMU on the Hugging Face hub: ``image_1`` … ``image_7`` (structs, null when unused), ``<image k>`` in the
+    question and options, ``options`` as the text of a Python list (``"[]"`` for open questions)."""
+    png = {"bytes": b"\x89PNG\r\n\x1a\n" + b"\0" * 8, "path": None}
+    jpg = {"bytes": b"\xff\xd8\xff\xe0" + b"\0" * 8, "path": "x.jpg"}
+    table = {"id": ["validation_Art_1", "validation_Math_2", "validation_Bio_3"],
+             "question": ["<image 1> Which painting is older than <image 2>?", "Solve <image 1>. x = ?",
+                          "What is shown?"],
+             "options": ["['The first', \"It's the second\"]", "[]", "['a', 'b']"],
+             "answer": ["B", "12", "A"], "question_type": ["multiple-choice", "open", "multiple-choice"],
+             "image_1": [png, jpg, None], "image_2": [jpg, None, None]}
+    table.update({f"image_{k}": [None, None, None] for k in range(3, 8)})
+    pq.write_table(pa.table(table), tmp_path / "validation-00000-of-00001.parquet")
+    art, math, none = read_records([tmp_path / "validation-00000-of-00001.parquet"])
+    assert art["images"] == [png["bytes"], jpg["bytes"]]  # in the order of their numbers
+    assert art["messages"] == [
+        {"role": "user", "content": "<image> Which painting is older than <image>?\nA. The first\nB. It's the second\n"
+                                    "Answer with the option's letter from the given choices directly."},
+        {"role": "assistant", "content": "B"}]
+    assert not any(k.startswith("image_") for k in art)  # the image columns are the record's images
+    assert math["images"] == [jpg["bytes"]]
+    assert math["messages"] == [{"role": "user", "content": "Solve <image>. x = ?"},
+                                {"role": "assistant", "content": "12"}]
+    assert none["images"] == [] and none["messages"][1]["content"] == "A"
+    # one image referred to twice: as many placeholders as images or a recorded reason, never a guess
+    twice = dict(table, question=["<image 1> or <image 1>?"] * 3, image_2=[None] * 3, image_1=[png] * 3)
+    pq.write_table(pa.table(twice), tmp_path / "twice.parquet")
+    assert all(r.reason == "image_count_mismatch" for r in read_records([tmp_path / "twice.parquet"]))
+    # an image struct in a column no layout reads is errored, not dropped without a word
+    pq.write_table(pa.table({"id": ["p"], "question": ["What?"], "answer": ["x"], "picture": [png]}),
+                   tmp_path / "other.parquet")
+    (bad,) = read_records([tmp_path / "other.parquet"])
+    assert isinstance(bad, BadRecord) and bad.reason == "invalid_image_column" and "'picture'" in bad.detail
