@@ -58,8 +58,8 @@ Record = dict[str, Any]
 #: source folder when the file name is only a shard number (formats.sources.default_id_prefix); 5: VQA rows
 #: (``question`` with ``answer`` or ``answers``) are read, not errored ``unknown_layout``; 6: multiple-choice VQA
 #: rows (``choices``/``options`` and the answer's index) read with their options lettered (core.answers); 7: MMMU
-#: rows (``image_1`` … columns, ``<image k>`` placeholders, options as list text), image structs in columns no
-#: layout reads errored ``invalid_image_column``.
+#: rows (``image_1`` … columns, ``<image k>`` placeholders, the images in their order; options as list text),
+#: image structs in columns no layout reads errored ``invalid_image_column``.
 READER_VERSION = 7
 
 
@@ -77,23 +77,45 @@ class BadRecord:
 # Canonical conversion
 # ---------------------------------------------------------------------------
 
-_NUMBERED_PLACEHOLDER = re.compile(r"<image \d+>")
+_NUMBERED_PLACEHOLDER = re.compile(r"<image (\d+)>")
+
+
+def number_placeholders(messages: list[dict[str, str]], images: list[Any],
+                        numbers: list[int] | None) -> tuple[list[dict[str, str]], list[Any]]:
+    """MMMU's numbered placeholders: in a conversation with no ``<image>``, each ``<image k>`` (in the question
+    or its options) becomes ``<image>`` where it stands, and the images follow the placeholders: image ``k``
+    at each of its places (twice if it is referred to twice). ``numbers`` are the images' numbers (MMMU's
+    ``image_k`` columns, which the row keeps as they are when written back); without them (other layouts,
+    whose written-back rows keep their own image order) or without such placeholders nothing changes.
+
+    Raises:
+        RecordInvalid: ``image_count_mismatch`` for a placeholder with no such image, or an image that no
+            placeholder refers to.
+    """
+    if numbers is None or not images or count_placeholders(messages) or \
+            not any(_NUMBERED_PLACEHOLDER.search(m["content"]) for m in messages):
+        return messages, images
+    by_number = dict(zip(numbers, images))
+    order = [int(k) for m in messages for k in _NUMBERED_PLACEHOLDER.findall(m["content"])]
+    missing = next((k for k in order if k not in by_number), None)
+    if missing is not None:
+        raise RecordInvalid("image_count_mismatch", f"<image {missing}> refers to no image (the row has images "
+                                                    f"{', '.join(map(str, numbers))})")
+    unused = next((k for k in numbers if k not in set(order)), None)
+    if unused is not None:
+        raise RecordInvalid("image_count_mismatch", f"image {unused} is referred to by no <image k> placeholder")
+    messages = [{**m, "content": _NUMBERED_PLACEHOLDER.sub(IMAGE_TOKEN, m["content"])} for m in messages]
+    return messages, [by_number[k] for k in order]
 
 
 def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
     """Check that ``messages`` hold one ``<image>`` per image; when they hold none, put the
     placeholders (each followed by a newline) at the start of the first user turn.
 
-    MMMU's numbered placeholders (``<image 1>`` …, in the question or its options) count as ``<image>``
-    when the conversation has no ``<image>``: each is replaced where it stands, as lmms-eval reads MMMU.
-
     Raises:
         RecordInvalid: ``image_count_mismatch`` (other counts, or images but no user turn).
     """
     n_tags = count_placeholders(messages)
-    if n_tags == 0 and n_images > 0 and any(_NUMBERED_PLACEHOLDER.search(m["content"]) for m in messages):
-        messages = [{**m, "content": _NUMBERED_PLACEHOLDER.sub(IMAGE_TOKEN, m["content"])} for m in messages]
-        n_tags = count_placeholders(messages)
     if n_tags == n_images:
         return messages
     if n_tags == 0 and n_images > 0:
@@ -134,7 +156,9 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
     rid = fallback_id if rid is None or rid == "" else as_text(rid, "id")
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else as_text(source, "source")
-    messages = place_images(messages_of(raw, layout, caption), len(images))
+    messages, images = number_placeholders(messages_of(raw, layout, caption), images, getattr(images, "numbers", None))
+    images = list(images)  # a plain list whatever the layout (MMMU's carries its numbers)
+    messages = place_images(messages, len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
     if caption and isinstance(raw[layout], (list, tuple)):
         record.setdefault("captions", list(raw[layout]))  # every caption of a row that has several

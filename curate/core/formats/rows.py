@@ -12,7 +12,7 @@ Layouts (see the README's Records section):
   ``webp``...), the ``key`` column as id when there is no ``id``;
 * MMMU and MMMU-Pro: numbered columns ``image_1`` … ``image_7`` (structs, null when unused), the row's
   images in the order of their numbers; the text refers to them as ``<image 1>`` … (read as ``<image>``
-  placeholders: :func:`curate.core.records.place_images`).
+  placeholders, the images in their order: :func:`curate.core.records.number_placeholders`).
 
 A column that holds something no layout reads as an image (raw image bytes, or an image struct
 whose bytes are an image) is never ignored: the row is errored ``invalid_image_column`` with a
@@ -219,5 +219,13 @@ def _numbered_images(row: dict[str, Any], base_dir: Path | str) -> tuple[dict[st
     numbered = sorted((int(m.group(1)), k) for k in row if isinstance(k, str) and (m := NUMBERED_IMAGE.fullmatch(k)))
     if not numbered:
         return row, []
-    images = [image_item(row[k], k, base_dir) for _, k in numbered if row[k] is not None]
+    images = NumberedImages(image_item(row[k], k, base_dir) for _, k in numbered if row[k] is not None)
+    images.numbers = [n for n, k in numbered if row[k] is not None]
     return {k: v for k, v in row.items() if not (isinstance(k, str) and NUMBERED_IMAGE.fullmatch(k))}, images
+
+
+class NumberedImages(list):
+    """The images of MMMU's ``image_k`` columns, with their numbers ``k`` (``numbers``) for the ``<image k>``
+    placeholders (:func:`curate.core.records.number_placeholders`)."""
+
+    numbers: list[int]

@@ -267,10 +267,29 @@ def test_mmmu_rows_read_their_numbered_images_and_options(tmp_path: Path) -> Non
     assert math["messages"] == [{"role": "user", "content": "Solve <image>. x = ?"},
                                 {"role": "assistant", "content": "12"}]
     assert none["images"] == [] and none["messages"][1]["content"] == "A"
-    # one image referred to twice: as many placeholders as images or a recorded reason, never a guess
-    twice = dict(table, question=["<image 1> or <image 1>?"] * 3, image_2=[None] * 3, image_1=[png] * 3)
-    pq.write_table(pa.table(twice), tmp_path / "twice.parquet")
-    assert all(r.reason == "image_count_mismatch" for r in read_records([tmp_path / "twice.parquet"]))
+    # the images follow their placeholders: in the text's order, twice when referred to twice
+    rows = dict(table, question=["<image 2> or <image 1>?", "<image 1> and <image 1>", "<image 1>?"],
+                options=["[]", "[]", "[]"], image_1=[png, jpg, png], image_2=[jpg, None, None])
+    pq.write_table(pa.table(rows), tmp_path / "order.parquet")
+    swapped, twice, none_missing = read_records([tmp_path / "order.parquet"])
+    assert swapped["images"] == [jpg["bytes"], png["bytes"]]
+    assert swapped["messages"][0]["content"] == "<image> or <image>?"
+    assert twice["images"] == [jpg["bytes"], jpg["bytes"]] and twice["messages"][0]["content"] == "<image> and <image>"
+    assert none_missing["images"] == [png["bytes"]]
+    # a placeholder with no such image, or an image no placeholder refers to: a recorded reason, never a guess
+    rows = dict(table, question=["<image 3>?", "<image 1> only", "fine <image 1>"], options=["[]"] * 3,
+                image_1=[png, png, png], image_2=[None, jpg, None])
+    pq.write_table(pa.table(rows), tmp_path / "bad.parquet")
+    no_such, unused, fine = read_records([tmp_path / "bad.parquet"])
+    assert no_such.reason == unused.reason == "image_count_mismatch"
+    assert "<image 3> refers to no image (the row has images 1)" in no_such.detail
+    assert "image 2 is referred to by no <image k> placeholder" in unused.detail
+    assert fine["messages"][0]["content"] == "fine <image>"
+    # a list of images keeps its order (written back, the row keeps it too): the placeholders go first
+    (listed,) = read_records([write_jsonl(tmp_path / "l.jsonl", [{"id": "l", "images": ["a.jpg", "b.jpg"],
+                                                                  "question": "<image 2> vs <image 1>?", "answer": "x"}])])
+    assert [Path(p).name for p in listed["images"]] == ["a.jpg", "b.jpg"]
+    assert listed["messages"][0]["content"] == "<image>\n<image>\n<image 2> vs <image 1>?"
     # an image struct in a column no layout reads is errored, not dropped without a word
     pq.write_table(pa.table({"id": ["p"], "question": ["What?"], "answer": ["x"], "picture": [png]}),
                    tmp_path / "other.parquet")
