@@ -101,7 +101,8 @@ def number_placeholders(messages: list[dict[str, str]], images: list[Any],
     if missing is not None:
         raise RecordInvalid("image_count_mismatch", f"<image {missing}> refers to no image (the row has images "
                                                     f"{', '.join(map(str, numbers))})")
-    unused = next((k for k in numbers if k not in set(order)), None)
+    referred = set(order)
+    unused = next((k for k in numbers if k not in referred), None)
     if unused is not None:
         raise RecordInvalid("image_count_mismatch", f"image {unused} is referred to by no <image k> placeholder")
     messages = [{**m, "content": _NUMBERED_PLACEHOLDER.sub(IMAGE_TOKEN, m["content"])} for m in messages]
