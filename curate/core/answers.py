@@ -90,6 +90,18 @@ def answer_letter(raw: Mapping[str, Any], options: list[str]) -> str | None:
     return None
 
 
+def is_multiple_choice(raw: Mapping[str, Any]) -> bool:
+    """Whether the row is a multiple-choice one: it has options (:func:`options_of`) and its answer names one of
+    them (or is an index outside them, an error :func:`answer_letter` reports)."""
+    options = options_of(raw)
+    if not options:
+        return False
+    try:
+        return answer_letter(raw, options) is not None
+    except ValueError:
+        return True
+
+
 def choice_question(raw: Mapping[str, Any], question: str, options: list[str]) -> str:
     """The prompt of a multiple-choice row: ``Context: hint`` (when the row has one), the question, the lettered
     options and :data:`CHOICE_PROMPT`, a line each."""

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from curate.core.answers import annotator_answers, answer_letter, options_of
+from curate.core.answers import annotator_answers, answer_letter, is_multiple_choice, options_of
 from curate.rewards.verifiers import bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg
 from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import PROMPT_TYPES, format_score
@@ -191,6 +191,8 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
                 f"{where(rid)}: unknown verifier {name!r}; expected one of {', '.join(sorted(VERIFIERS))}")
     else:
         at = record.get("answer_type")
+        if at is None and is_multiple_choice(record):  # options and an answer naming one (MMMU has no answer_type)
+            at = "multiple-choice"
         if at is None:
             raise UnknownAnswerType(f"{where(rid)}: no 'answer_type' (or reward.verifier); "
                                     f"expected one of {', '.join(ANSWER_TYPES)}")

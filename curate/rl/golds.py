@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from curate.core.answers import is_multiple_choice
 from curate.core.io import atomic_path
 from curate.core.records import BadRecord, read_records
 
@@ -37,12 +38,15 @@ Golds = tuple[dict[str, dict[str, Any]], dict[str, str]]
 def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[str, Any]:
     """``record`` with ``answer_type`` set to the run's default (``--answer-type``) when it names no verifier
     itself (no ``answer_type``, no ``reward.verifier``): RL sets exported without the field, such as a ViRL39K
-    export of ``problem``, ``answer`` and ``images``, are scored instead of errored one by one. The record is
-    changed in place and returned."""
+    export of ``problem``, ``answer`` and ``images``, are scored instead of errored one by one; a multiple-choice
+    row among them (options, and an answer naming one) gets ``multiple-choice``. The record is changed in place
+    and returned."""
     if answer_type is not None and record.get("answer_type") in (None, ""):
         reward = record.get("reward")
         if not (isinstance(reward, dict) and reward.get("verifier")):
-            record["answer_type"] = answer_type
+            # a multiple-choice row (options, and an answer naming one) is scored by its letter whatever the
+            # default: MMMU mixes them with open questions and names no answer_type
+            record["answer_type"] = "multiple-choice" if is_multiple_choice(record) else answer_type
     return record
 
 

@@ -41,6 +41,21 @@ def test_plan_takes_the_annotators_answers_and_the_options_letter() -> None:
     assert plan({**ROWS[2], "answer_type": "number"}).golds == ["1"]  # the letter is for the choice verifier only
     assert plan({"question": "Why?", "choices": ["rain", "sun"], "correct_choice_idx": 0,
                  "answer_type": "mcq"}).golds == ["A"]
+    # MMMU names no answer_type: a row with options and an answer naming one is multiple choice
+    mmmu = plan({"question": "<image 1> Which?", "options": "['x', 'y', 'z']", "answer": "C"})
+    assert mmmu.verifier.name == "choice" and mmmu.golds == ["C"]
+
+
+def test_mmmu_rows_mix_multiple_choice_and_open_questions(tmp_path: Path) -> None:
+    rows = [{"id": "mc", "question": "Which?", "options": "['x', 'y', 'z']", "answer": "C",
+             "question_type": "multiple-choice"},
+            {"id": "open", "question": "How many?", "options": "[]", "answer": "12", "question_type": "open"}]
+    records, answers = write_records_and_responses(tmp_path, "mmmu", rows, {"mc": "<answer>(C)</answer>",
+                                                                           "open": "<answer>12.0</answer>"})
+    stats = score([records], answers, tmp_path / "out", answer_type="number")  # the default for the open ones
+    assert stats["scored"] == 2 and not stats.get("errored")
+    got = {r["id"]: r["accuracy"] for r in pq.read_table(tmp_path / "out" / "scores.parquet").to_pylist()}
+    assert got == {"mc": 1.0, "open": 1.0}
 
 
 def test_score_vqa_rows(tmp_path: Path) -> None:
