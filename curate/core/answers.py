@@ -90,14 +90,23 @@ def answer_letter(raw: Mapping[str, Any], options: list[str]) -> str | None:
     return None
 
 
-def is_multiple_choice(raw: Mapping[str, Any]) -> bool:
-    """Whether the row is a multiple-choice one: it has options (:func:`options_of`) and its answer names one of
-    them (or is an index outside them, an error :func:`answer_letter` reports)."""
+def multiple_choice(raw: Mapping[str, Any]) -> tuple[list[str], str] | None:
+    """``(options, letter of the answer)`` of a multiple-choice row (options, and an answer naming one of them),
+    else None.
+
+    Raises:
+        ValueError: an integer index outside the options (:func:`answer_letter`).
+    """
     options = options_of(raw)
-    if not options:
-        return False
+    letter = answer_letter(raw, options) if options else None
+    return (options, letter) if letter is not None else None
+
+
+def is_multiple_choice(raw: Mapping[str, Any]) -> bool:
+    """Whether the row is a multiple-choice one (:func:`multiple_choice`; an index outside its options counts,
+    so that scoring it reports the error)."""
     try:
-        return answer_letter(raw, options) is not None
+        return multiple_choice(raw) is not None
     except ValueError:
         return True
 

@@ -148,7 +148,7 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
     """
     if not isinstance(raw, dict):
         raise RecordInvalid("not_an_object", f"row is a {type(raw).__name__}, not an object")
-    raw, images = normalize_row(raw, base_dir)  # paths or bytes, in every image layout (curate.core.formats)
+    raw, images, numbers = normalize_row(raw, base_dir)  # paths or bytes, in every image layout (curate.core.formats)
     layout = text_layout(raw, text_field)
     if layout is None:
         raise RecordInvalid("unknown_layout", _NO_LAYOUT + (f", and no {text_field}" if text_field else ""))
@@ -157,8 +157,7 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
     rid = fallback_id if rid is None or rid == "" else as_text(rid, "id")
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else as_text(source, "source")
-    messages, images = number_placeholders(messages_of(raw, layout, caption), images, getattr(images, "numbers", None))
-    images = list(images)  # a plain list whatever the layout (MMMU's carries its numbers)
+    messages, images = number_placeholders(messages_of(raw, layout, caption), images, numbers)
     messages = place_images(messages, len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
     if caption and isinstance(raw[layout], (list, tuple)):

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from curate.core.answers import annotator_answers, answer_letter, is_multiple_choice, options_of
+from curate.core.answers import annotator_answers, is_multiple_choice, multiple_choice
 from curate.rewards.verifiers import bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg
 from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import PROMPT_TYPES, format_score
@@ -191,7 +191,7 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
                 f"{where(rid)}: unknown verifier {name!r}; expected one of {', '.join(sorted(VERIFIERS))}")
     else:
         at = record.get("answer_type")
-        if at is None and is_multiple_choice(record):  # options and an answer naming one (MMMU has no answer_type)
+        if at in (None, "") and is_multiple_choice(record):  # options, an answer naming one: MMMU has no answer_type
             at = "multiple-choice"
         if at is None:
             raise UnknownAnswerType(f"{where(rid)}: no 'answer_type' (or reward.verifier); "
@@ -207,12 +207,12 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
         gold = reward.get("ground_truth")
     if gold is None:
         gold = annotator_answers(record) or None  # a VQA row's annotators (TextVQA, VQAv2): any of them
-    options = options_of(record) if v.name == "choice" else None
-    if options:  # a multiple-choice row (ScienceQA: choices and the index of the right one): its letter
+    if v.name == "choice":  # a multiple-choice row (ScienceQA: choices and the index of the right one): its letter
         try:
-            gold = answer_letter(record, options) or gold
+            choice = multiple_choice(record)
         except ValueError as exc:
             raise RecordError(f"{where(rid)}: {exc}") from None
+        gold = choice[1] if choice is not None else gold
     if gold is None:
         raise RecordError(f"{where(rid)}: no 'answer' (gold) to score against")
     if isinstance(gold, (list, tuple)) and not v.structured_gold:

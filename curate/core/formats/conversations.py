@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from curate.core.answers import annotator_answers, answer_letter, choice_question, options_of
+from curate.core.answers import annotator_answers, choice_question, multiple_choice
 from curate.core.formats.rows import RecordInvalid, as_text, caption_text
 
 IMAGE_TOKEN = "<image>"
@@ -58,12 +58,12 @@ def messages_of(raw: dict[str, Any], layout: str, caption: bool) -> list[dict[st
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
     elif layout == "question":
         question = as_text(raw["question"], "question")
-        options = options_of(raw)
         try:
-            letter = answer_letter(raw, options) if options else None
+            choice = multiple_choice(raw)
         except ValueError as exc:
             raise RecordInvalid("invalid_field", str(exc)) from None
-        if letter is not None:  # multiple choice (ScienceQA, AI2D, A-OKVQA): options lettered, the letter answers
+        if choice is not None:  # multiple choice (ScienceQA, AI2D, A-OKVQA): options lettered, the letter answers
+            options, letter = choice
             return [{"role": "user", "content": choice_question(raw, question, options)},
                     {"role": "assistant", "content": letter}]
         return [{"role": "user", "content": question}, {"role": "assistant", "content": _vqa_answer(raw)}]

@@ -167,17 +167,20 @@ def _texts_to_messages(texts: Any) -> list[dict[str, str]]:
     return messages
 
 
-def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, Any], list[str | bytes]]:
-    """The row with its images taken out: ``(row for the text layouts, images)``.
+def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, Any], list[str | bytes],
+                                                                      list[int] | None]:
+    """The row with its images taken out: ``(row for the text layouts, images, numbers)``.
 
-    The returned row has ``messages`` for a Cauldron/FineVision row, no extension-named image
-    columns, and ``id`` from img2dataset's ``key`` when it has none. The input row is not changed.
+    The returned row has ``messages`` for a Cauldron/FineVision row, no extension-named or numbered
+    image columns, and ``id`` from img2dataset's ``key`` when it has none. ``numbers`` are the
+    images' numbers when they come from MMMU's ``image_k`` columns (for the ``<image k>``
+    placeholders), else None. The input row is not changed.
 
     Raises:
         RecordInvalid: see :func:`image_item`; also ``invalid_image_column`` for bytes in a column
             that no layout reads as an image (they would otherwise be lost silently).
     """
-    row = raw
+    row, numbers = raw, None
     if "texts" in row and not any(key in row for key in TEXT_LAYOUTS):
         row = {k: v for k, v in row.items() if k != "texts"}
         row["messages"] = _texts_to_messages(raw["texts"])
@@ -201,7 +204,7 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
             if row.get("id") in (None, "") and row.get("key") not in (None, ""):
                 row["id"] = row["key"]
         else:
-            row, images = _numbered_images(row, base_dir)
+            row, images, numbers = _numbered_images(row, base_dir)
     if not images:
         for key, value in row.items():
             head = value.get("bytes") if isinstance(value, dict) else value
@@ -210,22 +213,18 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
                 raise RecordInvalid("invalid_image_column",
                                     f"column {key!r} holds image bytes that no layout reads; name it 'image' "
                                     "or after its extension ('jpg', 'png', ...)")
-    return row, images
+    return row, images, numbers
 
 
-def _numbered_images(row: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, Any], list[str | bytes]]:
-    """MMMU's ``image_1`` … ``image_N`` columns: the non-null ones in the order of their numbers, and the
-    row without any of them (no numbered column: the row as it is, no image)."""
-    numbered = sorted((int(m.group(1)), k) for k in row if isinstance(k, str) and (m := NUMBERED_IMAGE.fullmatch(k)))
+def _numbered_images(row: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, Any], list[str | bytes],
+                                                                         list[int] | None]:
+    """MMMU's ``image_1`` … ``image_N`` columns: the row without any of them, the non-null ones in the order of
+    their numbers, and those numbers (no numbered column: the row as it is, no image, None)."""
+    numbered = sorted((int(m.group(1)), k) for k in row
+                      if isinstance(k, str) and k.startswith("image_") and (m := NUMBERED_IMAGE.fullmatch(k)))
     if not numbered:
-        return row, []
-    images = NumberedImages(image_item(row[k], k, base_dir) for _, k in numbered if row[k] is not None)
-    images.numbers = [n for n, k in numbered if row[k] is not None]
-    return {k: v for k, v in row.items() if not (isinstance(k, str) and NUMBERED_IMAGE.fullmatch(k))}, images
-
-
-class NumberedImages(list):
-    """The images of MMMU's ``image_k`` columns, with their numbers ``k`` (``numbers``) for the ``<image k>``
-    placeholders (:func:`curate.core.records.number_placeholders`)."""
-
-    numbers: list[int]
+        return row, [], None
+    present = [(n, k) for n, k in numbered if row[k] is not None]
+    taken = {k for _, k in numbered}
+    return ({k: v for k, v in row.items() if k not in taken}, [image_item(row[k], k, base_dir) for _, k in present],
+            [n for n, _ in present])
