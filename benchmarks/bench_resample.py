@@ -7,8 +7,7 @@ Usage:
 
 A seeded synthetic ``tags.parquet`` is written first (not timed). Then child
 processes run one after the other, each measured for wall time, CPU time
-(user + system, all threads) and peak resident memory (its own ``ru_maxrss``,
-from ``os.wait4``):
+(user + system, all threads and any child process) and peak resident memory:
 
 * baseline ``read_table``: ``pq.read_table`` of the ``id``, ``source`` and ``concepts``
   columns and the flat concept values as numpy, the bare pyarrow read of the
@@ -17,9 +16,8 @@ from ``os.wait4``):
   row group at a time, ``source`` dictionary-encoded), the least any resampler
   must do; a stricter reference, since it is cheaper than ``read_table``;
 * ``curate resample --fraction 0.2`` (inverse frequency, mean weighting; the
-  selection, stats and rejects written, the plot drawn);
-* the same without the plot (``plot=False``), to show what the plot costs: matplotlib's
-  import and drawing, in a helper process (:mod:`curate.core.sidecar`).
+  selection, stats and rejects written, the plot drawn with Pillow, :mod:`curate.core.chart`);
+* the same without the plot (``plot=False``), to show what the plot costs.
 
 The ids are ``r0 … r9999999``, a counter without zero padding, the usual shape of
 ids made from row numbers: increasing in (length, bytes) order, which proves them
@@ -28,7 +26,9 @@ distinct without a sort (:func:`curate.core.columns.first_occurrences`). With
 a second file has the same ids in a shuffled order, and resample is timed on it too:
 repeats are then looked for by hashing every id (and sorting the few that share a hash).
 
-Every child pays the interpreter start and its imports. Prints each, the ratios
+Every child pays the interpreter start and its imports; the baselines' conversions to
+numpy import pandas (pyarrow does on its first conversion), resample converts through
+the buffers (:mod:`curate.core.arrow`) and does not. Prints each, the ratios
 resample/baseline, and the targets (issue 14: ≤ 1.5× the read, ≤ 1.2 GiB).
 """
 
@@ -100,25 +100,19 @@ def write_tags(path: Path, n: int, k: int, concepts: int, seed: int = 0, shuffle
 
 
 _PEAK = """
-import resource
 with open("/proc/self/status") as _status:  # the peak since exec (ru_maxrss would count the parent's pages too)
     print(next(line for line in _status if line.startswith("VmHWM")).split()[1], file=sys.stderr)
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)  # the plot's helper process, if any
 """
 
 
-HELPER_PEAKS: list[float] = []
-"""Peak RSS (GiB) of the largest process each child started and waited for (resample's plot helper)."""
-
-
 def run_child(code: str, *args: str) -> tuple[float, float, float, str]:
-    """Run Python code in a child; return (wall seconds, CPU seconds (its helper processes' included),
+    """Run Python code in a child; return (wall seconds, CPU seconds (its own child processes' included),
     peak RSS GiB (its own), stdout)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", code + _PEAK, *args], stdout=out, stderr=err, cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU time (all its threads)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's CPU time (all its threads, and its children's)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -126,8 +120,7 @@ def run_child(code: str, *args: str) -> tuple[float, float, float, str]:
         errors = err.read()
         if proc.returncode:
             raise SystemExit(errors)
-        peak_kib, helper_kib = (int(line) for line in errors.strip().splitlines()[-2:])
-        HELPER_PEAKS.append(helper_kib / 1024 / 1024)
+        peak_kib = int(errors.strip().splitlines()[-1])
         return wall, usage.ru_utime + usage.ru_stime, peak_kib / 1024 / 1024, out.read().strip()
 
 
@@ -182,7 +175,6 @@ def main(argv: list[str] | None = None) -> None:
                                            ("baseline row groups (same columns)", groups),
                                            ("curate resample --fraction 0.2", res)):
             print(f"{label:44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  peak {mem:.2f} GiB")
-        print(f"  (the plot's helper process: peak {max(HELPER_PEAKS):.2f} GiB, beside resample's own)")
         print(f"  ({int(selected):,} selected; top-1% share {float(head_before):.3f} → {float(head_after):.3f}; "
               f"load average {os.getloadavg()[0]:.1f})")
         for label, ref in (("read_table", base), ("row groups", groups)):
@@ -191,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         wall, cpu, mem, _ = bare
         print(f"{'curate resample without the plot (plot=False)':44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  "
               f"peak {mem:.2f} GiB  (ratio to read_table: wall {wall / base[0]:.2f}×, CPU {cpu / base[1]:.2f}×; "
-              f"the plot, matplotlib's import and drawing in a helper process: {res[1] - cpu:+.2f}s CPU)")
+              f"the plot: {res[1] - cpu:+.2f}s CPU)")
         if runs["sort"]:
             wall, cpu, mem, _ = best_of(runs["sort"])
             print(f"{'curate resample, ids in shuffled order':44s} {wall:6.2f}s wall {cpu:6.2f}s CPU  "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.shards import DEFAULT_SHARD_SIZE
+from curate.core.defaults import DEFAULT_SHARD_SIZE
 from packer.balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
 from packer.plan import MAX_CTX

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from curate.balance.vocab.files import load_vocab
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.shards import DEFAULT_SHARD_SIZE
-from curate.models.encoders import DEFAULT_MODEL, PRECISIONS
+from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.models.specs import DEFAULT_MODEL, PRECISIONS
 
 PathLike = str | os.PathLike[str]
 
@@ -99,6 +98,8 @@ class VocabEmbedConfig:
 
     def __post_init__(self) -> None:
         v.in_file("--vocab", self.vocab)
+        from curate.balance.vocab.files import load_vocab  # its imports only when a vocabulary is named
+
         if not load_vocab(Path(self.vocab)):
             raise UserError(f"--vocab {self.vocab}: the vocabulary is empty; give a file with one concept per line")
         v.out_file("--out", self.out)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from curate.core.io import atomic_open
+from curate.core.chart import Series, loglog_png
 
 
 def head_size(counts_before: np.ndarray) -> int:
@@ -78,52 +78,21 @@ def top_concepts(counts: np.ndarray, n: int = 10, names: list[str] | None = None
     return rows
 
 
-PLOT_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
-"""What :func:`plot_balance` imports: a helper process that will draw the plot imports them as it starts."""
-
-
-def _tick_label(value: float, _position: float | None = None) -> str:
-    """``1``, ``10``, ``1,000``, ``1e+06``: plain text, no mathtext to typeset."""
-    return f"{value:,.0f}" if 1 <= value < 1e5 else f"{value:.0e}"
-
-
 def plot_balance(path: str | os.PathLike[str], before: np.ndarray, after: np.ndarray, *,
                  title: str = "", stats: dict[str, Any] | None = None) -> Path:
-    """Write the frequency-vs-rank plot (log-log) of both distributions to ``path`` (PNG).
-
-    Drawn on a bare Agg figure (no pyplot, fixed margins, plain tick labels): a
-    fraction of a second even next to a 10M-record resample.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, NullLocator
-
-    fig = Figure(figsize=(7, 4.5), dpi=110)
-    FigureCanvasAgg(fig)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
-    ax = fig.add_subplot()
+    """Write the frequency-vs-rank plot (log-log) of both distributions to ``path`` (PNG), drawn with
+    Pillow (:mod:`curate.core.chart`): a few hundredths of a second, no matplotlib to import."""
+    series = []
     for counts, label, color in ((before, "before", "#c0392b"), (after, "after", "#2471a3")):
-        ranked = np.sort(np.asarray(counts)[np.asarray(counts) > 0])[::-1]
+        counts = np.asarray(counts)
+        ranked = np.sort(counts[counts > 0])[::-1]
         if ranked.size:
             extra = ""
             if stats:
                 extra = (f": {stats[f'concepts_covered_{label}']:,} concepts, "
                          f"top 1% share {stats[f'head_share_{label}']:.3f}")
-            # At most ~2,000 log-spaced ranks: the same curve on a log axis, drawn in milliseconds.
+            # At most ~2,000 log-spaced ranks: the same curve on a log axis.
             ranks = np.unique(np.geomspace(1, ranked.size, num=min(ranked.size, 2000)).round().astype(np.int64))
-            ax.loglog(ranks, ranked[ranks - 1], label=label + extra, color=color, lw=1.6)
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(FuncFormatter(_tick_label))
-        axis.set_minor_locator(NullLocator())  # no minor tick objects to build
-    ax.set_xlabel("concept rank")
-    ax.set_ylabel("records tagged with the concept")
-    ax.set_title(title or "Concept frequency before and after balancing", fontsize=10)
-    ax.grid(True, which="major", alpha=0.25)
-    if ax.get_lines():
-        ax.legend(loc="upper right", fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no tagged records", ha="center", va="center", transform=ax.transAxes)
-    path = Path(path)
-    with atomic_open(path, "wb") as fh:
-        fig.savefig(fh, format="png", metadata={"Software": None})
-    return path
+            series.append(Series(ranks, ranked[ranks - 1], label + extra, color))
+    return loglog_png(path, series, title=title or "Concept frequency before and after balancing",
+                      xlabel="concept rank", ylabel="records tagged with the concept", empty="no tagged records")

@@ -49,7 +49,6 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,16 +57,16 @@ import numpy as np
 import pyarrow as pa
 
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
-from curate.balance.report import PLOT_IMPORTS, compare, top_concepts
+from curate.balance.report import compare, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.weights import TagArrays, concept_counts, draw, draw_metaclip, keep_best, record_weights
+from curate.core.arrow import from_numpy
 from curate.core.columns import code_counts, first_occurrences, pooled, rows, take_rows
 from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.malloc import keep_freed_memory, small_numpy_pages
-from curate.core.sidecar import Sidecar
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
@@ -132,18 +131,12 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
     # paused_gc: collections would only walk the loaded modules' objects.
-    with out_lock(config.out), paused_gc(), small_numpy_pages(), _plotter(config.plot) as plotter:
-        return _run_resample(tags, config, write_stats, plotter)
+    with out_lock(config.out), paused_gc(), small_numpy_pages():
+        return _run_resample(tags, config, write_stats)
 
 
-def _plotter(plot: bool) -> AbstractContextManager[Sidecar | None]:
-    """The process that draws the plot, started now: it imports matplotlib (half a second of one core) beside
-    the reads. In a thread here that import would hold the GIL and stall the weighing's many short numpy calls."""
-    return Sidecar("curate.balance.report", PLOT_IMPORTS) if plot else nullcontext()
-
-
-def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, write_stats: bool,
-                  plotter: Sidecar | None) -> tuple[dict[str, Any], StageStats]:
+def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
+                  write_stats: bool) -> tuple[dict[str, Any], StageStats]:
     fraction, seed, mode, t, use_k = config.fraction, config.seed, config.mode, config.t, config.use_k
     records = list(config.records) if config.records else None
     out = Path(config.out)
@@ -152,9 +145,7 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, write_st
     tags_file = open_tags(tags)
     with ThreadPoolExecutor(max_workers=2) as thread:
         # One thread reads the ids and sorts them for repeats while this one reads the concepts and weighs
-        # (the reads and the sort run outside the GIL). pandas is imported there first (pyarrow imports it
-        # on the first conversion to numpy): an import holds the GIL, better next to the reads' few long calls.
-        thread.submit(_import_pandas)
+        # (the reads and the sort run outside the GIL). Nothing converts through pandas (curate.core.arrow).
         repeats = thread.submit(_ids_and_first_occurrences, tags)
         # Then, while the weighing runs on this thread, the other draws the exponentials of the draw and
         # faults in the weights' memory (the first touch of fresh pages is a large part of both).
@@ -180,8 +171,8 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, write_st
     timings["select"] = time.perf_counter() - t1
 
     with ThreadPoolExecutor(max_workers=2) as threads:
-        # The selection is built and written while the concepts are counted again, the report made and
-        # the stats counted (taking rows and writing Parquet run outside the GIL); then the plot is drawn.
+        # The selection is built and written while the concepts are counted again, the report made, the plot
+        # drawn and the stats counted (taking rows and writing Parquet run outside the GIL).
         stored = threads.submit(_store_selection, out / "selection.parquet", arrays, copies, weights)
         after = concept_counts(arrays, n_concepts, copies)
         taggable = arrays.taggable or max(int(np.count_nonzero(before)), 1)
@@ -189,18 +180,16 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, write_st
         names = _vocab_names(config.vocab)
         report["top_before"] = top_concepts(before, 10, names)
         report["top_after"] = top_concepts(after, 10, names)
-        if plotter is not None:
+        if config.plot:
             t_plot = time.perf_counter()
             label = "inverse frequency" if mode == "inverse" else f"MetaCLIP t={t}"
-            plotter.call("plot_balance", str(out / "balance.png"), before, after, stats=report,
+            plot_balance(out / "balance.png", before, after, stats=report,
                          title=f"{chosen.pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
+            timings["plot"] = time.perf_counter() - t_plot
         stats = _build_stats(arrays, first, has_tags, copies)
         selection, timings["build_selection"], timings["write_selection"] = stored.result()
-        if plotter is not None:
-            plotter.result()
-            timings["plot"] = time.perf_counter() - t_plot
     written = None
-    if records:  # after the plot: its worker processes are forked while no other thread of ours runs
+    if records:  # its worker processes are forked while no other thread of ours runs
         t1 = time.perf_counter()
         from curate.balance.match import matched_text_field
 
@@ -299,18 +288,13 @@ def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.Chunked
     return ids, first_occurrences(ids)
 
 
-def _import_pandas() -> None:
-    """Import pandas (pyarrow imports it on the first conversion to numpy) here rather than in the weighing."""
-    pa.array([0], pa.int8()).to_numpy()
-
-
 def _store_selection(path: Path, arrays: TagArrays, copies: np.ndarray,
                      weights: np.ndarray) -> tuple[pa.Table, float, float]:
     """Build the selection table of the drawn records and write it; returns it and the two steps' seconds."""
     t0 = time.perf_counter()
     index = np.flatnonzero(copies > 0)
     selection = pa.table([take_rows(arrays.ids, index), arrays.source_column(index),
-                          pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())],
+                          from_numpy(copies[index], pa.int32()), from_numpy(weights[index], pa.float64())],
                          schema=SELECTION_SCHEMA)
     t1 = time.perf_counter()
     write_selection(path, selection)

@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate.core.formats.writeback import with_resolved_paths
 from curate.core.io import atomic_open, write_parquet
 
 
@@ -172,8 +171,9 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None, 
     """Write the selected records of one input file to ``dest/name``; returns the records written and the
     index positions found, in row order (``skip``: positions not to write; ``text_field``, ``image_root``: see
     :func:`write_selected_records`)."""
-    from curate.core.records import BadRecord, input_format, read_part, split_file
+    from curate.core.formats.writeback import with_resolved_paths
     from curate.core.io import as_path
+    from curate.core.records import BadRecord, input_format, read_part, split_file
 
     assert _INDEX is not None
     source, fmt = as_path(path), input_format(path)

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.balance.weights import TagArrays
+from curate.core.arrow import strings, to_numpy
 from curate.core.columns import pooled, source_codes
 from curate.core.errors import UserError
 
@@ -26,9 +27,8 @@ def _concept_values(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(lengths, flat int32 values)`` of one list chunk; null lists count as empty."""
     if chunk.null_count:
         chunk = pc.if_else(pc.is_null(chunk), pa.scalar([], chunk.type), chunk)
-    offsets = chunk.offsets.to_numpy()
-    values = chunk.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    values = values.to_numpy(zero_copy_only=False)
+    offsets = to_numpy(chunk.offsets)
+    values = to_numpy(chunk.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))
     return np.diff(offsets), values if values.dtype == np.int32 else values.astype(np.int32)
 
 
@@ -137,7 +137,7 @@ def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> 
     codes, names = source_codes(pa.chunked_array(sources) if sources else None, n)
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
-    return TagArrays(pa.array([], pa.string()), codes, names, offsets, stored, taggable, width)
+    return TagArrays(strings([]), codes, names, offsets, stored, taggable, width)
 
 
 def _copy_parts(parts: list[np.ndarray], size: int, n: int, row: int,

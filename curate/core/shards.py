@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
 from curate.core.io import dumps_json, is_url, read_json, write_json, write_parquet
 from curate.core.remote_sync import push_shard
@@ -39,7 +40,6 @@ from curate.core.splits import input_stamps, split_inputs
 from curate.core.stats import REJECT_SCHEMA, StageStats
 from curate.core.validate import in_dir
 
-DEFAULT_SHARD_SIZE = 5000
 SHARDS_DIR = "_shards"
 TMP_DIR = ".tmp"
 

@@ -18,13 +18,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.core.arrow import strings
 from curate.core.io import write_json, write_parquet
 
 REJECT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
@@ -264,11 +264,13 @@ class StageStats:
 
 def _rows_table(rows: Sequence[tuple[str, str, str, str, str]]) -> pa.Table:
     cols = list(zip(*rows)) if rows else [[], [], [], [], []]
-    return pa.table([pa.array(list(c), pa.string()) for c in cols], schema=REJECT_SCHEMA)
+    return pa.table([strings(c) for c in cols], schema=REJECT_SCHEMA)
 
 
 def versions() -> dict[str, str]:
     """Versions of Python and the libraries that shape outputs."""
+    from importlib import metadata  # here: its import is for the run's header only
+
     out = {"python": platform.python_version()}
     for dist in ("curate", "torch", "open_clip_torch", "transformers", "tokenizers", "faiss-cpu",
                  "numpy", "pyarrow", "webdataset", "pillow", "math-verify", "ray"):
