@@ -59,8 +59,9 @@ Record = dict[str, Any]
 #: (``question`` with ``answer`` or ``answers``) are read, not errored ``unknown_layout``; 6: multiple-choice VQA
 #: rows (``choices``/``options`` and the answer's index) read with their options lettered (core.answers); 7: MMMU
 #: rows (``image_1`` … columns, ``<image k>`` placeholders, the images in their order; options as list text),
-#: image structs in columns no layout reads errored ``invalid_image_column``.
-READER_VERSION = 7
+#: image structs in columns no layout reads errored ``invalid_image_column``; 8: a row whose ``image`` is a path
+#: and that has one image struct column with bytes (MathVista's ``decoded_image``) reads those bytes.
+READER_VERSION = 8
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ Layouts (see the README's Records section):
   turns, become the record's conversation;
 * img2dataset: raw image bytes in a column named like an image extension (``jpg``, ``png``,
   ``webp``...), the ``key`` column as id when there is no ``id``;
+* MathVista: ``image`` is the image's file name in the dataset's archive (``images/1.jpg``) and
+  ``decoded_image`` the image itself (an ``Image`` struct): when a row's ``image`` is one path and
+  exactly one other column holds an image struct with image bytes, those bytes are the image (the
+  path is read only when there are none);
 * MMMU and MMMU-Pro: numbered columns ``image_1`` … ``image_7`` (structs, null when unused), the row's
   images in the order of their numbers; the text refers to them as ``<image 1>`` … (read as ``<image>``
   placeholders, the images in their order: :func:`curate.core.records.number_placeholders`).
@@ -187,7 +191,12 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
     if row.get("images") is not None:
         images = _image_list(row["images"], "images", base_dir)
     elif row.get("image") is not None:
-        images = _image_list(row["image"], "image", base_dir)
+        embedded = _embedded_copy(row) if isinstance(row["image"], str) else None
+        if embedded is None:
+            images = _image_list(row["image"], "image", base_dir)
+        else:
+            images = [image_item(row[embedded], embedded, base_dir)]
+            row = {k: v for k, v in row.items() if k != embedded}
     else:
         ext_cols = [k for k in row if isinstance(k, str) and k.lower() in IMAGE_EXTS]
         images = []
@@ -207,13 +216,25 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
             row, images, numbers = _numbered_images(row, base_dir)
     if not images:
         for key, value in row.items():
-            head = value.get("bytes") if isinstance(value, dict) else value
-            head = head.head if isinstance(head, ImageAt) else head
-            if isinstance(head, (bytes, bytearray, memoryview)) and looks_like_image(bytes(head[:16])):
+            if _holds_image_bytes(value):
                 raise RecordInvalid("invalid_image_column",
                                     f"column {key!r} holds image bytes that no layout reads; name it 'image' "
                                     "or after its extension ('jpg', 'png', ...)")
     return row, images, numbers
+
+
+def _holds_image_bytes(value: Any) -> bool:
+    """Whether a cell holds image bytes: raw, or as the ``bytes`` of a struct."""
+    head = value.get("bytes") if isinstance(value, dict) else value
+    head = head.head if isinstance(head, ImageAt) else head
+    return isinstance(head, (bytes, bytearray, memoryview)) and looks_like_image(bytes(head[:16]))
+
+
+def _embedded_copy(row: dict[str, Any]) -> str | None:
+    """The one column besides ``image`` that holds an image struct with image bytes (MathVista's
+    ``decoded_image``), or None when there is none or more than one."""
+    found = [k for k, v in row.items() if k != "image" and isinstance(v, dict) and _holds_image_bytes(v)]
+    return found[0] if len(found) == 1 else None
 
 
 def _numbered_images(row: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, Any], list[str | bytes],

@@ -295,3 +295,26 @@ def test_mmmu_rows_read_their_numbered_images_and_options(tmp_path: Path) -> Non
                    tmp_path / "other.parquet")
     (bad,) = read_records([tmp_path / "other.parquet"])
     assert isinstance(bad, BadRecord) and bad.reason == "invalid_image_column" and "'picture'" in bad.detail
+
+
+def test_mathvista_rows_read_the_embedded_copy_of_their_image(tmp_path: Path) -> None:
+    """MathVista on the Hugging Face hub: ``image`` is the file's name in the dataset's archive, ``decoded_image``
+    the image (a struct); the bytes are read, the path only when the row carries no bytes."""
+    png = {"bytes": b"\x89PNG\r\n\x1a\n" + b"\0" * 8, "path": None}
+    jpg = {"bytes": b"\xff\xd8\xff\xe0" + b"\0" * 8, "path": "1.jpg"}
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "on_disk.png").write_bytes(png["bytes"])
+    table = pa.table({"pid": ["1", "2", "3", "4"],
+                      "question": ["What is x?", "How many?", "Which?", "Two copies?"],
+                      "image": ["images/1.jpg", "images/on_disk.png", "images/3.jpg", "images/4.jpg"],
+                      "decoded_image": [jpg, None, None, png], "other": [None, None, None, jpg],
+                      "answer": ["3", "2", "A", "1"]})
+    pq.write_table(table, tmp_path / "testmini-00000-of-00001.parquet")
+    embedded, on_disk, missing, ambiguous = read_records([tmp_path / "testmini-00000-of-00001.parquet"])
+    assert embedded["images"] == [jpg["bytes"]] and "decoded_image" not in embedded
+    assert embedded["messages"] == [{"role": "user", "content": "<image>\nWhat is x?"},
+                                    {"role": "assistant", "content": "3"}]
+    assert on_disk["images"] == [str(tmp_path / "images" / "on_disk.png")]  # no bytes in the row: its path
+    assert missing["images"] == [str(tmp_path / "images" / "3.jpg")]  # a stage that opens it records missing_image
+    # two image structs beside the path: which one is the image is not guessed, the path is read
+    assert ambiguous["images"] == [str(tmp_path / "images" / "4.jpg")]
