@@ -158,6 +158,15 @@ def test_dictionary_source_codes_count_like_plain_strings() -> None:
     assert counts_by_source(codes, names) == counts_by_source(*source_codes(plain, len(values)))
 
 
+def test_plain_source_codes_merge_nulls_with_a_literal_unknown() -> None:
+    for values in (["x", None, "unknown", None, "x"], ["unknown", "y", None], [None, None], []):
+        for column in (pa.array(values, pa.string()), pa.chunked_array([pa.array(values, pa.large_string())])):
+            codes, names = source_codes(column, len(values))
+            assert len(names) == len(set(names))
+            assert codes.dtype == np.int32
+            assert [names[c] for c in codes] == ["unknown" if v is None else v for v in values]
+
+
 def test_reject_columns_equal_reject_many_and_keep_the_order() -> None:
     rows, cols = StageStats(), StageStats()
     for s in ("a", "b", "a", "c"):
