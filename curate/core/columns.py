@@ -62,16 +62,9 @@ def source_codes(sources: pa.Array | pa.ChunkedArray | None, n: int) -> tuple[np
         return np.zeros(n, np.int32), ["unknown"]
     if pa.types.is_dictionary(sources.type):
         return _dictionary_codes(sources)
-    # Nulls get a dictionary entry of their own (no fill value: a Python scalar would make pyarrow import
-    # pandas), named "unknown" here and merged with a literal "unknown" if both occur.
-    enc = as_array(sources).cast(pa.string()).dictionary_encode(null_encoding="encode")
-    where: dict[str, int] = {}
-    lut = np.array([where.setdefault("unknown" if v is None else v, len(where))
-                    for v in enc.dictionary.to_pylist()], np.int32)
-    codes = to_numpy(enc.indices).astype(np.int32, copy=False)
-    if not np.array_equal(lut, np.arange(len(lut))):
-        codes = lut[codes]
-    return codes, list(where)
+    # Encoded here and coded like a column read dictionary-encoded; nulls get an entry of their own, in order of
+    # first appearance (no fill value: a Python scalar would make pyarrow import pandas).
+    return _dictionary_codes(as_array(sources).cast(pa.string()).dictionary_encode(null_encoding="encode"))
 
 
 def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
