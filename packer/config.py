@@ -16,6 +16,7 @@ from pathlib import Path
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, ImageLimits
 from packer.balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
 from packer.plan import MAX_CTX
@@ -60,6 +61,7 @@ class PackConfig:
         plot: Write ``packing.png``.
         balance_compute, dp, micro_batches, cost_model: Compute-balanced layout (:mod:`packer.balance`).
         energon: Also make ``out`` an Energon dataset with this train,val,test split (the CLI's ``--energon``).
+        max_image_bytes, max_image_pixels: The image gate's limits (:class:`curate.core.images.ImageLimits`).
     """
 
     out: PathLike
@@ -84,9 +86,18 @@ class PackConfig:
     cost_model: PathLike | None = None
     energon: str | None = None
     image_root: PathLike | None = None
+    max_image_bytes: int = DEFAULT_MAX_BYTES
+    max_image_pixels: int = DEFAULT_MAX_PIXELS
+
+    @property
+    def image_limits(self) -> ImageLimits:
+        """The limits every image of the run is held to."""
+        return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
+        v.integer("--max-image-bytes", self.max_image_bytes, 1)
+        v.integer("--max-image-pixels", self.max_image_pixels, 1)
         v.in_dir("--image-root", self.image_root)
         v.integer("--ctx", self.ctx, 1)
         if self.ctx > MAX_CTX:

@@ -45,7 +45,7 @@ from megatron.energon.flavors.webdataset.config import MAIN_FOLDER_NAME
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, read_json
 from packer.config import SPLITS, parse_split_ratio  # noqa: F401 (parse_split_ratio re-exported)
-from packer.loader import PackedSequenceBuilder, ProcessorDrift, collate_packed
+from packer.loader import PackedSequenceBuilder, ProcessorDrift, SampleError, collate_packed
 from packer.tokens import TokenCounter
 
 DATASET_YAML = "dataset.yaml"
@@ -320,7 +320,7 @@ class PackedTaskEncoder(TaskEncoder[PackedSequenceSample, dict, dict, dict]):
         """The training tensors of one packed sequence."""
         try:
             out = self.builder.build(sample.to_meta(), sample.images)
-        except ProcessorDrift as exc:
+        except (ProcessorDrift, SampleError) as exc:
             raise FatalSampleError(f"{sample.__key__}: {exc}") from exc
         out["__key__"] = sample.__key__
         out["__restore_key__"] = sample.__restore_key__

@@ -12,7 +12,10 @@ For each shard the task writes
   a time, and the shuffled plan puts each output shard's samples in thousands of row groups:
   reading them again from the input would read the corpus once per output shard).
 
-Image tokens come from image headers (never decoding pixels) unless ``exact``.
+Every image goes through the image gate (:func:`curate.core.images.check`): its displayed size, from
+an image proven to decode (JPEG and PNG without a full decode, other formats decoded), so what is
+packed is what ``verify`` passes and the loader reads; ``exact`` decodes every image and runs the
+full processor.
 
 Reusing counts (``reuse_from``: an earlier ``lengths.parquet``) never reuses a stale
 count. What determines a record's tokens is (a) its text, rendered by the chat
@@ -50,7 +53,7 @@ import pyarrow as pa
 from curate.core.errors import UserError
 from curate.core.formats.refs import ImageAt
 from curate.core.gcpause import paused_gc
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, file_extension, image_label, probe
+from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, check, decode, file_extension, image_label
 from curate.core.io import write_parquet
 from curate.core.malloc import keep_freed_memory
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
@@ -118,7 +121,7 @@ class LengthsTask(ShardTask):
 
     def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
                  exact: bool = False, verify_fraction: float | None = None,
-                 max_image_pixels: int = DEFAULT_MAX_PIXELS, trust_remote_code: bool = False,
+                 limits: ImageLimits = DEFAULT_LIMITS, trust_remote_code: bool = False,
                  verify_sample: int | None = DEFAULT_VERIFY_SAMPLE, max_chars: int = MAX_RECORD_CHARS,
                  reuse_from: str | None = None) -> None:
         if verify_fraction is not None and not 0.0 <= verify_fraction <= 1.0:
@@ -132,7 +135,7 @@ class LengthsTask(ShardTask):
         self.processor_spec = processor
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.exact, self.verify_fraction = exact, verify_fraction
-        self.max_image_pixels = max_image_pixels
+        self.limits = limits
         self.trust_remote_code = trust_remote_code
         self.max_chars = max_chars  # text beyond it is never rendered nor tokenized (curate.core.textlimits)
         self.reuse_from = reuse_from  # an earlier lengths.parquet whose text counts may be reused, by text_key
@@ -175,7 +178,7 @@ class LengthsTask(ShardTask):
         self.setup()
         assert self.counter is not None
         return {"processor": self.counter.fingerprint, "min_pixels": self.min_pixels, "max_pixels": self.max_pixels,
-                "exact": self.exact, "max_image_pixels": self.max_image_pixels, "max_chars": self.max_chars}
+                "exact": self.exact, "image_limits": self.limits.settings(), "max_chars": self.max_chars}
 
     # -------------------------------------------------------------------------------------
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
@@ -257,8 +260,8 @@ class LengthsTask(ShardTask):
         grids, tokens, exts = [], [], []
         for j, path in enumerate(rec["images"]):
             try:
-                with stats.timer("probe"):
-                    info = probe(path, max_pixels=self.max_image_pixels, label=image_label(path, j))
+                with stats.timer("image_gate"):
+                    info = check(path, self.limits, label=image_label(path, j))
             except ImageError as exc:
                 stats.error(rec["id"], rec["source"], exc.reason, exc.detail)
                 return None
@@ -284,7 +287,7 @@ class LengthsTask(ShardTask):
         assert self.counter is not None
         try:
             with stats.timer("verify"):
-                images = [decode(p, max_pixels=self.max_image_pixels) for p in item["images"]]
+                images = [decode(p, self.limits) for p in item["images"]]
                 exact, grids = self.counter.count_exact(item["messages"], images)
         except ImageError as exc:  # header fine, pixels broken: a bad record, not a mismatch
             stats.error(item["id"], item["source"], exc.reason, exc.detail)
@@ -298,10 +301,21 @@ class LengthsTask(ShardTask):
             item["image_tokens"] = [g[0] * g[1] * g[2] // (self.counter.image_rule.merge_size ** 2)
                                     if self.counter.image_rule else 0 for g in grids]
         elif exact != item["tokens"] or grids != item["image_grids"]:
-            raise VerifyMismatch(f"record {item['id']!r}: header-based count {item['tokens']} tokens, grids "
-                                 f"{item['image_grids']}, but the processor gives {exact} tokens, grids {grids}; "
-                                 "this processor does not follow the Qwen2-VL rule: rerun with --exact")
+            raise VerifyMismatch(f"record {item['id']!r}: {self._mismatch(item, images, exact, grids)}")
         item["verified"] = True
+
+    def _mismatch(self, item: dict[str, Any], images: list[Any], exact: int, grids: list[list[int]]) -> str:
+        """What disagrees between the count and the full processor, named (the image, its size, both grids)."""
+        for j, (mine, theirs) in enumerate(zip(item["image_grids"], grids)):
+            if list(mine) != list(theirs):
+                w, h = images[j].size
+                return (f"{image_label(item['images'][j], j)} decodes to {w}x{h}: the Qwen2-VL rule gives grid "
+                        f"{list(mine)}, the processor {list(theirs)}; this processor resizes images another way "
+                        "(other min/max pixels, or not the Qwen2-VL family): rerun with --exact, which counts "
+                        "every image through the processor")
+        return (f"counted {item['tokens']} tokens ({item['text_tokens']} of text), the processor gives {exact} with "
+                f"the same image grids: its tokenizer or template differs from the one counted with; rerun with "
+                "--exact, and report this processor")
 
     def _write_lengths(self, rows: list[dict[str, Any]], work: Path, shard_id: str) -> None:
         lengths = pa.table({

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from curate.core.images import decode
+from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.malloc import keep_freed_memory
 from curate.core.threads import cap_threads
 from curate.core.io import is_url
@@ -110,68 +111,111 @@ def _gopen_fsspec(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) ->
     return open_input(url, mode)
 
 
+class SampleError(RuntimeError):
+    """A packed sample whose image does not decode (a pack that ``curate verify`` would have failed)."""
+
+
+#: What :class:`PackedDataset` does with a sample whose image does not decode: ``raise`` (naming the shard,
+#: the sequence and the sample) or ``skip`` (the sequence is rebuilt without it; counted and logged).
+ON_ERROR = ("raise", "skip")
+_log = logging.getLogger("packer.loader")
+
+
 class PackedSequenceBuilder:
     """Turns one packed sequence (its JSON and image bytes) into training tensors.
 
-    Shared by :class:`PackedDataset` and the Energon task encoder.
+    Shared by :class:`PackedDataset` and the Energon task encoder. Images are decoded by the image
+    gate (:func:`curate.core.images.decode`, within ``limits``), as ``curate pack`` and ``curate verify``
+    proved them. ``on_error`` (:data:`ON_ERROR`) is what happens to a sample whose image does not decode
+    anyway; ``skipped`` counts the samples skipped by this builder.
     """
 
-    def __init__(self, processor: str | os.PathLike[str] | TokenCounter, *, check: bool = True) -> None:
+    def __init__(self, processor: str | os.PathLike[str] | TokenCounter, *, check: bool = True,
+                 limits: ImageLimits = DEFAULT_LIMITS, on_error: str = "raise") -> None:
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         self.counter = processor if isinstance(processor, TokenCounter) else TokenCounter(processor)
-        self.check = check
+        self.check, self.limits, self.on_error = check, limits, on_error
+        self.skipped = 0
         rule = self.counter.image_rule
         self.mrope = rule is not None and "qwen" in type(self.counter.processor).__name__.lower()
         self.merge_size = rule.merge_size if rule is not None else 1
 
-    def build(self, meta: dict[str, Any], images: Sequence[bytes]) -> dict[str, Any]:
-        """Tensors of one packed sequence; ``images`` are the bytes of ``meta['image_members']`` in order."""
+    def build(self, meta: dict[str, Any], images: Sequence[bytes], shard: str = "") -> dict[str, Any] | None:
+        """Tensors of one packed sequence; ``images`` are the bytes of ``meta['image_members']`` in order.
+
+        Returns None when every sample of the sequence was skipped (``on_error="skip"``).
+
+        Raises:
+            ProcessorDrift: the processor no longer gives the stored token counts or image grids.
+            SampleError: a sample's image does not decode (``on_error="raise"``).
+        """
         if self.check and meta.get("processor") and meta["processor"] != self.counter.fingerprint:
             raise ProcessorDrift(f"sequence {meta.get('key')}: packed with processor {meta['processor']}, "
                                  f"loading with {self.counter.fingerprint}")
-        all_ids: list[np.ndarray] = []
-        all_labels: list[np.ndarray] = []
-        positions: list[np.ndarray] = []
-        grid_iter = iter(meta["image_grids"])
-        for i, (messages, image_tokens) in enumerate(zip(meta["messages"], meta["image_tokens"])):
-            ids, labels = self.counter.encode(messages, list(image_tokens))
-            if len(ids) != meta["tokens"][i]:
-                raise ProcessorDrift(f"sequence {meta.get('key')}, sample {meta['ids'][i]!r}: stored {meta['tokens'][i]} "
-                                     f"tokens, the processor now gives {len(ids)}")
-            grids = [next(grid_iter) for _ in range(meta["images_per_sample"][i])]
-            if self.mrope:
-                positions.append(mrope_positions(ids, self.counter.image_token_id, grids, self.merge_size))
-            else:
-                positions.append(text_positions(len(ids)))
-            all_ids.append(np.asarray(ids, dtype=np.int64))
-            all_labels.append(np.asarray(labels, dtype=np.int64))
-        cu = np.asarray(meta["cu_seqlens"], dtype=np.int32)
+        where = f"{shard}: sequence {meta.get('key')}" if shard else f"sequence {meta.get('key')}"
+        samples = self._samples(meta, images, where)
+        if not samples:
+            return None
+        cu = np.concatenate([[0], np.cumsum([len(ids) for _, ids, _, _, _ in samples])]).astype(np.int32)
+        if len(samples) == len(meta["ids"]) and cu.tolist() != list(meta["cu_seqlens"]):
+            raise ProcessorDrift(f"{where}: cu_seqlens {meta['cu_seqlens']}, tokens rebuilt {cu.tolist()}")
         out: dict[str, Any] = {
-            "input_ids": torch.from_numpy(np.concatenate(all_ids) if all_ids else np.zeros(0, np.int64)),
-            "labels": torch.from_numpy(np.concatenate(all_labels) if all_labels else np.zeros(0, np.int64)),
-            "position_ids": torch.from_numpy(np.concatenate(positions, axis=-1) if positions else np.zeros(0, np.int64)),
+            "input_ids": torch.from_numpy(np.concatenate([s[1] for s in samples])),
+            "labels": torch.from_numpy(np.concatenate([s[2] for s in samples])),
+            "position_ids": torch.from_numpy(np.concatenate([s[3] for s in samples], axis=-1)),
             "cu_seqlens": torch.from_numpy(cu),
             "max_seqlen": int(np.diff(cu).max()) if cu.size > 1 else 0,
-            "ids": list(meta["ids"]),
-            "sources": list(meta["sources"]),
+            "ids": [meta["ids"][s[0]] for s in samples],
+            "sources": [meta["sources"][s[0]] for s in samples],
         }
         if self.counter.image_token_id is not None and "mm_token_type_ids" in getattr(
                 self.counter.processor, "model_input_names", []):
             out["mm_token_type_ids"] = (out["input_ids"] == self.counter.image_token_id).to(torch.int32)
-        if out["input_ids"].numel() != int(cu[-1]):
-            raise ProcessorDrift(f"sequence {meta.get('key')}: cu_seqlens ends at {int(cu[-1])}, "
-                                 f"tokens rebuilt {out['input_ids'].numel()}")
-        if images:
-            decoded = [decode(data, label=f"{meta.get('key')}.{name}")
-                       for data, name in zip(images, meta["image_members"])]
-            vision = self.counter.processor.image_processor(images=decoded, return_tensors="pt")
+        pixels = [img for s in samples for img in s[4][0]]
+        if pixels:
+            stored = [list(g) for s in samples for g in s[4][1]]
+            vision = self.counter.processor.image_processor(images=pixels, return_tensors="pt")
             out["pixel_values"] = vision["pixel_values"]
             if "image_grid_thw" in vision:
                 grid = vision["image_grid_thw"]
-                if grid.tolist() != [list(g) for g in meta["image_grids"]]:
-                    raise ProcessorDrift(f"sequence {meta.get('key')}: stored image grids {meta['image_grids']}, "
-                                         f"the image processor now gives {grid.tolist()}")
+                if grid.tolist() != stored:
+                    raise ProcessorDrift(f"{where}: stored image grids {stored}, the image processor now gives "
+                                         f"{grid.tolist()}")
                 out["image_grid_thw"] = grid
         return out
+
+    def _samples(self, meta: dict[str, Any], images: Sequence[bytes], where: str) -> list[tuple[Any, ...]]:
+        """``(index, ids, labels, positions, (pixels, grids))`` of every sample kept."""
+        kept = []
+        first = 0
+        for i, (messages, image_tokens) in enumerate(zip(meta["messages"], meta["image_tokens"])):
+            k = meta["images_per_sample"][i]
+            names, grids = meta["image_members"][first:first + k], meta["image_grids"][first:first + k]
+            data = images[first:first + k]
+            first += k
+            try:
+                pixels = [decode(b, self.limits, label=f"{where}, sample {meta['ids'][i]!r}, image {name}")
+                          for b, name in zip(data, names)]
+            except ImageError as exc:
+                message = f"{where}, sample {meta['ids'][i]!r}: {exc.reason}: {exc.detail}"
+                if self.on_error == "raise":
+                    raise SampleError(message + "; run curate verify on the pack, or load with "
+                                                "on_error='skip'") from None
+                self.skipped += 1
+                _log.warning("skipped %s", message)
+                continue
+            ids, labels = self.counter.encode(messages, list(image_tokens))
+            if len(ids) != meta["tokens"][i]:
+                raise ProcessorDrift(f"{where}, sample {meta['ids'][i]!r}: stored {meta['tokens'][i]} tokens, "
+                                     f"the processor now gives {len(ids)}")
+            if self.mrope:
+                positions = mrope_positions(ids, self.counter.image_token_id, grids, self.merge_size)
+            else:
+                positions = text_positions(len(ids))
+            kept.append((i, np.asarray(ids, dtype=np.int64), np.asarray(labels, dtype=np.int64), positions,
+                         (pixels, grids)))
+        return kept
 
 
 class PackedDataset(torch.utils.data.IterableDataset):
@@ -183,6 +227,11 @@ class PackedDataset(torch.utils.data.IterableDataset):
         rank, world_size: distributed position; by default read from ``torch.distributed`` when
             initialised, else 0 and 1.
         check: verify processor fingerprint, token counts and image grids (recommended).
+        on_error: a sample whose image does not decode (a pack ``curate verify`` fails): ``"raise"`` (the
+            default: :class:`SampleError` naming the shard, sequence and sample) or ``"skip"`` (the sequence is
+            built without it; each skip is logged on the ``packer.loader`` logger and counted in ``skipped``,
+            per process: a DataLoader worker counts its own).
+        limits: the image limits (bytes, pixels) the pack was made with (``stats.json`` ``settings.image_limits``).
         threads: torch/OpenMP threads of each DataLoader worker (set when the worker starts
             iterating; 1 by default: W workers × all cores each oversubscribe the machine).
             The main process is left as it is.
@@ -190,13 +239,17 @@ class PackedDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                  processor: str | os.PathLike[str] | TokenCounter, *, rank: int | None = None,
-                 world_size: int | None = None, check: bool = True, threads: int = 1) -> None:
+                 world_size: int | None = None, check: bool = True, threads: int = 1, on_error: str = "raise",
+                 limits: ImageLimits = DEFAULT_LIMITS) -> None:
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         super().__init__()
         self.threads = threads
         self.shards = expand_shards(shards)
         self.processor = processor
         self.rank, self.world_size = rank, world_size
         self.check = check
+        self.on_error, self.limits = on_error, limits
         self._builder: PackedSequenceBuilder | None = None
         self._firsts: dict[str, dict[str, Any] | None] = {}  # first sequence's step/rank/dp per tar
 
@@ -249,7 +302,8 @@ class PackedDataset(torch.utils.data.IterableDataset):
             cap_threads(self.threads)  # a DataLoader worker: before the processor loads
             keep_freed_memory()  # image after image: freed buffers reused, not faulted in again (curate.core.malloc)
         if self._builder is None:
-            self._builder = PackedSequenceBuilder(self.processor, check=self.check)
+            self._builder = PackedSequenceBuilder(self.processor, check=self.check, limits=self.limits,
+                                                  on_error=self.on_error)
         rank, world = self._dist()
         balanced = self._balanced(rank, world) is not None
         mine = self.my_shards()
@@ -270,7 +324,14 @@ class PackedDataset(torch.utils.data.IterableDataset):
             if balanced and meta.get("rank") != rank:
                 raise ValueError(f"sequence {meta.get('key')} is assigned to rank {meta.get('rank')}, read by rank {rank}")
             images = [sample[name] for name in meta["image_members"]]
-            yield self._builder.build(meta, images)
+            built = self._builder.build(meta, images, shard=str(sample.get("__url__", "")))
+            if built is not None:
+                yield built
+
+    @property
+    def skipped(self) -> int:
+        """Samples skipped so far in this process (``on_error="skip"``)."""
+        return self._builder.skipped if self._builder is not None else 0
 
 
 def worker_init(worker_id: int) -> None:  # noqa: ARG001 - DataLoader's worker_init_fn signature

@@ -1,15 +1,14 @@
 """``curate verify OUT``: re-read a packed folder and check every boundary and count.
 
-Walks every tar once by its member headers (:func:`curate.core.formats.wds.scan_groups`, which groups members as
-webdataset does: each sequence's JSON is read, each image's head and tail, never its pixels), a few tars per shard
-of an executor (``--workers N`` processes or ``--executor ray``; :mod:`packer.verify_tar`), and checks, naming
-each problem:
+Walks every tar once (:func:`curate.core.formats.wds.scan_groups`, which groups members as webdataset does: each
+sequence's JSON is read, and each image goes through the image gate, which proves it decodes as the loader will
+decode it), a few tars per shard of an executor (``--workers N`` processes or ``--executor ray``;
+:mod:`packer.verify_tar`), and checks, naming each problem:
 
 * each sequence's JSON: ``cu_seqlens`` starts at 0, its steps equal ``tokens``, it
   ends at or below ``ctx``; per-sample lists have one entry per sample; the image
-  members listed are present (and nothing else), their headers give the stored grids (headers
-  are read only when a processor turns them into grids: without one the JSON is the only record
-  of the count and nothing is read beyond it);
+  members listed are present (and nothing else), every image decodes, and (with a processor, whose
+  rule turns a size into a grid) its decoded size gives the stored grid;
 * the whole: every id appears once, the ids equal the plan's, the number of
   sequences and of packed records equal ``stats.json``;
 * a seeded sample of records re-tokenized with the processor gives the stored counts;
@@ -32,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.columns import first_occurrences
+from curate.core.images import DEFAULT_LIMITS, ImageLimits
 from curate.core.io import is_url, read_json
 from curate.core.remote import local_copy
 from curate.core.validate import configure
@@ -99,7 +99,7 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
         report.add(f"unfinished files in shards/: {leftovers[:5]}")
     balance = stats["settings"].get("balance")
     task = VerifyTarTask(ctx=ctx, rule=counter.image_rule if counter is not None else None, sample=sample,
-                         balance=balance)
+                         balance=balance, limits=image_limits(stats))
     shards = tar_shards(tars)
     work = out / ".verify" / uuid.uuid4().hex[:12]  # beside the shards: shared storage for Ray actors too
     try:
@@ -131,6 +131,12 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
     if counter is not None and sample:
         _recount(summaries, counter, sample, seed, report)
     return report
+
+
+def image_limits(stats: dict[str, Any]) -> ImageLimits:
+    """The image limits a pack was counted with (``stats.json``), the defaults for an older pack."""
+    recorded = stats.get("settings", {}).get("image_limits")
+    return ImageLimits(**recorded) if isinstance(recorded, dict) else DEFAULT_LIMITS
 
 
 #: The shards of a pack output (hidden files are a writer's unfinished ones).

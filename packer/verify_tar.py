@@ -1,8 +1,10 @@
 """A few tars of ``curate verify``, run as a shard by an executor: read each tar once and check every sequence.
 
-Tars are read by their member headers (:func:`iter_samples`): the JSON of every sequence and the
-head and tail of every image, never the pixels between (≈29 KB per image whatever its size), so a
-worker imports no torch and loads no model (the image rule comes from the driver).
+Tars are read front to back once (:func:`iter_samples`): the JSON of every sequence, and every image
+through the image gate (:func:`curate.core.images.check`), which proves it decodes as the loader will
+decode it (JPEG and PNG without a full decode) and gives its displayed size; with the processor's
+image rule (from the driver: a worker imports no torch and loads no model) that size must give the
+stored grid.
 
 A shard's results go to ``verify/<shard>.json`` (per tar: counts, problems, the seeded
 candidates for the processor recount, compute-balance rows) and
@@ -22,7 +24,7 @@ import pyarrow as pa
 
 from curate.core.formats.refs import ImageAt
 from curate.core.formats.wds import scan_groups
-from curate.core.images import ImageError, probe
+from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, check
 from curate.core.io import input_size, open_input, write_json, write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
@@ -67,9 +69,18 @@ class TarReport(ProblemLog):
         self.more_problems = 0
 
 
+def _owner(meta: dict[str, Any], member: int) -> str:
+    """The id of the sample that holds the ``member``-th image of a sequence."""
+    ends = np.cumsum(meta.get("images_per_sample", []))
+    k = int(np.searchsorted(ends, member, side="right"))
+    ids = meta.get("ids", [])
+    return ids[k] if k < len(ids) else "?"
+
+
 def _check_sequence(meta: dict[str, Any], sample: dict[str, Any], ctx: int, report: TarReport,
-                    rule: Any, where: str) -> None:
-    """Check one sequence's JSON against itself, its tar members and (with ``rule``) their image headers."""
+                    rule: Any, where: str, limits: ImageLimits = DEFAULT_LIMITS) -> None:
+    """Check one sequence's JSON against itself and its tar members: every image decodes (the image gate)
+    and, with ``rule``, gives the stored grid."""
     n = len(meta.get("ids", []))
     for key in ("sources", "tokens", "messages", "images_per_sample", "image_tokens"):
         if len(meta.get(key, [])) != n:
@@ -93,19 +104,24 @@ def _check_sequence(meta: dict[str, Any], sample: dict[str, Any], ctx: int, repo
     if present != set(members):
         report.add(f"{where}: tar members {sorted(present)} differ from image_members {sorted(members)}")
         return
-    if rule is None:
-        report.images += len(members)  # no rule turns a header into a grid: the JSON is the count, nothing to read
-        members = []
     for name, grid in zip(members, grids):
         try:
-            info = probe(sample[name], label=f"{where}.{name}")
+            info = check(sample[name], limits, label=f"{where}.{name}")
         except ImageError as exc:
-            report.add(f"{where}: image {name}: {exc.reason}")
+            report.add(f"{where}: image {name} of sample {_owner(meta, members.index(name))!r} does not decode "
+                       f"({exc.reason}: {exc.detail}); the loader would fail on it")
             continue
         report.images += 1
-        expect = list(rule.grid(info.height, info.width))
+        if rule is None:
+            continue
+        try:
+            expect = list(rule.grid(info.height, info.width))
+        except ValueError as exc:
+            report.add(f"{where}: image {name} of {info.width}x{info.height}: the processor refuses it ({exc})")
+            continue
         if expect != list(grid):
-            report.add(f"{where}: image {name} of {info.width}x{info.height} has grid {expect}, stored {grid}")
+            report.add(f"{where}: image {name} of sample {_owner(meta, members.index(name))!r} decodes to "
+                       f"{info.width}x{info.height}, grid {expect}, stored {grid}")
     for i, k in enumerate(meta["images_per_sample"]):
         if len(meta["image_tokens"][i]) != k:
             report.add(f"{where}: sample {meta['ids'][i]!r} lists {len(meta['image_tokens'][i])} image token counts "
@@ -113,7 +129,8 @@ def _check_sequence(meta: dict[str, Any], sample: dict[str, Any], ctx: int, repo
 
 
 def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: int,
-              balance: dict[str, Any] | None) -> tuple[dict[str, Any], pa.Table]:
+              balance: dict[str, Any] | None,
+              limits: ImageLimits = DEFAULT_LIMITS) -> tuple[dict[str, Any], pa.Table]:
     """Read one tar once; return its summary and its ``(key, id)`` columns.
 
     ``sample`` candidates for the recount are a seeded uniform sample of the tar's
@@ -127,7 +144,7 @@ def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: 
     rng = np.random.default_rng([seed, _RECOUNT_SALT, index])
     chosen: list[dict[str, Any]] = []
     try:
-        for item in iter_samples(path, heads=rule is not None):
+        for item in iter_samples(path):
             where = f"{name}:{item['__key__']}"
             if "json" not in item:
                 report.add(f"{where}: no .json member")
@@ -135,7 +152,7 @@ def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: 
             meta = json.loads(item["json"])
             keys.append(item["__key__"])
             report.sequences += 1
-            _check_sequence(meta, item, ctx, report, rule, where)
+            _check_sequence(meta, item, ctx, report, rule, where, limits)
             if steps is not None:
                 steps.add(name, meta, where, report.add)
             for i, rid in enumerate(meta.get("ids", [])):
@@ -166,11 +183,10 @@ def iter_samples(path: str, heads: bool = True) -> Iterator[dict[str, Any]]:
     """The samples of a tar in order, as webdataset groups them: ``{"__key__": key, ext: value, ...}``.
 
     Consecutive members ``KEY.EXT`` (the key ends at the first dot of the file name) form one
-    sample. Only the member headers are walked (:func:`curate.core.formats.wds.scan_groups`, member
-    data skipped by seeking): ``.json`` members are read whole; every other member (the images) is an
-    :class:`~curate.core.formats.refs.ImageAt` (its first 16 KiB and last 4 KiB, all that
-    :func:`~curate.core.images.probe` needs) with ``heads``, else None.
-    So an image costs ≈29 KB of reads whatever its size, and a worker needs neither torch nor webdataset.
+    sample, walked by their headers (:func:`curate.core.formats.wds.scan_groups`): ``.json`` members
+    are read whole; every other member (the images) is an :class:`~curate.core.formats.refs.ImageAt`
+    holding its bytes with ``heads``, else None (skipped by seeking). A worker needs neither torch
+    nor webdataset.
 
     Raises:
         _Unreadable: the tar ends inside a member or its headers stop making sense (after the samples before).
@@ -231,16 +247,17 @@ class VerifyTarTask(ShardTask):
     #: seconds to import per spawned process) and use no threads, torch or OpenMP themselves.
     start_method = "fork"
 
-    def __init__(self, *, ctx: int, rule: Any, sample: int, balance: dict[str, Any] | None) -> None:
+    def __init__(self, *, ctx: int, rule: Any, sample: int, balance: dict[str, Any] | None,
+                 limits: ImageLimits = DEFAULT_LIMITS) -> None:
         self.ctx, self.rule = ctx, rule  # the processor's image rule (a small dataclass): workers load no model
-        self.sample, self.balance = sample, balance
+        self.sample, self.balance, self.limits = sample, balance, limits
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Check the shard's tars; write their summaries (``{"tars": [...]}``) and columns under ``verify/``."""
         summaries, tables = [], []
         for path, index in shard.meta:
             summary, table = check_tar(path, index, ctx=self.ctx, rule=self.rule, sample=self.sample,
-                                       seed=ctx.seed, balance=self.balance)
+                                       seed=ctx.seed, balance=self.balance, limits=self.limits)
             summaries.append(summary)
             tables.append(table)
             ctx.progress(1)

@@ -34,7 +34,7 @@ import pyarrow as pa
 from curate.balance.config import DEFAULT_BATCH, EmbedConfig
 from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
 from curate.core.errors import UserError
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode
+from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.io import write_parquet
 from curate.core.malloc import keep_freed_memory
 from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
@@ -67,7 +67,7 @@ class EmbedTask(ShardTask):
 
     def __init__(self, model: str = DEFAULT_MODEL, *, precision: str = "fp32", device: str = "auto",
                  batch_size: int = DEFAULT_BATCH, decode_threads: int | None = None, threads: int | None = None,
-                 max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+                 limits: ImageLimits = DEFAULT_LIMITS) -> None:
         if batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, got {batch_size}")
         if decode_threads is not None and decode_threads < 1:
@@ -76,7 +76,7 @@ class EmbedTask(ShardTask):
         self.batch_size = batch_size
         self.decode_threads = decode_threads or default_decode_threads()
         self.threads = threads
-        self.max_image_pixels = max_image_pixels
+        self.limits = limits
         self.encoder: Encoder | None = None
 
     def setup(self) -> None:
@@ -91,13 +91,13 @@ class EmbedTask(ShardTask):
         self.setup()
         assert self.encoder is not None
         return {"model": self.encoder.fingerprint, "model_spec": self.model_spec, "precision": self.precision,
-                "batch_size": self.batch_size, "max_image_pixels": self.max_image_pixels, "dim": self.encoder.dim,
+                "batch_size": self.batch_size, "image_limits": self.limits.settings(), "dim": self.encoder.dim,
                 "multi_image": "mean"}
 
     # ------------------------------------------------------------------
     def _load(self, item: _Item) -> list[Any]:
         assert self.encoder is not None
-        return [self.encoder.prepare_image(decode(p, max_pixels=self.max_image_pixels)) for p in item.paths]
+        return [self.encoder.prepare_image(decode(p, self.limits)) for p in item.paths]
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Embed one shard; write its ``.npy`` and ``.ids.parquet``."""

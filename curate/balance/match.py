@@ -316,7 +316,8 @@ def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: str | os.Pat
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     vocab_sha = file_sha256(vocab)
-    shards = plan_shards(inputs, config.shard_size, text_field=config.text_field, image_root=config.image_root)
+    shards = plan_shards(inputs, config.shard_size, text_field=config.text_field, image_root=config.image_root,
+                         text_only=True)
     automaton = out / "_match" / f"automaton-{vocab_sha[:16]}-{'case' if case_sensitive else 'fold'}.bin"
     if not Path(str(automaton) + ".groups.json").exists():
         TextMatcher(entries, case_sensitive=case_sensitive).save(automaton)

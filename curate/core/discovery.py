@@ -84,6 +84,16 @@ def output_folder(folder: Path) -> str | None:
     return None
 
 
+#: Suffixes of two parts (a gzipped tar), which ``Path.suffix`` would see as ``.gz``.
+_DOUBLE = (".tar.gz",)
+
+
+def record_suffix(name: str) -> str:
+    """A file name's record suffix, lower-case: ``.tar.gz`` for a gzipped tar, else its last suffix."""
+    lower = name.lower()
+    return next((d for d in _DOUBLE if lower.endswith(d)), os.path.splitext(lower)[1])
+
+
 def records_files(folder: Path, suffixes: Container[str]) -> list[Path]:
     """The record files under ``folder`` (sorted), skipping hidden paths, JSON that is not an array and the
     curate output folders below it (see the module docstring).
@@ -108,7 +118,7 @@ def records_files(folder: Path, suffixes: Container[str]) -> list[Path]:
         present = {name.lower() for name in files}
         for name in files:
             path = here / name
-            if name.startswith(".") or path.suffix.lower() not in suffixes or not path.is_file():
+            if name.startswith(".") or record_suffix(name) not in suffixes or not path.is_file():
                 continue
             if path.suffix.lower() == ".json" and not _json_array(path):
                 continue

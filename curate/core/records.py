@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,17 +37,20 @@ import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
+from curate.core.discovery import record_suffix
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
 from curate.core.formats.sources import default_id_prefix, default_source
 from curate.core.formats.conversations import CAPTION_PROMPT, IMAGE_TOKEN, messages_of  # noqa: F401 (re-exported)
+from curate.core.formats.placement import (count_placeholders, implied_image,  # noqa: F401 (re-exported)
+                                           number_placeholders, place_images)
 from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, text_layout
 from curate.core.io import as_path, input_size, is_url, open_input
 
 _LAYOUT_KEYS = {"id", "source", "image", "images", *TEXT_LAYOUTS}
 _NO_LAYOUT = "no messages, conversations, caption, text, problem or question field"
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet",
-             ".tar": "tar"}
+             ".tar": "tar", ".tgz": "tgz", ".tar.gz": "tgz"}
 
 Record = dict[str, Any]
 #: How rows become records (ids, sources, layouts): part of every stage's recorded settings and of
@@ -61,7 +63,10 @@ Record = dict[str, Any]
 #: rows (``image_1`` … columns, ``<image k>`` placeholders, the images in their order; options as list text),
 #: image structs in columns no layout reads errored ``invalid_image_column``; 8: a row whose ``image`` is a path
 #: and that has one image struct column with bytes (MathVista's ``decoded_image``) reads those bytes.
-READER_VERSION = 8
+#: 9: a row whose layout implies an image it does not carry (a caption, a URL never downloaded, ``<image>``
+#: placeholders) is errored ``missing_image`` unless the run reads text only; ``captions`` lists are caption rows;
+#: gzipped tars are read.
+READER_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -78,60 +83,8 @@ class BadRecord:
 # Canonical conversion
 # ---------------------------------------------------------------------------
 
-_NUMBERED_PLACEHOLDER = re.compile(r"<image (\d+)>")
-
-
-def number_placeholders(messages: list[dict[str, str]], images: list[Any],
-                        numbers: list[int] | None) -> tuple[list[dict[str, str]], list[Any]]:
-    """MMMU's numbered placeholders: in a conversation with no ``<image>``, each ``<image k>`` (in the question
-    or its options) becomes ``<image>`` where it stands, and the images follow the placeholders: image ``k``
-    at each of its places (twice if it is referred to twice). ``numbers`` are the images' numbers (MMMU's
-    ``image_k`` columns, which the row keeps as they are when written back); without them (other layouts,
-    whose written-back rows keep their own image order) or without such placeholders nothing changes.
-
-    Raises:
-        RecordInvalid: ``image_count_mismatch`` for a placeholder with no such image, or an image that no
-            placeholder refers to.
-    """
-    if numbers is None or not images or count_placeholders(messages) or \
-            not any(_NUMBERED_PLACEHOLDER.search(m["content"]) for m in messages):
-        return messages, images
-    by_number = dict(zip(numbers, images))
-    order = [int(k) for m in messages for k in _NUMBERED_PLACEHOLDER.findall(m["content"])]
-    missing = next((k for k in order if k not in by_number), None)
-    if missing is not None:
-        raise RecordInvalid("image_count_mismatch", f"<image {missing}> refers to no image (the row has images "
-                                                    f"{', '.join(map(str, numbers))})")
-    referred = set(order)
-    unused = next((k for k in numbers if k not in referred), None)
-    if unused is not None:
-        raise RecordInvalid("image_count_mismatch", f"image {unused} is referred to by no <image k> placeholder")
-    messages = [{**m, "content": _NUMBERED_PLACEHOLDER.sub(IMAGE_TOKEN, m["content"])} for m in messages]
-    return messages, [by_number[k] for k in order]
-
-
-def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
-    """Check that ``messages`` hold one ``<image>`` per image; when they hold none, put the
-    placeholders (each followed by a newline) at the start of the first user turn.
-
-    Raises:
-        RecordInvalid: ``image_count_mismatch`` (other counts, or images but no user turn).
-    """
-    n_tags = count_placeholders(messages)
-    if n_tags == n_images:
-        return messages
-    if n_tags == 0 and n_images > 0:
-        for i, m in enumerate(messages):
-            if m["role"] == "user":
-                messages = list(messages)
-                messages[i] = {**m, "content": (IMAGE_TOKEN + "\n") * n_images + m["content"]}
-                return messages
-        raise RecordInvalid("image_count_mismatch", "record has images but no user turn to hold them")
-    raise RecordInvalid("image_count_mismatch", f"{n_tags} {IMAGE_TOKEN} placeholders for {n_images} images")
-
-
 def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_source: str,
-                 text_field: str | None = None) -> Record:
+                 text_field: str | None = None, text_only: bool = False) -> Record:
     """Convert one raw row (any accepted layout) to a canonical record.
 
     Args:
@@ -143,6 +96,8 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
             :func:`curate.core.formats.sources.default_source`).
         text_field: a row in none of the layouts is read as a caption record whose caption is this field
             (e.g. ``alt_text``), when it has it.
+        text_only: the run reads text only (text matching): a caption or a URL row without image bytes is
+            read as text instead of errored ``missing_image``.
 
     Raises:
         RecordInvalid: the row is not a usable record (its ``reason`` is stable).
@@ -158,7 +113,12 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
     rid = fallback_id if rid is None or rid == "" else as_text(rid, "id")
     source = raw.get("source", raw.get("data_source"))
     source = fallback_source if source is None or source == "" else as_text(source, "source")
-    messages, images = number_placeholders(messages_of(raw, layout, caption), images, numbers)
+    messages = messages_of(raw, layout, caption)  # a broken text is named first (invalid_field)
+    if not images and not text_only:
+        missing = implied_image(raw, layout, caption)
+        if missing is not None:
+            raise RecordInvalid("missing_image", missing)
+    messages, images = number_placeholders(messages, images, numbers)
     messages = place_images(messages, len(images))
     record: Record = {k: v for k, v in raw.items() if k not in _LAYOUT_KEYS and k != layout}
     if caption and isinstance(raw[layout], (list, tuple)):
@@ -179,7 +139,8 @@ class Part:
     seeks instead of scanning), 0 otherwise. Reading settings of the run, carried by its parts to
     the workers: ``text_field`` (see :func:`to_canonical`; ``tag --match text --text-field``) and
     ``image_root``, the folder (or bucket prefix) relative image paths are read from instead of the
-    file's own folder (``--image-root``: LLaVA-style annotations kept apart from their images).
+    file's own folder (``--image-root``: LLaVA-style annotations kept apart from their images);
+    ``text_only``, the run reads text only (see :func:`to_canonical`).
     """
 
     path: str
@@ -189,6 +150,7 @@ class Part:
     offset: int = 0
     text_field: str | None = None
     image_root: str | None = None
+    text_only: bool = False
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -196,7 +158,7 @@ class Part:
 
 def input_format(path: str | os.PathLike[str]) -> str:
     """The reader for a file, from its suffix; a clear error for anything else."""
-    suffix = as_path(path).suffix.lower()
+    suffix = record_suffix(as_path(path).name)
     if suffix not in _SUFFIXES:
         raise UserError(f"{path}: unsupported input type {suffix or '(no suffix)'}; use {ACCEPTED}")
     return _SUFFIXES[suffix]
@@ -261,6 +223,9 @@ def split_file(path: Path, rows_per_part: int) -> list[Part]:
         with open_input(path) as fh:
             offsets, n = wds.count_groups(fh, input_size(path))
         return [Part(str(path), fmt, s, min(s + rows_per_part, n), offsets[s]) for s in range(0, n, rows_per_part)]
+    if fmt == "tgz":  # a gzipped tar has no offsets to seek to: each part streams it from the start
+        n = wds.count_gzip_groups(path)
+        return [Part(str(path), fmt, s, min(s + rows_per_part, n)) for s in range(0, n, rows_per_part)]
     if fmt == "json":
         n = len(_load_json_array(path))
     else:
@@ -323,6 +288,10 @@ def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[
             yield row, data[row], None
     elif part.format == "tar":
         yield from _rows_tar(part, heads)
+    elif part.format == "tgz":
+        for row, (raw, problem) in enumerate(wds.gzip_rows(part.path, part.stop)):
+            if row >= part.start:
+                yield row, raw, problem
     else:
         yield from _rows_parquet(part, heads or views)
 
@@ -353,7 +322,7 @@ def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator
             continue
         try:
             yield raw, to_canonical(raw, part.image_root or path.parent, fallback_id=fallback_id,
-                                    fallback_source=source, text_field=part.text_field)
+                                    fallback_source=source, text_field=part.text_field, text_only=part.text_only)
         except RecordInvalid as exc:
             rid = (raw.get("id") or raw.get("key")) if isinstance(raw, dict) else None  # key: img2dataset
             src = raw.get("source") if isinstance(raw, dict) else None
@@ -367,8 +336,3 @@ def read_records(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[Record | 
     for path in expand_inputs(inputs):
         for part in split_file(path, 1 << 62):
             yield from read_part(part)
-
-
-def count_placeholders(messages: Iterable[dict[str, str]]) -> int:
-    """Number of ``<image>`` placeholders in a conversation."""
-    return sum(m["content"].count(IMAGE_TOKEN) for m in messages)

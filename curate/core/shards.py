@@ -83,7 +83,8 @@ class Shard:
 
 
 def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE, *,
-                text_field: str | None = None, image_root: str | os.PathLike[str] | None = None) -> list[Shard]:
+                text_field: str | None = None, image_root: str | os.PathLike[str] | None = None,
+                text_only: bool = False) -> list[Shard]:
     """Split inputs into shards of at most ``shard_size`` rows, in input order.
 
     Files are split at ``shard_size`` rows; consecutive small pieces of
@@ -91,7 +92,8 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     inputs and ``shard_size``. Reading settings, carried to the workers by every part (and part of
     :func:`plan_hash`): ``text_field``, read rows in no known layout as captions from this field
     (:func:`curate.core.records.to_canonical`); ``image_root``, the folder relative image paths are
-    read from (:func:`resolve_image_root`), instead of each file's own.
+    read from (:func:`resolve_image_root`), instead of each file's own; ``text_only``, the stage reads text
+    only, so a caption or URL row without image bytes is text rather than ``missing_image``.
     """
     if shard_size < 1:
         raise UserError(f"--shard-size must be at least 1, got {shard_size}")
@@ -101,8 +103,8 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     rows = 0
     for parts in split_inputs(expand_inputs(inputs), shard_size):  # tars: walked in parallel, kept in a cache
         for part in parts:
-            if text_field is not None or root is not None:
-                part = replace(part, text_field=text_field, image_root=root)
+            if text_field is not None or root is not None or text_only:
+                part = replace(part, text_field=text_field, image_root=root, text_only=text_only)
             if rows + len(part) > shard_size and current:
                 shards.append(Shard(len(shards), tuple(current)))
                 current, rows = [], 0
@@ -130,12 +132,13 @@ def resolve_image_root(image_root: str | os.PathLike[str] | None) -> str | None:
 
 def plan_hash(shards: Sequence[Shard]) -> str:
     """A hash of the shard plan: every shard's index, input row ranges, ``meta`` and size, and the reading
-    settings its parts carry (``text_field``, ``image_root``)."""
+    settings its parts carry (``text_field``, ``image_root``, ``text_only``)."""
     h = hashlib.sha256()
     for shard in shards:
         h.update(f"{shard.index}|{tuple(shard.meta)!r}|{shard.size}\n".encode())
         for part in shard.parts:
-            h.update(f"{part.path}|{part.start}|{part.stop}|{part.text_field}|{part.image_root}\n".encode())
+            text_only = "|text-only" if part.text_only else ""  # absent when off: earlier plans keep their hashes
+            h.update(f"{part.path}|{part.start}|{part.stop}|{part.text_field}|{part.image_root}{text_only}\n".encode())
     return h.hexdigest()[:16]
 
 

@@ -12,8 +12,8 @@ Error reasons are short stable strings:
 
 * ``prompt_error:<what>``: the request itself is unusable (``image_count``,
   ``empty``, ``role``, ``ends_with_assistant``, ``template``);
-* ``image_error:<reason>``: an image failed :mod:`curate.core.images` (``missing_image``,
-  ``truncated``, ``not_an_image``, ...);
+* an image refused by the image gate: its reason (:data:`curate.core.images.REASONS`: ``missing_image``,
+  ``truncated``, ``not_an_image``, ...), the same reason every other stage gives the same file;
 * ``http_error:<status>``, ``timeout``, ``connection_error``, ``bad_response``
   (OpenAI-compatible servers, after the retries);
 * ``generation_error:<Exception>`` (local model);

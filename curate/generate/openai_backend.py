@@ -1,9 +1,8 @@
 """The ``openai`` backend: any OpenAI-compatible chat server (``--endpoint URL --served-model NAME``).
 
 vLLM, SGLang, ``transformers serve`` and hosted APIs speak
-``POST {endpoint}/v1/chat/completions``. Images travel as base64 data URLs of
-their original bytes (MIME type from the image header, checked with
-:func:`curate.core.images.probe` first). Calls run on a bounded thread pool with one
+``POST {endpoint}/v1/chat/completions``. Images travel as base64 data URLs of images the
+image gate accepts (:mod:`curate.generate.image_urls`). Calls run on a bounded thread pool with one
 shared ``httpx`` client.
 
 Retries: timeouts, connection errors, 429 and 5xx answers, and malformed bodies
@@ -33,7 +32,6 @@ Answers are placed by sample index, whatever order the calls finish in.
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import threading
@@ -48,13 +46,10 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.generate.base import EndpointDown, GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, probe, read_bytes
+from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits
+from curate.generate.image_urls import data_url
 
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 20
-MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp", "GIF": "image/gif", "BMP": "image/bmp",
-        "TIFF": "image/tiff", "MPO": "image/jpeg"}
-
-
 def chat_url(endpoint: str) -> str:
     """The chat-completions URL of an endpoint given as ``http://host:port``, ``.../v1`` or the full URL."""
     url = endpoint.strip().rstrip("/")
@@ -65,17 +60,6 @@ def chat_url(endpoint: str) -> str:
     if url.endswith("/v1"):
         return url + "/chat/completions"
     return url + "/v1/chat/completions"
-
-
-def data_url(path: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> str:
-    """A ``data:`` URL of an image file's original bytes; raises :class:`ImageError` for bad images."""
-    data = read_bytes(path)
-    # a file is probed as a file, so its failures keep their file reasons (empty_file, not_an_image...)
-    info = probe(data if isinstance(path, bytes) else path, max_pixels=max_pixels, label=str(path))
-    mime = MIME.get(info.format)
-    if mime is None:
-        raise ImageError("unsupported_format", f"{path}: {info.format}")
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 class CallFailed(Exception):
@@ -149,7 +133,7 @@ class OpenAIBackend(GenerationBackend):
             server is seen returning fewer; 1: never send ``n``).
         send_seed: Send a per-call ``seed`` (servers that reject it: set False).
         extra_body: More JSON fields for every call (for example ``{"top_k": 20}`` for vLLM).
-        max_image_pixels: Decompression-bomb limit when checking images.
+        max_image_pixels: the image gate's pixel limit (:class:`curate.core.images.ImageLimits`).
         max_consecutive_failures: Failed calls in a row after which the server is taken for down.
     """
 
@@ -177,7 +161,8 @@ class OpenAIBackend(GenerationBackend):
         self.concurrency, self.timeout, self.max_retries = concurrency, timeout, max_retries
         self.backoff, self.backoff_max, self.send_seed = backoff, backoff_max, send_seed
         self.extra_body = dict(extra_body or {})
-        self.max_image_pixels = max_image_pixels or DEFAULT_MAX_PIXELS
+        self.max_image_pixels = max_image_pixels
+        self.limits = ImageLimits(max_pixels=max_image_pixels) if max_image_pixels else DEFAULT_LIMITS
         self._n_cap = n_per_call
         self._n_cap_fixed = n_per_call is not None
         self._lock = threading.Lock()
@@ -302,7 +287,7 @@ class OpenAIBackend(GenerationBackend):
             return {"type": "image_url", "image_url": {"url": urls[i]}}
 
         for i, path in enumerate(state.request.images):
-            urls[i] = data_url(path, self.max_image_pixels)
+            urls[i] = data_url(path, self.limits)
         state.messages = content_parts(state.request, image_part)
 
     def _start(self, index: int, request: GenerationRequest) -> tuple[_State, GenerationResult | None]:
@@ -312,7 +297,7 @@ class OpenAIBackend(GenerationBackend):
         except PromptError as exc:
             return state, error_result(request, exc.reason, exc.detail)
         except ImageError as exc:
-            return state, error_result(request, f"image_error:{exc.reason}", exc.detail)
+            return state, error_result(request, exc.reason, exc.detail)
         return state, None
 
     def _stream(self, requests: Sequence[GenerationRequest]) -> Iterator[tuple[int, GenerationResult]]:

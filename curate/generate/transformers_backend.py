@@ -39,7 +39,7 @@ from curate.core.errors import UserError
 from curate.core.gcpause import paused_gc
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
-from curate.core.images import ImageError, decode
+from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.textlimits import CHARS_PER_TOKEN_BOUND, MAX_PROMPT_TOKENS, TOO_LONG, over, total_chars
 from curate.generate.checks import DTYPES
 
@@ -133,7 +133,7 @@ class TransformersBackend(GenerationBackend):
         batch_size: Prompts per ``generate`` call (rows = prompts × n).
         trust_remote_code: Allow checkpoints that ship their own modelling code.
         chat_template_kwargs: Extra variables for the chat template.
-        max_image_pixels: Decompression-bomb limit for :func:`curate.core.images.decode`.
+        max_image_pixels: the image gate's pixel limit (:class:`curate.core.images.ImageLimits`).
         max_prompt_tokens: Longest prompt (template text, image placeholders unexpanded); longer
             prompts get the error ``too_long`` before the model sees them.
     """
@@ -160,6 +160,7 @@ class TransformersBackend(GenerationBackend):
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_image_pixels = max_image_pixels
+        self.limits = ImageLimits(max_pixels=max_image_pixels) if max_image_pixels else DEFAULT_LIMITS
         with paused_gc():  # torch's and transformers' imports, the model: lasting objects, little garbage
             self.device = resolve_device(device)
             self.dtype = resolve_dtype(dtype, self.device)
@@ -203,8 +204,7 @@ class TransformersBackend(GenerationBackend):
         long = over(chars, self.max_prompt_tokens * CHARS_PER_TOKEN_BOUND, "characters of prompt")
         if long:  # certainly over the token limit: never rendered nor tokenized
             raise PromptError(TOO_LONG, long)
-        images = [decode(p, **({"max_pixels": self.max_image_pixels} if self.max_image_pixels else {}))
-                  for p in request.images]
+        images = [decode(p, self.limits) for p in request.images]
         try:
             text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                                       **self.chat_template_kwargs)
@@ -278,7 +278,7 @@ class TransformersBackend(GenerationBackend):
                 yield index, error_result(req, exc.reason, exc.detail)
                 continue
             except ImageError as exc:
-                yield index, error_result(req, f"image_error:{exc.reason}", exc.detail)
+                yield index, error_result(req, exc.reason, exc.detail)
                 continue
             sp = req.sampling
             group = groups.setdefault((sp.temperature, sp.top_p, sp.max_new_tokens, req.n), [])

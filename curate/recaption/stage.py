@@ -39,7 +39,7 @@ Accounting (records): a record is *out* when at least one of its captions is
 kept; a record without images is dropped (``no_image``); a record none of whose
 captions was kept is *dropped* with the check reason of its first language
 (``refusal``, ``language``...) when every failure was a check, else *errored*
-with the first backend failure (``image_error:missing_image``, ``timeout``...).
+with the first backend failure (``missing_image``, ``timeout``...).
 Unreadable rows are errored with the reader's reason and a repeated id within a
 shard is errored (``duplicate_id``), as in every stage
 (:func:`curate.core.shards.readable_records`).

@@ -216,8 +216,8 @@ def test_verify_in_parallel_equals_serial(packed, tmp_path) -> None:
 
 
 def test_verify_reports_a_cut_tar_and_a_broken_image(packed, tmp_path) -> None:
-    """verify walks the member headers (the JSON and each image's head and tail, not the pixels between):
-    a tar cut short and an image whose end is gone are problems with their place, never a crash."""
+    """verify reads every tar once and proves every image decodes: a tar cut short and an image that no longer
+    decodes are problems with their place (the tar, the sequence, the image, the sample), never a crash."""
     import tarfile
 
     out, _ = packed
@@ -229,7 +229,7 @@ def test_verify_reports_a_cut_tar_and_a_broken_image(packed, tmp_path) -> None:
     with tarfile.open(tars[0]) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(".jpg"))
     data = bytearray(tars[0].read_bytes())
-    data[member.offset_data + member.size - 2:member.offset_data + member.size] = b"\0\0"  # no JPEG end marker
+    data[member.offset_data:member.offset_data + 16] = b"not a JPEG now!!"  # the loader could not decode it
     tars[0].write_bytes(bytes(data))
     tars[1].write_bytes(tars[1].read_bytes()[:tars[1].stat().st_size // 2])
     for workers in (1, 2):
@@ -237,7 +237,7 @@ def test_verify_reports_a_cut_tar_and_a_broken_image(packed, tmp_path) -> None:
         text = " | ".join(report.problems)
         assert not report.ok and f"{tars[1].name}: unreadable after " in text, text
         key, _, ext = member.name.partition(".")
-        assert f"{tars[0].name}:{key}: image {ext}: " in text, text
+        assert f"{tars[0].name}:{key}: image {ext} of sample " in text and "does not decode" in text, text
         assert report.sequences < clean.sequences  # the cut tar's sequences before the cut are checked
 
 

@@ -11,12 +11,12 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
-from curate.core.discovery import JSON_HEAD, json_records, keep_listed, records_files, say_skipped
+from curate.core.discovery import JSON_HEAD, json_records, keep_listed, record_suffix, records_files, say_skipped
 from curate.core.errors import UserError
 from curate.core.formats.wds import expand_braces
 from curate.core.io import RemotePath, as_path, is_url, url_fs
 
-ACCEPTED = ".jsonl, .json, .parquet or .tar"
+ACCEPTED = ".jsonl, .json, .parquet, .tar or .tgz"
 
 
 def remote_error(url: str, exc: BaseException) -> UserError:
@@ -71,7 +71,7 @@ def _json_arrays(fs: Any, base: str, relative: list[str]) -> list[str]:
 
 def _wanted(rel: str, suffixes: Container[str]) -> bool:
     parts = [p for p in rel.split("/") if p]
-    return bool(parts) and not any(p.startswith(".") for p in parts) and os.path.splitext(parts[-1])[1].lower() in suffixes
+    return bool(parts) and not any(p.startswith(".") for p in parts) and record_suffix(parts[-1]) in suffixes
 
 
 def list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | RemotePath]:

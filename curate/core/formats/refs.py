@@ -1,12 +1,11 @@
-"""Images known by their head and their place in an input, for steps that need only the header.
+"""Images known by their place in an input, for steps that keep an address instead of the bytes.
 
-Pack's length step needs each image's size (from its header) and where to find it again; it
+Pack's length step needs each image proven and sized, and where to find it again; it
 reads records with ``heads=True`` (:func:`curate.core.records.read_part`), and images inside a
 tar or a Parquet file come as :class:`ImageAt` instead of bytes:
 
-* a tar member: only its first 16 KiB and last 4 KiB are read (the end-marker check); the header
-  parser asks for up to 64 KiB (:meth:`ImageAt.longer_head`) in the rare image whose frame header
-  lies further; :meth:`ImageAt.read` reads the member again;
+* a tar member: read whole as the tar is walked (the image gate proves it decodes), then
+  :meth:`ImageAt.detach` keeps only its address; :meth:`ImageAt.read` reads the member again;
 * a Parquet cell: a view on the Arrow buffer of its row group (no copy); :meth:`ImageAt.read`
   copies it out.
 
@@ -18,9 +17,6 @@ from __future__ import annotations
 from typing import IO, Any
 
 from curate.core.image_headers import HEAD, TAIL
-
-#: What is read first of a tar member: JPEG frame headers and PNG IHDR nearly always lie within it.
-SHORT_HEAD = 16384
 
 
 def read_member(fh: IO[bytes], offset: int, size: int) -> bytes:
@@ -46,19 +42,10 @@ class ImageAt:
 
     @classmethod
     def member(cls, fh: IO[bytes], tar: str, offset: int, size: int) -> ImageAt:
-        """A tar member at ``offset``: its head and tail read from the open tar (all of it when small)."""
-        fh.seek(offset)
-        if size <= SHORT_HEAD + TAIL:
-            data = fh.read(size)
-            if len(data) != size:
-                raise OSError(f"member at offset {offset} is cut short")
-            return cls(tar, [offset, size], size, data, data[-TAIL:], data)
-        head = fh.read(SHORT_HEAD)
-        fh.seek(offset + size - TAIL)
-        tail = fh.read(TAIL)
-        if len(head) != SHORT_HEAD or len(tail) != TAIL:
-            raise OSError(f"member at offset {offset} is cut short")
-        return cls(tar, [offset, size], size, head, tail)
+        """A tar member at ``offset``, read whole from the open tar (in order: the tar is read front to back
+        once); the image gate proves it decodes, and :meth:`detach` keeps only its address afterwards."""
+        data = read_member(fh, offset, size)
+        return cls(tar, [offset, size], size, memoryview(data)[:HEAD], data[-TAIL:], data)
 
     @classmethod
     def cell(cls, view: memoryview, file: str, row: int, field: int, item: int) -> ImageAt:
@@ -77,19 +64,14 @@ class ImageAt:
         return list(self.where)
 
     @property
+    def held(self) -> bytes | memoryview | None:
+        """The whole image when it is held (a tar member just read, a Parquet cell not yet detached), else None."""
+        return self._data
+
+    @property
     def view(self) -> memoryview | None:
         """The whole image as a view on the Arrow buffer (a Parquet cell not yet detached), else None."""
         return self._data if isinstance(self._data, memoryview) else None
-
-    def longer_head(self) -> bytes | memoryview | None:
-        """The first 64 KiB when :attr:`head` holds less of a longer image (read again from the tar); else None."""
-        if len(self.head) >= min(HEAD, self.size) or len(self.where) != 2:
-            return None
-        from curate.core.io import open_input
-
-        with open_input(self.file) as fh:
-            fh.seek(self.where[0])
-            return fh.read(min(HEAD, self.size))
 
     def read(self) -> bytes:
         """The image bytes (read again from the tar, or copied from the Arrow buffer).

@@ -40,9 +40,12 @@ IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff
 TEXT_LAYOUTS = ("messages", "conversations", "caption", "problem", "question")
 #: Caption columns of the public image-text sets, read as ``caption`` in a row without ``messages``,
 #: ``conversations``, ``caption``, ``problem`` or ``question`` (:func:`curate.core.records.to_canonical`): ``text``
-#: (COYO, DataComp, most Hugging Face text-to-image sets), ``TEXT`` (LAION). The column used is not kept
-#: among the record's extra fields.
-CAPTION_ALIASES = ("text", "TEXT")
+#: (COYO, DataComp, most Hugging Face text-to-image sets), ``TEXT`` (LAION), ``captions`` (a list: COCO Captions,
+#: Flickr30k, LLaVA's caption files). The column used is not kept among the record's extra fields (a list is,
+#: as ``captions``).
+CAPTION_ALIASES = ("text", "TEXT", "captions")
+#: Columns of an image's address before download (img2dataset's input tables: ``url``, LAION's ``URL``).
+URL_COLUMNS = ("url", "URL", "image_url")
 #: The fields a caption record's text comes from: ``caption``, then the aliases.
 CAPTION_LAYOUTS = ("caption", *CAPTION_ALIASES)
 #: MMMU's numbered image columns (``image_1`` …).

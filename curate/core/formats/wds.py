@@ -18,14 +18,16 @@ into parts costs one header read per member; a part starts at its first group's 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import tarfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from curate.core.formats.refs import ImageAt
+from curate.core.formats.refs import ImageAt, read_member
 from curate.core.formats.rows import CAPTION_LAYOUTS, IMAGE_EXTS
 
 
@@ -236,31 +238,50 @@ def count_groups(fh: IO[bytes], size: int) -> tuple[list[int], int]:
     return offsets, len(offsets)
 
 
+#: Members larger than this are not read into memory as the tar is walked: an image stays an address
+#: (:class:`~curate.core.formats.refs.ImageAt`, refused ``too_large`` by the image gate unless its limit is
+#: raised), a text member makes its group a bad row.
+HELD_LIMIT = 256 * 1024 * 1024
+#: The largest ``.txt`` or ``.json`` member read.
+TEXT_LIMIT = 64 * 1024 * 1024
+
+
 def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
               heads: bool = False) -> tuple[dict[str, Any], str | None]:
     """Read one group's members into a raw row; ``({"id": key}, "reason:detail")`` for a bad group.
 
     Images are bytes; with ``tar`` (the tar's path or URL) and ``heads`` they are
-    :class:`~curate.core.formats.refs.ImageAt` (head and tail read only, and where the member is).
+    :class:`~curate.core.formats.refs.ImageAt` (read whole, and where the member is), as is an image
+    larger than :data:`HELD_LIMIT` (not read).
     """
     bad = {"id": group.key}
     if group.truncated:
         return bad, f"truncated_tar:group {group.key}: {group.truncated}"
-    images: list[bytes] = []
-    text: str | None = None
-    meta: Any = None
+    members: list[tuple[str, Any]] = []
     for ext, at, size in group.members:
         last = ext.rsplit(".", 1)[-1]
-        if heads and tar is not None and last in IMAGE_EXTS:
-            try:
-                images.append(ImageAt.member(fh, tar, at, size))
-            except OSError:
-                return bad, f"truncated_tar:group {group.key}: member .{ext} is cut short"
-            continue
-        fh.seek(at)
-        data = fh.read(size)
-        if len(data) != size:
+        try:
+            if last in IMAGE_EXTS and tar is not None and size > HELD_LIMIT:
+                members.append((ext, ImageAt(tar, [at, size], size, b"", b"")))
+            elif heads and tar is not None and last in IMAGE_EXTS:
+                members.append((ext, ImageAt.member(fh, tar, at, size)))
+            elif last in IMAGE_EXTS or size <= TEXT_LIMIT:
+                members.append((ext, read_member(fh, at, size)))
+            else:
+                return bad, f"too_large:group {group.key}: member .{ext} has {size:,} bytes"
+        except OSError:
             return bad, f"truncated_tar:group {group.key}: member .{ext} is cut short"
+    return member_row(group.key, members)
+
+
+def member_row(key: str, members: list[tuple[str, Any]]) -> tuple[dict[str, Any], str | None]:
+    """The raw row of one group from its ``(extension, data)`` members (see the module docstring)."""
+    bad = {"id": key}
+    images: list[Any] = []
+    text: str | None = None
+    meta: Any = None
+    for ext, data in members:
+        last = ext.rsplit(".", 1)[-1]
         if last in IMAGE_EXTS:
             images.append(data)
         elif last == "txt" and text is None:
@@ -269,7 +290,7 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
             try:
                 meta = json.loads(data)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                return bad, f"malformed_json:group {group.key}: .{ext} is not JSON ({getattr(exc, 'msg', 'not UTF-8')})"
+                return bad, f"malformed_json:group {key}: .{ext} is not JSON ({getattr(exc, 'msg', 'not UTF-8')})"
     row: dict[str, Any] = dict(meta) if isinstance(meta, dict) else {}
     if meta is not None and not isinstance(meta, dict):
         row["json"] = meta
@@ -277,12 +298,60 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
     if text is not None and not has_dialog:
         row["caption"] = text
     if not images and not has_dialog:
-        return bad, f"incomplete_group:group {group.key} has no image member ({'|'.join(sorted(IMAGE_EXTS))})"
+        return bad, f"incomplete_group:group {key} has no image member ({'|'.join(sorted(IMAGE_EXTS))})"
     if text is None and not has_dialog and not any(isinstance(row.get(k), str) for k in CAPTION_LAYOUTS):
-        return bad, (f"incomplete_group:group {group.key} has no text: no .txt, and no .json with "
+        return bad, (f"incomplete_group:group {key} has no text: no .txt, and no .json with "
                      "conversations/messages/caption/text")
     if images:
         row.pop("image", None)
         row["images"] = images
-    row.setdefault("id", group.key)
+    row.setdefault("id", key)
     return row, None
+
+
+def _gzip_groups(path: str, read: bool) -> Iterator[tuple[str, list[tuple[str, Any]], str]]:
+    """``(key, members, problem)`` of every group of a gzipped tar, streamed front to back (member data read
+    only with ``read``); the last group has a ``problem`` when the archive is cut short or corrupt."""
+    from curate.core.io import open_input
+
+    key, members = None, []
+    try:
+        with open_input(path) as raw, gzip.GzipFile(fileobj=raw) as unzipped, \
+                tarfile.open(fileobj=unzipped, mode="r|") as archive:
+            for info in archive:
+                parts = _split_name(info.name) if info.isreg() else None
+                if parts is None:
+                    continue
+                if parts[0] != key and key is not None:
+                    yield key, members, ""
+                    members = []
+                key = parts[0]
+                if not read:
+                    data = None
+                elif info.size > (HELD_LIMIT if parts[1].rsplit(".", 1)[-1] in IMAGE_EXTS else TEXT_LIMIT):
+                    yield key, [], f"too_large:group {key}: member .{parts[1]} has {info.size:,} bytes"
+                    key, members = None, []
+                    continue
+                else:
+                    data = archive.extractfile(info).read()
+                members.append((parts[1].lower(), data))
+            while unzipped.read(1 << 20):  # to the end of the stream: a cut file fails here, not silently
+                pass
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        yield (key or "@end"), members, f"truncated_tar:group {key or '@end'}: {type(exc).__name__}: {exc}"
+        return
+    if key is not None:
+        yield key, members, ""
+
+
+def count_gzip_groups(path: str) -> int:
+    """How many groups (rows) a gzipped tar holds, the bad last one included."""
+    return sum(1 for _ in _gzip_groups(path, read=False))
+
+
+def gzip_rows(path: str, stop: int) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """The raw rows of a gzipped tar's first ``stop`` groups, streamed (see :func:`group_row`)."""
+    for row, (key, members, problem) in enumerate(_gzip_groups(path, read=True)):
+        if row >= stop:
+            return
+        yield ({"id": key}, problem) if problem else member_row(key, members)

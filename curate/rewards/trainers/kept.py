@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.core.images import ImageError, probe, read_bytes
+from curate.core.images import ImageError, check, read_bytes
 from curate.core.records import IMAGE_TOKEN, RecordInvalid, to_canonical
 from curate.rewards import plan
 from curate.rewards.result import RecordError
@@ -45,8 +45,9 @@ def _row(raw: Any, base: Path, fallback: str, templates: dict[str, str], style: 
     plan(rec)
     images = []
     for path in rec["images"]:
-        probe(path)
-        images.append({"bytes": read_bytes(path), "path": os.path.basename(path)})
+        data = bytes(read_bytes(path))
+        check(data, label=str(path))  # the image gate: what a trainer is handed decodes
+        images.append({"bytes": data, "path": os.path.basename(path)})
     text = prompt_text(rec, templates, prompt_style_of(rec, style, templates))
     return {
         "id": rec["id"], "source": rec["source"],

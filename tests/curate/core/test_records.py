@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -10,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.errors import UserError
-from curate.core.records import BadRecord, CAPTION_PROMPT, expand_inputs, read_records, split_file, to_canonical
+from curate.core.records import (BadRecord, CAPTION_PROMPT, expand_inputs, read_part, read_records, split_file,
+                                 to_canonical)
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -48,13 +50,16 @@ def test_canonical_llava_caption_and_rl_layouts(tmp_path: Path) -> None:
 
 def test_bad_rows_become_bad_records_with_reasons(tmp_path: Path) -> None:
     rows = [
-        '{"id": "ok", "caption": "fine"}',
+        '{"id": "ok", "caption": "fine", "image": "ok.jpg"}',
         '{"id": "broken", "caption": ',
         '[1, 2]',
         '{"id": "nolayout", "alt": "hello"}',
         '{"id": "mismatch", "images": ["a.jpg"], "messages": [{"role": "user", "content": "<image><image>"}]}',
         '{"id": "badrole", "messages": [{"role": "wizard", "content": "x"}]}',
+        '{"id": "noimage", "caption": "a caption, but no image"}',
+        '{"id": "placeholder", "messages": [{"role": "user", "content": "<image> what is it?"}]}',
         '',
+        '{"id": "text", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}',
         '{"id": "ok2", "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],'
         ' "images": ["x.png"]}',
     ]
@@ -62,11 +67,16 @@ def test_bad_rows_become_bad_records_with_reasons(tmp_path: Path) -> None:
     kinds = [(type(r).__name__, r.reason if isinstance(r, BadRecord) else r["id"]) for r in out]
     assert kinds == [("dict", "ok"), ("BadRecord", "malformed_json"), ("BadRecord", "not_an_object"),
                      ("BadRecord", "unknown_layout"), ("BadRecord", "image_count_mismatch"),
-                     ("BadRecord", "invalid_field"), ("dict", "ok2")]
+                     ("BadRecord", "invalid_field"), ("BadRecord", "missing_image"),
+                     ("BadRecord", "missing_image"), ("dict", "text"), ("dict", "ok2")]
+    assert "without an image" in out[6].detail and "placeholder but no image" in out[7].detail
     # a malformed line is named by file and line number
     assert out[1].id == "bad:2" and "line 2" in out[1].detail
     assert out[3].id == "nolayout"
-    assert out[6]["messages"][0]["content"] == "<image>hi"
+    assert out[9]["messages"][0]["content"] == "<image>hi"
+    text_only = [r for part in split_file(tmp_path / "bad.jsonl", 100)  # text matching reads the caption as text
+                 for r in read_part(replace(part, text_only=True))]
+    assert text_only[6]["id"] == "noimage" and text_only[6]["messages"][0]["content"] == CAPTION_PROMPT
 
 
 def test_parquet_and_json_array_inputs(tmp_path: Path) -> None:
@@ -89,7 +99,7 @@ def test_parquet_and_json_array_inputs(tmp_path: Path) -> None:
 
 
 def test_jsonl_parts_seek_to_their_rows(tmp_path: Path) -> None:
-    rows = [{"id": f"r{i}", "caption": f"caption {i} é"} for i in range(10)]
+    rows = [{"id": f"r{i}", "caption": f"caption {i} é", "image": f"{i}.jpg"} for i in range(10)]
     path = write_jsonl(tmp_path / "x.jsonl", rows)
     parts = split_file(path, 3)
     assert [(p.start, p.stop) for p in parts] == [(0, 3), (3, 6), (6, 9), (9, 10)]
@@ -133,8 +143,8 @@ def test_a_text_field_reads_rows_in_no_layout_as_captions() -> None:
     assert rec["messages"] == [{"role": "user", "content": f"<image>\n{CAPTION_PROMPT}"},
                                {"role": "assistant", "content": "a cat"}]
     assert rec["captions"] == ["", "a cat", "a kitten"] and rec["url"] == "http://x/1.jpg" and "alt_text" not in rec
-    laion = to_canonical({"TEXT": "a dog", "alt_text": "x"}, Path("/d"), fallback_id="f:1", fallback_source="s",
-                         text_field="alt_text")
+    laion = to_canonical({"TEXT": "a dog", "alt_text": "x", "image": "1.jpg"}, Path("/d"), fallback_id="f:1",
+                         fallback_source="s", text_field="alt_text")
     assert laion["messages"][-1]["content"] == "a dog" and laion["alt_text"] == "x"  # a known layout wins
 
 
@@ -143,7 +153,7 @@ def test_text_and_TEXT_columns_are_captions_when_no_other_layout(tmp_path: Path)
     rows = [
         {"key": "000001", "TEXT": "A tabby cat.", "URL": "http://x/1.jpg", "image": "img/1.jpg"},
         {"id": "t", "text": "  A red car. ", "url": "http://x/2.jpg"},
-        {"id": "both", "caption": "From caption.", "text": "kept as an extra field"},
+        {"id": "both", "caption": "From caption.", "text": "kept as an extra field", "image": "img/3.jpg"},
         {"id": "rl", "problem": "How many?", "answer": "3", "text": "an RL row stays an RL row"},
         {"id": "chat", "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
          "text": "extra"},
@@ -156,6 +166,10 @@ def test_text_and_TEXT_columns_are_captions_when_no_other_layout(tmp_path: Path)
     assert laion["messages"] == [{"role": "user", "content": f"<image>\n{CAPTION_PROMPT}"},
                                  {"role": "assistant", "content": "A tabby cat."}]
     assert "TEXT" not in laion and laion["URL"] == "http://x/1.jpg"  # the column used is not an extra field
+    assert isinstance(coyo, BadRecord) and coyo.reason == "missing_image"  # a URL never downloaded
+    assert "http://x/2.jpg" in coyo.detail and "img2dataset" in coyo.detail
+    (part,) = split_file(tmp_path / "laion.jsonl", 100)
+    coyo = list(read_part(replace(part, text_only=True)))[1]  # text matching reads it as a caption
     assert coyo["messages"][1]["content"] == "A red car." and "text" not in coyo and coyo["url"] == "http://x/2.jpg"
     assert coyo["messages"][0]["content"] == CAPTION_PROMPT  # no image, no placeholder
     assert both["messages"][1]["content"] == "From caption." and both["text"] == "kept as an extra field"
@@ -172,7 +186,8 @@ def test_a_list_of_captions_gives_its_first_non_empty_one(tmp_path: Path) -> Non
         "caption": [["", " A dog runs on grass. ", "A brown dog."], ["One."], [], ["", None]],
         "img_id": ["1", "2", "3", "4"],
     }), tmp_path / "flickr30k.parquet")
-    (tmp_path / "coco.jsonl").write_text(json.dumps({"id": "c", "text": ["Two cats.", "Cats on a bed."]}) + "\n"
+    (tmp_path / "coco.jsonl").write_text(json.dumps({"id": "c", "text": ["Two cats.", "Cats on a bed."],
+                                                     "image": "c.jpg"}) + "\n"
                                          + json.dumps({"id": "bad", "caption": [{"en": "x"}]}) + "\n")
     first, one, empty, blank, coco, bad = read_records([tmp_path / "flickr30k.parquet", tmp_path / "coco.jsonl"])
     assert first["messages"][1] == {"role": "assistant", "content": "A dog runs on grass."}
@@ -318,3 +333,31 @@ def test_mathvista_rows_read_the_embedded_copy_of_their_image(tmp_path: Path) ->
     assert missing["images"] == [str(tmp_path / "images" / "3.jpg")]  # a stage that opens it records missing_image
     # two image structs beside the path: which one is the image is not guessed, the path is read
     assert ambiguous["images"] == [str(tmp_path / "images" / "4.jpg")]
+
+
+def test_llava_caption_files_and_gzipped_tars_are_read(tmp_path: Path) -> None:
+    """LLaVA's COCO caption file (``image`` and a ``captions`` list) and a WebDataset ``.tgz`` shard."""
+    import io
+    import tarfile
+
+    row = {"id": "000000296284", "image": "000000296284.jpg", "captions": ["A donut shop.", "Donuts in a case."],
+           "instances": [{"category": "donut", "bbox": [0.37, 0.58, 0.5, 0.7]}]}
+    (rec,) = read_records([write_jsonl(tmp_path / "caps.jsonl", [json.dumps(row)])])
+    assert rec["messages"][1]["content"] == "A donut shop." and rec["captions"] == row["captions"]
+    assert rec["images"] == [str(tmp_path / "000000296284.jpg")] and rec["instances"] == row["instances"]
+    tgz = tmp_path / "shard-000000.tar.gz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        for i in range(5):
+            for ext, data in (("jpg", b"\xff\xd8\xff image %d" % i), ("txt", b"caption %d" % i)):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    parts = split_file(tgz, 2)
+    assert [(p.start, p.stop, p.format) for p in parts] == [(0, 2, "tgz"), (2, 4, "tgz"), (4, 5, "tgz")]
+    recs = [r for p in parts for r in read_part(p)]
+    assert [r["id"] for r in recs] == [f"k{i}" for i in range(5)]
+    assert recs[3]["images"] == [b"\xff\xd8\xff image 3"] and recs[3]["messages"][1]["content"] == "caption 3"
+    cut = tmp_path / "cut.tgz"
+    cut.write_bytes(tgz.read_bytes()[:-40])
+    got = list(read_records([cut]))
+    assert isinstance(got[-1], BadRecord) and got[-1].reason == "truncated_tar"

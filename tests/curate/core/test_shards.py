@@ -62,7 +62,8 @@ def make_input(tmp_path: Path, n: int = 23) -> Path:
         if i % 7 == 3:
             lines.append('{"id": "broken"')
         else:
-            lines.append(json.dumps({"id": f"r{i}", "source": "a" if i % 2 else "b", "caption": "x" * (i % 5)}))
+            lines.append(json.dumps({"id": f"r{i}", "source": "a" if i % 2 else "b", "caption": "x" * (i % 5),
+                                     "image": "x.jpg"}))
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -171,8 +172,8 @@ def test_worker_errors_reach_the_driver_as_themselves_and_stop_the_run(tmp_path:
 
 def test_the_record_loop_errors_bad_rows_and_repeated_ids(tmp_path: Path) -> None:
     """readable_records: unreadable rows and repeats of an id within a shard are errored, the first kept."""
-    rows = ['{"id": "a", "caption": "one"}', '{"id": "b"', '{"id": "a", "caption": "two"}',
-            '{"id": "c", "caption": "three", "source": "s"}', '["not", "an", "object"]']
+    rows = ['{"id": "a", "caption": "one", "image": "1.jpg"}', '{"id": "b"', '{"id": "a", "caption": "two", "image": "2.jpg"}',
+            '{"id": "c", "caption": "three", "source": "s", "image": "3.jpg"}', '["not", "an", "object"]']
     path = tmp_path / "dup.jsonl"
     path.write_text("\n".join(rows) + "\n")
     (shard,) = plan_shards([path], 10)

@@ -225,7 +225,7 @@ def test_bad_images_and_prompts_make_no_call(scripted, tmp_path: Path) -> None:
     with OpenAIBackend(server.url) as be:
         res = be.generate([_req("a", images=(str(tmp_path / "nope.png"),)), _req("b", images=(str(empty),)),
                            GenerationRequest("c", [{"role": "user", "content": "<image>"}]), _req("d")])
-    assert [r.error for r in res] == ["image_error:missing_image", "image_error:empty_file",
+    assert [r.error for r in res] == ["missing_image", "empty_file",
                                       "prompt_error:image_count", None]
     assert len(server.calls) == 1
 

@@ -142,8 +142,8 @@ def test_bad_requests_are_reported_and_do_not_stop_the_batch(backend: Transforme
     before = backend.stats.as_dict()["errors"]
     res = {r.key: r for r in backend.generate(reqs)}
     assert res["ok1"].ok and res["ok2"].ok and len(res["ok2"].responses) == 2
-    assert res["cut"].error == "image_error:truncated"
-    assert res["missing"].error == "image_error:missing_image"
+    assert res["cut"].error == "truncated"
+    assert res["missing"].error == "missing_image"
     assert res["mismatch"].error == "prompt_error:image_count"
     assert all(not r.responses for k, r in res.items() if not k.startswith("ok"))
     assert backend.stats.as_dict()["errors"] - before == 3

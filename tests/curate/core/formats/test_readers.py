@@ -101,10 +101,10 @@ def test_bad_tars_and_accounting(tmp_path: Path, layouts: Layouts, tiny_processo
     n_err = sum(errored.values()) if isinstance(errored, dict) else errored
     assert stats["records_in"] == stats["records_packed"] + n_drop + n_err
     rejects = pq.read_table(tmp_path / "out" / "rejects.parquet").to_pylist()
-    assert {r["id"]: r["reason"] for r in rejects} == {**reasons, "badbytes": "bad_image"}
+    assert {r["id"]: r["reason"] for r in rejects} == {**reasons, "badbytes": "not_an_image"}
     errors = stats["errored"]
     flat = json.dumps(errors)
-    assert "bad_image" in flat and "truncated_tar" in flat and "incomplete_group" in flat
+    assert "not_an_image" in flat and "truncated_tar" in flat and "incomplete_group" in flat
 
 
 def test_unreadable_inputs_are_one_line_errors(tmp_path: Path) -> None:

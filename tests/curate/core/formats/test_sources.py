@@ -56,7 +56,8 @@ def test_same_file_names_in_two_datasets_give_distinct_ids(tmp_path: Path) -> No
 
     for subset in ("vqav2", "ocrvqa"):
         (tmp_path / subset).mkdir()
-        pq.write_table(pa.table({"caption": [f"{subset} {i}" for i in range(3)]}),
+        pq.write_table(pa.table({"caption": [f"{subset} {i}" for i in range(3)],
+                                 "image": [f"{i}.jpg" for i in range(3)]}),
                        tmp_path / subset / "train-00000-of-00001.parquet")
     records = list(read_records([tmp_path]))
     assert [r["id"] for r in records] == [f"{s}/train-00000-of-00001:{i}" for s in ("ocrvqa", "vqav2") for i in range(3)]

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from curate.core.image_headers import read_header
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, _probe_file, probe
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, probe
+from curate.core.images.header import _probe_file
 
 
 def pillow_probe(path: Path) -> tuple:

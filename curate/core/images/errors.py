@@ -1,0 +1,99 @@
+"""The image gate's reasons and limits: what can be wrong with an image, named the same in every stage.
+
+Every failure of reading or decoding an image is an :class:`ImageError` whose ``reason`` is one of
+:data:`REASONS`. :func:`reason_of` turns whatever a decoder raised into one of them, so a file gets
+the same reason whichever stage met it (``pack``, ``embed``, ``recaption``, ``verify``, the loader).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: Images with more pixels than this are refused as decompression bombs (Pillow's own error threshold).
+DEFAULT_MAX_PIXELS = 2 * 89_478_485
+#: Image files larger than this are refused before they are read (the largest real photos are tens of MB).
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: The longer side over the shorter one beyond which the Qwen2-VL family's processor refuses an image.
+MAX_ASPECT = 200.0
+
+#: Every reason an image can be refused for, and what it means (the README's table is made from this one).
+REASONS: dict[str, str] = {
+    "missing_image": "the record names an image that is not there (no such file, a null cell), or its layout "
+                     "implies an image it does not carry (a caption without an image, a URL never downloaded)",
+    "not_a_file": "the path is a FIFO, a device, a socket or a folder, not a regular file",
+    "invalid_path": "the path cannot be opened as written (a NUL character, too long, a symlink loop)",
+    "too_large": "the file has more bytes than the image byte limit",
+    "empty_file": "the file or the cell holds 0 bytes",
+    "not_an_image": "no decoder recognises the bytes as an image",
+    "unsupported_format": "a known format this installation cannot decode (EPS without Ghostscript, WMF, "
+                          "DDS/FTEX variants Pillow does not implement, ...)",
+    "truncated": "the image data ends before the image does (an interrupted download)",
+    "unreadable_image": "the image data is corrupt, or the file cannot be read",
+    "decompression_bomb": "more pixels than the pixel limit",
+    "extreme_aspect_ratio": f"the longer side is more than {MAX_ASPECT:g} times the shorter "
+                            "(the Qwen2-VL processor refuses it)",
+    "image_vanished": "the image changed or was deleted between two steps of a run",
+}
+
+
+class ImageError(Exception):
+    """An image that cannot be used; ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """The bounds every image is held to: bytes read, pixels decoded, aspect ratio.
+
+    One image then costs at most a known amount of reading and memory in every stage.
+    """
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_aspect: float = MAX_ASPECT
+
+    def settings(self) -> dict[str, Any]:
+        """The limits as recorded in a stage's settings (they change which images are accepted)."""
+        return asdict(self)
+
+
+DEFAULT_LIMITS = ImageLimits()
+
+_UNSUPPORTED = ("ghostscript", "cannot find loader", "not configured", "unsupported", "unimplemented",
+                "not supported", "unknown pixel format", "cannot handle", "cannot load this image",
+                "unknown raw mode", "unrecognized mode", "not implemented")
+_TRUNCATED = ("truncated", "premature", "not enough image data", "expected to read", "buffer overrun",
+              "end of file", "no more data")
+
+
+def reason_of(exc: BaseException) -> str:
+    """The gate's reason for an exception a decoder raised (the same text gives the same reason everywhere)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(exc, ImageError):
+        return exc.reason
+    if isinstance(exc, Image.DecompressionBombError):
+        return "decompression_bomb"
+    if isinstance(exc, UnidentifiedImageError):
+        return "not_an_image"
+    if isinstance(exc, NotImplementedError):
+        return "unsupported_format"
+    text = str(exc).lower()
+    if any(word in text for word in _TRUNCATED):
+        return "truncated"
+    if any(word in text for word in _UNSUPPORTED):
+        return "unsupported_format"
+    return "unreadable_image"
+
+
+def as_image_error(exc: BaseException, label: str) -> ImageError:
+    """An :class:`ImageError` naming ``label`` for whatever a decoder raised."""
+    if isinstance(exc, ImageError):
+        return exc
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return ImageError(reason_of(exc), f"{label}: {type(exc).__name__}{': ' + text[:200] if text else ''}")

@@ -1,0 +1,95 @@
+"""The one image gate: every stage that counts or decodes pixels accepts an image through here.
+
+* :func:`check` (pack's count step, ``verify``, the OpenAI backend): the displayed size of an image
+  **proven to decode** to the pixels the trainer's processor will see. JPEG and PNG are proven
+  without a full decode (:mod:`curate.core.images.proof`); every other format, and every file the
+  proof cannot vouch for, is decoded fully.
+* :func:`decode` (embed, recaption, the loader, report thumbnails): the pixels, upright 8-bit RGB.
+
+Both read within :class:`~curate.core.images.errors.ImageLimits` (bytes, pixels, aspect ratio),
+orient as ``transformers.image_utils.load_image`` does (``ImageOps.exif_transpose`` on the loaded
+image: EXIF orientation applied exactly once, whatever the format; TIFF's own orientation is applied
+by libtiff when it loads), and raise :class:`~curate.core.images.errors.ImageError` with one reason
+of :data:`~curate.core.images.errors.REASONS`, in the same order in both: the bytes (missing,
+not a file, too large, empty), the header (not an image, a bomb), the pixels (truncated, unsupported,
+unreadable), then the geometry (an extreme aspect ratio). So a file gets the same reason in every stage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image, ImageOps
+
+from curate.core.images.errors import DEFAULT_LIMITS, ImageError, ImageLimits, as_image_error
+from curate.core.images.opening import ImageInfo, as_file, pil_open, to_rgb
+from curate.core.images.proof import TRANSPOSING, prove
+from curate.core.images.read import ImageSource, image_label, read_bytes
+
+
+def check(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str | None = None) -> ImageInfo:
+    """The displayed size of an image proven to decode (see the module docstring).
+
+    Raises:
+        ImageError: the image is not accepted; the same reason :func:`decode` gives the same file.
+    """
+    label = label or image_label(src)
+    data = read_bytes(src, limits)
+    if not len(data):
+        raise ImageError("empty_file", label)
+    img = pil_open(as_file(data), limits.max_pixels, label)
+    fmt, mode = img.format or "unknown", img.mode
+    proven = prove(img, data)
+    if proven is None:  # another format, or a doubt: the full decode decides (and names the reason)
+        pixels, orientation = decode_bytes(data, limits, label)
+        width, height = pixels.size
+    else:
+        (width, height), orientation = proven.displayed(), proven.orientation
+        check_aspect(width, height, limits, label)
+    return ImageInfo(width=width, height=height, format=fmt, mode=mode, orientation=orientation, nbytes=len(data))
+
+
+def decode(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str | None = None) -> Image.Image:
+    """Decode an image fully to an upright 8-bit RGB Pillow image.
+
+    Raises:
+        ImageError: see :func:`check`.
+    """
+    label = label or image_label(src)
+    return decode_bytes(read_bytes(src, limits), limits, label)[0]
+
+
+def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str) -> tuple[Image.Image, int]:
+    """Decode image bytes: ``(upright RGB image, the EXIF orientation that was applied)``."""
+    if not len(data):
+        raise ImageError("empty_file", label)
+    img = pil_open(as_file(data), limits.max_pixels, label)
+    try:
+        img.load()
+        value = img.getexif().get(0x0112, 1)  # as exif_transpose reads it (TIFF's is gone once libtiff loaded it)
+        orientation = value if isinstance(value, int) and 1 <= value <= 8 else 1
+        ImageOps.exif_transpose(img, in_place=True)  # upright, without a copy of an image that already is
+        rgb = to_rgb(img)
+    except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
+        raise as_image_error(exc, label) from None
+    check_aspect(rgb.width, rgb.height, limits, label)
+    return rgb, orientation
+
+
+def check_aspect(width: int, height: int, limits: ImageLimits, label: str) -> None:
+    """Refuse an image whose longer side is more than ``limits.max_aspect`` times its shorter one."""
+    if max(width, height) > limits.max_aspect * min(width, height):
+        raise ImageError("extreme_aspect_ratio", f"{label}: {width}x{height} is more than "
+                                                 f"{limits.max_aspect:g}:1, the processor refuses it")
+
+
+def file_extension(info_format: str, path: str | bytes | None = None) -> str:
+    """A file extension for an image format (used when storing original bytes)."""
+    known = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif"}
+    if info_format in known:
+        return known[info_format]
+    if path and isinstance(path, str):
+        suffix = Path(path).suffix.lower().lstrip(".")
+        if suffix.isalnum() and len(suffix) <= 8:
+            return suffix
+    return "img"

@@ -1,0 +1,116 @@
+"""Opening and converting images with Pillow, every failure an :class:`~curate.core.images.errors.ImageError`.
+
+Decoders emit warnings for odd files (TIFF tags larger than the file, EXIF they skip, sizes near the
+pixel limit); they are not errors and are not printed: the gate decides, and says why, per image.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from curate.core.images.errors import ImageError, as_image_error
+
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What the gate knows of an accepted image: its displayed size, format, mode, orientation and bytes."""
+
+    width: int
+    height: int
+    format: str
+    mode: str
+    orientation: int
+    nbytes: int
+
+
+class ViewFile(io.RawIOBase):
+    """A read-only file over a memoryview (Pillow reads from it without the image being copied first)."""
+
+    def __init__(self, view: memoryview | bytes) -> None:
+        super().__init__()
+        self._view, self._pos = memoryview(view), 0
+
+    def readable(self) -> bool:
+        """Always readable."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always seekable."""
+        return True
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def read(self, n: int | None = -1) -> bytes:
+        """Up to ``n`` bytes from the current position (all that is left by default)."""
+        end = len(self._view) if n is None or n < 0 else min(len(self._view), self._pos + n)
+        out = bytes(self._view[self._pos:end])
+        self._pos = max(self._pos, end)
+        return out
+
+    def readinto(self, buf: Any) -> int:
+        """Read into ``buf``; the number of bytes read."""
+        data = self.read(len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move the position."""
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        """The position."""
+        return self._pos
+
+
+def as_file(data: bytes | memoryview) -> io.BufferedIOBase | ViewFile:
+    """A seekable file over image bytes (a view is not copied)."""
+    return io.BytesIO(data) if isinstance(data, bytes) else ViewFile(data)
+
+
+def pil_open(fh: Any, max_pixels: int, label: str) -> Image.Image:
+    """Open lazily (header only), mapping every failure and oversize to an :class:`ImageError`."""
+    try:
+        img = Image.open(fh)
+    except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
+        raise as_image_error(exc, label) from None
+    w, h = img.size
+    if w <= 0 or h <= 0:
+        raise ImageError("unreadable_image", f"{label}: size {w}x{h}")
+    if w * h > max_pixels:
+        raise ImageError("decompression_bomb", f"{label}: {w}x{h} pixels exceeds {max_pixels:,} "
+                                               "(raise --max-image-pixels to accept it)")
+    return img
+
+
+_SIXTEEN = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """8-bit RGB: CMYK and palettes converted, 16/32-bit greyscale scaled, alpha composited on white."""
+    mode = img.mode
+    if mode == "RGB":
+        return img
+    if mode in _SIXTEEN:
+        arr = np.asarray(img, dtype=np.float64)
+        lo, hi = float(arr.min()), float(arr.max())
+        if mode.startswith("I;16"):
+            lo, hi = 0.0, 65535.0
+        scaled = np.zeros_like(arr) if hi <= lo else (arr - lo) * (255.0 / (hi - lo))
+        return Image.fromarray(np.clip(scaled + 0.5, 0, 255).astype(np.uint8), "L").convert("RGB")
+    if mode in ("RGBA", "LA", "PA") or (mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return img.convert("RGB")
