@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from curate.core.formats.writeback import dumps_record, image_ref
 from curate.core.history import backend_identity
+from curate.core.images import refusal
 from curate.core.io import write_parquet
 from curate.core.journal import JournalWriter, read_journal
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
@@ -112,6 +113,11 @@ class RecaptionTask(GenerationTask):
             rid, source = rec["id"], rec["source"]
             if not rec["images"]:
                 stats.drop(rid, source, "no_image", "the record has no image to caption")
+                ctx.progress(1)
+                continue
+            refused = refusal(rec["images"][:1])  # the captioned image, through the one image gate
+            if refused is not None:
+                stats.error(rid, source, refused.reason, refused.detail)
                 ctx.progress(1)
                 continue
             extra_images += len(rec["images"]) - 1

@@ -40,6 +40,7 @@ from curate.core.errors import UserError
 from curate.core.validate import configure
 from curate.rl.config import RlFilterConfig
 from curate.rl.golds import with_answer_type
+from curate.core.images import refusal
 from curate.core.io import write_parquet
 from curate.core.journal import end_line, read_journal
 from curate.core.records import IMAGE_TOKEN
@@ -196,6 +197,11 @@ class RolloutTask(GenerationTask):
                 check_record(rec)
             except UserError as exc:  # unknown answer type, missing gold...: the record, not the model
                 stats.error(rec["id"], rec["source"], "record_error", str(exc))
+                ctx.progress(1)
+                continue
+            refused = refusal(rec["images"])  # the one image gate: the reason every stage gives the image
+            if refused is not None:
+                stats.error(rec["id"], rec["source"], refused.reason, refused.detail)
                 ctx.progress(1)
                 continue
             prompts.append(rec)

@@ -138,3 +138,35 @@ def test_packed_logits_equal_each_sample_alone(packed_vlm, tiny_vlm_dir) -> None
         if checked >= 6:
             break
     assert checked >= 4
+
+
+def test_a_sample_whose_image_does_not_decode_is_named_or_skipped(packed_vlm, tiny_vlm_dir, tmp_path) -> None:
+    """A pack tampered with after verify passed: the loader names the shard, sequence and sample (raise), or
+    rebuilds the sequence without that sample and counts it (skip); verify names the same sample."""
+    from packer.loader import SampleError
+    from packer.verify import verify_pack
+
+    copy = tmp_path / "copy"
+    shutil.copytree(packed_vlm, copy)
+    tar_path = sorted((copy / "shards").glob("*.tar"))[0]
+    with tarfile.open(tar_path) as tar:
+        member = next(m for m in tar.getmembers() if ".img" in m.name)
+        meta = json.loads(tar.extractfile(member.name.split(".")[0] + ".json").read())
+    data = bytearray(tar_path.read_bytes())
+    data[member.offset_data:member.offset_data + 16] = b"not an image now"
+    tar_path.write_bytes(bytes(data))
+    index = meta["image_members"].index(member.name.split(".", 1)[1])
+    victim = meta["ids"][int(np.searchsorted(np.cumsum(meta["images_per_sample"]), index, side="right"))]
+
+    report = verify_pack(copy, sample=0)
+    assert not report.ok and any(f"sample {victim!r}" in p and "does not decode" in p for p in report.problems)
+    with pytest.raises(SampleError, match=rf"{tar_path.name}.*sample {victim!r}: not_an_image"):
+        for _ in PackedDataset(copy / "shards", str(tiny_vlm_dir)):
+            pass
+    lenient = PackedDataset(copy / "shards", str(tiny_vlm_dir), on_error="skip")
+    ids = [rid for item in lenient for rid in item["ids"]]
+    clean = [rid for item in PackedDataset(packed_vlm / "shards", str(tiny_vlm_dir)) for rid in item["ids"]]
+    assert lenient.skipped == 1 and victim not in ids and sorted(ids + [victim]) == sorted(clean)
+    for item in PackedDataset(copy / "shards", str(tiny_vlm_dir), on_error="skip"):
+        cu = item["cu_seqlens"]
+        assert int(cu[-1]) == item["input_ids"].numel() and len(cu) == len(item["ids"]) + 1

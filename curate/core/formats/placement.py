@@ -4,6 +4,7 @@ and the images a record's layout implies it has."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from curate.core.formats.conversations import IMAGE_TOKEN

@@ -5,7 +5,8 @@ Layouts (see the README's Records section):
 * paths: ``image``/``images`` holding a path or a list of paths (relative to the input's folder);
 * Hugging Face ``datasets``: the ``Image`` feature is a struct ``{bytes: binary, path: string}``; a
   column holds one struct or a list of them. ``bytes`` wins over ``path`` (``path`` is then only the
-  original file name); a null or empty struct is ``missing_image``; a null column means no image;
+  original file name); a null struct is ``missing_image``, empty bytes ``empty_file`` (the reasons the image
+  gate gives a missing or an empty file); a null column means no image;
 * Cauldron / FineVision: ``images`` (list of structs) and ``texts``, a list of ``{user, assistant}``
   turns, become the record's conversation;
 * img2dataset: raw image bytes in a column named like an image extension (``jpg``, ``png``,
@@ -124,7 +125,7 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
     """One image of column ``column``: an absolute path (or URL), or the image bytes.
 
     Raises:
-        RecordInvalid: ``missing_image`` (null or empty struct or bytes),
+        RecordInvalid: ``missing_image`` (a null struct, or no bytes and no path), ``empty_file`` (empty bytes),
             ``invalid_image_column`` (anything else that is not a path, bytes or an image struct).
     """
     if isinstance(value, str):
@@ -133,7 +134,7 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
         return _resolve(value, base_dir)
     if isinstance(value, (bytes, bytearray, memoryview, ImageAt)):
         if not len(value):
-            raise RecordInvalid("missing_image", f"column {column!r}: empty image bytes")
+            raise RecordInvalid("empty_file", f"column {column!r}: empty image bytes")
         if isinstance(value, ImageAt):
             return value
         return value if isinstance(value, bytes) else bytes(value)
@@ -143,7 +144,9 @@ def image_item(value: Any, column: str, base_dir: Path | str) -> str | bytes:
                                 f"column {column!r}: a struct with fields {sorted(value)} is not an image "
                                 "(expected the datasets Image struct {bytes, path})")
         data, path = value.get("bytes"), value.get("path")
-        if isinstance(data, (bytes, bytearray, memoryview, ImageAt)) and len(data):
+        if isinstance(data, (bytes, bytearray, memoryview, ImageAt)):
+            if not len(data):  # bytes there but empty: the image the gate would call an empty file
+                raise RecordInvalid("empty_file", f"column {column!r}: an image struct with empty bytes")
             return data if isinstance(data, (bytes, ImageAt)) else bytes(data)
         if isinstance(path, str) and path:
             return _resolve(path, base_dir)

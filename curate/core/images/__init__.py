@@ -13,11 +13,11 @@ pixels follow the displayed orientation).
 
 from curate.core.images.errors import (DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, MAX_ASPECT, REASONS,
                                        ImageError, ImageLimits, reason_of)
-from curate.core.images.gate import check, check_aspect, decode, decode_bytes, file_extension
+from curate.core.images.gate import check, check_aspect, decode, decode_bytes, file_extension, refusal
 from curate.core.images.header import probe
 from curate.core.images.opening import ImageInfo, to_rgb
 from curate.core.images.read import ImageSource, file_errors, image_label, read_bytes
 
 __all__ = ["DEFAULT_LIMITS", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PIXELS", "MAX_ASPECT", "REASONS", "ImageError",
            "ImageInfo", "ImageLimits", "ImageSource", "check", "check_aspect", "decode", "decode_bytes",
-           "file_errors", "file_extension", "image_label", "probe", "read_bytes", "reason_of", "to_rgb"]
+           "file_errors", "file_extension", "image_label", "probe", "read_bytes", "reason_of", "refusal", "to_rgb"]

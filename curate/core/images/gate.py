@@ -17,12 +17,13 @@ unreadable), then the geometry (an extreme aspect ratio). So a file gets the sam
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PIL import Image, ImageOps
 
 from curate.core.images.errors import DEFAULT_LIMITS, ImageError, ImageLimits, as_image_error
-from curate.core.images.opening import ImageInfo, as_file, pil_open, to_rgb
+from curate.core.images.opening import ImageInfo, as_file, pil_open, to_rgb, truncation
 from curate.core.images.proof import TRANSPOSING, prove
 from curate.core.images.read import ImageSource, image_label, read_bytes
 
@@ -49,6 +50,20 @@ def check(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str 
     return ImageInfo(width=width, height=height, format=fmt, mode=mode, orientation=orientation, nbytes=len(data))
 
 
+def refusal(images: Sequence[ImageSource], limits: ImageLimits = DEFAULT_LIMITS) -> ImageError | None:
+    """The gate's refusal of the first of ``images`` it refuses (each labelled by its place), or None.
+
+    Stages that hand images to a model check them here first, so a record is errored with the same
+    reason as in every other stage, before any request is made.
+    """
+    for j, image in enumerate(images):
+        try:
+            check(image, limits, label=image_label(image, j))
+        except ImageError as exc:
+            return exc
+    return None
+
+
 def decode(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str | None = None) -> Image.Image:
     """Decode an image fully to an upright 8-bit RGB Pillow image.
 
@@ -71,7 +86,7 @@ def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str) -> t
         ImageOps.exif_transpose(img, in_place=True)  # upright, without a copy of an image that already is
         rgb = to_rgb(img)
     except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
-        raise as_image_error(exc, label) from None
+        raise truncation(as_image_error(exc, label), data) from None
     check_aspect(rgb.width, rgb.height, limits, label)
     return rgb, orientation
 

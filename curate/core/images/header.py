@@ -17,23 +17,10 @@ from PIL import Image
 from curate.core.formats.refs import ImageAt
 from curate.core.image_headers import Header, header_of_bytes, header_of_parts, read_header
 from curate.core.images.errors import DEFAULT_MAX_PIXELS, ImageError
-from curate.core.images.opening import ImageInfo, pil_open
+from curate.core.images.opening import ImageInfo, looks_complete, pil_open
 from curate.core.images.proof import TRANSPOSING
 from curate.core.images.read import ImageSource, file_errors, image_label, read_bytes
 from curate.core.io import is_url
-
-
-def _looks_complete(fmt: str, head: bytes, tail: bytes, size: int) -> bool:
-    """Cheap end-marker checks for JPEG, PNG, GIF and WEBP (truncated downloads)."""
-    if fmt == "JPEG":
-        return b"\xff\xd9" in tail
-    if fmt == "PNG":
-        return b"IEND" in tail[-4096:]
-    if fmt == "GIF":
-        return tail.rstrip(b"\x00").endswith(b";")
-    if fmt == "WEBP" and head[:4] == b"RIFF":
-        return size >= int.from_bytes(head[4:8], "little") + 8
-    return True
 
 
 def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str | None = None) -> ImageInfo:
@@ -87,7 +74,7 @@ def _probe_file(fh: io.BufferedIOBase, size: int, max_pixels: int, label: str) -
     head = fh.read(8)
     fh.seek(max(0, size - (65536 if fmt == "JPEG" else 4096)))
     tail = fh.read()
-    if not _looks_complete(fmt, head, tail, size):
+    if not looks_complete(head, tail, size):
         raise ImageError("truncated", f"{label}: {fmt} end marker missing")
     if orientation in TRANSPOSING:
         w, h = h, w

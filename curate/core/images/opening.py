@@ -73,10 +73,35 @@ class ViewFile(io.RawIOBase):
         """The position."""
         return self._pos
 
+    def read_all(self) -> memoryview:
+        """The whole view (without a copy)."""
+        return self._view
+
 
 def as_file(data: bytes | memoryview) -> io.BufferedIOBase | ViewFile:
     """A seekable file over image bytes (a view is not copied)."""
     return io.BytesIO(data) if isinstance(data, bytes) else ViewFile(data)
+
+
+def looks_complete(head: bytes, tail: bytes, size: int) -> bool:
+    """Whether a JPEG, PNG, GIF or WEBP file (known by its first bytes) has its end: end marker, declared
+    size. True for other formats (nothing to tell by)."""
+    if head[:3] == b"\xff\xd8\xff":
+        return b"\xff\xd9" in tail
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return b"IEND" in tail[-4096:]
+    if head[:4] == b"GIF8":
+        return tail.rstrip(b"\x00").endswith(b";")
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return size >= int.from_bytes(head[4:8], "little") + 8
+    return True
+
+
+def truncation(error: ImageError, data: Any) -> ImageError:
+    """``error`` as ``truncated`` when the decoder could not say why and the file visibly ends early."""
+    if error.reason != "unreadable_image" or looks_complete(bytes(data[:16]), bytes(data[-65536:]), len(data)):
+        return error
+    return ImageError("truncated", f"{error.detail} (the file ends early)")
 
 
 def pil_open(fh: Any, max_pixels: int, label: str) -> Image.Image:
@@ -84,7 +109,9 @@ def pil_open(fh: Any, max_pixels: int, label: str) -> Image.Image:
     try:
         img = Image.open(fh)
     except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
-        raise as_image_error(exc, label) from None
+        error = as_image_error(exc, label)
+        held = fh.getbuffer() if hasattr(fh, "getbuffer") else fh.read_all() if hasattr(fh, "read_all") else None
+        raise (truncation(error, held) if held is not None else error) from None
     w, h = img.size
     if w <= 0 or h <= 0:
         raise ImageError("unreadable_image", f"{label}: size {w}x{h}")

@@ -301,13 +301,11 @@ def small_records(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 def check_accounting(out: Path, stats: dict, ids: list[str], model: str) -> list[dict]:
     """Every image x language has a row with a caption that passes the checks or a reason; retries happened."""
     rows = pq.read_table(out / "captions.parquet").to_pylist()
-    with_image = [i for i in ids if i != "t-noimage"]
+    with_image = [i for i in ids if i not in ("t-noimage", "t-missing")]  # both errored before any request
     assert sorted((r["id"], r["lang"]) for r in rows) == sorted((i, lang) for i in with_image for lang in ("en", "zh"))
     for r in rows:
         assert r["model"] == model
-        if r["id"] == "t-missing":
-            assert r["error"] == "missing_image" and r["attempts"] == 1 and r["raw"] is None
-        elif r["error"] is None:
+        if r["error"] is None:
             assert check_caption(r["raw"], r["lang"], truncated=r["truncated"]).caption == r["caption"]
         else:
             assert r["error"] in REASONS, r
@@ -351,5 +349,5 @@ def test_tiny_vlm_served(tiny_vlm_server, small_records: tuple[Path, list[str]],
     stats = recaption([str(src)], tmp_path / "s", backend=backend, sampling={"max_new_tokens": 12, "temperature": 1.0})
     check_accounting(tmp_path / "s", stats, ids, model=tiny_vlm_server.model)
     assert stats["settings"]["backend"]["backend"] == "openai"
-    # the missing image in both languages, refused before any HTTP call
-    assert generation(tmp_path / "s")["errors"] == 2, generation(tmp_path / "s")
+    # the missing image is refused by the image gate before any request: nothing asked, nothing failed
+    assert generation(tmp_path / "s")["errors"] == 0, generation(tmp_path / "s")

@@ -52,7 +52,7 @@ def test_bad_parquet_images(tmp_path: Path, layouts: Layouts) -> None:
     table = pa.table({"id": [f"r{i}" for i in range(4)], "image": pa.array(structs, type=IMAGE_STRUCT),
                       "caption": ["a cat"] * 4})
     pq.write_table(table, tmp_path / "hf.parquet")
-    assert _reasons(tmp_path / "hf.parquet") == {"r1": "missing_image", "r2": "missing_image"}
+    assert _reasons(tmp_path / "hf.parquet") == {"r1": "missing_image", "r2": "empty_file"}  # empty: as an empty file
     i2d = pa.table({"key": ["k0", "k1"], "caption": ["x", "y"], "jpg": pa.array([good, None], type=pa.binary())})
     pq.write_table(i2d, tmp_path / "i2d.parquet")
     assert _reasons(tmp_path / "i2d.parquet") == {"k1": "missing_image"}
