@@ -37,7 +37,8 @@ class LanguageIdentifier:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier as Model
 
         self._model: Any = Model.from_model_file(MODEL_FILE, norm_probs=True)
-        self._uniform = 1.0 / len(self._model.labels) + 1e-6  # no feature found: every language equally likely
+        # A text with no feature the model knows scores every language alike: the confidence of the empty text.
+        self._floor = float(self._model.classify("")[1]) + 1e-6
 
     def identify(self, text: str) -> str:
         """The language of ``text`` (its ISO 639-1 code), ``""`` when the text gives no evidence."""
@@ -45,7 +46,7 @@ class LanguageIdentifier:
         if not text:
             return ""
         lang, confidence = self._model.classify(text)
-        return "" if confidence <= self._uniform else str(lang)
+        return "" if confidence <= self._floor else str(lang)
 
 
 def counting_language(lang: str, vocabularies: Collection[str] | None) -> str:
