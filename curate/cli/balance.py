@@ -93,7 +93,7 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
               help="Concept matrix from curate vocab embed. With --match embeddings.")
 @click.option("--records", multiple=True, type=click.Path(path_type=str),
               help="With --match text: record files/folders whose text is matched. Repeatable.")
-@click.option("--vocab", "vocab_values", multiple=True, metavar="FILE|LANG=FILE",
+@click.option("--vocab", "vocab_values", multiple=True, type=click.Path(path_type=str), metavar="FILE|LANG=FILE",
               help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt), or one per "
                    "language, repeated (--vocab en=en.txt --vocab zh=zh.txt [--vocab other=other.txt]).")
 @_text_match_options
@@ -230,7 +230,8 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 
 @cli.command("balance")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--vocab", "vocab_values", required=True, multiple=True, metavar="FILE|LANG=FILE",
+@click.option("--vocab", "vocab_values", required=True, multiple=True, type=click.Path(path_type=str),
+              metavar="FILE|LANG=FILE",
               help="Concept vocabulary (e.g. vocab/500k.txt); with --match text also one per language, repeated "
                    "(--vocab en=en.txt --vocab zh=zh.txt).")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder (all steps).")
