@@ -324,8 +324,9 @@ class _Prepared:
 
 
 def _prepare_draw(n: int, config: ResampleConfig) -> _Prepared:
-    """:class:`_Prepared` for an ``inverse`` draw without replacement (empty for other draws)."""
-    if config.mode != "inverse" or (config.target if config.target is not None else (config.fraction or 0) * n) > n:
+    """:class:`_Prepared` for an ``inverse`` draw without replacement of ``n`` records (empty for other draws, and
+    for ``n`` = 0: tags with a row per text, whose records are known later)."""
+    if n == 0 or config.mode != "inverse" or (config.target if config.target is not None else (config.fraction or 0) * n) > n:
         return _Prepared()
     exponentials = _generator(config.seed).standard_exponential(n, out=pooled(n, np.float64))
     weights, copies = pooled(n, np.float64), pooled(n, np.int32)
