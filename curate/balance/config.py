@@ -30,10 +30,14 @@ DEFAULT_NLIST: int | None = None  # auto: see curate.balance.tag.auto_nlist()
 DEFAULT_NPROBE = 16
 DEFAULT_FRACTION = 0.5  # curate balance without --target/--fraction
 WEIGHTINGS = ("mean", "max", "sum")
-MODES = ("inverse", "metaclip")
+MODES = ("inverse", "metaclip", "worldwide")
 INDEXES = ("flat", "ivf")
 SCRIPT_CHOICES = ("auto", "latin", "latin,cjk", "all")
 MATCHES = ("embeddings", "text")  # curate tag --match: nearest concept embeddings, or MetaCLIP's substring match
+RULES = ("curate", "metaclip")  # --rules of text matching (curate.balance.matching.rules)
+PER = ("record", "text")  # --per: a record's texts matched and counted together, or each text (MetaCLIP)
+DEFAULT_T = 20000  # MetaCLIP 1's t at 400M pairs (--mode metaclip)
+DEFAULT_T_WORLDWIDE = 170000  # MetaCLIP 2's t for English (--mode worldwide)
 
 
 def check_template(template: str | None) -> str | None:
@@ -141,7 +145,9 @@ class ResampleConfig:
     fraction: float | None = None
     seed: int = 0
     mode: str = "inverse"
-    t: int = 20000
+    t: int | None = None
+    tail_share: float | None = None
+    per: str | None = None
     weighting: str = "mean"
     temperature: float = 1.0
     use_k: int | None = None
@@ -165,8 +171,17 @@ class ResampleConfig:
             v.finite("--temperature", self.temperature)
             v.at_least("--temperature", self.temperature, 0)
         elif self.target is not None or self.fraction is not None:
-            raise UserError("--mode metaclip sets the size itself through --t; drop --target/--fraction")
+            raise UserError(f"--mode {self.mode} sets the size itself through --t; drop --target/--fraction")
+        if self.t is None:  # MetaCLIP 1's t, or MetaCLIP 2's t for English
+            object.__setattr__(self, "t", DEFAULT_T_WORLDWIDE if self.mode == "worldwide" else DEFAULT_T)
         v.at_least("--t", self.t, 1)
+        if self.per is not None:
+            v.one_of("--per", self.per, PER)
+        if self.tail_share is not None:
+            if self.mode != "worldwide":
+                raise UserError("--tail-share sets every language's t in --mode worldwide; use --t otherwise")
+            v.within("--tail-share", self.tail_share, 0.0, 1.0)
+            v.above("--tail-share", self.tail_share, 0.0)
         v.at_least("--use-k", self.use_k, 1)
         v.in_file("--vocab", self.vocab)
 
@@ -181,7 +196,10 @@ class MatchConfig:
 
     out: PathLike
     text_field: str | None = None
+    rules: str = "curate"
     case_sensitive: bool = False
+    per: str | None = None
+    lang_id: bool = False
     top_k: int | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
     seed: int = 0
@@ -192,6 +210,11 @@ class MatchConfig:
         v.in_dir("--image-root", self.image_root)
         v.at_least("--top-k", self.top_k, 1)
         v.at_least("--shard-size", self.shard_size, 1)
+        v.one_of("--rules", self.rules, RULES)
+        if self.per is not None:
+            v.one_of("--per", self.per, PER)
+        else:  # MetaCLIP counts per text (per caption); curate's rules by default per record
+            object.__setattr__(self, "per", "text" if self.rules == "metaclip" else "record")
         if self.text_field is not None and not self.text_field.strip():
             raise UserError("--text-field: give a field name (e.g. caption), or leave it out to match the "
                             "assistant messages")
@@ -211,40 +234,60 @@ class BalanceConfig:
     write_records: bool = True
     match: str = "embeddings"
     text: MatchConfig | None = None  # the text match's settings, when match == "text"
+    vocabularies: tuple[tuple[str, str], ...] | None = None  # (language, file) with --match text, one per language
 
     def __post_init__(self) -> None:
         v.one_of("--match", self.match, MATCHES)
         if self.match == "text" and self.text is None:
             raise UserError("--match text: no text-match settings (build the config with BalanceConfig.build)")
+        if self.vocabularies and self.match != "text":
+            raise UserError("--vocab LANG=FILE: a vocabulary per language is for --match text; "
+                            "give one vocabulary file to embed")
 
     @property
     def out(self) -> Path:
         """The run's output folder."""
         return Path(self.embed.out)
 
+    @property
+    def text_vocab(self) -> PathLike | dict[str, str]:
+        """What text matching reads: the vocabulary file, or ``{language: file}``."""
+        return dict(self.vocabularies) if self.vocabularies else self.vocab.vocab
+
     @classmethod
-    def build(cls, *, out: PathLike, vocab: PathLike, write_records: bool = True,
+    def build(cls, *, out: PathLike, vocab: PathLike | dict[str, PathLike], write_records: bool = True,
               text_batch_size: int = DEFAULT_TEXT_BATCH, match: str = "embeddings", text_field: str | None = None,
-              case_sensitive: bool = False, **settings: Any) -> BalanceConfig:
+              case_sensitive: bool = False, rules: str = "curate", per: str | None = None, lang_id: bool = False,
+              **settings: Any) -> BalanceConfig:
         """The step configs from flat settings (the flags of ``curate balance``).
 
         ``model``, ``precision``, ``device``, ``threads`` and ``seed`` go to every
         step that has them; ``batch_size`` is the image batch, ``text_batch_size``
         the vocabulary's; without ``target``/``fraction`` the inverse mode keeps
         :data:`DEFAULT_FRACTION`. With ``match="text"`` the records' text is matched
-        against the vocabulary (``text_field``, ``case_sensitive``; ``top_k`` caps the
-        matches kept, default every one) instead of embedding images and concepts.
+        against the vocabulary (``text_field``, ``rules``, ``case_sensitive``, ``per``, ``lang_id``;
+        ``top_k`` caps the matches kept, default every one) instead of embedding images and
+        concepts; ``vocab`` may then be ``{language: file}``, one vocabulary per language.
 
         Raises:
             UserError: a bad setting (named by its flag).
         """
         v.out_dir("--out", out)
         v.one_of("--match", match, MATCHES)
+        vocabularies = None
+        if isinstance(vocab, dict):
+            if match != "text":
+                raise UserError("--vocab LANG=FILE: a vocabulary per language is for --match text; "
+                                "give one vocabulary file to embed")
+            if not vocab:
+                raise UserError("--vocab: give a vocabulary file, or LANG=FILE per language")
+            vocabularies = tuple((str(k), str(vocab[k])) for k in sorted(vocab))
+            vocab = vocabularies[0][1]  # checked like any vocabulary; each is read again by the match
         text = None
         if match == "text":
-            text = MatchConfig(out=out, text_field=text_field, case_sensitive=case_sensitive,
-                               top_k=settings.get("top_k"), seed=settings.get("seed") or 0,
-                               image_root=settings.get("image_root"),
+            text = MatchConfig(out=out, text_field=text_field, rules=rules, case_sensitive=case_sensitive, per=per,
+                               lang_id=lang_id or vocabularies is not None, top_k=settings.get("top_k"),
+                               seed=settings.get("seed") or 0, image_root=settings.get("image_root"),
                                **({"shard_size": settings["shard_size"]} if settings.get("shard_size") else {}))
         if settings.get("mode", "inverse") == "inverse" and settings.get("target") is None \
                 and settings.get("fraction") is None:
@@ -254,7 +297,7 @@ class BalanceConfig:
         parts: dict[str, dict[str, Any]] = {}
         steps = {"embed": EmbedConfig, "vocab": VocabEmbedConfig, "tag": TagConfig, "resample": ResampleConfig}
         for name, kind in steps.items():
-            names = set(kind.__dataclass_fields__) - {"vocab", "out", "batch_size"}
+            names = set(kind.__dataclass_fields__) - {"vocab", "out", "batch_size", "per"}
             known |= names
             parts[name] = {k: val for k, val in settings.items() if k in names}
         known.add("batch_size")
@@ -267,8 +310,8 @@ class BalanceConfig:
                                      **parts["vocab"])
         return cls(embed=EmbedConfig(out=out, batch_size=image_batch, **parts["embed"]), vocab=vocab_cfg,
                    tag=TagConfig(out=out, **parts["tag"]),
-                   resample=ResampleConfig(out=out, vocab=vocab, **parts["resample"]),
-                   write_records=write_records, match=match, text=text)
+                   resample=ResampleConfig(out=out, vocab=None if vocabularies else vocab, **parts["resample"]),
+                   write_records=write_records, match=match, text=text, vocabularies=vocabularies)
 
 
 __all__ = ["BalanceConfig", "EmbedConfig", "MatchConfig", "ResampleConfig", "TagConfig", "VocabEmbedConfig"]

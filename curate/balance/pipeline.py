@@ -32,7 +32,7 @@ from typing import Any
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
 from curate.balance.embed import EMBED_DIR, run_embed
 from curate.balance.match import run_match_text
-from curate.balance.results import BalanceResult, records_lines
+from curate.balance.results import BalanceResult, language_lines, records_lines
 from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
 from curate.core.progress import console
@@ -82,7 +82,8 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
     concepts: dict[str, Any] | None = None
     if text:
         console.print("[bold]1/2[/bold] match the records' text against the vocabulary")
-        tag_result, tag_stats = run_match_text(inputs, vocab, config.text, executor=executor, write_stats=False)
+        tag_result, tag_stats = run_match_text(inputs, config.text_vocab, config.text, executor=executor,
+                                               write_stats=False)
         embed_result, embed_stats = {"records_embedded": 0}, None
         timings["match"] = time.perf_counter() - t0
     else:
@@ -117,23 +118,25 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
     if text:
         m = config.text
         assert m is not None
-        matching = {"match": "text", "text_field": m.text_field, "case_sensitive": m.case_sensitive, "top_k": m.top_k}
+        matching = {k: tag_result["settings"][k] for k in ("match", "text_field", "rules", "case_sensitive", "per",
+                                                            "lang_id", "top_k")}
     else:
         assert concepts is not None
         matching = {"match": "embeddings", "model": model, "precision": precision, "template": template,
                     "scripts": concepts["scripts"], "top_k": top_k, "index": index}
-    settings = {**matching, "vocab": str(vocab), "mode": mode,
+    settings = {**matching, "vocab": str(vocab) if not config.vocabularies else dict(config.vocabularies),
+                "mode": mode,
                 "target": res_result["settings"]["target"], "fraction": fraction,
                 "weighting": weighting, "temperature": temperature, "use_k": use_k,
-                "t": t if mode == "metaclip" else None,
+                "t": t if mode != "inverse" else None, "tail_share": r.tail_share, "per": res_result["settings"]["per"],
                 "batch_size": batch_size, "shard_size": shard_size}
     if concepts is not None:
         concept_info = {k: concepts[k] for k in ("rows", "dim", "embedded", "skipped", "model", "vocab_sha256",
                                                   "template", "scripts", "cache_dir", "cached")}
     else:
         concept_info = {"rows": tag_result["concept_rows"], "entries": tag_result["concepts_embedded"],
-                        "matches": tag_result["matches"], "rows_without_concept": tag_result["rows_without_concept"],
-                        "rows_without_text": tag_result["rows_without_text"]}
+                        **{k: tag_result[k] for k in ("texts", "matches", "rows_without_concept", "rows_without_text",
+                                                      "texts_per_language", "vocabularies") if k in tag_result}}
     first = {"match": _step(tag_result)} if text else {"embed": _step(embed_result), "tag": _step(tag_result)}
     made = {"tags": "tags.parquet"} if text else {"embeddings": f"{EMBED_DIR}/", "concepts": "concepts.npy",
                                                   "tags": "tags.parquet"}
@@ -145,6 +148,7 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
         "with_replacement": res_result["with_replacement"],
         "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
         "concepts": concept_info, "balance": res_result["balance"],
+        **({"languages": res_result["languages"]} if "languages" in res_result else {}),
         **({"ivf": tag_result["ivf"]} if "ivf" in tag_result else {}),
         **({"records_written": res_result["records_written"]} if "records_written" in res_result else {}),
         "steps": {**first, "resample": _step(res_result)},
@@ -173,6 +177,7 @@ def summary_lines(result: BalanceResult | dict[str, Any], out: str | os.PathLike
         f"top-1% share {b.head_share_before:.3f} → {b.head_share_after:.3f}; "
         f"normalised entropy {b.normalized_entropy_before:.3f} → {b.normalized_entropy_after:.3f}",
     ]
+    lines += language_lines(r.languages)
     if r.rejected:
         lines.append(f"dropped {dict(r.dropped)}  errored {dict(Counter(r.errored))}  → {out}/rejects.parquet")
     lines += records_lines(r.records_written, out)

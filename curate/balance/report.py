@@ -7,6 +7,8 @@ tagged record once, after = the selection with its copies):
 * **head share**: share of all tag occurrences that fall on the ``h`` most
   frequent concepts of that distribution, with ``h = ceil(1% × covered before)``
   (the same ``h`` before and after, so the two figures compare);
+* **per language** (tags with languages, :func:`language_figures`): each language's texts, matched texts,
+  candidates and kept pairs, its share of the pool and of the selection, its t and tail share;
 * **normalised entropy**: ``H(p) / ln(V)`` with ``p = counts / Σ counts`` and ``V``
   the number of concepts that can be tagged (non-zero rows of the concept
   matrix); 1 means every taggable concept equally often.
@@ -21,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from curate.balance.thresholds import Thresholds, tail_share
+from curate.balance.weights import TagArrays
 from curate.core.chart import Series, loglog_png
 
 
@@ -96,3 +100,39 @@ def plot_balance(path: str | os.PathLike[str], before: np.ndarray, after: np.nda
             series.append(Series(ranks, ranked[ranks - 1], label + extra, color))
     return loglog_png(path, series, title=title or "Concept frequency before and after balancing",
                       xlabel="concept rank", ylabel="records tagged with the concept", empty="no tagged records")
+
+
+def language_figures(tags: TagArrays, matched: np.ndarray, candidates: np.ndarray, kept: np.ndarray,
+                     th: Thresholds | None, t: int | None) -> dict[str, Any]:
+    """Per language (rows of ``tags``): texts, matched texts, candidates, kept and their shares, t, tail share
+    (``th``: the thresholds of ``--mode worldwide``; ``t`` the one threshold of ``--mode metaclip``).
+
+    ``matched``: rows with a match counted; ``candidates``: rows that stood for a draw (a record's drawn text, or
+    the record); ``kept``: rows kept.
+    """
+    assert tags.lang is not None
+    size = len(tags.lang_names)
+    rows_of = np.bincount(tags.lang, minlength=size)
+    matched_of = np.bincount(tags.lang[matched], minlength=size)
+    candidates_of = np.bincount(tags.lang[candidates], minlength=size)
+    kept_of = np.bincount(tags.lang[kept], minlength=size)
+    total_matched, total_kept = max(int(matched_of.sum()), 1), max(int(kept_of.sum()), 1)
+    per_language: dict[str, Any] = {}
+    for code in np.argsort(-rows_of, kind="stable").tolist():
+        name = tags.lang_names[code]
+        t_lang = th.t[code] if th is not None else t
+        counts = th.counts[code] if th is not None else None
+        per_language[name] = {
+            "texts": int(rows_of[code]), "matched": int(matched_of[code]),
+            "entries_matched": int(np.count_nonzero(counts)) if counts is not None else None,
+            "matches": int(counts.sum()) if counts is not None else None,
+            "t": t_lang, "tail_share": round(tail_share(counts, t_lang), 6) if counts is not None and t_lang else None,
+            "candidates": int(candidates_of[code]), "kept": int(kept_of[code]),
+            "kept_share": round(int(kept_of[code]) / int(candidates_of[code]), 6) if candidates_of[code] else 0.0,
+            "pool_share": round(int(matched_of[code]) / total_matched, 6),
+            "selection_share": round(int(kept_of[code]) / total_kept, 6),
+        }
+    figures: dict[str, Any] = {"per_language": per_language}
+    if th is not None:
+        figures.update(tail_share=round(th.share, 6), tail_share_from=th.given)
+    return figures

@@ -64,6 +64,7 @@ class ResampleResult(Counts):
     with_replacement: bool = False
     balance: BalanceReport = field(default_factory=BalanceReport)
     records_written: dict[str, Any] | None = None
+    languages: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,21 @@ class BalanceResult(Counts):
     with_replacement: bool = False
     balance: BalanceReport = field(default_factory=BalanceReport)
     records_written: dict[str, Any] | None = None
+    languages: dict[str, Any] | None = None
+
+
+def language_lines(languages: dict[str, Any] | None, most: int = 8) -> list[str]:
+    """What ``resample``/``balance`` print of the per-language figures (MetaCLIP's modes on tags with languages)."""
+    if not languages:
+        return []
+    lines = []
+    if "tail_share" in languages:
+        lines.append(f"tail share {languages['tail_share']:.4f} in every language ({languages['tail_share_from']})")
+    for lang, f in list(languages["per_language"].items())[:most]:
+        lines.append(f"  {lang}: t={f['t'] if f['t'] is not None else '-'}  kept {f['kept']:,} of "
+                     f"{f['candidates']:,} ({f['kept_share']:.3f}); share {f['pool_share']:.3f} → "
+                     f"{f['selection_share']:.3f}")
+    return lines
 
 
 def records_lines(written: dict[str, Any] | None, out: str | os.PathLike[str]) -> list[str]:

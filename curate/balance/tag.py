@@ -145,9 +145,11 @@ def tags_table(ids: pa.Array | Sequence[str], sources: pa.Array | Sequence[str],
                     schema=TAGS_SCHEMA)
 
 
-def merge_tags(out: Path, n_shards: int, metadata: dict[str, str]) -> int:
-    """Concatenate ``tags/<shard>.parquet`` in shard order into ``OUT/tags.parquet``; return rows."""
-    schema = TAGS_SCHEMA.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
+def merge_tags(out: Path, n_shards: int, metadata: dict[str, str], *, schema: pa.Schema = TAGS_SCHEMA) -> int:
+    """Concatenate ``tags/<shard>.parquet`` in shard order into ``OUT/tags.parquet``; return rows.
+
+    ``schema``: the columns (``tag --match text`` may add ``text`` and ``lang``)."""
+    schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
     rows = 0
     with atomic_open(out / "tags.parquet", "wb") as fh, \
             pq.ParquetWriter(fh, schema, compression="zstd", write_statistics=True) as writer:

@@ -54,6 +54,8 @@ def open_tags(path: str | os.PathLike[str]) -> pq.ParquetFile:
     try:
         parquet = pq.ParquetFile(path, read_dictionary=["source"])
         names = parquet.schema_arrow.names
+        if "lang" in names:  # tag --match text with languages: read dictionary-encoded too
+            parquet = pq.ParquetFile(path, read_dictionary=["source", "lang"])
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
         raise UserError(f"--tags {path}: not a readable Parquet file ({exc})") from None
     missing = {"id", "concepts"} - set(names)
@@ -98,17 +100,21 @@ def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> 
         UserError: negative concept indices.
     """
     schema = parquet.schema_arrow
-    cols = ["concepts"] + (["source"] if "source" in schema.names else [])
+    cols = ["concepts"] + [c for c in ("source", "text", "lang") if c in schema.names]
     n = parquet.metadata.num_rows
     parts: list[np.ndarray] = []  # K tags per record so far: the values as read
     flat: np.ndarray | None = None  # from the first other count on: every value copied here
     offsets: np.ndarray | None = None
     width: int | None = None
     sources, row, used = [], 0, 0
+    extra: dict[str, list[pa.Array]] = {"text": [], "lang": []}  # tag --match text: texts and languages
     for g in range(parquet.num_row_groups):
         group = parquet.read_row_group(g, columns=cols)
         if "source" in cols:
             sources.extend(group.column("source").chunks)
+        for name, chunks in extra.items():
+            if name in cols:
+                chunks.extend(group.column(name).chunks)
         for chunk in group.column("concepts").chunks:
             lengths, values = _concept_values(chunk)
             if not lengths.size:
@@ -137,7 +143,11 @@ def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> 
     codes, names = source_codes(pa.chunked_array(sources) if sources else None, n)
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
-    return TagArrays(strings([]), codes, names, offsets, stored, taggable, width)
+    text = (np.concatenate([to_numpy(c, 0) for c in extra["text"]]).astype(np.int32, copy=False)
+            if extra["text"] else np.zeros(0, np.int32)) if "text" in cols else None
+    lang, lang_names = source_codes(pa.chunked_array(extra["lang"]) if extra["lang"] else None, n) \
+        if "lang" in cols else (None, [])
+    return TagArrays(strings([]), codes, names, offsets, stored, taggable, width, text, lang, lang_names)
 
 
 def _copy_parts(parts: list[np.ndarray], size: int, n: int, row: int,

@@ -11,7 +11,7 @@ See :mod:`curate.balance.resample` for the weighting rules.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,8 @@ under glibc's 32 MiB mmap limit is reused from the heap instead of being faulted
 class TagArrays:
     """The tags of every record as flat arrays (record ``i`` has ``flat[offsets[i]:offsets[i+1]]``).
 
-    Sources are dictionary codes (``codes`` into ``source_names``). When every record has
+    Sources are dictionary codes (``codes`` into ``source_names``), and so are languages when the tags have
+    them (``lang`` into ``lang_names``). When every record has
     exactly K tags (the usual output of ``curate tag``), ``width`` is K and ``offsets`` is None:
     the tags are a ``(records, K)`` matrix and the per-record reductions work on its columns.
     That matrix may be stored in parts of whole records (``flat`` a tuple: the row groups as
@@ -48,6 +49,9 @@ class TagArrays:
     flat: np.ndarray | tuple[np.ndarray, ...]
     taggable: int | None
     width: int | None = None
+    text: np.ndarray | None = None  # one row per text (tag --per text): the text's index in its record
+    lang: np.ndarray | None = None  # the language each row counts under: codes into lang_names
+    lang_names: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -123,14 +127,14 @@ def keep_best(tags: TagArrays, use_k: int) -> TagArrays:
     if tags.width is not None:
         kept = tuple(np.ascontiguousarray(part.reshape(-1, tags.width)[:, :use_k]).ravel() for _, part in tags.parts())
         return TagArrays(tags.ids, tags.codes, tags.source_names, None, kept[0] if len(kept) == 1 else kept,
-                         tags.taggable, use_k)
+                         tags.taggable, use_k, tags.text, tags.lang, tags.lang_names)
     position = np.arange(tags.flat.size, dtype=np.int64) - np.repeat(tags.offsets[:-1], lengths)
     new_lengths = np.minimum(lengths, use_k)
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(new_lengths, out=offsets[1:])
     width = uniform_width(offsets)
     return TagArrays(tags.ids, tags.codes, tags.source_names, None if width else offsets, tags.flat[position < use_k],
-                     tags.taggable, width)
+                     tags.taggable, width, tags.text, tags.lang, tags.lang_names)
 
 
 def _block_tags(tags: TagArrays, lo: int, hi: int, flat: np.ndarray, offsets: np.ndarray,
@@ -330,25 +334,42 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator,
     return copies
 
 
-def draw_metaclip(tags: TagArrays, counts: np.ndarray, t: int, rng: np.random.Generator,
-                  eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """MetaCLIP's rule: returns ``(copies 0/1, keep probability)`` per record.
+TagProbabilities = Callable[[np.ndarray, int, int], np.ndarray]
+"""``p(flat tags of a block, first record, end record)``: each tag's probability of passing."""
 
-    The per-tag draws come block by block from one stream (the same numbers as one draw of all).
-    """
+
+def concept_probabilities(counts: np.ndarray, t: int) -> TagProbabilities:
+    """MetaCLIP's per-entry probability ``t / max(count, t)`` looked up for each tag."""
     if t < 1:
         raise UserError(f"--t must be at least 1, got {t}")
     p_concept = t / np.maximum(counts.astype(np.float64), float(t))
+    return lambda flat, lo, hi: p_concept[flat]
 
-    def passes(flat: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        return (rng.random(flat.size) < p_concept[flat]).astype(np.float64)
 
+def keep_probabilities(tags: TagArrays, p_tags: TagProbabilities) -> np.ndarray:
+    """``1 - Π_c (1 - p(c))`` over each record's tags (0 for records without tags)."""
     def log_miss(flat: np.ndarray, lo: int, hi: int) -> np.ndarray:
         with np.errstate(divide="ignore"):
-            return np.log1p(-p_concept[flat])  # -inf when p = 1
+            return np.log1p(-p_tags(flat, lo, hi))  # -inf when p = 1
+
+    miss = per_record(tags, log_miss, np.add)  # log Π (1 - p)
+    return np.where(tags.has_tags(), -np.expm1(miss), 0.0)
+
+
+def draw_metaclip(tags: TagArrays, counts: np.ndarray, t: int, rng: np.random.Generator,
+                  eligible: np.ndarray, *, p_tags: TagProbabilities | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """MetaCLIP's rule: returns ``(copies 0/1, keep probability)`` per record.
+
+    Each tag passes with ``p_tags`` (default :func:`concept_probabilities` of ``counts`` and ``t``); a record
+    is kept when any of its tags passes. The per-tag draws come block by block from one stream (the same
+    numbers as one draw of all).
+    """
+    p_tags = p_tags if p_tags is not None else concept_probabilities(counts, t)
+
+    def passes(flat: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        return (rng.random(flat.size) < p_tags(flat, lo, hi)).astype(np.float64)
 
     keep = per_record(tags, passes, np.maximum) > 0
-    miss = per_record(tags, log_miss, np.add)  # log Π (1 - p)
-    prob = np.where(tags.has_tags(), -np.expm1(miss), 0.0)
+    prob = keep_probabilities(tags, p_tags)
     keep &= eligible
     return keep.astype(np.int32), np.where(eligible, prob, 0.0)

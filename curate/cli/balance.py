@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from curate.balance.config import INDEXES, MATCHES, MODES, SCRIPT_CHOICES, WEIGHTINGS
-from curate.balance.results import BalanceResult, EmbedResult, ResampleResult, TagResult, records_lines
+from curate.balance.config import INDEXES, MATCHES, MODES, PER, RULES, SCRIPT_CHOICES, WEIGHTINGS
+from curate.balance.results import (BalanceResult, EmbedResult, ResampleResult, TagResult, language_lines,
+                                    records_lines)
 from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
@@ -15,14 +16,34 @@ from curate.cli.options import (executor_options, image_root_option, make_execut
 
 
 def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
-    """``--text-field`` and ``--case-sensitive`` of ``tag --match text`` and ``balance --match text``."""
+    """``--text-field``, ``--rules``, ``--case-sensitive``, ``--per`` and ``--lang-id`` of ``tag --match text`` and
+    ``balance --match text``."""
+    fn = click.option("--lang-id", is_flag=True,
+                      help="With --match text: identify each text's language (py3langid, offline) and count per "
+                           "language, for --mode worldwide (implied by --vocab LANG=FILE).")(fn)
+    fn = click.option("--per", type=click.Choice(PER), default=None,
+                      help="With --match text: match and count each text of a record (its captions or turns) on "
+                           "its own, as MetaCLIP does, or the record's texts joined "
+                           "(default: text with --rules metaclip, else record).")(fn)
     fn = click.option("--case-sensitive", is_flag=True,
-                      help="With --match text: compare as written, as MetaCLIP does (default: fold case).")(fn)
+                      help="With --match text: curate's rules but case compared as written.")(fn)
+    fn = click.option("--rules", type=click.Choice(RULES), default="curate", show_default=True,
+                      help="With --match text: metaclip = MetaCLIP 2's rules exactly (case as written, entries "
+                           "as given, counted per text); curate folds case and strips entries (docs/metaclip.md).")(fn)
     return click.option("--text-field", default=None,
                         help="With --match text: match this raw field (e.g. alt_text, or a caption beside a "
                              "conversation) instead of the assistant messages; a row with no conversation, caption, "
                              "text, problem or question is read as a caption record from this field (resample "
                              "--records then finds it too).")(fn)
+
+
+def _metaclip_options(fn):  # noqa: ANN001, ANN202 - click decorators
+    """``--t`` and ``--tail-share`` of ``resample``/``balance`` in MetaCLIP's modes."""
+    fn = click.option("--tail-share", type=float, default=None,
+                      help="--mode worldwide: every language's tail share, instead of English's at --t.")(fn)
+    return click.option("--t", "t", type=int, default=None,
+                        help="MetaCLIP's threshold (default 20,000 with --mode metaclip; with --mode worldwide "
+                             "English's, default 170,000, which sets every language's).")(fn)
 
 
 @cli.command("embed")
@@ -72,8 +93,9 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
               help="Concept matrix from curate vocab embed. With --match embeddings.")
 @click.option("--records", multiple=True, type=click.Path(path_type=str),
               help="With --match text: record files/folders whose text is matched. Repeatable.")
-@click.option("--vocab", type=click.Path(path_type=str), default=None,
-              help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt).")
+@click.option("--vocab", "vocab_values", multiple=True, type=click.Path(path_type=str), metavar="FILE|LANG=FILE",
+              help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt), or one per "
+                   "language, repeated (--vocab en=en.txt --vocab zh=zh.txt [--vocab other=other.txt]).")
 @_text_match_options
 @click.option("--shard-size", type=int, default=50000, show_default=True,
               help="With --match text: records per shard.")
@@ -90,10 +112,11 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
 @click.option("--id-column", default=None,
               help="Id column of clip-retrieval metadata (default: id, key, image_path or url).")
 @executor_options
-def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: tuple[str, ...], vocab: str | None,
-            text_field: str | None, case_sensitive: bool, shard_size: int, top_k: int | None, out: str, index: str,
-            nlist: int | None, nprobe: int, recall_sample: int, id_column: str | None, seed: int, workers: int,
-            executor: str, ray_address: str | None) -> None:
+def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: tuple[str, ...],
+            vocab_values: tuple[str, ...], text_field: str | None, rules: str, case_sensitive: bool, per: str | None,
+            lang_id: bool, shard_size: int, top_k: int | None, out: str, index: str, nlist: int | None, nprobe: int,
+            recall_sample: int, id_column: str | None, seed: int, workers: int, executor: str,
+            ray_address: str | None) -> None:
     """Tag every embedding with its top-K nearest concepts (FAISS).
 
     Writes OUT/tags.parquet (id, source, concepts list<int32> = vocabulary line − 1,
@@ -109,6 +132,7 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
       curate tag --embeddings emb/ --concepts concepts.npy --top-k 5 --out tagged/
       curate tag --embeddings clip_retrieval_out/ --concepts concepts.npy --index ivf --nlist 4096 --out tagged/
       curate tag --match text --records data/ --vocab vocab/500k.txt --workers 8 --out tagged/
+      curate tag --match text --rules metaclip --records data/ --vocab metadata.txt --out tagged/
     """
     from curate.balance.config import TagConfig
     from curate.balance.tag import tag
@@ -117,18 +141,22 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
     if match == "text":
         from curate.balance.config import MatchConfig
         from curate.balance.match import match_text
+        from curate.balance.matching.vocabularies import parse_vocab_values
 
+        vocab = parse_vocab_values(vocab_values)
         if not records or vocab is None or embeddings or concepts:
             raise UserError("--match text needs --records DATA and --vocab VOCAB (and no --embeddings/--concepts)")
-        match_config = MatchConfig(out=out, text_field=text_field, case_sensitive=case_sensitive, top_k=top_k,
-                                   shard_size=shard_size, seed=seed)
-        v.in_file("--vocab", vocab)
+        match_config = MatchConfig(out=out, text_field=text_field, rules=rules, case_sensitive=case_sensitive,
+                                   per=per, lang_id=lang_id, top_k=top_k, shard_size=shard_size, seed=seed)
         for path in records:
             v.in_path("--records", path)
         r = match_text(list(records), vocab, match_config, executor=make_executor(executor, workers, ray_address))
-        console.print(f"[bold]matched[/bold] {r['records_tagged']:,} of {r['records_in']:,} records against "
-                      f"{r['concepts_embedded']:,} entries: {r['matches']:,} matches, "
-                      f"{r['rows_without_concept']:,} records without any")
+        unit = "texts" if match_config.per == "text" else "records"
+        console.print(f"[bold]matched[/bold] {r['records_tagged']:,} of {r['records_in']:,} records ({r['texts']:,} "
+                      f"texts) against {r['concepts_embedded']:,} entries ({match_config.rules} rules): "
+                      f"{r['matches']:,} matches, {r['rows_without_concept']:,} {unit} without any")
+        for lang, n in list(r.get("texts_per_language", {}).items())[:8]:
+            console.print(f"  {lang}: {n:,} texts")
         print_rejects(from_stats(TagResult, r), out)
         console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
         return
@@ -151,14 +179,18 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
 @click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (>1: copies).")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
 @click.option("--mode", type=click.Choice(MODES), default="inverse", show_default=True,
-              help="inverse = weights from inverse concept frequency; metaclip = keep with p = t / max(count, t).")
-@click.option("--t", "t", type=int, default=20000, show_default=True, help="MetaCLIP's threshold (--mode metaclip).")
+              help="inverse = weights from inverse concept frequency; metaclip = keep with p = t / max(count, t); "
+                   "worldwide = MetaCLIP 2's, a t per language set from English's tail share.")
+@_metaclip_options
 @click.option("--weighting", type=click.Choice(WEIGHTINGS), default="mean", show_default=True,
               help="How a record's K inverse frequencies combine into its weight.")
 @click.option("--temperature", type=float, default=1.0, show_default=True,
               help="Exponent τ in freq^-τ: 1 fully inverse, 0 uniform.")
 @click.option("--use-k", type=int, default=None,
               help="Use only each record's J best tags for frequencies and weights (default: all K).")
+@click.option("--per", type=click.Choice(PER), default=None,
+              help="On tags with a row per text (tag --per text): count per text and draw image-text pairs as "
+                   "MetaCLIP 2 does (default in MetaCLIP's modes), or merge each record's texts.")
 @click.option("--records", multiple=True, type=click.Path(path_type=str),
               help="Input record files/folders; the selected records are written to OUT/records/ in their layout. "
                    "Repeatable.")
@@ -178,6 +210,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
     Examples:
       curate resample --tags tagged/tags.parquet --fraction 0.3 --records data/ --out balanced/
       curate resample --tags tagged/tags.parquet --mode metaclip --t 20000 --out balanced/
+      curate resample --tags tagged/tags.parquet --mode worldwide --t 170000 --out balanced/
     """
     from curate.balance.config import ResampleConfig
     from curate.balance.resample import resample
@@ -190,15 +223,17 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
                   f"({r.copies_total:,} copies); concepts covered {b.concepts_covered_before:,} → "
                   f"{b.concepts_covered_after:,}, top-1% share {b.head_share_before:.3f} → "
                   f"{b.head_share_after:.3f}")
-    for line in records_lines(r.records_written, out):
+    for line in language_lines(r.languages) + records_lines(r.records_written, out):
         console.print(line)
     console.print(f"selection: {out}/selection.parquet   plot: {out}/balance.png   stats: {out}/stats.json")
 
 
 @cli.command("balance")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--vocab", required=True, type=click.Path(path_type=str),
-              help="Concept vocabulary (e.g. vocab/500k.txt).")
+@click.option("--vocab", "vocab_values", required=True, multiple=True, type=click.Path(path_type=str),
+              metavar="FILE|LANG=FILE",
+              help="Concept vocabulary (e.g. vocab/500k.txt); with --match text also one per language, repeated "
+                   "(--vocab en=en.txt --vocab zh=zh.txt).")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder (all steps).")
 @model_options
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Images per forward pass.")
@@ -219,8 +254,8 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 @click.option("--target", type=int, default=None, help="Records to draw.")
 @click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (default 0.5).")
 @click.option("--mode", type=click.Choice(MODES), default="inverse", show_default=True,
-              help="Resampling rule.")
-@click.option("--t", "t", type=int, default=20000, show_default=True, help="MetaCLIP's threshold (--mode metaclip).")
+              help="Resampling rule (worldwide: MetaCLIP 2's per-language t; needs --lang-id or --vocab LANG=FILE).")
+@_metaclip_options
 @click.option("--weighting", type=click.Choice(WEIGHTINGS), default="mean", show_default=True,
               help="How a record's K inverse frequencies combine.")
 @click.option("--temperature", type=float, default=1.0, show_default=True, help="Exponent τ in freq^-τ.")
@@ -229,8 +264,8 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 @click.option("--no-records", is_flag=True, help="Write selection.parquet only, not the selected records.")
 @image_root_option
 @executor_options
-def balance_cmd(inputs: tuple[str, ...], out: str, threads: int | None, no_records: bool, workers: int, executor: str,
-                ray_address: str | None, **settings: object) -> None:
+def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str, threads: int | None, no_records: bool,
+                workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Concept-balance records: embed → concept embeddings → tag → resample → report.
 
     Everything goes to OUT (embeddings/, concepts.npy, tags.parquet, selection.parquet,
@@ -244,12 +279,17 @@ def balance_cmd(inputs: tuple[str, ...], out: str, threads: int | None, no_recor
       curate balance data/ --vocab vocab/500k.txt --model ViT-B-32-quickgelu:/ckpt/metaclip_b32_400m.pt \\
           --precision bf16 --top-k 5 --target 2000000 --out balanced/
       curate balance data/ --vocab vocab/500k.txt --match text --text-field caption --mode metaclip --out balanced/
+      curate balance data/ --vocab en=en.txt --vocab zh=zh.txt --match text --rules metaclip --mode worldwide \\
+          --out balanced/
     """
     from curate.balance.config import BalanceConfig
     from curate.balance.pipeline import balance, summary_lines
     from curate.core.progress import console
 
-    config = BalanceConfig.build(out=out, threads=threads_for(threads, workers), write_records=not no_records,
+    from curate.balance.matching.vocabularies import parse_vocab_values
+
+    config = BalanceConfig.build(out=out, vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
+                                 threads=threads_for(threads, workers), write_records=not no_records,
                                  **settings)  # type: ignore[arg-type]  (the flags are the config's settings)
     r = from_stats(BalanceResult, balance(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     for line in summary_lines(r, out):

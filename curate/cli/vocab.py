@@ -19,11 +19,17 @@ def vocab_group() -> None:
 
 @vocab_group.command("build")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Vocabulary file to write (one concept per line).")
-@click.option("--size", type=int, default=500_000, show_default=True, help="Number of concepts.")
+@click.option("--size", type=int, default=None,
+              help="Number of concepts (default 500,000; with --metaclip-metadata every entry the sources give).")
 @click.option("--word-list", "word_lists", multiple=True, type=click.Path(path_type=str),
               help="A word list (one entry per line); first priority. Repeatable.")
 @click.option("--metaclip-metadata", type=click.Path(path_type=str), default=None,
-              help="MetaCLIP's metadata.json (a JSON list of strings).")
+              help="MetaCLIP's metadata as published, kept entry for entry: metadata.json (a JSON list), MetaCLIP 2's "
+                   "per-language LANG.json (a list, or an object whose keys are the entries), or a text file with "
+                   "one entry per line. Nothing is added unless asked (--wordfreq-lang, --word-list, --captions).")
+@click.option("--filter-metadata", is_flag=True,
+              help="Put --metaclip-metadata through curate's filters and merging like the other sources "
+                   "(drops numbers, punctuation, single characters, case and accent variants).")
 @click.option("--captions", type=click.Path(path_type=str), default=None,
               help="Captions (JSONL with a caption field, or text one per line) to mine bigrams from by PMI.")
 @click.option("--caption-field", default="caption", show_default=True, help="Field holding the caption in JSONL.")
@@ -32,15 +38,15 @@ def vocab_group() -> None:
 @click.option("--max-bigrams", type=int, default=None, help="At most this many mined bigrams.")
 @click.option("--exclude", multiple=True, type=click.Path(path_type=str), help="Entries never to include (file). Repeatable.")
 @click.option("--wordfreq-lang", "wordfreq_langs", multiple=True, type=click.Choice(sorted(WORDFREQ_SCRIPTS)),
-              help="wordfreq languages to draw from (default: en and zh).")
+              help="wordfreq languages to draw from (default: en and zh; none with --metaclip-metadata).")
 @click.option("--no-wordfreq", is_flag=True, help="Do not use wordfreq's word lists.")
 @click.option("--max-chars", type=int, default=50, show_default=True, help="Longest entry in characters.")
 @click.option("--max-words", type=int, default=6, show_default=True, help="Longest entry in words.")
 @click.option("--drop-single-han", is_flag=True, help="Drop single Chinese characters (kept by default: 猫, 狗 are words).")
 @click.option("--stats", "stats_out", type=click.Path(path_type=str), default=None,
               help="Where to write the build's counts (default: NAME.stats.json beside --out).")
-def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_metadata: str | None,
-                    captions: str | None, caption_field: str, pmi_threshold: float, min_bigram_count: int,
+def vocab_build_cmd(out: str, size: int | None, word_lists: tuple[str, ...], metaclip_metadata: str | None,
+                    filter_metadata: bool, captions: str | None, caption_field: str, pmi_threshold: float, min_bigram_count: int,
                     max_bigrams: int | None, exclude: tuple[str, ...], wordfreq_langs: tuple[str, ...],
                     no_wordfreq: bool, max_chars: int, max_words: int, drop_single_han: bool,
                     stats_out: str | None) -> None:
@@ -48,8 +54,14 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
 
     Sources in priority order: --word-list files, --metaclip-metadata, bigrams mined
     by PMI from --captions, then wordfreq's English and Chinese lists interleaved.
-    Numbers, punctuation, clitics and near-duplicates are filtered. The bundled
-    vocab/500k.txt was made with: curate vocab build --size 500000 --out vocab/500k.txt
+    Numbers, punctuation, clitics and near-duplicates are filtered, except in
+    MetaCLIP's metadata, which is kept as published (see docs/metaclip.md). The
+    bundled vocab/500k.txt was made with: curate vocab build --size 500000 --out vocab/500k.txt
+
+    \b
+    Examples:
+      curate vocab build --metaclip-metadata metadata.json --out vocab/metaclip.txt
+      curate vocab build --metaclip-metadata data/metadata/zh.json --out vocab/zh.txt
     """
     from curate.balance.vocab.build import build_vocab_file, summarize
     from curate.core import validate as v
@@ -57,6 +69,8 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
 
     v.out_file("--out", out)
     v.out_file("--stats", stats_out)
+    if size is None and metaclip_metadata is None:
+        size = 500_000
     v.at_least("--size", size, 1)
     v.at_least("--max-chars", max_chars, 1)
     v.at_least("--max-words", max_words, 1)
@@ -67,7 +81,8 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
                         ("--captions", [captions]), ("--exclude", exclude)):
         for path in paths:
             v.in_file(flag, path)
-    languages = () if no_wordfreq else (wordfreq_langs or ("en", "zh"))
+    default_langs = () if metaclip_metadata else ("en", "zh")  # published metadata is not filled up unless asked
+    languages = () if no_wordfreq else (wordfreq_langs or default_langs)
     from pathlib import Path
 
     result = build_vocab_file(Path(out), stats_out=Path(stats_out) if stats_out else None, command=command_line(), size=size,
@@ -76,7 +91,7 @@ def vocab_build_cmd(out: str, size: int, word_lists: tuple[str, ...], metaclip_m
                               captions=Path(captions) if captions else None, caption_field=caption_field,
                               pmi_threshold=pmi_threshold, min_bigram_count=min_bigram_count, max_bigrams=max_bigrams,
                               exclude=[Path(p) for p in exclude], max_chars=max_chars, max_words=max_words,
-                              keep_single_han=not drop_single_han)
+                              keep_single_han=not drop_single_han, filter_metadata=filter_metadata)
     click.echo(summarize(result))
 
 

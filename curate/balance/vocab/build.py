@@ -2,9 +2,12 @@
 
 Entries come, in this priority order, from the user's word lists, MetaCLIP's
 ``metadata.json``, bigrams mined by PMI from a captions file, and wordfreq's
-English and Chinese word lists (interleaved by rank). Every candidate goes
-through the same filters (see :data:`curate.balance.vocab.filters.REASONS` and
-``vocab/README.md``); the first ``size`` accepted entries form the vocabulary.
+English and Chinese word lists (interleaved by rank). MetaCLIP's metadata is
+taken as published (every entry as written, in order: its numbers 0–99, ``C++``,
+``U.S.``, case variants); every other candidate goes through the same filters
+(see :data:`curate.balance.vocab.filters.REASONS` and ``vocab/README.md``), and
+the metadata too with ``filter_metadata``; the first ``size`` accepted entries
+form the vocabulary.
 There is no randomness: the same inputs and package versions give the same file.
 
 The filters live in :mod:`curate.balance.vocab.filters`, the readers of the sources in
@@ -143,6 +146,31 @@ class _Selector:
         self.accepted[source] += 1
         return True
 
+    def take_as_is(self, source: str, raw: str, where: str) -> None:
+        """Take one entry as published (MetaCLIP's metadata): no filter, no merging of variants.
+
+        It still blocks the near-duplicates of later sources, and ``--exclude`` still applies.
+
+        Raises:
+            UserError: an entry a vocabulary file cannot hold as it is (blank, a line break, a repeat).
+        """
+        self.read[source] += 1
+        if "\n" in raw or "\r" in raw or not raw.strip():
+            raise UserError(f"{where}: {raw!r} is blank or holds a line break (--metaclip-metadata); a vocabulary "
+                            "holds one entry per line: remove it, or pass --filter-metadata")
+        if raw in self.texts:
+            raise UserError(f"{where}: {raw!r} is there twice (--metaclip-metadata); a vocabulary's entries are "
+                            "unique: remove the repeat, or pass --filter-metadata")
+        key = near_duplicate_key(normalize_entry(raw))
+        if key in self.excluded:
+            self._drop(source, "excluded")
+            return
+        self.texts.add(raw)
+        self.keys.add(key)
+        self.entries.append(raw)
+        self.sources.append(source)
+        self.accepted[source] += 1
+
     def interleave(self, lists: Sequence[tuple[str, Iterable[str], str]]) -> None:
         """Accept from several ranked lists in turn, one accepted entry per turn."""
         active = [(name, iter(items), script) for name, items, script in lists]
@@ -167,7 +195,7 @@ def _word_list_names(paths: Sequence[Path]) -> list[str]:
 
 def build_vocab(
     *,
-    size: int = DEFAULT_SIZE,
+    size: int | None = DEFAULT_SIZE,
     wordfreq_languages: Sequence[str] = ("en", "zh"),
     word_lists: Sequence[Path] = (),
     metaclip_metadata: Path | None = None,
@@ -180,19 +208,22 @@ def build_vocab(
     max_chars: int = DEFAULT_MAX_CHARS,
     max_words: int = DEFAULT_MAX_WORDS,
     keep_single_han: bool = True,
+    filter_metadata: bool = False,
 ) -> VocabResult:
-    """Build a vocabulary of exactly ``size`` unique, filtered entries.
+    """Build a vocabulary of exactly ``size`` unique entries.
 
     Candidates are taken in this priority order, and the first ``size`` that
     pass the filters and are not (near-)duplicates of an earlier one are kept,
     in that order: each word list (in the order given, lines in file order);
-    MetaCLIP's metadata (in file order); PMI bigrams from ``captions`` (by
+    MetaCLIP's metadata (in file order, **as published**: every entry as written,
+    no filter and no merging of case or accent variants, unless
+    ``filter_metadata``); PMI bigrams from ``captions`` (by
     count, then PMI); wordfreq's lists for ``wordfreq_languages``, interleaved
     one accepted entry per language in turn, each in wordfreq's rank order.
     Nothing is random.
 
     Args:
-        size: Number of entries (exactly).
+        size: Number of entries (exactly); None for every entry the sources give.
         wordfreq_languages: wordfreq lists to use, among ``en`` and ``zh``; empty
             for none.
         word_lists: User word lists, one entry per line, UTF-8.
@@ -206,6 +237,8 @@ def build_vocab(
         max_chars: Longest entry kept, in characters.
         max_words: Most space-separated words in an entry.
         keep_single_han: Keep one-character Han entries (猫 cat, 树 tree).
+        filter_metadata: Put MetaCLIP's metadata through the filters and the
+            (near-)duplicate merging of the other sources.
 
     Returns:
         The vocabulary and its accounting.
@@ -214,7 +247,7 @@ def build_vocab(
         UserError: A bad parameter, a missing or malformed file, or a ``size``
             larger than what the sources give after filtering.
     """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
         raise UserError(f"--size {size!r}: give a positive whole number of entries")
     langs = list(wordfreq_languages)
     for lang in langs:
@@ -256,8 +289,11 @@ def build_vocab(
         for line in read_word_list(path):
             selector.offer(name, line)
     if metaclip_metadata is not None:
-        for item in read_metaclip_metadata(metaclip_metadata):
-            selector.offer("metaclip_metadata", item)
+        for index, item in enumerate(read_metaclip_metadata(metaclip_metadata)):
+            if filter_metadata:
+                selector.offer("metaclip_metadata", item)
+            else:
+                selector.take_as_is("metaclip_metadata", item, f"{metaclip_metadata}: entry {index}")
     bigram_stats = None
     if captions is not None:
         mined = mine_pmi_bigrams(
@@ -273,6 +309,7 @@ def build_vocab(
     selector.interleave([(f"wordfreq:{lang}", read_wordfreq(lang), WORDFREQ_SCRIPTS[lang]) for lang in langs])
 
     available = len(selector.entries)
+    size = available if size is None else size
     if size > available:
         per_source = ", ".join(f"{k} {v}" for k, v in selector.accepted.items()) or "none"
         raise UserError(
@@ -295,6 +332,7 @@ def build_vocab(
         "max_chars": max_chars,
         "max_words": max_words,
         "keep_single_han": keep_single_han,
+        "filter_metadata": filter_metadata,
     }
     script_counts = Counter(entry_script(e) for e in entries)
     return VocabResult(

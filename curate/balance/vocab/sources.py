@@ -53,18 +53,25 @@ def read_word_list(path: Path, flag: str = "--word-list") -> list[str]:
 
 
 def read_metaclip_metadata(path: Path) -> list[str]:
-    """Read MetaCLIP's ``metadata.json``: a JSON list of strings.
+    """Read MetaCLIP's metadata as published, in file order.
+
+    Accepted: a JSON list of strings (MetaCLIP's ``metadata.json``, MetaCLIP 2's per-language
+    ``data/metadata/LANG.json``); a JSON object whose keys are the entries (MetaCLIP 2's
+    ``metadata_per_lang/LANG.json``, ``{entry: source}``); any file not ending in ``.json``: one entry
+    per line (a BOM and CRLF accepted), taken as written.
 
     Args:
         path: The file.
 
     Returns:
-        The strings, in file order.
+        The entries, in file order.
 
     Raises:
         UserError: The file is missing, is not JSON, or is not a list of strings.
     """
     path = check_input_file(path, "--metaclip-metadata")
+    if path.suffix.lower() != ".json":
+        return read_word_list(path, "--metaclip-metadata")
     try:
         data = json.loads(path.read_bytes().decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -74,6 +81,8 @@ def read_metaclip_metadata(path: Path) -> list[str]:
             f"{path}:{exc.lineno}: not valid JSON ({exc.msg}) (--metaclip-metadata); "
             "expected a JSON list of strings such as MetaCLIP's metadata.json"
         ) from None
+    if isinstance(data, dict):
+        data = list(data)  # MetaCLIP 2's {entry: source}: the entries are the keys, in file order
     if not isinstance(data, list):
         raise UserError(
             f"{path}: the JSON is a {type(data).__name__}, not a list (--metaclip-metadata); "

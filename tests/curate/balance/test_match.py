@@ -171,3 +171,113 @@ def test_text_field_reads_rows_in_no_layout_through_resample(tmp_path: Path) -> 
     rows = [int(i.split(":")[1]) for i in written.column("id").to_pylist()]
     assert written.column("alt_text").to_pylist() == [alts[i] for i in rows]
     assert written.column("image").to_pylist()[0]["bytes"] == image  # the rows as they were, image included
+
+
+# --------------------------------------------------------------------------- MetaCLIP's rules, per caption
+
+
+def _caption_lists(path: Path) -> list[list[str]]:
+    """COCO-CN-shaped records: 1-3 captions each, English and Chinese, written as ``caption`` lists."""
+    from tests.curate.balance.matching.test_rules import CAPTIONS
+
+    pool = [c for c in CAPTIONS if c.strip()]  # a record whose captions are all blank is not a record
+    groups = [[pool[i % len(pool)], pool[(i * 7 + 3) % len(pool)], pool[(i * 5 + 1) % len(pool)]][:1 + i % 3]
+              for i in range(45)]
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, caps in enumerate(groups):
+            fh.write(json.dumps({"id": f"img{i}", "caption": caps}, ensure_ascii=False) + "\n")
+    return groups
+
+
+def test_metaclip_rules_count_per_caption(tmp_path: Path) -> None:
+    """--rules metaclip: a row per caption with MetaCLIP 2's matches, entry counts per caption (as MetaCLIP
+    counts); --per record keeps one row per record (its captions joined), counted once."""
+    from collections import Counter
+
+    from tests.curate.balance.matching.test_rules import VOCAB as MIXED
+    from tests.curate.balance.matching.test_rules import reference_matches
+
+    data = tmp_path / "coco.jsonl"
+    groups = _caption_lists(data)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(MIXED) + "\n", encoding="utf-8")
+    r = match_text([data], vocab, out=tmp_path / "t", rules="metaclip", shard_size=20)
+    assert r["settings"]["rules"] == "metaclip" and r["settings"]["per"] == "text"
+    assert r["records_tagged"] == 45 and r["texts"] == r["rows"] == sum(len(g) for g in groups)
+    rows = pq.read_table(tmp_path / "t" / "tags.parquet").to_pylist()
+    expected = [(f"img{i}", j, reference_matches(c, MIXED)) for i, caps in enumerate(groups) for j, c in enumerate(caps)]
+    assert [(row["id"], row["text"], set(row["concepts"])) for row in rows] == expected
+    per_caption = Counter(e for _, _, found in expected for e in found)
+    assert Counter(c for row in rows for c in row["concepts"]) == per_caption
+
+    joined = match_text([data], vocab, out=tmp_path / "j", rules="metaclip", per="record")
+    record_rows = pq.read_table(tmp_path / "j" / "tags.parquet").to_pylist()
+    assert [set(row["concepts"]) for row in record_rows] == [reference_matches("\n".join(g), MIXED) for g in groups]
+    assert "text" not in pq.read_schema(tmp_path / "j" / "tags.parquet").names
+    assert sum(len(row["concepts"]) for row in record_rows) < sum(per_caption.values())  # counted once per record
+
+    chosen = resample(tmp_path / "t" / "tags.parquet", out=tmp_path / "rs", mode="metaclip", t=3, seed=0, plot=False)
+    assert chosen["settings"]["per"] == "text" and chosen["texts"] == r["texts"]
+    assert chosen["balance"]["tag_occurrences_before"] == sum(per_caption.values())
+    selection = pq.read_table(tmp_path / "rs" / "selection.parquet").to_pylist()
+    by_id = {f"img{i}": caps for i, caps in enumerate(groups)}
+    assert selection and all(reference_matches(by_id[s["id"]][s["text"]], MIXED) for s in selection)
+    merged = resample(tmp_path / "t" / "tags.parquet", out=tmp_path / "rm", mode="metaclip", t=3, per="record",
+                      seed=0, plot=False)
+    assert merged["settings"]["per"] == "record" and "texts" not in merged
+    union = sum(len(set().union(*(reference_matches(c, MIXED) for c in g))) for g in groups)
+    assert merged["balance"]["tag_occurrences_before"] == union
+
+
+def test_languages_and_per_language_vocabularies(tmp_path: Path) -> None:
+    """Each text matched against its language's vocabulary (py3langid, offline); a language without one uses
+    ``other``; the concept ranges and languages are in the tags."""
+    data = tmp_path / "mixed.jsonl"
+    captions = ["A black cat sleeping on the red sofa in the living room", "一只黑猫在红色的沙发上睡觉",
+                "Un chat noir dort sur le canapé rouge du salon", "Two dogs are playing on the green grass",
+                "两只狗在绿色的草地上玩耍"]
+    data.write_text("".join(json.dumps({"id": f"r{i}", "caption": c}, ensure_ascii=False) + "\n"
+                            for i, c in enumerate(captions)), encoding="utf-8")
+    (tmp_path / "en.txt").write_text("cat\nblack cat\nsofa\ndogs\ngrass\n", encoding="utf-8")
+    (tmp_path / "zh.txt").write_text("猫\n沙发\n狗\n草地\n", encoding="utf-8")
+    (tmp_path / "other.txt").write_text("chat\ncanapé\n", encoding="utf-8")
+    vocabs = {"zh": str(tmp_path / "zh.txt"), "en": str(tmp_path / "en.txt"), "other": str(tmp_path / "other.txt")}
+    r = match_text([data], vocabs, out=tmp_path / "t")
+    assert r["settings"]["lang_id"].startswith("py3langid==") and r["texts_per_language"] == {"en": 2, "other": 1, "zh": 2}
+    assert r["vocabularies"] == {"en": {"path": vocabs["en"], "entries": 5, "first_concept": 0},
+                                 "other": {"path": vocabs["other"], "entries": 2, "first_concept": 5},
+                                 "zh": {"path": vocabs["zh"], "entries": 4, "first_concept": 7}}
+    rows = pq.read_table(tmp_path / "t" / "tags.parquet").to_pylist()
+    assert [row["lang"] for row in rows] == ["en", "zh", "other", "en", "zh"]
+    assert [sorted(row["concepts"]) for row in rows] == [[0, 1, 2], [7, 8], [5, 6], [3, 4], [9, 10]]
+    shared = match_text([data], tmp_path / "en.txt", out=tmp_path / "s", lang_id=True)
+    assert shared["texts_per_language"] == {"en": 2, "fr": 1, "zh": 2}  # one vocabulary: every language counts
+
+
+def test_cli_balance_worldwide(tmp_path: Path) -> None:
+    """``curate balance --match text --rules metaclip --vocab LANG=FILE --mode worldwide``: per-language t, kept
+    shares in stats.json and printed; mistakes are one-line errors."""
+    data = tmp_path / "mixed.jsonl"
+    en = ["A black cat on the sofa", "A dog on the grass", "The cat and the dog", "A red sofa"]
+    zh = ["沙发上的黑猫", "草地上的狗", "猫和狗在一起", "红色的沙发"]
+    rows = [{"id": f"r{i}", "caption": [en[i % 4], zh[(i * 3) % 4]]} for i in range(40)]
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "en.txt").write_text("cat\nblack cat\nsofa\ndog\ngrass\nred\n", encoding="utf-8")
+    (tmp_path / "zh.txt").write_text("猫\n黑猫\n沙发\n狗\n草地\n", encoding="utf-8")
+    out = tmp_path / "bal"
+    base = [sys.executable, "-m", "curate", "balance", str(data), "--match", "text", "--rules", "metaclip",
+            "--vocab", f"en={tmp_path / 'en.txt'}", "--vocab", f"zh={tmp_path / 'zh.txt'}", "--out"]
+    done = subprocess.run(base + [str(out), "--mode", "worldwide", "--t", "8"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["settings"]["rules"] == "metaclip" and stats["settings"]["per"] == "text"
+    langs = stats["languages"]["per_language"]
+    assert set(langs) == {"en", "zh"} and langs["en"]["t"] == 8 and langs["en"]["texts"] == langs["zh"]["texts"] == 40
+    assert stats["languages"]["tail_share_from"] == "t of en" and "en: t=8" in done.stderr
+    assert stats["records_in"] == 40 == stats["records_selected"] + sum(stats["dropped"].values())
+    bad = subprocess.run(base + [str(tmp_path / "b"), "--mode", "worldwide", "--tail-share", "2"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--tail-share" in bad.stderr and "Traceback" not in bad.stderr
+    mixed = subprocess.run(base[:-5] + ["--vocab", str(tmp_path / "en.txt"), "--vocab", f"zh={tmp_path / 'zh.txt'}",
+                                        "--out", str(tmp_path / "c")], capture_output=True, text=True)
+    assert mixed.returncode == 2 and "not both" in mixed.stderr

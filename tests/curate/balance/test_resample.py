@@ -167,7 +167,10 @@ def test_duplicates_and_untagged_records_are_accounted(tmp_path: Path) -> None:
     ({"target": 0}, "at least 1"),
     ({"fraction": -1.0}, "positive"),
     ({"mode": "metaclip", "target": 3}, "drop --target"),
-    ({"mode": "nope"}, "inverse or metaclip"),
+    ({"mode": "nope"}, "inverse, metaclip or worldwide"),
+    ({"mode": "metaclip", "tail_share": 0.1}, "--mode worldwide"),
+    ({"mode": "worldwide", "tail_share": 1.5}, "within"),
+    ({"mode": "metaclip", "per": "pair"}, "record or text"),
 ])
 def test_bad_arguments_are_user_errors(tmp_path: Path, kwargs: dict, match: str) -> None:
     tags = _tags(tmp_path / "t.parquet", [[0], [1]])

@@ -218,6 +218,7 @@ def _user_sources(tmp_path: Path) -> dict:
         "pmi_threshold": 1.5,
         "min_bigram_count": 2,
         "wordfreq_languages": (),
+        "filter_metadata": True,  # the metadata through the filters (by default it is kept as published)
     }
 
 
@@ -289,8 +290,8 @@ def test_errors(tmp_path: Path) -> None:
         build_vocab(size=1, captions=missing, wordfreq_languages=())
 
     bad = tmp_path / "meta.json"
-    bad.write_text(json.dumps({"entries": ["cat"]}), encoding="utf-8")
-    with pytest.raises(UserError, match=r"the JSON is a dict, not a list"):
+    bad.write_text(json.dumps("cat"), encoding="utf-8")
+    with pytest.raises(UserError, match=r"the JSON is a str, not a list"):
         build_vocab(size=1, metaclip_metadata=bad, wordfreq_languages=())
     bad.write_text(json.dumps(["cat", 3]), encoding="utf-8")
     with pytest.raises(UserError, match=r"item 1 is 3 \(int\), not a string"):
