@@ -15,7 +15,7 @@ from transformers import AutoProcessor
 from transformers.image_utils import load_image
 
 from curate.core.images import REASONS, ImageError, check, decode
-from tests._fixtures.odd_images import trainer_view
+from curate.fixtures.odd_images import trainer_view
 
 
 def _outcome(fn, src) -> tuple[str, object]:  # noqa: ANN001

@@ -17,7 +17,7 @@ from curate.core.images import ImageError, check
 from packer.loader import PackedDataset
 from packer.pack import pack
 from packer.verify import verify_pack
-from tests._fixtures.odd_images import trainer_view
+from curate.fixtures.odd_images import trainer_view
 
 STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
