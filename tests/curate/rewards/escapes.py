@@ -93,7 +93,9 @@ ATTACKS = [
            "        except OSError:\n            pass\n"
            "print(json.dumps({'i': 0, 'out': 'forged-ok', 'err': None}))\nos._exit(1)", wins="forged-ok"),
     Attack("plant", "for path in ('/box/planted', 'planted', '/dev/shm/planted', '/tmp/planted', '../planted'):\n"
-           "    try:\n        open(path, 'w').write('planted-by-an-earlier-program')\n    except OSError:\n        pass",
+           "    try:\n        open(path, 'w').write('planted-by-an-earlier-program')\n    except OSError:\n        pass\n"
+           "try:\n    os.makedirs('deep/' * 300)\n    os.makedirs('locked/inner')\n    os.chmod('locked/inner', 0)\n"
+           "    os.chmod('locked', 0)\n    os.chmod('..', 0)\nexcept OSError:\n    pass",
            wins="planted-by-an-earlier-program"),
     Attack("read_planted", "found = ''\n"
            "for path in ('/box/planted', 'planted', '/dev/shm/planted', '/tmp/planted', '../planted'):\n"

@@ -103,6 +103,9 @@ def test_the_work_area_is_emptied_whatever_a_program_left(tmp_path: Path) -> Non
     os.chmod(locked / "inner", 0)
     os.chmod(locked, stat.S_IXUSR)
     (box / ".wipe1").write_text("a name the wiper uses")
+    (box / ".wipe2").mkdir()
+    (box / "w" / "d" / ".wipe3").mkdir()
+    os.chmod(box, 0)
     wipe(str(box))
     assert os.listdir(box) == []
     assert os.path.exists("/etc/passwd")

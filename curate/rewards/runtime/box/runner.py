@@ -90,12 +90,17 @@ class Context:
 
 def wipe(box: str) -> None:
     """Remove everything under ``box``: any depth (subfolders are moved up first), any permissions."""
+    os.chmod(box, 0o700)
     top = os.open(box, os.O_RDONLY | os.O_DIRECTORY)
     try:
         queue, serial = os.listdir(top), 0
         while queue:
             name = queue.pop()
-            if not stat.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+            try:
+                mode = os.stat(name, dir_fd=top, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(mode):
                 os.unlink(name, dir_fd=top)
                 continue
             os.chmod(name, 0o700, dir_fd=top)
@@ -105,13 +110,14 @@ def wipe(box: str) -> None:
                     if not stat.S_ISDIR(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
                         os.unlink(entry, dir_fd=fd)
                         continue
-                    while True:  # a subfolder moves to the top under a fresh name, handled in its turn
+                    while True:  # a subfolder moves to the top under a name nothing there has, handled in its turn
                         serial += 1
                         try:
-                            os.rename(entry, f".wipe{serial}", src_dir_fd=fd, dst_dir_fd=top)
+                            os.stat(f".wipe{serial}", dir_fd=top, follow_symlinks=False)
+                        except FileNotFoundError:
                             break
-                        except FileExistsError:
-                            continue
+                    os.chmod(entry, 0o700, dir_fd=fd)  # moving a folder writes its "..": it must be writable
+                    os.rename(entry, f".wipe{serial}", src_dir_fd=fd, dst_dir_fd=top)
                     queue.append(f".wipe{serial}")
             finally:
                 os.close(fd)
