@@ -87,7 +87,7 @@ def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **
 
 
 @cli.command("serve-rewards")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 to accept remote trainers).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 to accept remote trainers, with --token).")
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--workers", type=int, default=1, show_default=True, help="Server processes.")
 @click.option("--pool-workers", type=int, default=None,
