@@ -118,11 +118,12 @@ def test_escape_table_against_the_sandbox_with_its_audit_hook(use, tmp_path: Pat
     target = make_target(tmp_path / "target")
     monkeypatch.setenv(SECRET_VAR, target.secret)
     use(audit_hook=True)
+    before = limits.pool_size()
     limits.configure(workers=1)  # one sandbox: the program that plants runs right before the one that looks
     try:
         results = score_many([(target.record(a), response(a)) for a in ATTACKS])
     finally:
-        limits.configure(workers=None)
+        limits.configure(workers=before)
     won = {a.name: r for a, r in zip(ATTACKS, results) if r.accuracy > 0}
     assert won == {}
     assert os.listdir(target.watch) == [] and target.accepted == []
