@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("curate", "packer")
 MAX_LINES = 400
 #: Process entry points run as scripts or in fresh interpreters, never imported by the library.
-ENTRY_POINTS = {"curate.rewards.runtime._sandbox_boot", "curate.fixtures.__main__", "curate.__main__"}
+ENTRY_POINTS = {"curate.fixtures.__main__", "curate.__main__"}
 
 
 def _module_name(path: Path) -> str:

@@ -14,7 +14,33 @@ from curate.cli.generate_options import (  # shared flags of the generating verb
     sampling_from_flags,
     sampling_options,
 )
-from curate.rl.config import LOG_LEVELS, PROMPT_STYLES
+from curate.rl.config import DEFAULT_MAX_BODY_MB, LOG_LEVELS, PROMPT_STYLES, TOKEN_VAR
+
+_CODE_FLAGS = ("code_cpu_seconds", "code_wall_seconds", "code_memory_mb", "trust_code")
+
+
+def _code_options(f):  # type: ignore[no-untyped-def]
+    """The flags of model-written code: the limits' ceilings (records may only lower them) and --trust-code."""
+    f = click.option("--trust-code", is_flag=True, default=False,
+                     help="Run model-written programs even where no sandbox can start (bubblewrap missing): "
+                          "WITHOUT isolation from this machine. Recorded in stats.json. Default: such "
+                          "responses score 0 with error sandbox_unavailable.")(f)
+    f = click.option("--code-memory-mb", type=int, default=None,
+                     help="Memory (address space) of one test's process, MB [default: 512, or CURATE_CODE_MEMORY_MB].")(f)
+    f = click.option("--code-wall-seconds", type=float, default=None,
+                     help="Wall seconds of one response's program over all its tests [default: 10].")(f)
+    return click.option("--code-cpu-seconds", type=float, default=None,
+                        help="CPU seconds of one response's program over all its tests [default: 5]; "
+                             "a record's reward.parameters may lower these limits, never raise them.")(f)
+
+
+def _code(flags: dict) -> object:
+    """The :class:`CodeSandbox` of the code flags (popped from ``flags``), over the environment's defaults."""
+    from curate.rewards.runtime.sandbox import CodeSandbox
+
+    given = {name: flags.pop(name, None) for name in _CODE_FLAGS}
+    return CodeSandbox.from_env(cpu_seconds=given["code_cpu_seconds"], wall_seconds=given["code_wall_seconds"],
+                                memory_mb=given["code_memory_mb"], trust_code=True if given["trust_code"] else None)
 
 
 _answer_type_option = click.option(
@@ -33,6 +59,7 @@ _answer_type_option = click.option(
               help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
 @click.option("--shard-size", type=int, default=20_000, show_default=True, help="Responses per shard.")
 @_answer_type_option
+@_code_options
 @executor_options
 def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Score model responses with the rule-based verifiers (curate.rewards).
@@ -51,7 +78,7 @@ def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **
     from curate.rl.results import ScoreResult
     from curate.rl.score import score
 
-    config = ScoreConfig(out=out, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+    config = ScoreConfig(out=out, code=_code(settings), **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
     r = from_stats(ScoreResult, score(config=config, executor=make_executor(executor, workers, ray_address)))
     mean = "n/a" if r.overall.mean_reward is None else f"{r.overall.mean_reward:.3f}"
     console.print(f"scored {r.scored:,} of {r.responses_in:,} responses; mean reward {mean}; "
@@ -60,15 +87,22 @@ def score_cmd(out: str, workers: int, executor: str, ray_address: str | None, **
 
 
 @cli.command("serve-rewards")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 to accept remote trainers).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (0.0.0.0 to accept remote trainers, with --token).")
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--workers", type=int, default=1, show_default=True, help="Server processes.")
 @click.option("--pool-workers", type=int, default=None,
-              help="Verifier worker processes per server process (time-limited verifiers; default: the cores the process may use).")
+              help="Verifier worker processes, and code sandboxes, per server process (default and most: the "
+                   "cores the process may use).")
 @click.option("--deadline", type=float, default=300.0, show_default=True,
               help="Seconds per request; items unfinished by then score 0 with error 'deadline'.")
+@click.option("--token", default=None, metavar="SECRET",
+              help=f"Bearer token every request must carry (Authorization: Bearer SECRET, or ?token=SECRET for "
+                   f"clients that cannot set headers); default: {TOKEN_VAR}. Required with a --host other than loopback.")
+@click.option("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_MB, show_default=True,
+              help="Largest request body; larger ones get HTTP 413.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(LOG_LEVELS))
+@_code_options
 def serve_rewards_cmd(**settings: object) -> None:
     """Serve the reward verifiers over HTTP for RL trainers.
 
@@ -86,7 +120,10 @@ def serve_rewards_cmd(**settings: object) -> None:
     from curate.rl.config import ServeRewardsConfig
     from curate.rl.serve import serve
 
-    config = ServeRewardsConfig(**settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+    config = ServeRewardsConfig(code=_code(settings), **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+    if config.pool_capped is not None:
+        click.echo(f"--pool-workers {config.pool_capped}: capped at {config.pool_workers}, the cores this process may use",
+                   err=True)
     click.echo(f"serving rewards on http://{config.host}:{config.port} (POST /score, POST /openrlhf, GET /health); "
                "Ctrl-C to stop", err=True)
     serve(config)
@@ -126,6 +163,7 @@ def _band(value: str | None) -> tuple[float, float] | None:
 @click.option("--shard-size", type=int, default=1000, show_default=True, help="Prompts per shard.")
 @_answer_type_option
 @image_root_option
+@_code_options
 @executor_options
 def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: float | None, min_gap: float | None,
                   band: str | None, thresholds: str | None, prompt_style: str | None, templates: str | None,
@@ -159,7 +197,8 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
                             sampling=sampling_dict(sampling_from_flags(flags, seed=seed)), prompt_style=prompt_style,
                             templates=templates, thresholds=thresholds, pass_threshold=pass_threshold,
                             min_gap=min_gap, band=_band(band), progress=train_progress, seed=seed,
-                            shard_size=shard_size, image_root=image_root, answer_type=answer_type)
+                            shard_size=shard_size, image_root=image_root, answer_type=answer_type,
+                            code=_code(flags))
     r = from_stats(RlFilterResult, rl_filter(list(inputs), config=config,
                                              executor=make_executor(executor, workers, ray_address)))
     o = r.overall

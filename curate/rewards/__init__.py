@@ -15,8 +15,9 @@ Public API::
   :class:`curate.core.errors.UserError`); a malformed record raises :class:`RecordError`.
   Verifier errors and timeouts never raise: they score 0 with ``error`` set.
 - :func:`configure` sets the worker pool used for time-limited work, :func:`warm_up`
-  starts it ahead of the first call, :func:`shutdown` stops it; :func:`counters`
-  reports calls and errors per reason.
+  starts it ahead of the first call, :func:`shutdown` stops it and the code sandboxes;
+  :func:`counters` reports calls and errors per reason. Model-written programs run in an
+  OS sandbox (:mod:`curate.rewards.runtime.sandbox`), or not at all (``sandbox_unavailable``).
 
 See :mod:`curate.rewards.registry` for the record fields and the weighting, each
 verifier module for its rules, :mod:`curate.rewards.runtime.limits` for the time limits,
@@ -29,8 +30,9 @@ from __future__ import annotations
 
 from curate.rewards.boxes import dynamic_iou_threshold, smart_resize
 from curate.rewards.format import format_score
-from curate.rewards.runtime.limits import configure, shutdown, warm_up
+from curate.rewards.runtime.limits import configure, warm_up
 from curate.rewards.counters import counters
+from curate.rewards.pool import shutdown
 from curate.rewards.registry import (
     ANSWER_TYPES,
     VERIFIERS,

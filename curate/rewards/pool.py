@@ -1,20 +1,23 @@
-"""Running the isolated part of scoring on the verifier worker pool: batching, deduplication, cache.
+"""Running the isolated part of scoring on the worker pools: batching, deduplication, cache.
 
 Verifiers whose work is slow or unsafe (math-verify, detection mAP, SVG rendering,
 code) return a :class:`~curate.rewards.result.Deferred`; :func:`run_deferred` sends
-all of a call's deferred work to the pool (:mod:`curate.rewards.runtime.limits`)
-in one batch, with the time limits enforced there.
+all of a call's deferred work to its pool in one batch, with the time limits enforced
+there: the verifier pool (:mod:`curate.rewards.runtime.limits`) and, for programs, the
+code sandboxes (:mod:`curate.rewards.runtime.sandbox`), both at once.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from curate.rewards.result import Deferred, RecordError, RewardResult
 from curate.rewards.runtime import deadline as _deadline
 from curate.rewards.runtime.cache import ResultCache
-from curate.rewards.runtime.limits import Outcome, Task, get_pool
+from curate.rewards.runtime import limits, sandbox
+from curate.rewards.runtime.limits import Outcome, Task, WorkerPool
 
 if TYPE_CHECKING:
     from curate.rewards.registry import Plan
@@ -38,6 +41,43 @@ def _post(d: Deferred, outcome: Outcome) -> tuple[float | None, str | None]:
     return value, None
 
 
+_POOLS: dict[str, Callable[[], WorkerPool]] = {"verifiers": limits.get_pool, "sandbox": sandbox.get_pool}
+
+
+def _run_on(pool: str, tasks: list[Task], until: float | None) -> list[Outcome]:
+    try:
+        return _POOLS[pool]().run(tasks, until=until)
+    except Exception as exc:  # noqa: BLE001 - the pool itself failed (cannot start, closed): a reason, not a crash
+        return [Outcome(None, f"verifier_unavailable:{type(exc).__name__}") for _ in tasks]
+
+
+def _run_pools(tasks: list[Task], pools: list[str], until: float | None) -> list[Outcome]:
+    """Every task on its pool, the pools at the same time; outcomes in the order of ``tasks``."""
+    groups: dict[str, list[int]] = {}
+    for i, pool in enumerate(pools):
+        groups.setdefault(pool, []).append(i)
+    outcomes: list[Outcome] = [Outcome(None, "verifier_crashed")] * len(tasks)
+
+    def run(pool: str) -> None:
+        for i, outcome in zip(groups[pool], _run_on(pool, [tasks[i] for i in groups[pool]], until)):
+            outcomes[i] = outcome
+
+    others = [threading.Thread(target=run, args=(pool,), name=f"curate-{pool}") for pool in list(groups)[1:]]
+    for t in others:
+        t.start()
+    if groups:
+        run(next(iter(groups)))
+    for t in others:
+        t.join()
+    return outcomes
+
+
+def shutdown() -> None:
+    """Stop the verifier workers and the code sandboxes of this process (new ones start on the next call)."""
+    limits.shutdown()
+    sandbox.shutdown()
+
+
 def run_deferred(deferred: list[tuple[int, Plan, float, Deferred]], results: list, on_record_error: str,
                  finish: Callable[[Plan, float | None, float, str | None], RewardResult]) -> None:
     """Run the isolated part of many scores on the worker pool and fill their ``results`` slots.
@@ -51,9 +91,10 @@ def run_deferred(deferred: list[tuple[int, Plan, float, Deferred]], results: lis
     tasks: list[Task] = []
     index: dict[Any, int] = {}
     slots: list[int | Outcome] = []
+    pools: list[str] = []
     for _, _, _, d in deferred:
         task = Task(d.task, d.args, d.limit)
-        key = _cache.key(task)
+        key = _cache.key(task, d.pool)
         cached = _cache.get(key)
         if cached is not None:
             slots.append(Outcome(cached))
@@ -65,13 +106,11 @@ def run_deferred(deferred: list[tuple[int, Plan, float, Deferred]], results: lis
             index[key] = len(tasks)
         slots.append(len(tasks))
         tasks.append(task)
-    try:
-        outcomes = get_pool().run(tasks, until=_deadline.until()) if tasks else []
-    except Exception as exc:  # noqa: BLE001 - the pool itself failed (cannot start, closed): a reason, not a crash
-        outcomes = [Outcome(None, f"verifier_unavailable:{type(exc).__name__}") for _ in tasks]
-    for task, outcome in zip(tasks, outcomes):
+        pools.append(d.pool)
+    outcomes = _run_pools(tasks, pools, _deadline.until())
+    for task, pool, outcome in zip(tasks, pools, outcomes):
         if outcome.error is None and outcome.value is not None:
-            _cache.put(_cache.key(task), outcome.value)
+            _cache.put(_cache.key(task, pool), outcome.value)
     for (i, p, fmt, d), slot in zip(deferred, slots):
         outcome = slot if isinstance(slot, Outcome) else outcomes[slot]
         try:

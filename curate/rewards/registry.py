@@ -69,8 +69,9 @@ class Verifier:
     """A named verifier: ``fn(response, golds, params, ctx) -> float | Deferred``.
 
     ``limit`` is the time limit in seconds of one call (for isolated work the default,
-    overridable by ``parameters.time_limit``; for the code verifier its wall limit plus
-    start-up; for inline verifiers the bound the fuzz test enforces).
+    overridable by ``parameters.time_limit``; for the code verifier the default wall limit plus
+    the sandbox's grace, the run's ``--code-wall-seconds`` deciding; for inline verifiers the
+    bound the fuzz test enforces).
     """
 
     name: str
@@ -99,7 +100,7 @@ VERIFIERS: dict[str, Verifier] = {
         Verifier("detection", detection.verify, detection.DEFAULT_TIME_LIMIT, isolated=True, structured_gold=True),
         Verifier("html", html.verify, INLINE_LIMIT),
         Verifier("svg", svg.verify, svg.DEFAULT_TIME_LIMIT, isolated=True),
-        Verifier("code", code.verify, 15.0, structured_gold=True, self_limited=True),
+        Verifier("code", code.verify, 15.0, isolated=True, structured_gold=True, self_limited=True),
     )
 }
 """Verifier name -> :class:`Verifier` (callable as ``VERIFIERS[name](record, response)``)."""

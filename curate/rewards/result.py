@@ -64,16 +64,20 @@ class Deferred:
     """Work a verifier hands to an isolated worker process (killed on timeout).
 
     Attributes:
-        task: ``"module:function"`` inside ``curate.rewards`` run in the worker.
+        task: ``"module:function"`` inside ``curate.rewards`` run in the worker (the sandbox pool: ``"run"``).
         args: Positional arguments (picklable; hashable ones are cached).
-        post: Optional function applied in the caller to the worker's float result.
+        post: Optional function applied in the caller to the worker's result (a float, or the
+            sandbox's per-test results), giving the score.
         limit: Time limit in seconds for the worker call.
+        pool: ``"verifiers"`` (the verifier worker pool) or ``"sandbox"`` (the code sandboxes,
+            :mod:`curate.rewards.runtime.sandbox`).
     """
 
     task: str
     args: tuple
-    post: Callable[[float], float] | None = field(default=None, compare=False)
+    post: Callable[[Any], float] | None = field(default=None, compare=False)
     limit: float = 5.0
+    pool: str = "verifiers"
 
 
 def param(params: Mapping[str, Any], name: str, default: Any) -> Any:

@@ -18,12 +18,16 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.generate.checks import check_backend, check_sampling
 from curate.rewards.format import PROMPT_TYPES
+from curate.rewards.runtime.sandbox import CodeSandbox
 from curate.rl.selection import load_thresholds
 
 PathLike = str | os.PathLike[str]
 
 PROMPT_STYLES = PROMPT_TYPES  # --prompt-style: normal (answer only) or think
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+TOKEN_VAR = "CURATE_REWARD_TOKEN"  # serve-rewards --token, when not given on the command line
+DEFAULT_MAX_BODY_MB = 64.0
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def _progress(value: float | None) -> None:
@@ -50,6 +54,7 @@ class RlFilterConfig:
         plot: Write ``rl_filter.png``.
         answer_type: The ``answer_type`` of records that name no verifier (default: they are errored).
         image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
+        code: How model-written programs run: the limits' ceilings and ``--trust-code``.
     """
 
     out: PathLike
@@ -68,6 +73,7 @@ class RlFilterConfig:
     plot: bool = True
     image_root: PathLike | None = None
     answer_type: str | None = None
+    code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
@@ -99,7 +105,7 @@ class RlFilterConfig:
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    """Settings of ``curate score`` (see :func:`curate.rl.score.score`)."""
+    """Settings of ``curate score`` (see :func:`curate.rl.score.score`); ``code``: how programs run."""
 
     records: Sequence[PathLike]
     responses: PathLike
@@ -108,6 +114,7 @@ class ScoreConfig:
     seed: int = 0
     shard_size: int = 20_000
     answer_type: str | None = None
+    code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
         _answer_type(self.answer_type)
@@ -125,7 +132,13 @@ class ScoreConfig:
 
 @dataclass(frozen=True)
 class ServeRewardsConfig:
-    """Settings of ``curate serve-rewards`` (see :func:`curate.rl.serve.serve`)."""
+    """Settings of ``curate serve-rewards`` (see :func:`curate.rl.serve.serve`).
+
+    ``token`` (else :data:`TOKEN_VAR`) is the bearer token every request must carry; it is required
+    when ``host`` is not a loopback address. ``max_body_mb``: larger request bodies get HTTP 413.
+    ``pool_workers`` above the cores this process may use is brought down to them (:attr:`pool_capped`
+    says from what). ``code``: how programs run.
+    """
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -133,8 +146,14 @@ class ServeRewardsConfig:
     pool_workers: int | None = None
     log_level: str = "warning"
     deadline: float | None = None
+    token: str | None = field(default=None, repr=False)
+    max_body_mb: float = DEFAULT_MAX_BODY_MB
+    code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
+    pool_capped: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        from curate.core.threads import available_cpus
+
         if not self.host:
             raise UserError("--host: give an interface to bind, e.g. 127.0.0.1 or 0.0.0.0")
         if not 1 <= self.port <= 65535:
@@ -143,6 +162,31 @@ class ServeRewardsConfig:
         v.at_least("--pool-workers", self.pool_workers, 1)
         v.one_of("--log-level", self.log_level, LOG_LEVELS)
         v.above("--deadline", self.deadline, 0)
+        v.above("--max-body-mb", self.max_body_mb, 0)
+        if self.token is None and os.environ.get(TOKEN_VAR):
+            object.__setattr__(self, "token", os.environ[TOKEN_VAR])
+        if self.token is not None and (len(self.token) < 16 or any(c.isspace() for c in self.token)):
+            raise UserError("--token: give at least 16 characters without spaces, e.g. the output of "
+                            "python -c 'import secrets; print(secrets.token_urlsafe())'")
+        if self.token is None and not is_loopback(self.host):
+            raise UserError(f"--host {self.host} accepts connections from other machines: give a bearer token "
+                            f"(--token or {TOKEN_VAR}) that clients send, or bind 127.0.0.1")
+        cores = available_cpus()
+        if self.pool_workers is not None and self.pool_workers > cores:
+            object.__setattr__(self, "pool_capped", self.pool_workers)
+            object.__setattr__(self, "pool_workers", cores)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.strip().lower() in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _answer_type(answer_type: str | None) -> None:

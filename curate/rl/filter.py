@@ -127,7 +127,7 @@ class RolloutTask(GenerationTask):
     def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
                  prompt_style: str | None = None, templates: dict[str, str] | None = None,
                  progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS,
-                 answer_type: str | None = None) -> None:
+                 answer_type: str | None = None, code: Any = None) -> None:
         if n < 1:
             raise UserError(f"--n must be at least 1, got {n}")
         if prompt_style not in (None, "normal", "think"):
@@ -140,12 +140,16 @@ class RolloutTask(GenerationTask):
         self.progress = progress
         self.max_prompt_chars = max_prompt_chars
         self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
+        self.code = code  # how model-written programs run: a CodeSandbox (None: from the environment)
 
     def setup(self) -> None:
         """Open the backend (loads a local model once per worker) and start the verifier pool."""
         if self._backend is None:
             from curate.rewards import warm_up
+            from curate.rewards.runtime import sandbox
 
+            if self.code is not None:
+                sandbox.configure(self.code)
             super().setup()
             warm_up()
 
@@ -155,9 +159,12 @@ class RolloutTask(GenerationTask):
         from curate.core.history import backend_identity
 
         self.setup()
+        from curate.rewards.runtime.sandbox import current
+
         return {"backend": backend_identity(self.backend.describe()), "n": self.n, "sampling": self.sampling,
                 "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
-                "max_prompt_chars": self.max_prompt_chars, "answer_type": self.answer_type}
+                "max_prompt_chars": self.max_prompt_chars, "answer_type": self.answer_type,
+                "code": (self.code or current()).identity()}
 
     def style_of(self, rec: dict[str, Any]) -> str:
         """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
@@ -319,7 +326,10 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     sampling = {"seed": seed, **(config.sampling or {})}
     task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
                        templates=load_templates(config.templates), progress=config.progress,
-                       answer_type=config.answer_type)
+                       answer_type=config.answer_type, code=config.code)
+    from curate.rewards.runtime.sandbox import announce
+
+    announce(config.code)  # one line when programs would be refused, or run without a sandbox
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")

@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
 from curate.core.validate import configure
+from curate.rewards.runtime.sandbox import CodeSandbox, announce
 from curate.rl.config import ScoreConfig
 from curate.executors import Executor, pending, run_stage
 from curate.core.io import write_parquet
@@ -60,9 +61,10 @@ class ScoreTask(ShardTask):
     reads_out = (GOLDS_FILE,)  # written by the driver before the shards run (curate.rl.golds)
 
     def __init__(self, records: Sequence[str], golds: str, *, progress: float | None = None,
-                 answer_type: str | None = None) -> None:
+                 answer_type: str | None = None, code: CodeSandbox | None = None) -> None:
         self.records = [str(p) for p in records]
         self.progress = progress
+        self.code = code or CodeSandbox.from_env()  # how model-written programs run (limits, --trust-code)
         self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver
         self._by_id: dict[str, dict[str, Any]] | None = None
@@ -72,15 +74,18 @@ class ScoreTask(ShardTask):
         return {**self.__dict__, "_by_id": None, "_bad": {}}
 
     def settings(self) -> dict[str, Any]:
-        """Scores depend on the records, the training progress (dynamic IoU threshold) and the default
-        answer type."""
-        return {"records": self.records, "progress": self.progress, "answer_type": self.answer_type}
+        """Scores depend on the records, the training progress (dynamic IoU threshold), the default
+        answer type and how programs run (their limits, --trust-code, the sandbox found)."""
+        return {"records": self.records, "progress": self.progress, "answer_type": self.answer_type,
+                "code": self.code.identity()}
 
     def setup(self) -> None:
         """Start the verifier pool (in the background) and load the golds, once per worker."""
         if self._by_id is None:
             from curate.rewards import warm_up
+            from curate.rewards.runtime import sandbox
 
+            sandbox.configure(self.code)
             warm_up()  # first: the pool's factory imports math-verify while the golds load
             self._by_id, self._bad = load_golds(self.golds)
 
@@ -234,7 +239,8 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
     progress, seed, shard_size = config.progress, config.seed, config.shard_size
     shards = plan_response_shards(responses, shard_size)
     task = ScoreTask([str(Path(p).resolve()) for p in records], str(out / GOLDS_FILE), progress=progress,
-                     answer_type=config.answer_type)
+                     answer_type=config.answer_type, code=config.code)
+    announce(config.code)  # one line when programs would be refused, or run without a sandbox
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker
             write_golds(task.records, out / GOLDS_FILE, config.answer_type)

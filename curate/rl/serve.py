@@ -19,6 +19,14 @@ Every request has a deadline (``deadline`` seconds, ``serve-rewards --deadline``
 300): items it has not finished by then score 0 with ``error: "deadline"`` (HTTP 200), so a
 batch of looping programs costs the trainer the deadline, never the sum of the limits.
 
+Guards: a request body larger than ``--max-body-mb`` (default 64) gets HTTP 413 (FastAPI's own
+body limit: a declared length is refused before the body is read, a streamed one once it
+passes the limit); with a token (``--token`` or ``CURATE_REWARD_TOKEN``, required when
+``--host`` is not a loopback address) every request without ``Authorization: Bearer TOKEN``
+(or ``?token=TOKEN`` in the URL, for clients such as OpenRLHF's that cannot set headers) gets
+HTTP 401 before its body is read. Model-written programs run in the code sandboxes, at most
+``--pool-workers`` at once (capped at the cores), under the ``--code-*`` limits.
+
 A malformed body, or a record that cannot be scored (unknown ``answer_type``, missing
 gold …), gets HTTP 422 with ``{"detail": "<one readable line>", "errors": [...]}``.
 Requests run in a thread pool (64 threads), so concurrent requests are served in
@@ -29,11 +37,13 @@ several server processes (``workers`` > 1).
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -43,13 +53,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from curate import rewards
 from curate.core.validate import configure
 from curate.rewards.trainers.openrlhf import ProtocolError, openrlhf_rewards
-from curate.rewards.runtime import limits
+from curate.rewards.runtime import limits, sandbox
 from curate.rewards.runtime.deadline import deadline_in
-from curate.rl.config import ServeRewardsConfig
+from curate.rl.config import DEFAULT_MAX_BODY_MB, TOKEN_VAR, ServeRewardsConfig
 
 MAX_ITEMS = 100_000
 THREADS = 64
 DEFAULT_DEADLINE = 300.0
+MAX_BODY_VAR = "CURATE_REWARD_MAX_BODY_MB"  # how serve() tells its server processes --max-body-mb
 
 
 class Item(BaseModel):
@@ -86,13 +97,47 @@ def _readable(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts) + more
 
 
-def create_app(*, warm: bool = True, deadline: float | None = None) -> FastAPI:
-    """The FastAPI application (``warm`` starts the verifier workers at start-up).
+class TokenGuard:
+    """ASGI middleware: a request without the bearer token gets 401 before its body is read."""
 
-    ``deadline``: seconds per request (default: ``CURATE_REWARD_DEADLINE``, else 300).
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token.encode("utf-8")
+
+    def allowed(self, scope: dict[str, Any]) -> bool:
+        """Whether the request carries the token (``Authorization: Bearer`` header, else ``?token=``)."""
+        given = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization" and value[:7].lower() == b"bearer ":
+                given = value[7:].strip()
+        if not given:
+            given = (parse_qs(scope.get("query_string", b"")).get(b"token") or [b""])[0]
+        return hmac.compare_digest(given, self.token)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self.allowed(scope):
+            body = json.dumps({"detail": "missing or wrong bearer token: send Authorization: Bearer TOKEN"}).encode()
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(*, warm: bool = True, deadline: float | None = None, token: str | None = None,
+               max_body_mb: float | None = None) -> FastAPI:
+    """The FastAPI application (``warm`` starts the verifier workers, and the sandboxes, at start-up).
+
+    ``deadline``: seconds per request (default: ``CURATE_REWARD_DEADLINE``, else 300); ``token``: the
+    bearer token requests must carry (default: ``CURATE_REWARD_TOKEN``, else none); ``max_body_mb``:
+    the largest request body (default: ``CURATE_REWARD_MAX_BODY_MB``, else 64).
     """
     if deadline is None:
         deadline = float(os.environ.get("CURATE_REWARD_DEADLINE", DEFAULT_DEADLINE))
+    token = token or os.environ.get(TOKEN_VAR) or None
+    if max_body_mb is None:
+        max_body_mb = float(os.environ.get(MAX_BODY_VAR, DEFAULT_MAX_BODY_MB))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -101,9 +146,13 @@ def create_app(*, warm: bool = True, deadline: float | None = None) -> FastAPI:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
         if warm:
             limits.warm_up(wait=False)
+            if sandbox.status()[0] == "bwrap":
+                sandbox.get_pool().warm_up(wait=False)
         yield
 
-    app = FastAPI(title="curate rewards", version="1", lifespan=lifespan)
+    app = FastAPI(title="curate rewards", version="1", lifespan=lifespan, max_body_size=int(max_body_mb * 2**20))
+    if token:
+        app.add_middleware(TokenGuard, token=token)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -119,6 +168,7 @@ def create_app(*, warm: bool = True, deadline: float | None = None) -> FastAPI:
             "workers": limits.get_pool().size,
             "counters": rewards.counters(),
             "deadline": deadline,
+            "sandbox": sandbox.current().identity(),
         }
 
     @app.post("/score")
@@ -168,10 +218,11 @@ def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
 
     Args:
         config: The settings (see :class:`ServeRewardsConfig`): ``host`` (``127.0.0.1`` for local
-            use only), ``port``, ``workers`` (uvicorn server processes, each with its own verifier
-            worker pool), ``pool_workers`` (verifier worker processes per server process; default:
-            the cores the process may use), ``log_level`` and ``deadline`` (seconds per request, default 300;
-            unfinished items get ``error: "deadline"``).
+            use only; any other needs ``token``), ``port``, ``workers`` (uvicorn server processes, each
+            with its own verifier worker pool and sandboxes), ``pool_workers`` (verifier worker processes
+            and sandboxes per server process; default and most: the cores the process may use),
+            ``log_level``, ``deadline`` (seconds per request, default 300; unfinished items get
+            ``error: "deadline"``), ``token``, ``max_body_mb`` and ``code`` (the code sandbox's limits).
         **settings: Fields of :class:`ServeRewardsConfig`, instead of or over ``config``.
 
     Raises:
@@ -182,9 +233,16 @@ def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
                                                               config.pool_workers, config.log_level, config.deadline)
     import uvicorn
 
+    # read by the app in every server process
     if deadline is not None:
-        os.environ["CURATE_REWARD_DEADLINE"] = repr(float(deadline))  # read by the app in every server process
+        os.environ["CURATE_REWARD_DEADLINE"] = repr(float(deadline))
     if pool_workers is not None:
         limits.configure(workers=pool_workers)
         os.environ["CURATE_REWARD_WORKERS"] = str(pool_workers)
+    os.environ[MAX_BODY_VAR] = repr(float(config.max_body_mb))
+    if config.token:
+        os.environ[TOKEN_VAR] = config.token
+    os.environ.update(sandbox.environ(config.code))
+    sandbox.configure(config.code)
+    sandbox.announce(config.code)
     uvicorn.run("curate.rl.serve:app", host=host, port=port, workers=workers, log_level=log_level)

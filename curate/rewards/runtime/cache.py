@@ -10,6 +10,14 @@ if TYPE_CHECKING:
     from curate.rewards.runtime.limits import Task
 
 
+def _size(arg: Any) -> int:
+    if isinstance(arg, str):
+        return len(arg)
+    if isinstance(arg, tuple):
+        return sum(len(a) if isinstance(a, str) else 1 for a in arg) + 1
+    return 1
+
+
 class ResultCache:
     """Thread-safe LRU cache of deterministic task results (successes only)."""
 
@@ -19,13 +27,17 @@ class ResultCache:
         self._data: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def key(self, task: Task) -> Any:
-        """Cache key of ``task`` or ``None`` when it is too big or unhashable."""
+    def key(self, task: Task, pool: str = "verifiers") -> Any:
+        """Cache key of ``task`` on ``pool`` or ``None`` when it is too big or unhashable.
+
+        The size counts the characters of string arguments and of the strings inside tuple
+        arguments (a program's test inputs), so a key never holds megabytes of inputs.
+        """
         try:
-            size = sum(len(a) if isinstance(a, (str, tuple)) else 1 for a in task.args)
+            size = sum(_size(a) for a in task.args)
             if size > self.max_key_chars:
                 return None
-            k = (task.fn, task.args)
+            k = (pool, task.fn, task.args)
             hash(k)
             return k
         except TypeError:

@@ -17,10 +17,10 @@ The workers themselves (forked by a zygote, so a replacement takes milliseconds)
 item by item, each item with its own deadline. Each worker has an address-space limit
 (``CURATE_REWARD_WORKER_MEMORY_MB``, default 4096 MB above its start size).
 
-The pool size is ``CURATE_REWARD_WORKERS`` (default: the cores this process was given, see
-:func:`default_size`) or :func:`configure`. Code execution is not pooled: the code verifier runs each program
-in its own sandbox subprocess (:mod:`curate.rewards.verifiers.code`). Successful results are cached
-by :class:`curate.rewards.runtime.cache.ResultCache`.
+The pool size is ``CURATE_REWARD_WORKERS`` (default and most: the cores this process was given, see
+:func:`default_size`) or :func:`configure`. Model-written programs run on a second pool of the same
+kind and size whose workers are OS sandboxes (:mod:`curate.rewards.runtime.sandbox`). Successful
+results are cached by :class:`curate.rewards.runtime.cache.ResultCache`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
-from typing import Sequence
+from typing import Callable, Sequence
 
 from curate.rewards.runtime.workers import START_TIMEOUT, Worker, spawn
 
@@ -64,13 +64,19 @@ class WorkerPool:
     Thread-safe: concurrent callers share the idle workers. Args:
         size: Number of worker processes (started lazily).
         memory_mb: Address-space allowance per worker above its start size (0: none).
+        spawn: What starts one worker (default: a verifier worker forked by the zygote); the code
+            sandbox's pool passes its own (:mod:`curate.rewards.runtime.sandbox`).
+        chunk: Most tasks sent to a worker at once (fewer round trips; 1 balances long tasks best).
     """
 
-    def __init__(self, size: int, memory_mb: int = 4096) -> None:
+    def __init__(self, size: int, memory_mb: int = 4096, spawn: Callable[[], Worker] | None = None,
+                 chunk: int = MAX_CHUNK) -> None:
         if size < 1:
             raise ValueError("a worker pool needs at least one worker")
         self.size = size
         self.memory_mb = memory_mb
+        self.chunk = max(1, chunk)
+        self._start = spawn
         self._cond = threading.Condition()
         self._idle: list[Worker] = []
         self._started = 0
@@ -79,7 +85,7 @@ class WorkerPool:
 
     # -- worker management
     def _spawn(self) -> Worker:
-        return spawn(self.memory_mb)
+        return self._start() if self._start is not None else spawn(self.memory_mb)
 
     def _acquire(self, want: int) -> list[Worker]:
         """Up to ``want`` workers: idle ones first, then new ones while below ``size``."""
@@ -201,11 +207,12 @@ class WorkerPool:
                     if not w.ready and w not in starting:
                         starting[w] = now + START_TIMEOUT
                 free = [w for w in workers if w.ready and w not in inflight]
+                coming = sum(1 for w in workers if not w.ready)  # workers still starting get their share too
                 for w in free:
                     if not pending:
                         break
-                    share = math.ceil(len(pending) / len(free))
-                    chunk = [pending.popleft() for _ in range(min(MAX_CHUNK, share, len(pending)))]
+                    share = math.ceil(len(pending) / (len(free) + coming))
+                    chunk = [pending.popleft() for _ in range(min(self.chunk, share, len(pending)))]
                     try:
                         w.conn.send([(i, tasks[i].fn, tasks[i].args) for i in chunk])
                     except (OSError, ValueError, EOFError):
@@ -241,16 +248,22 @@ class WorkerPool:
                     if msg is None:
                         self._fail(w, "verifier_crashed", results, pending, inflight, deadline, workers)
                         continue
-                    key, status, value = msg
                     queue = inflight[w]
-                    if queue and queue[0] == key:
-                        queue.popleft()
+                    try:
+                        key, status, value = msg
+                        if not queue or queue[0] != key:
+                            raise ValueError("an answer out of turn")
+                    except (TypeError, ValueError):  # a worker answers only its next task, or is done with
+                        self._fail(w, "verifier_crashed", results, pending, inflight, deadline, workers)
+                        continue
+                    queue.popleft()
                     if status == "ok":
                         results[key] = Outcome(value)
                     elif status == "record_error":
                         results[key] = Outcome(None, "record_error", value)
-                    else:
-                        results[key] = Outcome(None, value)
+                    else:  # a reason: a short name, whatever a worker sends
+                        results[key] = Outcome(None, value if isinstance(value, str) and len(value) <= 64
+                                               else "verifier_crashed")
                     if queue:
                         deadline[w] = cap(time.monotonic() + tasks[queue[0]].limit)
                     else:
@@ -309,19 +322,25 @@ _settings: dict[str, int] = {}
 
 
 def default_size() -> int:
-    """Worker count: ``CURATE_REWARD_WORKERS``, else every core this process was given.
+    """Worker count: ``CURATE_REWARD_WORKERS`` (at most the cores given), else every core this process was given.
 
     An executor tells each worker process its share of the machine (``--workers N``
     on C cores: C // N each; a Ray actor: its reserved CPUs) through
     ``CURATE_WORKER_CPUS`` (:func:`curate.core.threads.available_cpus`); a process
-    started by hand uses its CPU affinity. There is no fixed cap.
+    started by hand uses its CPU affinity. More workers than cores only add memory
+    (40 workers took 3.8 GB on 2 cores), so the variable is capped at the cores.
     """
     from curate.core.threads import available_cpus
 
     env = os.environ.get("CURATE_REWARD_WORKERS")
     if env:
-        return max(1, int(env))
+        return max(1, min(int(env), available_cpus()))
     return available_cpus()
+
+
+def pool_size() -> int:
+    """The size of the shared pools: what :func:`configure` set, else :func:`default_size`."""
+    return _settings.get("workers") or default_size()
 
 
 def configure(workers: int | None = None, memory_mb: int | None = None) -> None:
@@ -343,7 +362,7 @@ def get_pool() -> WorkerPool:
     with _lock:
         if _pool is None or _pool_pid != os.getpid():
             memory = _settings.get("memory_mb", int(os.environ.get("CURATE_REWARD_WORKER_MEMORY_MB", "4096")))
-            _pool = WorkerPool(_settings.get("workers", default_size()), memory)
+            _pool = WorkerPool(pool_size(), memory)
             _pool_pid = os.getpid()
         return _pool
 

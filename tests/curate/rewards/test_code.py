@@ -1,20 +1,21 @@
-"""The code verifier and its sandbox: real programs in real sandboxed processes."""
+"""The code verifier: real programs in real bubblewrap sandboxes (skipped where none can start; CI installs it)."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 import time
-import uuid
 
 import pytest
 
-from curate.rewards import score
-from curate.rewards.verifiers.code import netns_prefix, run_program
+from curate.rewards import score, score_many
+from curate.rewards.runtime import limits, sandbox
+from curate.rewards.runtime.sandbox import CodeSandbox
+
+from .escapes import needs_bwrap
 
 TESTS = json.dumps({"tests": [{"input": "3", "output": "6"}, {"input": "10", "output": "20"}]})
+pytestmark = needs_bwrap
 
 
 def code_record(gold: str = TESTS, **params) -> dict:
@@ -33,6 +34,16 @@ def probe(program: str, expected: str, **params) -> float:
     return result.accuracy
 
 
+@pytest.fixture
+def ceilings():
+    """Set the operator's ceilings for one test, then restore the environment's."""
+    def use(**kw) -> None:
+        sandbox.configure(CodeSandbox.from_env(**kw))
+
+    yield use
+    sandbox.configure(CodeSandbox.from_env())
+
+
 def test_stdio_program_right_and_wrong() -> None:
     assert score(code_record(), fenced("print(int(input()) * 2)")).accuracy == 1.0
     assert score(code_record(), fenced("print(int(input()) + 3)")).accuracy == 0.0  # 6 right, 13 wrong
@@ -40,7 +51,7 @@ def test_stdio_program_right_and_wrong() -> None:
 
 def test_function_mode_and_partial_credit() -> None:
     gold = json.dumps({"tests": [{"input": "abc", "output": "cba"}, {"input": "ab", "output": "xx"}]})
-    program = "def solution(s):\n    return s[::-1]\n"
+    program = "def solution(s):\n    print('debug output is not the answer')\n    return s[::-1]\n"
     assert score(code_record(gold), fenced(program)).accuracy == 0.0
     assert score(code_record(gold, partial=True), fenced(program)).accuracy == 0.5
 
@@ -48,6 +59,16 @@ def test_function_mode_and_partial_credit() -> None:
 def test_inputs_outputs_layout_and_unfenced_answer() -> None:
     gold = json.dumps({"inputs": ["1 2", "5 5"], "outputs": ["3", "10"]})
     assert score(code_record(gold), "<answer>a, b = map(int, input().split())\nprint(a + b)</answer>").accuracy == 1.0
+
+
+def test_each_test_is_a_fresh_process() -> None:
+    """State left by one test (a file, a module global) is that program's own; a crash fails only its test."""
+    gold = json.dumps({"tests": [{"input": "1", "output": "first"}, {"input": "2", "output": "first"},
+                                 {"input": "3", "output": "x"}]})
+    program = ("import os\nn = input()\nif n == '3':\n    raise SystemExit(3)\n"
+               "print('again' if os.path.exists('seen') else 'first')\nopen('seen', 'w').close()")
+    result = score(code_record(gold, partial=True), fenced(program))
+    assert result.accuracy == pytest.approx(1 / 3)  # test 2 sees test 1's file in the same work folder; 3 fails
 
 
 def test_syntax_error_scores_zero_without_error() -> None:
@@ -59,94 +80,70 @@ def test_infinite_loop_is_stopped() -> None:
     t0 = time.monotonic()
     result = score(code_record(cpu_seconds=1, wall_seconds=3), fenced("while True:\n    pass"))
     assert result.error == "timeout" and result.accuracy == 0.0
-    assert time.monotonic() - t0 < 3 + 2.0
+    assert time.monotonic() - t0 < 3 + sandbox.GRACE
 
 
 def test_sleeping_program_hits_the_wall_limit() -> None:
     t0 = time.monotonic()
     result = score(code_record(wall_seconds=1.5), fenced("import time\ntime.sleep(30)"))
     assert result.error == "timeout"
-    assert time.monotonic() - t0 < 1.5 + 2.0
+    assert time.monotonic() - t0 < 1.5 + sandbox.GRACE
 
 
-def test_fork_and_subprocess_are_refused() -> None:
-    fork = "import os\ntry:\n    os.fork()\n    print('forked')\nexcept Exception:\n    print('refused')"
-    assert probe(fork, "refused") == 1.0
-    spawn = ("try:\n    import subprocess\n    subprocess.run(['true'])\n    print('spawned')\n"
-             "except Exception:\n    print('refused')")
-    assert probe(spawn, "refused") == 1.0
-    bomb = "import os\nwhile True:\n    os.fork()"
-    before = len(os.listdir("/proc"))
-    assert probe(bomb, "") == 0.0
-    assert len(os.listdir("/proc")) < before + 20  # no process explosion
-
-
-def test_socket_connect_is_refused() -> None:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    server.settimeout(0.2)
-    port = server.getsockname()[1]
-    accepted: list[object] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        while not done.is_set():
-            try:
-                accepted.append(server.accept())
-            except OSError:
-                pass
-
-    watcher = threading.Thread(target=accept)
-    watcher.start()
-    program = (f"try:\n    import socket\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-               "    print('connected')\nexcept Exception:\n    print('refused')")
-    assert probe(program, "refused") == 1.0
-    assert probe(program, "connected") == 0.0
-    time.sleep(0.3)
-    done.set()
-    watcher.join()
-    server.close()
-    assert accepted == []
-
-
-def test_write_outside_the_folder_is_refused_inside_allowed() -> None:
-    target = f"/tmp/curate-escape-{uuid.uuid4().hex}"
-    program = (f"try:\n    open({target!r}, 'w').write('x')\n    print('wrote')\n"
-               "except Exception:\n    print('refused')")
-    assert probe(program, "refused") == 1.0
-    assert not os.path.exists(target)
-    relative = "try:\n    open('../escape.txt', 'w')\n    print('wrote')\nexcept Exception:\n    print('refused')"
-    assert probe(relative, "refused") == 1.0
-    inside = "open('notes.txt', 'w').write('kept')\nprint(open('notes.txt').read())"
-    assert probe(inside, "kept") == 1.0
+def test_output_flood_is_cut() -> None:
+    result = score(code_record(), fenced("while True:\n    print('y' * 100000)"))
+    assert result.accuracy == 0.0 and result.error in (None, "timeout")
 
 
 def test_memory_limit() -> None:
-    program = "try:\n    x = bytearray(2 * 1024 ** 3)\n    print('allocated')\nexcept MemoryError:\n    print('refused')"
+    program = "try:\n    x = bytearray(1024 ** 3)\n    print('allocated')\nexcept MemoryError:\n    print('refused')"
     assert probe(program, "refused", memory_mb=256) == 1.0
+    assert probe(program, "allocated", memory_mb=2048) == 0.0  # the run's ceiling (512 MB) wins
 
 
-def test_program_cannot_read_the_expected_output_from_disk(tmp_path) -> None:
-    secret = tmp_path / "gold.json"
-    secret.write_text("42")
-    os.chmod(tmp_path, 0o755)
-    os.chmod(secret, 0o644)
-    program = f"print(open({str(secret)!r}).read())"
-    gold = json.dumps({"tests": [{"input": "", "output": "42"}]})
-    assert score(code_record(gold), fenced(program)).accuracy == 0.0
+def test_record_parameters_only_lower_the_ceilings(ceilings) -> None:
+    ceilings(cpu_seconds=1, wall_seconds=2, memory_mb=256)
+    t0 = time.monotonic()
+    burn = "import time\nend = time.process_time() + 2.5\nwhile time.process_time() < end:\n    pass\nprint('done')"
+    result = score(code_record(json.dumps({"tests": [{"input": "", "output": "done"}]}), cpu_seconds=60,
+                               wall_seconds=120), fenced(burn))
+    assert result.error == "timeout" and time.monotonic() - t0 < 2 + sandbox.GRACE
+    assert probe("x = bytearray(400 * 1024 ** 2)\nprint('allocated')", "allocated", memory_mb=8192) == 0.0
+    ceilings(memory_mb=1024)
+    assert probe("x = bytearray(400 * 1024 ** 2)\nprint('allocated')", "allocated", memory_mb=8192) == 1.0
 
 
-def test_run_program_reports_outputs() -> None:
-    run = run_program("print(input()[::-1])", ["abc", "xy"])
-    assert run.outputs == ("cba\n", "yx\n") and not run.timed_out
+@pytest.mark.parametrize("value", ["lots", -1, 0, True])
+def test_bad_limit_parameters_are_record_errors(value) -> None:
+    result = score_many([(code_record(cpu_seconds=value), fenced("print(6)"))], on_record_error="result")[0]
+    assert result.error.startswith("record_error") and "cpu_seconds" in result.error
 
 
-def test_network_namespace_probe_is_cached() -> None:
-    assert netns_prefix() == netns_prefix()
+def test_programs_run_in_parallel_sandboxes() -> None:
+    """Four programs sleeping 2 s on a pool of two sandboxes take two rounds, not four (issue: 4 took 40 s)."""
+    before = limits.pool_size()
+    limits.configure(workers=2)
+    try:
+        gold = json.dumps({"tests": [{"input": "", "output": "ok"}]})
+        items = [(code_record(gold), fenced(f"import time\ntime.sleep(2)\nprint('ok')  # {k}")) for k in range(4)]
+        sandbox.get_pool().warm_up(wait=True)
+        t0 = time.monotonic()
+        results = score_many(items)
+        elapsed = time.monotonic() - t0
+    finally:
+        limits.configure(workers=before)
+    assert [r.accuracy for r in results] == [1.0] * 4
+    assert elapsed < 4 * 2 - 1
 
 
-@pytest.mark.parametrize("program", ["import ctypes", "import _posixsubprocess", "import mmap"])
-def test_dangerous_modules_are_refused(program: str) -> None:
-    wrapped = f"try:\n    {program}\n    print('imported')\nexcept Exception:\n    print('refused')"
-    assert probe(wrapped, "refused") == 1.0
+def test_dangerous_calls_are_refused() -> None:
+    for program in ("import os\nos.fork()", "import subprocess\nsubprocess.run(['true'])", "import ctypes",
+                    "import socket\nsocket.socket()", "open('/etc/passwd').read()"):
+        wrapped = "try:\n" + "".join(f"    {line}\n" for line in program.splitlines()) + \
+                  "    print('done')\nexcept Exception:\n    print('refused')"
+        assert probe(wrapped, "refused") == 1.0, program
+
+
+def test_nothing_of_the_host_is_visible() -> None:
+    program = "import os\nprint(os.getuid(), os.path.exists('/etc'), os.path.exists('/proc/1'), len(os.environ) < 6)"
+    assert probe(program, "65534 False False True") == 1.0

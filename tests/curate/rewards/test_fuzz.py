@@ -17,6 +17,7 @@ from curate.rewards import VERIFIERS, score
 from curate.rewards.runtime.limits import warm_up
 from curate.rewards.registry import INLINE_LIMIT
 
+from .escapes import needs_bwrap
 from .hostile import hostile_outputs
 
 SVG_GOLD = '<svg xmlns="http://www.w3.org/2000/svg" width="32" height="32"><circle cx="16" cy="16" r="8"/></svg>'
@@ -50,6 +51,7 @@ def test_records_cover_every_verifier() -> None:
 
 
 @pytest.mark.slow
+@needs_bwrap  # the code verifier's hostile programs run in the sandbox
 @pytest.mark.filterwarnings("ignore::SyntaxWarning", "ignore::DeprecationWarning")
 def test_fuzz_hostile_outputs_through_every_verifier() -> None:
     outputs = hostile_outputs(10_000, seed=1234)

@@ -9,8 +9,10 @@ import pytest
 
 from curate.rewards import score, score_many
 
+from .escapes import needs_bwrap
+
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, needs_bwrap]
 
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="32" height="32"><rect x="4" y="4" width="16" height="16"/></svg>'
 ITEMS = [

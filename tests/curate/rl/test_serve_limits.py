@@ -1,4 +1,4 @@
-"""serve-rewards (issue 11, item 5): impossible options are one line; a request has a deadline."""
+"""serve-rewards (issue 11, item 5): impossible or unsafe options are one line; a request has a deadline."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.mark.parametrize("args, flag", [
     (["--port", "70000"], "--port"), (["--port", "0"], "--port"), (["--workers", "0"], "--workers"),
     (["--pool-workers", "0"], "--pool-workers"), (["--deadline", "0"], "--deadline"),
-    (["--deadline", "nan"], "--deadline"),
+    (["--deadline", "nan"], "--deadline"), (["--host", "0.0.0.0"], "--token"),
+    (["--host", "10.1.2.3", "--token", "short"], "--token"), (["--max-body-mb", "0"], "--max-body-mb"),
+    (["--code-wall-seconds", "-1"], "--code-wall-seconds"), (["--code-memory-mb", "8"], "--code-memory-mb"),
 ])
 def test_impossible_options_are_one_line(args: list[str], flag: str, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -32,7 +34,7 @@ def test_impossible_options_are_one_line(args: list[str], flag: str, capsys: pyt
 
 
 def test_unfinished_items_return_deadline() -> None:
-    """Four looping programs (5 s CPU limit each, run one after the other) under a 2 s deadline."""
+    """Four looping programs (5 s CPU limit each, one sandbox: one after the other) under a 2 s deadline."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "curate", "serve-rewards", "--port", str(port), "--deadline", "2",
                              "--pool-workers", "1"], env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -63,8 +65,10 @@ def test_unfinished_items_return_deadline() -> None:
         assert reply.status_code == 200, reply.text
         results = reply.json()["results"]
         assert results[0]["accuracy"] == 1.0 and results[0]["error"] is None  # finished before the deadline
-        assert [r["error"] for r in results[1:]] == ["deadline"] * 5
-        assert all(r["reward"] == 0.0 for r in results[1:])
+        assert [r["error"] for r in results[1:5]] == ["deadline"] * 4
+        assert all(r["reward"] == 0.0 for r in results[1:5])
+        # the math item runs on the verifier pool beside the sandboxes: done, unless its worker was still starting
+        assert (results[5]["accuracy"], results[5]["error"]) in ((1.0, None), (0.0, "deadline"))
         assert elapsed < 4 * 5  # without the deadline the four CPU limits alone take 20 s
     finally:
         proc.terminate()

@@ -1,0 +1,198 @@
+"""Starting one code sandbox: bubblewrap's command line, the runner inside it, the host's handle.
+
+The sandbox (``bwrap``, the Debian/Ubuntu/Fedora package ``bubblewrap``) gets new user, mount,
+PID, network, IPC, UTS and cgroup namespaces, no further user namespaces, a new session, an
+empty environment, uid/gid 65534, and a file system of its own: read-only binds of ``/usr`` (the
+``/bin``, ``/lib*`` links beside it), of the interpreter's installation folder and of the
+runner's code (:mod:`curate.rewards.runtime.box`, at ``/sandbox/box``), a fresh ``/dev``
+(read-only), and one writable folder, ``/box``, a size-limited tmpfs in memory; the root is
+read-only, and there is no ``/proc``, ``/etc``, ``/tmp`` or home folder. Every process in it
+runs under the seccomp filter of :func:`.box.seccomp.sandbox`. Nothing written inside reaches
+the host's disk, so it does not matter that uid 65534 inside maps to the caller (root, on a
+machine where curate runs as root) outside.
+
+Inside runs the runner (:mod:`.box.runner`), as ``python -I -S -B`` with the base interpreter
+(no site-packages). Without bubblewrap and with ``--trust-code`` the same runner runs directly,
+on a private temporary folder, with the same per-test limits and filter but no namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from curate.rewards.runtime.box import seccomp, wire
+from curate.rewards.runtime.workers import Worker
+
+BOX = "/box"
+BOX_BYTES = 64 * 1024 * 1024
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+REPLY_TIMEOUT = 30.0
+_CODE = Path(__file__).resolve().parent / "box"
+_SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+class Channel:
+    """The host's end of a runner's stdin and stdout: :mod:`.box.wire` frames, read one at a time."""
+
+    def __init__(self, reads: int, writes: int) -> None:
+        self.reads = reads
+        self.writes = writes
+
+    def fileno(self) -> int:
+        """The descriptor to wait on for the runner's next frame."""
+        return self.reads
+
+    def send(self, obj: Any) -> None:
+        """Send one frame (lists of tuples go as JSON arrays)."""
+        wire.write_frame(self.writes, obj)
+
+    def recv(self) -> Any:
+        """The next frame, lists as tuples (``("ready", pid)``, ``(key, status, value)``).
+
+        Raises:
+            EOFError: the runner closed its end or sent something that is not a whole, small frame.
+        """
+        value = wire.read_frame(self.reads, MAX_REPLY_BYTES, REPLY_TIMEOUT)
+        return tuple(value) if isinstance(value, list) else value
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        """Whether a frame (or the end) can be read within ``timeout`` seconds."""
+        import select
+
+        return bool(select.select([self.reads], [], [], timeout)[0])
+
+    def close(self) -> None:
+        """Close both ends (the runner then sees the end of its input and exits)."""
+        for fd in (self.reads, self.writes):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class SandboxWorker(Worker):
+    """A running sandbox: its process, channel and, when it runs without bubblewrap, its folder."""
+
+    __slots__ = ("proc", "folder")
+
+    def __init__(self, proc: subprocess.Popen, channel: Channel, folder: str | None) -> None:
+        super().__init__(proc.pid, channel)  # type: ignore[arg-type]  (a Channel acts as a Connection)
+        self.proc = proc
+        self.folder = folder
+
+    def kill(self) -> None:
+        """Kill the sandbox (bubblewrap takes everything inside with it), reap it, remove its folder."""
+        super().kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def interpreter() -> str:
+    """The base interpreter (a virtual environment's ``python`` resolved to the one it was made from)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def _interpreter_folders() -> list[str]:
+    """Folders the interpreter needs besides ``/usr``: its installation and standard library."""
+    exe = interpreter()
+    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+    found.add(os.path.dirname(os.path.dirname(exe)))
+    keep = sorted(p for p in found if p not in ("/", "/usr") and not p.startswith("/usr/"))
+    return [p for p in keep if not any(p != q and p.startswith(q + "/") for q in keep)]
+
+
+def command(bwrap: str, seccomp_fd: int | None, strict: bool = True) -> list[str]:
+    """The bubblewrap command line of one sandbox (``seccomp_fd``: the filter to read, if any)."""
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+           "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", BOX,
+           "--uid", "65534", "--gid", "65534", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    for path in _SYSTEM:
+        if os.path.islink(path):
+            cmd += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            cmd += ["--ro-bind", path, path]
+    for folder in _interpreter_folders():
+        cmd += ["--ro-bind", folder, folder]
+    cmd += ["--ro-bind", str(_CODE), "/sandbox/box", "--dev", "/dev", "--remount-ro", "/dev",
+            "--size", str(BOX_BYTES), "--tmpfs", BOX, "--remount-ro", "/", "--chdir", BOX]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
+    return cmd + _runner("/sandbox", BOX, strict)
+
+
+def _runner(code_parent: str, box: str, strict: bool) -> list[str]:
+    source = f"import sys; sys.path.insert(0, {code_parent!r}); from box.runner import main; main({box!r}, {strict!r})"
+    return [interpreter(), "-I", "-S", "-B", "-c", source]
+
+
+def start(bwrap: str | None) -> SandboxWorker:
+    """Start one sandbox with ``bwrap`` (None: the runner alone, for trusted code); it says ``ready`` when up.
+
+    Raises:
+        OSError: the program cannot be started (for example bubblewrap is not installed).
+    """
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    if bwrap is None:
+        folder = tempfile.mkdtemp(prefix="curate-code-")
+        env["HOME"] = folder
+        cmd, fds, seccomp_fd = _runner(str(_CODE.parent), folder, False), (), None
+    else:
+        folder = None
+        program = seccomp.sandbox()
+        seccomp_fd = None
+        if program is not None:
+            seccomp_fd, w = os.pipe()
+            os.write(w, program)  # a few hundred bytes: fits in the pipe
+            os.close(w)
+        cmd, fds = command(bwrap, seccomp_fd), tuple(fd for fd in (seccomp_fd,) if fd is not None)
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=folder or "/", env=env, pass_fds=fds, start_new_session=True)
+    except BaseException:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+    assert proc.stdin is not None and proc.stdout is not None
+    channel = Channel(os.dup(proc.stdout.fileno()), os.dup(proc.stdin.fileno()))
+    proc.stdout.close()
+    proc.stdin.close()
+    proc.stdin = proc.stdout = None
+    return SandboxWorker(proc, channel, folder)
+
+
+def start_error(worker: SandboxWorker, timeout: float) -> str | None:
+    """Wait for ``worker``'s first frame: None when it is ready, else why it did not start (one line)."""
+    reason = "no answer"
+    try:
+        if worker.conn.poll(timeout):
+            msg = worker.conn.recv()
+            if isinstance(msg, tuple) and msg and msg[0] == "ready":
+                worker.ready = True
+                return None
+            reason = str(msg[1]) if isinstance(msg, tuple) and len(msg) > 1 else "an unexpected first message"
+    except (EOFError, OSError) as exc:
+        reason = str(exc) or type(exc).__name__
+    if worker.proc.poll() is not None or reason in ("channel closed", "no answer"):
+        try:
+            worker.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        err = worker.proc.stderr.read(4096).decode("utf-8", "replace").strip() if worker.proc.stderr else ""
+        if err:
+            reason = err.splitlines()[-1]
+    return reason
