@@ -194,8 +194,10 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None, 
         batch.clear()
 
     for part in split_file(source, 1 << 62):
-        # the one row reader: the same ids as every stage
-        for raw, rec in read_part(replace(part, text_field=text_field, image_root=image_root), with_raw=True):
+        # the one row reader: the same ids as every stage; text only: a selected row is written back whatever
+        # images it has (text matching selects caption rows that hold none)
+        for raw, rec in read_part(replace(part, text_field=text_field, image_root=image_root, text_only=True),
+                                  with_raw=True):
             if isinstance(rec, BadRecord):
                 continue
             batch.append((rec["id"], rec["source"], raw, rec["images"]))

@@ -74,7 +74,8 @@ def test_rows_without_id_or_source_keep_the_ones_they_were_read_with(tmp_path: P
                     info = tarfile.TarInfo(f"{shard:05d}{i:04d}.{ext}")
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
-    pq.write_table(pa.table({"caption": ["a", "b"], "source": [None, "own"]}), folder / "extra.parquet")
+    pq.write_table(pa.table({"caption": ["a", "b"], "source": [None, "own"], "image": ["a.jpg", "b.jpg"]}),
+                   folder / "extra.parquet")
     selection = pa.table({"id": ["000000001", "000010002", "cc3m_wds/extra:0", "extra:0", "extra:1"],
                           "copies": pa.array([1, 2, 1, 1, 1], pa.int32())})
     written = write_selected_records([folder], selection, tmp_path / "records", workers=1)
