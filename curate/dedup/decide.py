@@ -14,7 +14,10 @@ Each step sees only the records no earlier step removed. Within a step the **kee
 (the sum of the record's image areas), then the id (code-point order): the same order on every run and executor.
 Exact duplicates form groups (same digest), one kept per group. Near and semantic pairs are taken greedily in
 that order: the best record not yet removed removes every neighbour not yet removed, so every removed record is
-within the threshold of the record it names, never only linked to it through a chain.
+within the threshold of the record it matched, never only linked to it through a chain of pairs. A record others
+copied may still be removed by a later step (the kept one of an exact group can be a near duplicate of a better
+record): its copies then name the record finally kept as ``duplicate_of`` and the one they matched in ``detail``
+(:meth:`Decision.resolve`).
 
 A record with several images is compared on all of them: near and semantic pairs are found by its first image
 (or its embedding) and a near pair holds only when both records have as many images and every position is within
@@ -79,6 +82,7 @@ class Decision:
     of_ref: np.ndarray
     distance: np.ndarray
     how: list[str] = field(default_factory=list)  #: per row, for removed ones: what matched (a short text)
+    via: np.ndarray | None = None  #: per row: the record it matched when that one was removed later, else -1
 
     @classmethod
     def empty(cls, n: int) -> Decision:
@@ -95,6 +99,20 @@ class Decision:
         self.distance[rows] = distance
         for r, text in zip(rows.tolist(), how):
             self.how[r] = text
+
+    def resolve(self) -> None:
+        """Point every removed record at the record finally kept: a record that others copy may be removed by a
+        later step (a near duplicate of an exact copy's kept record); its copies then name the record that
+        removed it (and so on), and :attr:`via` keeps the one they matched."""
+        self.via = np.full(len(self.step), -1, np.int64)
+        removed = (self.step >= 0) & (self.step < 127)
+        for r in np.flatnonzero(removed & ~self.of_ref).tolist():
+            target, seen = int(self.of_row[r]), 0
+            while removed[target] and not self.of_ref[target] and seen < len(self.step):
+                target, seen = int(self.of_row[target]), seen + 1
+            if target != self.of_row[r]:
+                self.via[r] = self.of_row[r]
+                self.of_row[r] = target
 
     @property
     def alive(self) -> np.ndarray:

@@ -202,6 +202,9 @@ def _accounting(records: Hashed, first: np.ndarray, decision: Decision, refs: Ha
         else:
             of_id = ids[of]
             detail = f"{reason.replace('_', ' ')} of {of_id}: {decision.how[r]}"
+            if decision.via is not None and decision.via[r] >= 0:
+                detail = (f"{reason.replace('_', ' ')} of {ids[int(decision.via[r])]} ({decision.how[r]}), "
+                          f"itself a copy of the kept {of_id}")
         stats.drop_unlisted(sources[r], reason, 1)
         for key, value in (("id", ids[r]), ("source", sources[r]), ("kind", "dropped"), ("reason", reason),
                            ("detail", detail[:500]), ("duplicate_of", of_id), ("distance", float(decision.distance[r]))):

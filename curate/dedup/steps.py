@@ -125,6 +125,7 @@ def decide(records: Hashed, alive: np.ndarray, *, prefer: tuple[str, ...], near_
         counts["semantic_pairs"] = int(len(i))
         rows, kept, sims = greedy(vec_rows[i], vec_rows[j], cos.astype(np.float64), rank, decision.alive)
         decision.remove(rows, SEMANTIC, kept, False, 1.0 - sims, [f"cosine {s:.4f}" for s in sims])
+    decision.resolve()
     decision.step[decision.step == 127] = -1
     return decision, counts
 
