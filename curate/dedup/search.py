@@ -160,7 +160,7 @@ def semantic_pairs(vectors: np.ndarray, threshold: float, *, queries: np.ndarray
     index.add(x)
     radius = float(np.nextafter(np.float32(threshold), np.float32(-np.inf)))
     lims, sims, ids = index.range_search(q, radius)
-    rows = np.repeat(np.arange(len(q), dtype=np.int64), np.diff(lims))
+    rows = np.repeat(np.arange(len(q), dtype=np.int64), np.diff(lims.astype(np.int64)))
     cols = ids.astype(np.int64)
     keep = sims >= threshold
     if queries is None:

@@ -67,19 +67,32 @@ def dedup(inputs: Sequence[str | os.PathLike[str]], config: DedupConfig | None =
         return _run(list(inputs), config, executor)
 
 
-def _read_hashes(out: Path, folder: str, shards: Sequence[Shard]) -> pa.Table:
-    tables = [pq.read_table(out / folder / f"{s.id}.parquet") for s in shards]
-    return pa.concat_tables(tables) if tables else HASH_SCHEMA.empty_table()
+def benchmark_name(path: str | os.PathLike[str]) -> str:
+    """How ``stats.json`` names the benchmark of an ``--against`` path: its folder's name, or its file's stem."""
+    name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
+    return name.split(".", 1)[0] if "." in name[1:] and not Path(path).is_dir() else name
 
 
 def _hash_step(task: HashTask, inputs: Sequence[Any], config: DedupConfig, out: Path, executor: Any,
-               image_root: Any, desc: str) -> tuple[StageStats, Hashed, dict[str, Any]]:
+               image_root: Any, desc: str, *, per_input: bool = False) -> tuple[StageStats, Hashed, dict[str, Any]]:
+    """Hash ``inputs`` as shards; with ``per_input`` (the references) each input is planned apart, and its rows'
+    ``sources`` become its :func:`benchmark_name`."""
     from curate.executors import run_stage
 
-    shards = plan_shards(inputs, config.shard_size, image_root=image_root)
+    groups = [[p] for p in inputs] if per_input else [list(inputs)]
+    shards: list[Shard] = []
+    names: list[str] = []
+    for group in groups:
+        for shard in plan_shards(group, config.shard_size, image_root=image_root):
+            shards.append(Shard(len(shards), shard.parts))
+            names.append(benchmark_name(group[0]))
     settings = {**task.settings(), "shard_size": config.shard_size, "plan": plan_hash(shards)}
     stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc=desc, settings=settings)
-    return stats, Hashed.from_table(_read_hashes(out, task.folder, shards)), settings
+    tables = [pq.read_table(out / task.folder / f"{s.id}.parquet") for s in shards]
+    hashed = Hashed.from_table(pa.concat_tables(tables) if tables else HASH_SCHEMA.empty_table())
+    if per_input:
+        hashed.sources = pa.array([n for n, t in zip(names, tables) for _ in range(t.num_rows)], pa.string())
+    return stats, hashed, settings
 
 
 def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: Path, executor: Any
@@ -125,7 +138,7 @@ def _run(inputs: list[Any], config: DedupConfig, executor: Any) -> dict[str, Any
     if config.against:
         ref_task = AgainstTask(decode_threads=config.decode_threads, max_image_pixels=config.max_image_pixels)
         ref_stats, refs, _ = _hash_step(ref_task, list(config.against), config, out, executor, None,
-                                        "hash reference images")
+                                        "hash reference images", per_input=True)
     timings = {"hash": time.perf_counter() - t0}
 
     t1 = time.perf_counter()
