@@ -5,9 +5,10 @@
   bytes; the same picture saved twice, or a JPEG wrapped in another container, has the same digest.
   (SHA-256 rather than BLAKE2: with the CPU's SHA instructions it hashed 3 MB in 5.7 ms here, BLAKE2b in 35 ms.)
 * **perceptual** (:func:`perceptual_hashes`): a DCT hash (pHash) of 63 bits, computed here: the image
-  squashed to a 128×128 grey thumbnail, a region of it averaged down to 32×32, its 2-D DCT, and one bit per
-  coefficient of the 8×8 lowest frequencies (the constant one left out) telling whether it is above their
-  median. Re-encoding (JPEG quality 30), resizing (0.5×–2×) and small overlays move few bits; crops move
+  squashed to a 128×128 grey thumbnail (Pillow's box filter after an integer reduction), a region of it
+  area-averaged down to 32×32, its 2-D DCT, and one bit per coefficient of the 8×8 lowest frequencies (the
+  constant one left out) telling whether it is above their median. The averaging and the DCT are one matrix
+  on each side (:func:`_projection`), so the six hashes cost a few small matrix products. Re-encoding (JPEG quality 30), resizing (0.5×–2×) and small overlays move few bits; crops move
   many, because a DCT is not shift-invariant. So every image has :data:`HASHES_PER_IMAGE` hashes: its
   whole thumbnail's, then those of the crops keeping :data:`CROP_KEEP` of each side at the four corners and
   the centre (:data:`ANCHORS`). A copy cropped to ≥ 90% of the area then lies a few bits from one of the
@@ -48,12 +49,24 @@ def _dct_matrix(n: int) -> np.ndarray:
     return m
 
 
-_DCT = _dct_matrix(_SIDE)[:_LOW]  # only the lowest frequencies are kept
+def _area_average(n: int, side: int) -> np.ndarray:
+    """The ``side × n`` matrix averaging ``n`` samples into ``side`` bins of equal width (fractional overlaps)."""
+    edges = np.arange(side + 1) * (n / side)
+    lo, hi = edges[:-1, None], edges[1:, None]
+    j = np.arange(n)[None, :]
+    overlap = np.clip(np.minimum(hi, j + 1) - np.maximum(lo, j), 0, None)
+    return overlap / overlap.sum(axis=1, keepdims=True)
+
+
+def _projection(n: int) -> np.ndarray:
+    """``8 × n``: an ``n``-sample side averaged down to 32, then its 8 lowest DCT frequencies."""
+    return _dct_matrix(_SIDE)[:_LOW] @ _area_average(n, _SIDE)
+
+
 _WEIGHTS = (1 << np.arange(PHASH_BITS - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
 _CROP = round(_THUMB * CROP_KEEP)
-_BOXES = [(0, 0, _THUMB, _THUMB)] + [
-    (round((_THUMB - _CROP) * fx), round((_THUMB - _CROP) * fy),
-     round((_THUMB - _CROP) * fx) + _CROP, round((_THUMB - _CROP) * fy) + _CROP) for fx, fy in ANCHORS]
+_BOXES = [(0, 0, _THUMB)] + [(round((_THUMB - _CROP) * fx), round((_THUMB - _CROP) * fy), _CROP) for fx, fy in ANCHORS]
+_PROJECT = {_THUMB: _projection(_THUMB), _CROP: _projection(_CROP)}
 
 
 def bytes_digest(data: bytes | memoryview) -> bytes:
@@ -62,10 +75,35 @@ def bytes_digest(data: bytes | memoryview) -> bytes:
 
 
 def pixel_digest(img: Image.Image) -> bytes:
-    """SHA-256 of a decoded RGB image's size and pixels, cut to :data:`DIGEST_BYTES`."""
+    """SHA-256 of a decoded image's mode, size and pixels, cut to :data:`DIGEST_BYTES`.
+
+    RGB pixels are hashed as Pillow stores them, 4 bytes each (red, green, blue, 255), read through its Arrow
+    export without a copy (Pillow ≥ 11.2): 1.4 ms for 512×512 here, against 4.3 ms through ``tobytes`` (a copy,
+    then the hash). Other modes hash ``tobytes``.
+    """
     h = hashlib.sha256(f"{img.mode} {img.width}x{img.height}\n".encode("ascii"))
-    h.update(img.tobytes())
+    h.update(_rgbx(img) if img.mode == "RGB" else img.tobytes())
     return h.digest()[:DIGEST_BYTES]
+
+
+def _rgbx(img: Image.Image) -> memoryview | np.ndarray:
+    """An RGB image's pixels as red, green, blue, 255 (the fourth byte set when Pillow's storage holds another)."""
+    n = img.width * img.height
+    data = None
+    if hasattr(img, "__arrow_c_array__"):
+        import pyarrow as pa
+
+        data = pa.array(img).buffers()[-1]
+    if data is not None and data.size >= 4 * n:
+        view = np.frombuffer(data, np.uint8, count=4 * n)
+        if np.frombuffer(data, "<u4", count=n).min() >= 0xFF000000:  # every fourth byte is 255 (one SIMD pass)
+            return memoryview(view)
+        out = view.reshape(n, 4).copy()
+    else:
+        out = np.empty((n, 4), np.uint8)
+        out[:, :3] = np.frombuffer(img.tobytes(), np.uint8).reshape(n, 3)
+    out[:, 3] = 255
+    return out
 
 
 def combined_digest(digests: list[bytes]) -> bytes:
@@ -77,15 +115,16 @@ def combined_digest(digests: list[bytes]) -> bytes:
 
 def perceptual_hashes(img: Image.Image) -> np.ndarray:
     """The :data:`HASHES_PER_IMAGE` perceptual hashes of a decoded image (``uint64``; see the module docstring)."""
-    thumb = img.resize((_THUMB, _THUMB), Image.Resampling.BOX).convert("L")
-    grids = np.stack([np.asarray(thumb.resize((_SIDE, _SIDE), Image.Resampling.BOX, box=box), np.float64)
-                      for box in _BOXES])
-    return hash_grids(grids)
+    thumb = img.resize((_THUMB, _THUMB), Image.Resampling.BOX, reducing_gap=1.0).convert("L")
+    x = np.asarray(thumb, np.float64)
+    coeffs = np.stack([_PROJECT[n] @ x[y0:y0 + n, x0:x0 + n] @ _PROJECT[n].T for x0, y0, n in _BOXES])
+    return hash_coefficients(coeffs)
 
 
-def hash_grids(grids: np.ndarray) -> np.ndarray:
-    """Perceptual hashes of ``K×32×32`` grey grids: the bits of the low DCT frequencies above their median."""
-    coeffs = np.einsum("fi,kij,gj->kfg", _DCT, grids, _DCT, optimize=True).reshape(len(grids), -1)[:, 1:]
+def hash_coefficients(coeffs: np.ndarray) -> np.ndarray:
+    """Perceptual hashes of ``K×8×8`` low DCT frequencies: the bits of those above their median, the constant
+    one left out."""
+    coeffs = coeffs.reshape(len(coeffs), -1)[:, 1:]
     bits = coeffs > np.median(coeffs, axis=1, keepdims=True)
     return (bits.astype(np.uint64) * _WEIGHTS).sum(axis=1, dtype=np.uint64)
 
