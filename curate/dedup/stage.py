@@ -98,8 +98,9 @@ def _hash_step(task: HashTask, inputs: Sequence[Any], config: DedupConfig, out: 
 def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: Path, executor: Any
                 ) -> tuple[Any, Any]:
     """The index written and searched as shards of queries; ``(nodes, (a, b, bits))``."""
+    from curate.core.remote_sync import push_files
     from curate.executors import run_stage
-    from curate.dedup.search import build_index, smallest_per_pair
+    from curate.dedup.search import INDEX_FILES, build_index, smallest_per_pair
     from curate.dedup.steps import Nodes
 
     nodes = Nodes.of(records, refs)
@@ -113,10 +114,11 @@ def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: 
         build_index(hashes.ravel(), np.repeat(np.arange(len(hashes), dtype=np.int64), hashes.shape[1]),
                     hashes[:, 0].copy(), folder)
         stamp.write_text(digest)
+        push_files(out, [f"{INDEX_DIR}/{name}" for name in INDEX_FILES])  # a bucket: for workers elsewhere
     size = config.search_block
     blocks = [Shard(i, meta=QueryBlock(s, min(s + size, len(hashes))), size=min(size, len(hashes) - s))
               for i, s in enumerate(range(0, len(hashes), size))]
-    task = SearchTask(str(folder), config.near_threshold, digest)
+    task = SearchTask(config.near_threshold, digest)
     run_stage(task, blocks, out, executor=executor, seed=config.seed, desc="search near duplicates",
               settings={**task.settings(), "plan": plan_hash(blocks)})
     found = [pq.read_table(out / PAIRS_DIR / f"{b.id}.parquet") for b in blocks]

@@ -173,38 +173,37 @@ class QueryBlock(NamedTuple):
 
 
 class SearchTask(ShardTask):
-    """Searches one block of queries of the near-duplicate index (``near/pairs/<shard>.parquet``: a, b, bits)."""
+    """Searches one block of queries of the near-duplicate index (``near_pairs/<shard>.parquet``: a, b, bits).
+
+    The index is ``OUT/_index/near/`` as the driver wrote it (fetched first where ``OUT`` is a bucket), memory-mapped
+    once per worker.
+    """
 
     stage: ClassVar[str] = "dedup_search"
     unit = "queries"
     transient = ("index",)
     reads_out = (f"{INDEX_DIR}/*",)
 
-    def __init__(self, index_dir: str, threshold: int, digest: str) -> None:
-        self.index_dir, self.threshold, self.digest = index_dir, threshold, digest
-        self.index: dict[str, np.ndarray] | None = None
+    def __init__(self, threshold: int, digest: str) -> None:
+        self.threshold, self.digest = threshold, digest
+        self.index: tuple[str, dict[str, np.ndarray]] | None = None
 
     def settings(self) -> dict[str, Any]:
         """The threshold and the index (its digest) decide the pairs."""
         return {"near_threshold": self.threshold, "index": self.digest}
 
-    def setup(self) -> None:
-        """Memory-map the index once per worker."""
-        from curate.dedup.search import load_index
-
-        if self.index is None:
-            self.index = load_index(self.index_dir)
-
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Write the pairs found from this block's queries."""
-        from curate.dedup.search import search_block
+        from curate.dedup.search import load_index, search_block
 
-        self.setup()
-        assert self.index is not None
+        assert ctx.out is not None
+        folder = str(ctx.out / INDEX_DIR)
+        if self.index is None or self.index[0] != folder:
+            self.index = (folder, load_index(folder))
         block = QueryBlock(*shard.meta)
         stats = StageStats()
         with stats.timer("search"):
-            a, b, d = search_block(self.index, block.start, block.stop, self.threshold)
+            a, b, d = search_block(self.index[1], block.start, block.stop, self.threshold)
         write_parquet(work / PAIRS_DIR / f"{shard.id}.parquet", pa.table({"a": a, "b": b, "bits": d}, schema=PAIR_SCHEMA))
         stats.extra["near_pairs_found"] = int(len(a))
         ctx.progress(block.stop - block.start)

@@ -27,6 +27,22 @@ class DedupWorld:
     missing: str
 
 
+#: Outputs of ``curate dedup`` that must be the same bytes across executors and interrupted runs.
+SAME_BYTES = ("rejects.parquet", "records/*", "hashes/*.parquet", "near_pairs/*.parquet", "_shards/*/*.rejects.parquet")
+
+
+def same_files(a: Path, b: Path, patterns: tuple[str, ...] = SAME_BYTES) -> int:
+    """Every file matching ``patterns`` exists in both folders with the same bytes; returns how many were compared."""
+    n = 0
+    for pattern in patterns:
+        names = sorted(p.relative_to(a) for p in a.glob(pattern))
+        assert names == sorted(p.relative_to(b) for p in b.glob(pattern)), pattern
+        for rel in names:
+            assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+            n += 1
+    return n
+
+
 @pytest.fixture(scope="session")
 def dedup_world(tmp_path_factory: pytest.TempPathFactory) -> DedupWorld:
     """See the module docstring."""

@@ -1,31 +1,11 @@
-"""``curate dedup`` on the command line and in a recipe: one-line mistakes, and ``balance`` reading its records."""
+"""``curate dedup`` in a recipe, before ``balance``, which reads its records (its one-line mistakes are in test_mistakes.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
 from curate.cli import cli
-
-
-def _curate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "curate", *args], capture_output=True, text=True, timeout=120)
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--near-threshold", "20"], "--near-threshold must be at most 11 bits"),
-    (["--against-embeddings", "."], "--against-embeddings needs --against"),
-    (["--prefer", "coyo,coyo"], "name each source once"),
-    (["--semantic-threshold", "1.5"], "--semantic-threshold must be within"),
-])
-def test_mistakes_are_one_line(args: list[str], message: str, dedup_world, tmp_path: Path) -> None:
-    done = _curate("dedup", str(dedup_world.inputs[0]), "--out", str(tmp_path / "out"), *args)
-    assert done.returncode == 2
-    assert message in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 RECIPE = """\

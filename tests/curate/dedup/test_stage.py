@@ -19,6 +19,7 @@ import pytest
 from curate.core.records import BadRecord, read_records
 from curate.core.stats import REJECT_SCHEMA
 from curate.dedup.stage import dedup
+from tests._fixtures.dedup import SAME_BYTES, same_files
 
 EXACT_EDITS = {"png", "same_bytes"}
 
@@ -165,20 +166,6 @@ def test_semantic_duplicates_from_embeddings(dedup_world, tmp_path) -> None:
     assert stats["duplicates"]["semantic"] == 1 and stats["duplicates"]["near"] == 0
 
 
-def _same_files(a: Path, b: Path, patterns: tuple[str, ...]) -> int:
-    n = 0
-    for pattern in patterns:
-        names = sorted(p.relative_to(a) for p in a.glob(pattern))
-        assert names == sorted(p.relative_to(b) for p in b.glob(pattern)), pattern
-        for rel in names:
-            assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
-            n += 1
-    return n
-
-
-SAME = ("rejects.parquet", "records/*", "hashes/*.parquet", "near_pairs/*.parquet", "_shards/*/*.rejects.parquet")
-
-
 def _without_timings(path: Path) -> dict:
     stats = json.loads(path.read_text())
     stats.pop("timings")
@@ -189,7 +176,7 @@ def _without_timings(path: Path) -> dict:
 def test_resume_after_sigkill_gives_the_same_bytes(dedup_world, plain_run, tmp_path) -> None:
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "curate", "dedup", *map(str, dedup_world.inputs), "--shard-size", "2",
-           "--decode-threads", "1", "--out", str(out)]
+           "--search-block", "8", "--decode-threads", "1", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     markers = out / "_shards" / "dedup_hash"
     deadline = time.time() + 120
@@ -203,14 +190,17 @@ def test_resume_after_sigkill_gives_the_same_bytes(dedup_world, plain_run, tmp_p
     assert proc.returncode == -signal.SIGKILL, "dedup finished before it could be killed"
     assert not (out / "stats.json").exists()
     done = len([p for p in markers.glob("0*.json")])
-    dedup(list(dedup_world.inputs), out=out, shard_size=2)
-    reference = tmp_path / "reference"
-    dedup(list(dedup_world.inputs), out=reference, shard_size=2)
-    assert _same_files(reference, out, SAME) >= len(SAME)
+    dedup(list(dedup_world.inputs), out=out, shard_size=2, search_block=8)
+    reference = tmp_path / "reference"  # uninterrupted, in two worker processes
+    from curate.executors import get_executor
+
+    dedup(list(dedup_world.inputs), out=reference, shard_size=2, search_block=8,
+          executor=get_executor("local", workers=2))
+    assert same_files(reference, out) >= len(SAME_BYTES)
     assert _without_timings(reference / "stats.json") == _without_timings(out / "stats.json")
     assert done >= 1
     # another shard size gives other shard files, but the same decisions
-    assert _same_files(plain_run, out, ("rejects.parquet", "records/*")) >= 2
+    assert same_files(plain_run, out, ("rejects.parquet", "records/*")) >= 2
 
 
 def test_rerun_with_other_settings_is_refused(dedup_world, plain_run, tmp_path) -> None:
