@@ -17,6 +17,7 @@ from curate import __version__
 #: A new verb goes here too; tests/curate/cli/test_lazy_verbs.py checks this table against the commands.
 VERBS: dict[str, tuple[str, str]] = {
     "balance": ("balance", "Concept-balance records: embed → concept embeddings → tag → resample → report."),
+    "dedup": ("dedup", "Remove exact, near and semantic duplicate records, and copies of benchmark images."),
     "embed": ("balance", "Embed the images of records with open_clip (L2-normalised, float16)."),
     "energon-prepare": ("pack", "Make a curate pack output folder a Megatron-Energon dataset (writes OUT/.nv-meta/)."),
     "pack": ("pack", "Pack records into sequences of at most --ctx tokens, as WebDataset shards."),

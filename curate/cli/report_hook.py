@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 #: Verbs that end by writing OUT/report/ for their --out (set CURATE_REPORT=0 to skip).
-REPORTED_VERBS = frozenset({"embed", "tag", "resample", "balance", "recaption", "rl-filter", "score", "pack"})
+REPORTED_VERBS = frozenset({"dedup", "embed", "tag", "resample", "balance", "recaption", "rl-filter", "score", "pack"})
 
 
 def report_after(verb: str, params: dict) -> None:

@@ -145,9 +145,10 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
 
 def samples_html(stage: str, folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:
     """The browsable samples of one stage ("" for stages without a sample view)."""
+    from curate.report.dedup import dedup_html
     from curate.report.stages_more import pack_html, rl_filter_html, score_html
 
-    view = {"balance": balance_html, "resample": balance_html, "recaption": recaption_html,
+    view = {"dedup": dedup_html, "balance": balance_html, "resample": balance_html, "recaption": recaption_html,
             "rl_filter": rl_filter_html, "rl-filter": rl_filter_html, "pack": pack_html,
             "score": score_html}.get(stage)
     return view(folder, stats, assets, samples, seed) if view else ""

@@ -20,7 +20,7 @@ from curate.run.recipe import Recipe, Step
 
 #: What a step hands to the next one when it is named without a sub-path.
 #: The first one that exists is used (Parquet when the records carry image bytes), else the first.
-MAIN_OUTPUT = {"balance": ("records",), "recaption": ("records.jsonl", "records.parquet"),
+MAIN_OUTPUT = {"dedup": ("records",), "balance": ("records",), "recaption": ("records.jsonl", "records.parquet"),
                "rl-filter": ("kept.jsonl", "kept.parquet"), "score": ("scores.parquet",), "pack": ("",),
                "verify": ("",)}
 RUN_DIR = "_run"

@@ -10,7 +10,7 @@ A recipe (see ``recipes/*.yaml``)::
     defaults: {seed: 0, workers: 2}        # options of every step whose verb has them
     steps:
       - name: balance                      # optional, default the verb; folder OUT/01-balance
-        verb: balance                      # balance, recaption, rl-filter, score, pack, verify
+        verb: balance                      # dedup, balance, recaption, rl-filter, score, pack, verify
         input: raw                         # a recipe input, a step (its main output) or STEP/sub/path
         options: {vocab: vocab/500k.txt, model: "local-dir:${models}/clip"}
 
@@ -30,7 +30,7 @@ import yaml
 from curate.core.errors import UserError
 
 #: Verbs a recipe step may run.
-VERBS = ("balance", "recaption", "rl-filter", "score", "pack", "verify")
+VERBS = ("dedup", "balance", "recaption", "rl-filter", "score", "pack", "verify")
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _TOP_KEYS = {"vars", "out", "inputs", "defaults", "steps", "description"}

@@ -61,6 +61,13 @@ ANS = "--rollouts {d}/answers.jsonl"
 
 #: (verb and flags with {d} for the workspace, text the one line must hold)
 MISTAKES: list[tuple[str, str]] = [
+    # dedup
+    (f"dedup {R} --out {{d}}/o --near-threshold 12", "--near-threshold must be at most 11"),
+    (f"dedup {R} --out {{d}}/o --semantic-threshold 1.5", "--semantic-threshold"),
+    (f"dedup {R} --out {{d}}/o --embeddings {{d}}/missing", "--embeddings {d}/missing"),
+    (f"dedup {R} --out {{d}}/o --against {{d}}/missing", "--against {d}/missing"),
+    (f"dedup {R} --out {{d}}/o --against-embeddings {{d}}/emb", "--against-embeddings needs --against"),
+    (f"dedup {R} --out {{d}}/o --prefer coyo,coyo", "name each source once"),
     # embed
     (f"embed {R} --out {{d}}/afile", "--out {d}/afile"),
     (f"embed {R} --out {{d}}/afile/sub", "{d}/afile"),

@@ -107,7 +107,7 @@ def test_unknown_from_until(tmp_path: Path) -> None:
     assert "comes after --until" in _error(path, start="verify", until="pack")
 
 
-@pytest.mark.parametrize("name, steps", [("llava-ov-midtraining", ["balance", "recaption", "pack", "verify"]),
+@pytest.mark.parametrize("name, steps", [("llava-ov-midtraining", ["dedup", "balance", "recaption", "pack", "verify"]),
                                          ("rl-selection", ["rl-filter", "score"])])
 def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], tmp_path: Path, monkeypatch) -> None:
     root = Path(__file__).resolve().parents[3]
