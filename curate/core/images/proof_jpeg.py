@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import struct
 
-_MARKER = re.compile(rb"\xff+([^\x00\xff\xd0-\xd7])")  # a marker in entropy-coded data (RSTn and stuffing skipped)
+_MARKER = re.compile(rb"\xff[\x01-\xcf\xd8-\xfe]")  # a marker in entropy-coded data (not RSTn, stuffing or fill)
 _SOF = (0xC0, 0xC1, 0xC2)  # baseline, extended sequential, progressive (Huffman)
 _TABLES_AND_MISC = {0xC4, 0xDB, 0xDD, 0xFE} | set(range(0xE0, 0xF0))  # DHT, DQT, DRI, COM, APPn
 _MAX_DIMENSION = 65500
@@ -79,7 +79,7 @@ def _walk(data: bytes) -> tuple[int, int] | None:
             found = _MARKER.search(data, pos)  # the next marker after the entropy-coded data
             if found is None:
                 raise _Doubt  # cut: the decoder would run out of data
-            pos = found.start(1) - 1
+            pos = found.start()
         elif marker == 0xC4:
             _huffman(state, body)
         elif marker == 0xDB:
