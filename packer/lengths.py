@@ -205,6 +205,7 @@ class LengthsTask(ShardTask):
                 lengths = self.counter.text_lengths([p["text"] for p in fresh]) if fresh else []
                 counted = {id(p): n for p, n in zip(fresh, lengths)}
             stats.extra["text_counts_reused"] = stats.extra.get("text_counts_reused", 0) + len(pending) - len(fresh)
+            stats.extra["text_counts_made"] = stats.extra.get("text_counts_made", 0) + len(fresh)
             for item in pending:
                 n_text = counted[id(item)] if id(item) in counted else known[item["text_key"]]
                 item["text_tokens"] = n_text

@@ -78,8 +78,8 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
                              prompts={"en": prompt_en, "zh": prompt_zh}, sampling=sampling,
                              rules=CaptionRules(truncated=truncated_policy), seed=seed, shard_size=shard_size,
                              image_root=image_root)
-    r = from_stats(RecaptionResult, recaption(list(inputs), config=config,
-                                              executor=make_executor(executor, workers, ray_address)))
+    stats = recaption(list(inputs), config=config, executor=make_executor(executor, workers, ray_address))
+    r = from_stats(RecaptionResult, stats)
     c = r.captions
     console.print(f"captioned {r.records_out:,} of {r.records_in:,} records: kept {c.kept:,} of "
                   f"{c.images:,} captions ({c.retried:,} retried); failed {c.failed or {}}")
@@ -87,4 +87,5 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
         mean = "n/a" if counts.mean_chars is None else f"{counts.mean_chars:.0f}"
         console.print(f"  {lang}: {counts.kept:,} of {counts.images:,} kept, mean {mean} characters")
     print_rejects(r, out)
-    console.print(f"records: {out}/records.jsonl   captions: {out}/captions.parquet   stats: {out}/stats.json")
+    records = stats.get("outputs", {}).get("records", "records.jsonl")  # .parquet when the records carry bytes
+    console.print(f"records: {out}/{records}   captions: {out}/captions.parquet   stats: {out}/stats.json")

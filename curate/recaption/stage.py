@@ -106,7 +106,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
         per_source[source] = {**entry, "captions": {lang: caption_report([r for r in mine if r["lang"] == lang])
                                                     for lang in lang_list}}
     result = {
-        **run_header("recaption", seed=seed, settings=task.settings()),
+        **run_header("recaption", seed=seed, settings=task.settings()), "inputs": [str(p) for p in inputs],
         "records_in": counts["records_in"], "records_out": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"],
         "captions": caption_report(rows),

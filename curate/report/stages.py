@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate.report.assets import Assets, lookup_records, read_sampled, sample_indices
+from curate.report.assets import Assets, inputs_of, lookup_records, read_sampled, sample_indices
 from curate.report.html import esc, filters, section
 
 #: Plots each stage writes (copied next to the pages).
@@ -112,6 +112,7 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
     ids = sorted(by_id)
     langs = sorted({r["lang"] for r in rows})
     picks = [ids[i] for i in sample_indices(len(ids), samples, seed)]
+    carried = _carried_images(stats, [rid for rid in picks if str(by_id[rid][0]["image"]).startswith("sha256:")])
     cards = []
     for rid in picks:
         caps = {r["lang"]: r for r in by_id[rid]}
@@ -130,7 +131,7 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
         status = "failed" if failed else "kept"
         cards.append(f'<div class="card wide" data-row="1" data-source="{esc(first["source"])}" '
                      f'data-status="{status}"><div style="display:flex;gap:12px"><div>'
-                     f'{_img(assets, first["image"], rid)}</div><div style="flex:1"><code>{esc(rid)}</code> '
+                     f'{_img(assets, carried.get(rid, first["image"]), rid)}</div><div style="flex:1"><code>{esc(rid)}</code> '
                      f'<span class="pill">{esc(first["source"])}</span>'
                      f'<div class="pair" style="grid-template-columns:repeat({len(langs)},1fr)">{"".join(cols)}'
                      f"</div></div></div></div>")
@@ -141,6 +142,15 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
                                          "status": ["kept", "failed"]}, "search captions, ids")
              + f'<div id="caption-cards" class="cards">{"".join(cards)}</div>')
     return section("Captions", inner, "samples")
+
+
+def _carried_images(stats: dict[str, Any], ids: list[str]) -> dict[str, bytes]:
+    """The images that travelled as bytes (``captions.parquet`` names them ``sha256:…``), from the input records."""
+    if not ids:
+        return {}
+    records = lookup_records(inputs_of(stats, "recaption"), ids)
+    return {rid: rec["images"][0] for rid, rec in records.items()
+            if rec["images"] and isinstance(rec["images"][0], bytes)}
 
 
 def samples_html(stage: str, folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:

@@ -21,7 +21,8 @@ from curate.core.errors import UserError
 from curate.core.io import RemotePath, as_path, dumps_json, is_url
 from curate.core.lock import out_lock
 from curate.core.stats import versions
-from curate.run.plan import Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step, write_record
+from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step,
+                             write_record)
 from curate.run import fs
 from curate.run.recipe import Recipe
 
@@ -46,10 +47,19 @@ def plan_lines(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> list[
     for p in planned:
         status = p.status if not p.why else f"{p.status} ({p.why})"
         lines.append(f"{p.step.folder:<16} {p.step.verb:<10} {status}")
-        lines.append(f"    reads:  {', '.join(p.reads) or '-'}")
+        lines.append(f"    reads:  {', '.join(_maybe(r) for r in p.reads) or '-'}")
         lines.append(f"    writes: {p.folder}/")
         lines.append(f"    $ {p.command}")
     return lines
+
+
+def _maybe(read: str) -> str:
+    """A step's main output as the plan names it before the step ran: the file it will be, or its alternative."""
+    head, _, name = read.rpartition("/")
+    for outputs in MAIN_OUTPUT.values():
+        if len(outputs) > 1 and name == outputs[0] and not fs.exists((RemotePath(head) if is_url(head) else Path(head)) / name):
+            return f"{read} (or {head}/{outputs[1]} when the records carry image bytes)"
+    return read
 
 
 def lock_content(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> dict[str, Any]:
