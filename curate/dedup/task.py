@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.formats.refs import ImageAt
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, decode, image_label
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, ImageLimits, decode, image_label
 from curate.core.io import is_url, write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
@@ -101,7 +101,7 @@ class HashTask(ShardTask):
         key = bytes_digest(raw) if raw is not None and len(raw) else None
         if key is not None and key in cache:
             return cache[key]
-        img = decode(src, max_pixels=self.max_image_pixels, label=image_label(src, index))
+        img = decode(src, ImageLimits(max_pixels=self.max_image_pixels), label=image_label(src, index))
         sig = Signature(img.width * img.height, pixel_digest(img), key, perceptual_hashes(img))
         if key is not None:
             cache[key] = sig
