@@ -91,6 +91,32 @@ def print_rejects(counts: Counts, out: str) -> None:
 
     if counts.rejected:
         console.print(counts.rejects_line(out))
+        example = _dominant_example(counts, out)
+        if example:
+            console.print(example, markup=False, highlight=False)
+
+
+def _dominant_example(counts: Counts, out: str) -> str | None:
+    """When one reason took most of the records (a whole input unusable, e.g. URLs never downloaded), the first
+    such record's detail, so the user reads the cause without opening rejects.parquet."""
+    import os
+
+    from curate.core.io import is_url
+
+    reasons = {**(counts.dropped or {}), **(counts.errored or {})}
+    if not reasons or not counts.records_in or is_url(str(out)):
+        return None
+    reason, n = max(reasons.items(), key=lambda kv: kv[1])
+    path = os.path.join(str(out), "rejects.parquet")
+    if n * 2 < counts.records_in or not os.path.exists(path):
+        return None
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096, columns=["id", "reason", "detail"]):
+        for rid, why, detail in zip(*(batch.column(k).to_pylist() for k in ("id", "reason", "detail"))):
+            if why == reason:
+                return f"  {n:,} of {counts.records_in:,} records {reason}, e.g. {rid}: {detail}"[:600]
+    return None
 
 
 def threads_for(threads: int | None, workers: int) -> int | None:
