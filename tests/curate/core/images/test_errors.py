@@ -27,3 +27,18 @@ def test_decoder_failures_become_reasons() -> None:
     assert {type(e).__name__ + str(e): reason_of(e) for e in cases} == \
         {type(e).__name__ + str(e): r for e, r in cases.items()}
     assert set(cases.values()) <= set(REASONS)
+
+
+def test_details_carry_no_object_address() -> None:
+    """The same file gives the same detail in every run and process (rejects.parquet is byte-identical)."""
+    import io
+
+    from curate.core.images import check
+
+    details = set()
+    for _ in range(2):
+        try:
+            check(io.BytesIO(b"not an image at all").getvalue())
+        except ImageError as exc:
+            details.add(exc.detail)
+    assert len(details) == 1 and "0x" not in details.pop()
