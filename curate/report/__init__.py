@@ -24,7 +24,8 @@ from curate.report.assets import Assets
 from curate.report.funnel import counts, funnel_html, settings_html
 from curate.report.html import Raw, esc, page, section, table
 from curate.report.rejects import rejects_html
-from curate.report.stages import PLOTS, samples_html
+from curate.report.stages import samples_html
+from curate.stages import STAGES
 
 __all__ = ["find_stages", "write_report"]
 
@@ -43,7 +44,7 @@ def _stage_page(name: str, folder: Path, stats: dict[str, Any], assets: Assets, 
                 nav: list[tuple[str, str]]) -> str:
     stage = str(stats.get("stage", "?"))
     parts = [funnel_html(stats)]
-    plots = [assets.copy(folder / p, name) for p in PLOTS.get(stage, ())]
+    plots = [assets.copy(folder / p, name) for p in (STAGES[stage].plots if stage in STAGES else ())]
     plots = [p for p in plots if p]
     if plots:
         parts.append(section("Plots", "".join(f'<img class="plot" src="{esc(p)}" alt="plot">' for p in plots), "plots"))

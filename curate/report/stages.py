@@ -10,10 +10,8 @@ import pyarrow.parquet as pq
 
 from curate.report.assets import Assets, inputs_of, lookup_records, read_sampled, sample_indices
 from curate.report.html import esc, filters, section
+from curate.stages import STAGES
 
-#: Plots each stage writes (copied next to the pages).
-PLOTS = {"balance": ("balance.png",), "resample": ("balance.png",), "pack": ("packing.png",),
-         "rl_filter": ("rl_filter.png",), "rl-filter": ("rl_filter.png",)}
 CONCEPTS_SHOWN = 5
 IMAGES_PER_CONCEPT = 6
 
@@ -154,11 +152,12 @@ def _carried_images(stats: dict[str, Any], ids: list[str]) -> dict[str, bytes]:
 
 
 def samples_html(stage: str, folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:
-    """The browsable samples of one stage ("" for stages without a sample view)."""
-    from curate.report.dedup import dedup_html
-    from curate.report.stages_more import pack_html, rl_filter_html, score_html
+    """The browsable samples of one stage, drawn by its spec's view (:mod:`curate.stages`; "" for none)."""
+    import importlib
 
-    view = {"dedup": dedup_html, "balance": balance_html, "resample": balance_html, "recaption": recaption_html,
-            "rl_filter": rl_filter_html, "rl-filter": rl_filter_html, "pack": pack_html,
-            "score": score_html}.get(stage)
-    return view(folder, stats, assets, samples, seed) if view else ""
+    spec = STAGES.get(stage)
+    if spec is None or spec.view is None:
+        return ""
+    module, _, function = spec.view.partition(":")
+    view = getattr(importlib.import_module(f"curate.report.{module}"), function)
+    return view(folder, stats, assets, samples, seed)

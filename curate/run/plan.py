@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from curate.core.errors import UserError
+from curate.stages import STAGES
 from curate.core.io import RemotePath, dumps_json, is_url
 from curate.run import fs
 from curate.run.recipe import Recipe, Step
 
-#: What a step hands to the next one when it is named without a sub-path.
-#: The first one that exists is used (Parquet when the records carry image bytes), else the first.
-MAIN_OUTPUT = {"dedup": ("records",), "balance": ("records",), "recaption": ("records.jsonl", "records.parquet"),
-               "rl-filter": ("kept.jsonl", "kept.parquet"), "score": ("scores.parquet",), "pack": ("",),
-               "verify": ("",)}
+#: What a step hands to the next one when it is named without a sub-path (:attr:`curate.stages.StageSpec.main_output`).
+MAIN_OUTPUT = {name: spec.main_output for name, spec in STAGES.items() if spec.main_output is not None}
 RUN_DIR = "_run"
 #: A run folder: local, or an object-store URL.
 Folder = Path | RemotePath

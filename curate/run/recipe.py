@@ -28,9 +28,10 @@ from typing import Any
 import yaml
 
 from curate.core.errors import UserError
+from curate.stages import RECIPE_VERBS
 
 #: Verbs a recipe step may run.
-VERBS = ("dedup", "balance", "recaption", "rl-filter", "score", "pack", "verify")
+VERBS = RECIPE_VERBS  # the verbs a step may run (curate.stages)
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _TOP_KEYS = {"vars", "out", "inputs", "defaults", "steps", "description"}
