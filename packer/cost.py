@@ -223,6 +223,12 @@ def load_cost_model(path: str | os.PathLike[str] | None) -> CostModel:
     unknown = sorted(set(map(str, data)) - set(names))
     if unknown:
         raise UserError(f"--cost-model {path}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(names)}")
+    for name in (*COEFFICIENT_FIELDS, "training_factor"):  # YAML 1.1 reads 1e-7 (no dot) as a string
+        if isinstance(data.get(name), str):
+            try:
+                data[name] = float(data[name])
+            except ValueError:
+                pass
     try:
         return CostModel(**data)
     except UserError as exc:

@@ -170,7 +170,7 @@ def read_timing_log(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             what = "a positive number" if name == SECONDS else "a number >= 0"
-            raise UserError(f"{where}: row {i + 1}: {name} is {values[i]!r}; expected {what}")
+            raise UserError(f"{where}: row {i + 1}: {name} is {float(values[i])!r}; expected {what}")
         out[name] = values
     if table.num_rows < MIN_ROWS:
         raise UserError(f"{where}: {table.num_rows} rows; a fit needs at least {MIN_ROWS} measured sequences "
@@ -183,7 +183,8 @@ def fit_coefficients(columns: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """Fit ``seconds`` to the components (non-negative least squares on the relative error).
 
     Args:
-        columns: :data:`packer.cost.COMPONENTS`, ``seconds`` and ``sequences`` (see :func:`read_timing_log`).
+        columns: :data:`packer.cost.COMPONENTS`, ``seconds`` and optionally ``sequences`` (see
+            :func:`read_timing_log`).
 
     Returns:
         JSON-ready report: ``rows``, ``coefficients`` (``per_token`` ... ``per_patch_sq``),
@@ -195,7 +196,8 @@ def fit_coefficients(columns: Mapping[str, np.ndarray]) -> dict[str, Any]:
     from scipy.optimize import nnls
 
     y = np.asarray(columns[SECONDS], dtype=np.float64)
-    design = np.stack([np.asarray(columns[c], dtype=np.float64) for c in (*COMPONENTS, SEQUENCES)], axis=1)
+    counts = columns.get(SEQUENCES, np.ones(y.shape[0]))
+    design = np.stack([np.asarray(columns[c], dtype=np.float64) for c in COMPONENTS] + [counts], axis=1)
     weighted = design / y[:, None]  # minimise Σ ((fit - y) / y)²
     scale = np.abs(weighted).max(axis=0)
     used = scale > 0
