@@ -148,6 +148,27 @@ def _split_bins(offsets: np.ndarray, members: np.ndarray, cost: Callable[[np.nda
     return new_offsets, members, np.searchsorted(offsets, new_offsets[:-1], side="right") - 1
 
 
+def _bin_sums(per_record: list[np.ndarray], offsets: np.ndarray, members: np.ndarray) -> list[np.ndarray]:
+    """Per-bin sums of each per-record array (an empty array gives zeros); one scatter, then bincounts."""
+    bins = offsets.shape[0] - 1  # records in no bin count in an extra bin, dropped
+    bin_of = np.full(per_record[0].shape[0], bins, dtype=np.int64)
+    bin_of[members] = np.repeat(np.arange(bins, dtype=np.int64), np.diff(offsets))
+    return [np.bincount(bin_of, weights=v, minlength=bins + 1)[:bins] if v.size else np.zeros(bins)
+            for v in per_record]
+
+
+def _split_sums(sums: list[np.ndarray], per_record: list[np.ndarray], offsets: np.ndarray, members: np.ndarray,
+                source: np.ndarray) -> list[np.ndarray]:
+    """Per-bin sums after :func:`_split_bins`: the halves' from their records, the other bins' as they were."""
+    halves = np.flatnonzero(source[1:] == source[:-1])
+    out = [x[source] for x in sums]
+    for j in np.sort(np.concatenate([halves, halves + 1])).tolist():
+        recs = members[offsets[j]:offsets[j + 1]]
+        for x, v in zip(out, per_record):
+            x[j] = v[recs].sum() if v.size else 0.0
+    return out
+
+
 def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarray, cost: np.ndarray, *,
                  dp: int, micro_batches: int = 1, seed: int = 0, mix: int | None = None,
                  image_tokens: np.ndarray | None = None) -> BalancedBins:
@@ -175,14 +196,7 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
     per_record = [np.asarray(lengths, dtype=np.float64),
                   np.zeros(0) if image_tokens is None else np.asarray(image_tokens, dtype=np.float64), *columns]
 
-    def bin_sums(offsets: np.ndarray, members: np.ndarray) -> list[np.ndarray]:
-        bins = offsets.shape[0] - 1  # records in no bin count in an extra bin, dropped
-        bin_of = np.full(per_record[0].shape[0], bins, dtype=np.int64)
-        bin_of[members] = np.repeat(np.arange(bins, dtype=np.int64), np.diff(offsets))
-        return [np.bincount(bin_of, weights=v, minlength=bins + 1)[:bins] if v.size else np.zeros(bins)
-                for v in per_record]
-
-    sums = bin_sums(bin_offsets, members)  # tokens, image tokens, cost parts: per bin
+    sums = _bin_sums(per_record, bin_offsets, members)  # tokens, image tokens, cost parts: per bin
     bin_parts = np.stack(sums[2:], axis=1)
     bin_cost = bin_parts.sum(axis=1)
     before = token_layout(bin_cost.shape[0], dp, micro_batches)
@@ -197,14 +211,8 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
         offsets, members, source = _split_bins(bin_offsets, members, lambda r: sum(c[r] for c in columns), bin_cost,
                                                need)
         split = int(offsets.shape[0] - bin_offsets.shape[0])
-        if split:  # the halves' sums from their records, the other bins' as they were
-            halves = np.flatnonzero(source[1:] == source[:-1])
-            changed = np.sort(np.concatenate([halves, halves + 1]))
-            sums = [x[source] for x in sums]
-            for j in changed.tolist():
-                recs = members[offsets[j]:offsets[j + 1]]
-                for x, v in zip(sums, per_record):
-                    x[j] = v[recs].sum() if v.size else 0.0
+        if split:
+            sums = _split_sums(sums, per_record, offsets, members, source)
             bin_parts = np.stack(sums[2:], axis=1)
             bin_cost = bin_parts.sum(axis=1)
         bin_offsets = offsets
