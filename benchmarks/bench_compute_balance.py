@@ -128,8 +128,8 @@ def model_weights() -> list[tuple[str, np.ndarray]]:
 
 def judged(bin_parts: np.ndarray, layout: object) -> list[float]:
     """p99 step imbalance of a layout under each of :func:`model_weights` (``bin_parts`` in component units)."""
-    loads = rank_loads(bin_parts, layout)
-    return [float(np.percentile(step_ratios(loads @ w), 99)) for _, w in model_weights()]
+    loads = rank_loads(bin_parts, layout)  # (parts, steps, dp)
+    return [float(np.percentile(step_ratios(np.tensordot(w, loads, 1)), 99)) for _, w in model_weights()]
 
 
 def composition_line(stats: dict) -> str:

@@ -201,7 +201,7 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
     bin_cost = bin_parts.sum(axis=1)
     before = token_layout(bin_cost.shape[0], dp, micro_batches)
     before_parts = rank_loads(bin_parts, before)
-    before_loads = before_parts.sum(axis=2)
+    before_loads = before_parts.sum(axis=0)
     token_stats = {**imbalance_stats(before_loads), **micro_batch_imbalance(bin_cost, before),
                    "other_models": other_models(before_parts)}
     token_mix = step_composition(before, sums[0], sums[1], np.diff(bin_offsets))
@@ -218,7 +218,7 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
         bin_offsets = offsets
     layout = balanced_layout(bin_parts, dp, micro_batches, seed=seed, mix=mix)
     after_parts = rank_loads(bin_parts, layout)
-    after_loads = after_parts.sum(axis=2)
+    after_loads = after_parts.sum(axis=0)
     after = {**imbalance_stats(after_loads), **micro_batch_imbalance(bin_cost, layout),
              "other_models": other_models(after_parts)}
     offsets, ordered = reorder_bins(bin_offsets, members, layout.order)

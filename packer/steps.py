@@ -209,7 +209,9 @@ def balanced_layout(bin_cost: np.ndarray, dp: int, micro_batches: int, *, seed: 
     slot = np.full((full + (bins % per_step > 0), dp, m), -1, dtype=np.int64)  # [step, rank, micro] = bin
     load = np.zeros((full, dp))
     rows = np.arange(full)[:, None]
-    for j in range(m):  # micro-batch j: its costliest bin to the least loaded rank, and so on
+    if m == 1:  # one micro-batch: which rank holds which bin of the step is left to the shuffle below
+        slot[:full, :, 0] = chosen
+    for j in range(m if m > 1 else 0):  # micro-batch j: its costliest bin to the least loaded rank, and so on
         group = chosen[:, j * dp:(j + 1) * dp]
         group = np.take_along_axis(group, np.argsort(-cost[group], axis=1, kind="stable"), axis=1)
         by_load = np.argsort(load, axis=1, kind="stable")
@@ -233,11 +235,11 @@ def balanced_layout(bin_cost: np.ndarray, dp: int, micro_batches: int, *, seed: 
 def rank_loads(cost: np.ndarray, layout: StepLayout) -> np.ndarray:
     """Load of every rank at every step, shape ``(steps, dp)``; ``cost`` is per input bin.
 
-    With cost parts ``(bins, k)``, the load of each part: shape ``(steps, dp, k)``.
+    With cost parts ``(bins, k)``, the load of each part: shape ``(k, steps, dp)``.
     """
     cost = np.asarray(cost, dtype=np.float64)
     if cost.ndim == 2:
-        return np.stack([rank_loads(cost[:, k], layout) for k in range(cost.shape[1])], axis=-1)
+        return np.stack([rank_loads(np.ascontiguousarray(cost[:, k]), layout) for k in range(cost.shape[1])])
     cost = cost[layout.order]
     flat = np.bincount(layout.step * layout.dp + layout.rank, weights=cost, minlength=layout.steps * layout.dp)
     return flat.reshape(layout.steps, layout.dp)
@@ -255,17 +257,16 @@ def other_models(part_loads: np.ndarray) -> dict[str, Any]:
     the linear LM weight ``a``: a plan balanced for one model only is unbalanced under them.
 
     Args:
-        part_loads: ``(steps, dp, k)`` from :func:`rank_loads` on cost parts.
+        part_loads: ``(k, steps, dp)`` from :func:`rank_loads` on cost parts.
 
     Returns:
         ``models`` (how many), ``p99_worst`` and ``mean_worst`` (the worst over the models of
         the p99 and the mean step imbalance); 1.0 for fewer than two parts.
     """
-    k = part_loads.shape[2] if part_loads.ndim == 3 else 1
+    k = part_loads.shape[0] if part_loads.ndim == 3 else 1
     if k < 2 or part_loads.size == 0:
         return {"models": 0, "p99_worst": 1.0, "mean_worst": 1.0}
-    by_part = np.ascontiguousarray(np.moveaxis(part_loads, 2, 0))  # (k, steps, dp)
-    by_part = np.ascontiguousarray(by_part.transpose(0, 2, 1))  # (k, dp, steps): reductions across ranks vectorise
+    by_part = np.ascontiguousarray(part_loads.transpose(0, 2, 1))  # (k, dp, steps): reductions across ranks vectorise
     p99, mean = [], []
     for factors in itertools.product(MODEL_FACTORS, repeat=k - 1):
         loads = by_part[0].copy()

@@ -235,9 +235,12 @@ def test_step_mix_trades_balance_for_mixed_steps() -> None:
 
 
 def test_other_models_by_hand() -> None:
-    # one step of two ranks: rank 0 holds only the first part, rank 1 only the second
-    loads = np.array([[[2.0, 0.0], [0.0, 2.0]]])
+    # one step of two ranks: rank 0 holds only the first part, rank 1 only the second; (parts, steps, ranks)
+    loads = np.array([[[2.0, 0.0]], [[0.0, 2.0]]])
     got = other_models(loads)
     assert got["models"] == 2
     assert got["p99_worst"] == pytest.approx(max(2 / 1.5, 4 / 3))  # x0.5: (2, 1); x2: (2, 4)
-    assert other_models(loads[..., :1])["models"] == 0
+    assert other_models(loads[:1])["models"] == 0
+    parts = np.array([[1.0, 2.0], [3.0, 0.0], [0.5, 0.5], [2.0, 1.0]])
+    by_part = rank_loads(parts, token_layout(4, 2, 1))
+    assert by_part.shape == (2, 2, 2) and by_part[1].tolist() == [[2.0, 0.0], [0.5, 1.0]]
