@@ -1,7 +1,7 @@
 """Measured step times: token-only, FLOPs-model and calibrated compute-balanced plans on a real Qwen2-VL.
 
 Usage:
-    python benchmarks/bench_calibration.py            # about 15 minutes on 2 shared cores
+    python benchmarks/bench_calibration.py            # 15-30 minutes on 2 shared cores (26 at load 9)
     python benchmarks/bench_calibration.py --quick    # about a minute (it runs; its figures are noise)
     python benchmarks/bench_calibration.py --out DIR  # keep the timing logs (DIR/calibration.csv, DIR/evaluation.csv)
 
