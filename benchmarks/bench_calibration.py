@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/bench_calibration.py            # 15-30 minutes on 2 shared cores (26 at load 9)
-    python benchmarks/bench_calibration.py --quick    # about a minute (it runs; its figures are noise)
+    python benchmarks/bench_calibration.py --quick    # 1-2 minutes (it runs; its figures are noise)
     python benchmarks/bench_calibration.py --out DIR  # keep the timing logs (DIR/calibration.csv, DIR/evaluation.csv)
 
 The model is the tiny Qwen2-VL of :mod:`curate.fixtures.tiny_vlm` (its tokenizer and config,
@@ -206,10 +206,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="folder for the timing logs (default: a temporary one)")
-    ap.add_argument("--quick", action="store_true", help="800 samples, 60 calibration sequences, 4 rounds")
+    ap.add_argument("--quick", action="store_true", help="500 samples, 40 calibration sequences, 3 rounds")
     args = ap.parse_args(argv)
     if args.quick:
-        args.samples, args.calibrate, args.rounds = 800, 60, 4
+        args.samples, args.calibrate, args.rounds = 500, 40, 3
     import torch
 
     torch.set_num_threads(args.threads)
