@@ -199,7 +199,7 @@ def test_a_training_loop_writes_a_timing_log(balanced, tiny_vlm_dir, tmp_path) -
     assert any(row["patches"] > 0 for row in rows) or not any(i.get("image_grid_thw") is not None for i in items)
 
 
-def test_pack_fits_a_timing_log(balanced, tmp_path) -> None:
+def test_pack_fits_a_timing_log(balanced, tiny_vlm_dir, sample_data, tmp_path) -> None:
     """--cost-model LOG.csv: coefficients fitted, plan costs in seconds, verify recomputes them."""
     out, _ = balanced
     lengths = pq.read_table(out / "lengths.parquet")
@@ -224,6 +224,11 @@ def test_pack_fits_a_timing_log(balanced, tmp_path) -> None:
         by_bin[b] = by_bin.get(b, 0.0) + cost_of[rid]
     for b, cost in zip(plan["bin"], plan["cost"]):
         assert cost == pytest.approx(by_bin[b], rel=1e-9)  # seconds of the fitted model, bin by bin
+    shards = tmp_path / "shards"  # written and verified: verify prices every sequence with the fitted model again
+    pack([sample_data / "records.jsonl"], out=shards, ctx=2048, processor=str(tiny_vlm_dir), seed=5,
+         sequences_per_shard=4, verify_fraction=0.0, balance_compute=True, dp=DP, cost_model=log)
+    assert verify_pack(shards).ok
+    assert {m["cost"] > 0 for _, m in shard_metas(shards)} == {True}
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run([sys.executable, "-m", "curate", "pack", "--lengths", str(out / "lengths.parquet"), "--ctx",
                            "2048", "--plan-only", "--out", str(tmp_path / "c"), "--balance-compute", "--dp", "2",
@@ -233,10 +238,8 @@ def test_pack_fits_a_timing_log(balanced, tmp_path) -> None:
     assert "cost model fitted to 40 timings" in said and "other cost models" in said and "image-token share" in said
     cli = json.loads((tmp_path / "c" / "stats.json").read_text())
     assert cli["settings"]["balance"]["step_mix"] == 2 and cli["balance"]["step_mix"] == 2
-    bad = subprocess.run([sys.executable, "-m", "curate", "pack", "--lengths", str(out / "lengths.parquet"), "--ctx",
-                          "2048", "--plan-only", "--out", str(tmp_path / "d"), "--step-mix", "2"], env=env,
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "--step-mix only applies with --balance-compute" in bad.stderr
+    with pytest.raises(UserError, match="--step-mix only applies with --balance-compute"):
+        pack([], out=tmp_path / "d", ctx=2048, lengths=out / "lengths.parquet", plan_only=True, step_mix=2)
     short = tmp_path / "short.csv"
     short.write_text("tokens,tokens_sq,patches,patches_sq,seconds\n1,1,0,0,0.5\n")
     with pytest.raises(UserError, match="short.csv: 1 rows"):
