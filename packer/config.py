@@ -59,7 +59,9 @@ class PackConfig:
         plan_only: Write the plan only, no shards.
         trust_remote_code: Allow processors that ship their own code.
         plot: Write ``packing.png``.
-        balance_compute, dp, micro_batches, cost_model: Compute-balanced layout (:mod:`packer.balance`).
+        balance_compute, dp, micro_batches, cost_model, step_mix: Compute-balanced layout
+            (:mod:`packer.balance`); ``cost_model`` is a YAML of the model's fields or a timing log to fit
+            (:mod:`packer.timing`), ``step_mix`` the groups of similar sequences per step.
         energon: Also make ``out`` an Energon dataset with this train,val,test split (the CLI's ``--energon``).
         max_image_bytes, max_image_pixels: The image gate's limits (:class:`curate.core.images.ImageLimits`).
     """
@@ -84,6 +86,7 @@ class PackConfig:
     dp: int | None = None
     micro_batches: int | None = None
     cost_model: PathLike | None = None
+    step_mix: int | None = None
     energon: str | None = None
     image_root: PathLike | None = None
     max_image_bytes: int = DEFAULT_MAX_BYTES
@@ -117,7 +120,7 @@ class PackConfig:
         v.in_file("--cost-model", self.cost_model)
         if self.energon is not None:
             parse_split_ratio(self.energon)
-        balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model)
+        balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model, self.step_mix)
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         raise UserError("--processor is required to count tokens (a processor folder or hub id)")
     if not inputs and not plan_only:
         raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
-    balance = balance_options(config.balance_compute, config.dp, config.micro_batches, config.cost_model)
+    balance = balance_options(config.balance_compute, config.dp, config.micro_batches, config.cost_model,
+                              config.step_mix)
     out.mkdir(parents=True, exist_ok=True)
     _check_ctx(out, ctx)
     executor = executor or get_executor("local", workers=workers)

@@ -41,7 +41,11 @@ from curate.core.errors import UserError
 @click.option("--micro-batches", type=int, default=None, metavar="M",
               help="Packed sequences per rank per step (default 1).")
 @click.option("--cost-model", type=click.Path(path_type=str), default=None, metavar="FILE",
-              help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B).")
+              help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B), or a "
+                   "timing log (.csv/.parquet of measured sequences) to fit the cost to (docs/compute-balance.md).")
+@click.option("--step-mix", type=int, default=None, metavar="K",
+              help="Groups of similar sequences per step (default: one per micro-batch). More groups mix what a "
+                   "step holds at the price of balance; must divide dp x micro-batches.")
 @image_root_option
 @executor_options
 def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, plan_only: bool, energon: str | None,
@@ -94,9 +98,24 @@ def _summary_pack(stats: dict, out: str) -> None:
         b = r.balance
         before, after = b["imbalance"]["token_only"], b["imbalance"]["balanced"]
         mb = b["micro_batches"]
+        if b.get("calibration"):
+            from packer.timing import describe_fit
+
+            console.print(describe_fit(b["calibration"]))
         console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {mb} "
                       f"micro-batch{'es' if mb != 1 else ''}; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
                       f"idle rank time {before['idle_fraction']:.1%} -> {after['idle_fraction']:.1%}")
+        others = before["other_models"], after["other_models"]
+        if others[1]["models"]:
+            console.print(f"  under {others[1]['models']} other cost models (attention and vision weights x0.5 or x2): "
+                          f"worst p99 {others[0]['p99_worst']:.3f} -> {others[1]['p99_worst']:.3f}")
+        mix = b["composition"]
+        share = [mix[k]["image_share"] for k in ("token_only", "balanced")]
+        length = [mix[k]["mean_length"] for k in ("token_only", "balanced")]
+        console.print(f"  what steps hold (p1-p99 over steps): image-token share {share[0]['p1']:.2f}-{share[0]['p99']:.2f} "
+                      f"-> {share[1]['p1']:.2f}-{share[1]['p99']:.2f}, mean sample length {length[0]['p1']:,.0f}-"
+                      f"{length[0]['p99']:,.0f} -> {length[1]['p1']:,.0f}-{length[1]['p99']:,.0f} tokens "
+                      f"(--step-mix trades balance for mixed steps)")
     print_rejects(r, out)
     if r.sequences is not None:
         console.print(f"shards: {out}/shards/   plot: {out}/packing.png   stats: {out}/stats.json")
