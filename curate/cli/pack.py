@@ -52,8 +52,9 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
              workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
 
-    Token counts are exact for the given processor (image tokens from image
-    headers, Qwen2-VL rule); samples longer than ctx are listed as too_long,
+    Token counts are exact for the given processor (image tokens by the Qwen2-VL
+    rule from each image's displayed size; every image proven to decode by the
+    image gate, docs/images.md); samples longer than ctx are listed as too_long,
     never truncated. Outputs in OUT: shards/*.tar, lengths.parquet, plan.parquet,
     rejects.parquet, stats.json, packing.png.
 
@@ -133,10 +134,10 @@ def verify_cmd(out: str, processor: str | None, sample: int, seed: int, workers:
                ray_address: str | None) -> None:
     """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
 
-    Each tar is walked once by its member headers (each sequence's JSON, each image's head and tail:
-    its size and end marker, never its pixels), in parallel with --workers N (or on Ray with
-    --executor ray); a pack in a bucket is read in place. Exits 1 and names each inconsistency when
-    anything is wrong.
+    Each tar is read once (each sequence's JSON; every image through the image gate, which proves it
+    decodes as the training loader will decode it and that its size gives the stored grid), in
+    parallel with --workers N (or on Ray with --executor ray); a pack in a bucket is read in place.
+    Exits 1 and names each inconsistency (the tar, sequence, image and sample) when anything is wrong.
     """
     from curate.core.progress import console
     from packer.config import VerifyConfig
