@@ -84,6 +84,46 @@ def model_options(fn):  # noqa: ANN001, ANN202 - click decorator
     return fn
 
 
+def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # noqa: ANN201 - click decorator
+    """The click options of a config class's settings (:func:`curate.core.settings.settings_of`): all of them but
+    ``exclude``, or ``names`` in that order. Each option's flag, type, default and help come from the config's
+    field, where they are written once; the verb passes the values straight to the config."""
+    from curate.core.settings import settings_of
+
+    infos = {info.name: info for info in settings_of(cls)}
+    unknown = [n for n in (*names, *exclude) if n not in infos]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no command-line setting {', '.join(unknown)}")
+    chosen = [infos[n] for n in names] if names else [i for i in infos.values() if i.name not in exclude]
+
+    def decorate(fn):  # noqa: ANN001, ANN202
+        for info in reversed(chosen):
+            fn = _option(info)(fn)
+        return fn
+
+    return decorate
+
+
+def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
+    import os
+
+    if info.type is bool:
+        if info.default:
+            return click.option(f"{info.flag}/--no-{info.flag[2:]}", info.name, default=True, show_default=True,
+                                help=info.help)
+        return click.option(info.flag, info.name, is_flag=True, help=info.help)
+    if info.choices:
+        kind = click.Choice(info.choices)
+    elif info.type is os.PathLike:
+        kind = click.Path(path_type=str)
+    else:
+        kind = info.type if info.type in (int, float, str) else str
+    shown = info.show_default and info.default not in (None, "")
+    given = {"required": True} if info.required else {"default": info.default}  # click: a default None is a value
+    return click.option(info.flag, info.name, type=kind, metavar=info.metavar, show_default=shown, help=info.help,
+                        **given)
+
+
 def print_rejects(counts: Counts, out: str) -> None:
     """The line with the dropped and errored records by reason (:meth:`~curate.core.results.Counts.rejects_line`),
     when there are any."""
