@@ -16,7 +16,7 @@ from pathlib import Path
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
-from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, ImageLimits
+from curate.core.record_limits import ImageReading
 from packer.balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
 from packer.plan import MAX_CTX
@@ -39,7 +39,7 @@ def parse_split_ratio(ratio: str | Sequence[float]) -> tuple[float, float, float
 
 
 @dataclass(frozen=True)
-class PackConfig:
+class PackConfig(ImageReading):
     """Settings of ``curate pack`` (see :func:`packer.pack.pack`).
 
     Attributes:
@@ -61,7 +61,8 @@ class PackConfig:
         plot: Write ``packing.png``.
         balance_compute, dp, micro_batches, cost_model: Compute-balanced layout (:mod:`packer.balance`).
         energon: Also make ``out`` an Energon dataset with this train,val,test split (the CLI's ``--energon``).
-        max_image_bytes, max_image_pixels: The image gate's limits (:class:`curate.core.images.ImageLimits`).
+        max_image_bytes, max_image_pixels, max_images: What one record may cost in images
+            (:class:`curate.core.record_limits.ImageReading`).
     """
 
     out: PathLike
@@ -86,18 +87,10 @@ class PackConfig:
     cost_model: PathLike | None = None
     energon: str | None = None
     image_root: PathLike | None = None
-    max_image_bytes: int = DEFAULT_MAX_BYTES
-    max_image_pixels: int = DEFAULT_MAX_PIXELS
-
-    @property
-    def image_limits(self) -> ImageLimits:
-        """The limits every image of the run is held to."""
-        return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
-        v.integer("--max-image-bytes", self.max_image_bytes, 1)
-        v.integer("--max-image-pixels", self.max_image_pixels, 1)
+        self.check_image_reading()
         v.in_dir("--image-root", self.image_root)
         v.integer("--ctx", self.ctx, 1)
         if self.ctx > MAX_CTX:

@@ -257,8 +257,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
             earlier = earlier / "lengths.parquet"
         task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
                            verify_fraction=verify_fraction, trust_remote_code=trust_remote_code,
-                           verify_sample=verify_sample, limits=config.image_limits,  # text counts reused by key;
-                           # every image goes through the gate again
+                           verify_sample=verify_sample, limits=config.image_limits, max_images=config.max_images,
+                           # text counts reused by key; every image goes through the gate again
                            reuse_from=index_text_counts(earlier, out) if earlier is not None else None)
         task.choose_verified(shards, seed)
         settings = task.settings()
@@ -309,7 +309,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
                                                   "verify_sample": None if verify_fraction is not None else verify_sample,
                                                   "plan_only": plan_only,
                                                   "balance": balance.settings() if balance else None,
-                                                  "image_limits": config.image_limits.settings()}),
+                                                  **config.reading_settings()}),
         "records_in": counts["records_in"], "records_packed": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
         **plan_stats, "sequences": sequences if not plan_only else None,

@@ -27,6 +27,7 @@ from typing import Any
 from curate.core.errors import UserError
 from curate.core.gcpause import paused_gc
 from curate.core.records import IMAGE_TOKEN
+from packer.reserved import ReservedTokens, reserved_tokens
 from packer.text_counts import PieceCounter
 
 IGNORE_INDEX = -100
@@ -188,6 +189,8 @@ class TokenCounter:
         if self._direct is not None and any(self._direct(chat, gen) != self._render_whole(chat, gen)
                                             for chat in map(to_template_messages, PROBE_CHATS) for gen in (False, True)):
             self._direct = None  # the compiled template must render what render_jinja_template renders
+        #: Tokens a record's text may not hold (:mod:`packer.reserved`): such a record is errored ``special_token``.
+        self.reserved = ReservedTokens(reserved_tokens(self.processor, self.tokenizer, self.render))
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self._pieces = None
         if self._backend is not None:

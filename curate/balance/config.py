@@ -19,6 +19,7 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.core.record_limits import ImageReading
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS
 
 PathLike = str | os.PathLike[str]
@@ -58,8 +59,9 @@ def _model(model: str, precision: str, threads: int | None) -> None:
 
 
 @dataclass(frozen=True)
-class EmbedConfig:
-    """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`)."""
+class EmbedConfig(ImageReading):
+    """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`); the image limits:
+    :class:`~curate.core.record_limits.ImageReading`."""
 
     out: PathLike
     model: str = DEFAULT_MODEL
@@ -75,6 +77,7 @@ class EmbedConfig:
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
+        self.check_image_reading()
         _model(self.model, self.precision, self.threads)
         v.at_least("--batch-size", self.batch_size, 1)
         v.at_least("--shard-size", self.shard_size, 1)

@@ -11,8 +11,8 @@ from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.cli.options import (executor_options, image_root_option, make_executor, model_options, print_rejects,
-                                 threads_for)
+from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
+                                 make_executor, model_options, print_rejects, threads_for)
 
 
 def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
@@ -55,6 +55,7 @@ def _metaclip_options(fn):  # noqa: ANN001, ANN202 - click decorators
               help="Threads decoding images while the model runs (default: cores, at most 8).")
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per shard (one .npy each).")
 @image_root_option
+@image_limit_options
 @executor_options
 def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: int, executor: str,
               ray_address: str | None, **settings: object) -> None:
@@ -74,7 +75,8 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
     from curate.balance.embed import embed
     from curate.core.progress import console
 
-    config = EmbedConfig(out=out, threads=threads_for(threads, workers), **settings)  # type: ignore[arg-type]
+    config = EmbedConfig(out=out, threads=threads_for(threads, workers), **settings,  # type: ignore[arg-type]
+                         **image_limits_given())
     r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
                   f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
@@ -263,6 +265,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per embedding shard.")
 @click.option("--no-records", is_flag=True, help="Write selection.parquet only, not the selected records.")
 @image_root_option
+@image_limit_options
 @executor_options
 def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str, threads: int | None, no_records: bool,
                 workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
@@ -290,7 +293,7 @@ def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str
 
     config = BalanceConfig.build(out=out, vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
                                  threads=threads_for(threads, workers), write_records=not no_records,
-                                 **settings)  # type: ignore[arg-type]  (the flags are the config's settings)
+                                 **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are settings)
     r = from_stats(BalanceResult, balance(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     for line in summary_lines(r, out):
         console.print(line)

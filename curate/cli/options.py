@@ -67,6 +67,57 @@ def image_root_option(fn):  # noqa: ANN001, ANN202 - click decorator
                              "each input file's own folder.")(fn)
 
 
+class ByteSize(click.ParamType):
+    """A number of bytes: ``268435456``, ``256MiB``, ``256M`` or ``1.5GB`` (K, M, G, T: powers of 1024)."""
+
+    name = "bytes"
+    _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace("_", "").replace(",", "")
+        number = text.rstrip("kmgtib")
+        unit = text[len(number):].replace("ib", "").replace("b", "") or ""
+        try:
+            size = float(number) * self._UNITS[unit[:1]] if len(unit) <= 1 else -1
+        except (KeyError, ValueError):
+            size = -1
+        if not 1 <= size < 1 << 62 or size != size:
+            self.fail(f"{value!r} is not a size in bytes (e.g. 268435456, 256MiB or 2G)", param, ctx)
+        return int(size)
+
+
+#: The image limit flags (``--max-image-bytes``, ``--max-image-pixels``, ``--max-images-per-record``) and the
+#: :class:`curate.core.record_limits.ImageReading` field each one sets.
+IMAGE_LIMIT_FLAGS = {"max_image_bytes": "max_image_bytes", "max_image_pixels": "max_image_pixels",
+                     "max_images_per_record": "max_images"}
+
+
+def image_limit_options(fn):  # noqa: ANN001, ANN202 - click decorator
+    """The image limits of the verbs that touch pixels (pack, embed, balance, recaption, rl-filter): one record
+    costs at most ``--max-images-per-record`` reads of ``--max-image-bytes`` and decodes of ``--max-image-pixels``
+    (docs/limits.md). Unset flags keep :class:`~curate.core.record_limits.ImageReading`'s defaults, which the
+    help states (a test keeps them equal)."""
+    fn = click.option("--max-images-per-record", type=int, default=None, expose_value=False, callback=_store_meta,
+                      metavar="N", help="Records with more images are errored too_many_images before any is "
+                                        "read.  [default: 64]")(fn)
+    fn = click.option("--max-image-pixels", type=int, default=None, expose_value=False, callback=_store_meta,
+                      metavar="N", help="Images with more pixels are errored decompression_bomb before they are "
+                                        "decoded.  [default: 178956970]")(fn)
+    return click.option("--max-image-bytes", type=ByteSize(), default=None, expose_value=False, callback=_store_meta,
+                        metavar="SIZE", help="Image files or cells larger than this (bytes, or 256MiB, 2G) are "
+                                             "errored too_large before they are read.  [default: 256MiB]")(fn)
+
+
+def image_limits_given() -> dict[str, int]:
+    """The image limits given on the command line, as :class:`~curate.core.record_limits.ImageReading` fields
+    (unset flags are left out, so a config keeps its defaults)."""
+    ctx = click.get_current_context()
+    given = {field: ctx.meta.get(f"curate.{flag}") for flag, field in IMAGE_LIMIT_FLAGS.items()}
+    return {k: val for k, val in given.items() if val is not None}
+
+
 _MODEL_HELP = ("open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
                "(ARCH an open_clip name or an ARCH.json beside the file), local-dir:FOLDER or hf-hub:ORG/REPO.")
 

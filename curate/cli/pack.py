@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, image_root_option, make_executor, print_rejects
+from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
+                                 make_executor, print_rejects)
 from curate.core import validate as v
 from curate.core.errors import UserError
 
@@ -43,6 +44,7 @@ from curate.core.errors import UserError
 @click.option("--cost-model", type=click.Path(path_type=str), default=None, metavar="FILE",
               help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B).")
 @image_root_option
+@image_limit_options
 @executor_options
 def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, plan_only: bool, energon: str | None,
              workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
@@ -70,7 +72,7 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
                       "corpus size); --verify-sample is ignored")
 
     config = PackConfig(out=out, verify_fraction=verify_fraction, plan_only=plan_only, energon=energon,
-                        workers=workers, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+                        workers=workers, **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are the config's fields)
     stats = pack(list(inputs), config, executor=make_executor(executor, workers, ray_address))
     _summary_pack(stats, out)
     if energon and not plan_only:

@@ -3,3 +3,8 @@
 
 DEFAULT_SHARD_SIZE = 5000
 """Records per shard of a sharded stage (``--shard-size``)."""
+
+DEFAULT_MAX_IMAGES = 64
+"""Images one record may hold (``--max-images-per-record``): interleaved documents and multi-image
+conversations hold a few to a few dozen; a record past it is errored ``too_many_images`` in the one
+record loop (:func:`curate.core.shards.readable_records`) before any image is read."""

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.discovery import record_suffix
+from curate.core.formats.jsontext import JsonRefused, check_value, parse_json
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
 from curate.core.formats.sources import default_id_prefix, default_source
@@ -207,6 +208,9 @@ def _load_json_array(path: Path) -> list[Any]:
         raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); a .json input must hold one array of records") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except (RecursionError, ValueError) as exc:  # nesting too deep, an integer too long
+        raise UserError(f"{path}: not readable JSON ({str(exc).split(';')[0]}); a .json input must hold one array of "
+                        "records (use .jsonl: a bad line is then one errored record)") from None
     if not isinstance(data, list):
         raise UserError(f"{path}: a .json input must hold an array of records; for one record per line use .jsonl")
     return data
@@ -247,9 +251,9 @@ def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
                 yield row, None, "blank"
                 continue
             try:
-                yield row, json.loads(text), None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                yield row, None, f"malformed_json:{getattr(exc, 'msg', 'not UTF-8')}"
+                yield row, parse_json(text), None
+            except JsonRefused as exc:
+                yield row, None, f"{exc.reason}:{exc.detail}"
 
 
 def _rows_parquet(part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
@@ -285,6 +289,11 @@ def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[
     elif part.format == "json":
         data = _load_json_array(as_path(part.path))
         for row in range(part.start, min(part.stop, len(data))):
+            try:
+                check_value(data[row])
+            except JsonRefused as exc:
+                yield row, None, f"{exc.reason}:{exc.detail}"
+                continue
             yield row, data[row], None
     elif part.format == "tar":
         yield from _rows_tar(part, heads)

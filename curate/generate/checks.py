@@ -13,9 +13,10 @@ from curate.core.errors import UserError
 #: Options each backend takes (beside the one of ``model``/``endpoint``/``rollouts`` that names it).
 BACKEND_OPTIONS = {
     "transformers": {"device", "dtype", "batch_size", "trust_remote_code", "chat_template_kwargs", "max_image_pixels",
-                     "max_prompt_tokens"},
+                     "max_image_bytes", "max_prompt_tokens"},
     "openai": {"api_key", "concurrency", "timeout", "max_retries", "backoff", "backoff_max", "n_per_call",
-               "send_seed", "extra_body", "max_image_pixels", "max_consecutive_failures"},
+               "send_seed", "extra_body", "max_image_pixels", "max_image_bytes",
+               "max_consecutive_failures"},
     "rollouts": {"rollouts_version"},
 }
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")

@@ -46,7 +46,8 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.generate.base import EndpointDown, GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
-from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits
+from curate.core.images import ImageError
+from curate.core.record_limits import image_limits
 from curate.generate.image_urls import data_url
 
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 20
@@ -133,7 +134,8 @@ class OpenAIBackend(GenerationBackend):
             server is seen returning fewer; 1: never send ``n``).
         send_seed: Send a per-call ``seed`` (servers that reject it: set False).
         extra_body: More JSON fields for every call (for example ``{"top_k": 20}`` for vLLM).
-        max_image_pixels: the image gate's pixel limit (:class:`curate.core.images.ImageLimits`).
+        max_image_pixels, max_image_bytes: the image gate's limits (:class:`curate.core.images.ImageLimits`;
+            None: its defaults).
         max_consecutive_failures: Failed calls in a row after which the server is taken for down.
     """
 
@@ -143,6 +145,7 @@ class OpenAIBackend(GenerationBackend):
                  concurrency: int = 8, timeout: float = 600.0, max_retries: int = 5, backoff: float = 1.0,
                  backoff_max: float = 60.0, n_per_call: int | None = None, send_seed: bool = True,
                  extra_body: dict[str, Any] | None = None, max_image_pixels: int | None = None,
+                 max_image_bytes: int | None = None,
                  max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES) -> None:
         super().__init__()
         import httpx
@@ -162,7 +165,7 @@ class OpenAIBackend(GenerationBackend):
         self.backoff, self.backoff_max, self.send_seed = backoff, backoff_max, send_seed
         self.extra_body = dict(extra_body or {})
         self.max_image_pixels = max_image_pixels
-        self.limits = ImageLimits(max_pixels=max_image_pixels) if max_image_pixels else DEFAULT_LIMITS
+        self.limits = image_limits(max_image_bytes, max_image_pixels)
         self._n_cap = n_per_call
         self._n_cap_fixed = n_per_call is not None
         self._lock = threading.Lock()

@@ -127,12 +127,12 @@ class RolloutTask(GenerationTask):
     def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
                  prompt_style: str | None = None, templates: dict[str, str] | None = None,
                  progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS,
-                 answer_type: str | None = None, code: Any = None) -> None:
+                 answer_type: str | None = None, code: Any = None, **reading: Any) -> None:
         if n < 1:
             raise UserError(f"--n must be at least 1, got {n}")
         if prompt_style not in (None, "normal", "think"):
             raise UserError(f"--prompt-style must be normal or think, got {prompt_style!r}")
-        super().__init__(backend)
+        super().__init__(backend, **reading)  # limits, max_images: what a prompt's images may cost
         self.n = n
         self.sampling = sampling or {}
         self.prompt_style = prompt_style
@@ -164,7 +164,7 @@ class RolloutTask(GenerationTask):
         return {"backend": backend_identity(self.backend.describe()), "n": self.n, "sampling": self.sampling,
                 "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
                 "max_prompt_chars": self.max_prompt_chars, "answer_type": self.answer_type,
-                "code": (self.code or current()).identity()}
+                "code": (self.code or current()).identity(), **self.reading_settings()}
 
     def style_of(self, rec: dict[str, Any]) -> str:
         """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
@@ -188,7 +188,7 @@ class RolloutTask(GenerationTask):
         done = read_journal(journal_path)
         prompts: list[dict[str, Any]] = []
         raws: list[Any] = []
-        for raw, rec in readable_records(shard, stats, ctx, with_raw=True):
+        for raw, rec in readable_records(shard, stats, ctx, with_raw=True, max_images=self.max_images):
             # kept.jsonl lies in OUT: its rows point at their images as read (the input's folder or --image-root)
             raw = with_resolved_paths(raw, rec["images"]) if isinstance(raw, dict) else raw
             if self.answer_type is not None:  # kept.jsonl's rows say which verifier scored them
@@ -206,7 +206,7 @@ class RolloutTask(GenerationTask):
                 stats.error(rec["id"], rec["source"], "record_error", str(exc))
                 ctx.progress(1)
                 continue
-            refused = refusal(rec["images"])  # the one image gate: the reason every stage gives the image
+            refused = refusal(rec["images"], self.limits)  # the one image gate: the reason every stage gives the image
             if refused is not None:
                 stats.error(rec["id"], rec["source"], refused.reason, refused.detail)
                 ctx.progress(1)
@@ -326,7 +326,8 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     sampling = {"seed": seed, **(config.sampling or {})}
     task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
                        templates=load_templates(config.templates), progress=config.progress,
-                       answer_type=config.answer_type, code=config.code)
+                       answer_type=config.answer_type, code=config.code, limits=config.image_limits,
+                       max_images=config.max_images)
     from curate.rewards.runtime.sandbox import announce
 
     announce(config.code)  # one line when programs would be refused, or run without a sandbox

@@ -19,7 +19,6 @@ into parts costs one header read per member; a part starts at its first group's 
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import tarfile
 import zlib
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from curate.core.formats.jsontext import JsonRefused, parse_json
 from curate.core.formats.refs import ImageAt, read_member
 from curate.core.formats.rows import CAPTION_LAYOUTS, IMAGE_EXTS
 
@@ -288,9 +288,9 @@ def member_row(key: str, members: list[tuple[str, Any]]) -> tuple[dict[str, Any]
             text = data.decode("utf-8", errors="replace")
         elif last == "json" and meta is None:
             try:
-                meta = json.loads(data)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                return bad, f"malformed_json:group {key}: .{ext} is not JSON ({getattr(exc, 'msg', 'not UTF-8')})"
+                meta = parse_json(data)
+            except JsonRefused as exc:
+                return bad, f"{exc.reason}:group {key}: .{ext}: {exc.detail}"
     row: dict[str, Any] = dict(meta) if isinstance(meta, dict) else {}
     if meta is not None and not isinstance(meta, dict):
         row["json"] = meta
