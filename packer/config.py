@@ -24,6 +24,8 @@ from packer.plan import MAX_CTX
 PathLike = str | os.PathLike[str]
 
 DEFAULT_SEQUENCES_PER_SHARD = 256
+#: ``--balance-compute`` bounds: data-parallel ranks and micro-batches per rank (the layout's arrays grow with both).
+MAX_DP, MAX_MICRO_BATCHES = 1 << 16, 1 << 10
 SPLITS = ("train", "val", "test")
 
 
@@ -110,6 +112,8 @@ class PackConfig(ImageReading):
         v.in_file("--cost-model", self.cost_model)
         if self.energon is not None:
             parse_split_ratio(self.energon)
+        v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before packer.balance sizes
+        v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # its arrays by them
         balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model)
 
 
@@ -121,12 +125,15 @@ class VerifyConfig:
     processor: str | None = None
     sample: int = 64
     seed: int = 0
+    recount_all: bool = False
 
     def __post_init__(self) -> None:
         v.integer("--sample", self.sample, 0)
+        if self.recount_all and self.sample != 64:
+            raise UserError("--recount-all re-tokenizes every record: drop --sample")
         v.integer("--seed", self.seed, 0)
-        if v.is_url(self.out):
-            return  # read through a local mirror (curate.core.remote.local_copy)
+        if v.is_url(self.out) or v.later(self.out):
+            return  # read through a local mirror (curate.core.remote.local_copy), or made by an earlier step
         out = Path(self.out)
         if not out.is_dir():
             raise UserError(f"{out}: no such folder; give a curate pack output folder")

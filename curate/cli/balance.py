@@ -12,7 +12,7 @@ from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
 from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
-                                 make_executor, model_options, print_rejects, threads_for)
+                                 make_executor, model_options, print_rejects, refuse_given, threads_for)
 
 
 def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
@@ -35,6 +35,26 @@ def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
                              "conversation) instead of the assistant messages; a row with no conversation, caption, "
                              "text, problem or question is read as a caption record from this field (resample "
                              "--records then finds it too).")(fn)
+
+
+_TEXT_MATCH = ("text_field", "rules", "case_sensitive", "per", "lang_id")
+_IVF = ("nlist", "nprobe")
+_INVERSE = ("weighting", "temperature", "use_k")
+
+
+def _refuse_other_modes(match: str, index: str | None = None, mode: str | None = None, image_limits: bool = False) -> None:
+    """Flags of a mode other than the chosen one are refused, not ignored."""
+    if match != "text":
+        refuse_given(_TEXT_MATCH, "is for --match text")
+    elif image_limits:
+        refuse_given(("max_image_bytes", "max_image_pixels", "max_images_per_record"),
+                     "bounds the images read by --match embeddings (--match text reads no image)")
+    if index is not None and index != "ivf":
+        refuse_given(_IVF, "is for --index ivf")
+    if mode == "inverse":
+        refuse_given(("t", "tail_share"), "is MetaCLIP's (--mode metaclip or worldwide)")
+    elif mode is not None:
+        refuse_given(_INVERSE, f"is for --mode inverse, not --mode {mode}")
 
 
 def _metaclip_options(fn):  # noqa: ANN001, ANN202 - click decorators
@@ -140,6 +160,11 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
     from curate.balance.tag import tag
     from curate.core.progress import console
 
+    _refuse_other_modes(match, index)
+    if match == "text":
+        refuse_given(("index", "recall_sample", "id_column"), "is for --match embeddings")
+    else:
+        refuse_given(("records", "vocab_values", "shard_size"), "is for --match text")
     if match == "text":
         from curate.balance.config import MatchConfig
         from curate.balance.match import match_text
@@ -218,6 +243,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
     from curate.balance.resample import resample
     from curate.core.progress import console
 
+    _refuse_other_modes("embeddings", mode=str(settings.get("mode")))
     config = ResampleConfig(out=out, records=records or None, **settings)  # type: ignore[arg-type]
     r = from_stats(ResampleResult, resample(tags, config))
     b = r.balance
@@ -291,6 +317,8 @@ def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str
 
     from curate.balance.matching.vocabularies import parse_vocab_values
 
+    _refuse_other_modes(str(settings.get("match")), str(settings.get("index")), str(settings.get("mode")),
+                        image_limits=True)
     config = BalanceConfig.build(out=out, vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
                                  threads=threads_for(threads, workers), write_records=not no_records,
                                  **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are settings)

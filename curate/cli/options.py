@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from curate.core import validate as v
+from curate.core.defaults import MAX_THREADS, MAX_WORKERS
 from curate.executors import EXECUTORS
 from curate.models.specs import PRECISIONS  # not .encoders: that loads numpy for a flag's choices
 
@@ -36,19 +37,48 @@ def executor_options(fn):  # noqa: ANN001, ANN202 - click decorator
     return fn
 
 
+def refuse_given(names: tuple[str, ...] | list[str], why: str) -> None:
+    """Refuse flags of another mode that were given (``names``: parameter names), rather than ignore them.
+
+    Raises:
+        UserError: the first one given on the command line (or by a recipe), naming it and ``why``.
+    """
+    from curate.core.errors import UserError
+
+    ctx = click.get_current_context()
+    for name in names:
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            param = next((p for p in ctx.command.params if p.name == name), None)
+            flag = max(getattr(param, "opts", None) or [f"--{name.replace('_', '-')}"], key=len)
+            raise UserError(f"{flag} {why}; drop it")
+
+
+class Checked(Exception):
+    """A verb checked in a recipe's check (``curate run``) stops here: its settings were built and are valid."""
+
+
 def make_executor(executor: str, workers: int, ray_address: str | None, **kw):  # noqa: ANN003, ANN202
     """The executor of a verb's flags (Ray resources come from --num-gpus / --cpus-per-actor).
 
+    Every sharded verb calls it once its settings are built and checked, before any work: in a recipe's check
+    of its steps (``ctx.meta["curate.check_only"]``) the verb stops here, raising :class:`Checked`.
+
     Raises:
         UserError: a flag out of range (checked before anything starts).
+        Checked: the verb is being checked, not run.
     """
     from curate.executors import get_executor
 
     v.at_least("--workers", workers, 1)
+    v.at_most("--workers", workers, MAX_WORKERS, "each worker is a process holding its own model")
     ctx = click.get_current_context(silent=True)
+    if ctx is not None and executor != "ray":
+        refuse_given(("num_gpus", "cpus_per_actor", "ray_address"), "is for --executor ray")
     if ctx is not None:
         v.at_least("--num-gpus", ctx.meta.get("curate.num_gpus"), 0)
         v.above("--cpus-per-actor", ctx.meta.get("curate.cpus_per_actor"), 0)
+        if ctx.meta.get("curate.check_only"):
+            raise Checked()
     if executor == "ray" and ctx is not None:
         kw.setdefault("num_gpus", ctx.meta.get("curate.num_gpus") or 0.0)
         if ctx.meta.get("curate.cpus_per_actor") is not None:
@@ -149,6 +179,7 @@ def threads_for(threads: int | None, workers: int) -> int | None:
     import os
 
     v.at_least("--threads", threads, 1)
+    v.at_most("--threads", threads, MAX_THREADS)
     if threads is not None or workers <= 1:
         return threads
     return max(1, (os.cpu_count() or 1) // workers)

@@ -66,8 +66,10 @@ Record = dict[str, Any]
 #: and that has one image struct column with bytes (MathVista's ``decoded_image``) reads those bytes.
 #: 9: a row whose layout implies an image it does not carry (a caption, a URL never downloaded, ``<image>``
 #: placeholders) is errored ``missing_image`` unless the run reads text only; ``captions`` lists are caption rows;
-#: gzipped tars are read.
-READER_VERSION = 9
+#: gzipped tars are read. 10: tar members with an empty key (``.jpg``) are a group of their own, errored
+#: ``empty_key`` (they were skipped); JSON rows with a too long integer, nesting too deep or a lone surrogate are
+#: errored (``number_too_large``, ``nested_too_deep``, ``invalid_text``: curate.core.formats.jsontext).
+READER_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -166,23 +168,24 @@ def input_format(path: str | os.PathLike[str]) -> str:
 
 
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Resolve input arguments (files, folders, brace patterns, fsspec URLs) to a sorted, de-duplicated list.
+    """Resolve input arguments (files, folders, brace patterns, fsspec URLs) to a list of files, in order.
 
     Local files are :class:`~pathlib.Path`; objects in a bucket are :class:`curate.core.io.RemotePath`.
     """
     if not inputs:
         raise UserError(f"no input given; pass one or more {ACCEPTED} files or folders")
-    files = []
+    seen: dict[Any, str] = {}
+    unique = []
     for item in inputs:
+        if not str(item).strip():
+            raise UserError("an input is an empty path; name the files or folders to read (use . for this folder)")
         for path in list_inputs(item, _SUFFIXES):
             input_format(path)
-            files.append(path)
-    seen: set[Any] = set()
-    unique = []
-    for f in files:
-        r = f.resolve()
-        if r not in seen:
-            seen.add(r)
+            r = path.resolve()
+            if r in seen:  # read once and counted once would hide it; read twice would count every record twice
+                how = f"by {seen[r]} and by {item}" if seen[r] != str(item) else "twice"
+                raise UserError(f"{r} is named {how}; give each input once")
+            seen[r] = str(item)
             unique.append(r)
     return unique
 

@@ -63,15 +63,24 @@ def chat_url(endpoint: str) -> str:
     return url + "/v1/chat/completions"
 
 
+#: HTTP statuses that say the endpoint is wrong, not the prompt: unauthorised, forbidden, no such path or method,
+#: a proxy asking for credentials (redirects too: the client does not follow them).
+_ENDPOINT_STATUSES = frozenset({401, 403, 404, 405, 407})
+
+
 class CallFailed(Exception):
     """One HTTP call failed; ``retryable`` says whether another try may help."""
 
-    def __init__(self, reason: str, detail: str, retryable: bool, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, detail: str, retryable: bool, retry_after: float | None = None,
+                 endpoint_wide: bool = False) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.retryable = retryable
         self.retry_after = retry_after
+        #: The endpoint itself is wrong for every call (a redirect, no such path, a refused key): not tried again
+        #: in this run, but counted by the circuit breaker as a server failure.
+        self.endpoint_wide = endpoint_wide
 
 
 @dataclass
@@ -110,7 +119,10 @@ def _choice_text(choice: Any) -> tuple[str, bool]:
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, list):  # some servers return content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    if content is None:
+    if content is None:  # a failure, never stored as an empty answer; unless the model spent its whole budget
+        if choice.get("finish_reason") != "length":
+            raise CallFailed("bad_response", f"message content is null (finish_reason {choice.get('finish_reason')!r})",
+                             True)
         content = ""
     if not isinstance(content, str):
         raise CallFailed("bad_response", "message content is not text", True)
@@ -224,7 +236,8 @@ class OpenAIBackend(GenerationBackend):
             retry_after = None
             if retryable and resp.headers.get("retry-after", "").strip().replace(".", "", 1).isdigit():
                 retry_after = float(resp.headers["retry-after"])
-            raise CallFailed(f"http_error:{status}", text, retryable, retry_after)
+            endpoint_wide = 300 <= status < 400 or status in _ENDPOINT_STATUSES
+            raise CallFailed(f"http_error:{status}", text, retryable, retry_after, endpoint_wide)
         try:
             data = resp.json()
         except (json.JSONDecodeError, ValueError):
@@ -269,7 +282,7 @@ class OpenAIBackend(GenerationBackend):
     def _count(self, failure: CallFailed | None) -> None:
         """The circuit breaker's count: retryable failures in a row (an answer, or a 4xx, resets it)."""
         with self._lock:
-            if failure is None or not failure.retryable:
+            if failure is None or not (failure.retryable or failure.endpoint_wide):
                 self._failures_in_a_row = 0
                 return
             self._failures_in_a_row += 1

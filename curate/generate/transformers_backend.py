@@ -174,9 +174,13 @@ class TransformersBackend(GenerationBackend):
                 self.model = AutoModelForImageTextToText.from_pretrained(
                     self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
                 )
-            except (OSError, ValueError, KeyError) as exc:
-                raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText "
-                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+                self.processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "probe"}]}],
+                                                   tokenize=False, add_generation_prompt=True)  # a template that parses
+            except Exception as exc:  # noqa: BLE001 - truncated weights, a config or template that does not parse:
+                # transformers, safetensors, torch and jinja each raise their own types
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText, "
+                                f"or render its chat template ({type(exc).__name__}: {first})") from None
         self.model.to(self.device).eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # batched generation continues every row from its last token

@@ -51,9 +51,9 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
             weight = float(value)
         except ValueError:
             weight = float("nan")
-        if not sep or lang not in LANGS or lang in mix or not weight >= 0:
+        if not sep or lang not in LANGS or lang in mix or not 0 <= weight < float("inf"):
             raise UserError(f"--mix {text!r}: expected LANG=WEIGHT pairs such as en=0.76,zh=0.24 "
-                            f"(languages {', '.join(LANGS)}, weights >= 0)")
+                            f"(languages {', '.join(LANGS)}, finite weights >= 0)")
         mix[lang] = weight
     total = sum(mix.values())
     if not mix or total <= 0:

@@ -29,6 +29,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 TOKEN_VAR = "CURATE_REWARD_TOKEN"  # serve-rewards --token, when not given on the command line
 DEFAULT_MAX_BODY_MB = 64.0
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MAX_N = 1024  #: --n at most (pass@N of RL filters is taken over 8 to 32 answers)
 
 
 def _progress(value: float | None) -> None:
@@ -84,6 +85,7 @@ class RlFilterConfig(ImageReading):
         self.check_image_reading()
         _answer_type(self.answer_type)
         v.at_least("--n", self.n, 1)
+        v.at_most("--n", self.n, MAX_N, "answers sampled, held and scored per prompt")
         if self.prompt_style is not None:
             v.one_of("--prompt-style", self.prompt_style, PROMPT_STYLES)
         v.in_file("--templates", self.templates)

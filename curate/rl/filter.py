@@ -258,8 +258,9 @@ class RolloutTask(GenerationTask):
                          "accuracy": [r.accuracy for r in results], "reward": [r.reward for r in results],
                          "format": [r.format for r in results], "truncated": [bool(t) for t in truncated[:len(responses)]],
                          "response_chars": [len(t) for t in responses], "reflection": [reflection(t) for t in responses],
-                         "error": entry["error"] if entry["error"] is not None else (None if responses else "no_responses"),
-                         "error_detail": entry.get("detail") or ""})
+                         "error": entry["error"] if entry["error"] is not None else _short(responses, self.n),
+                         "error_detail": entry.get("detail") or (f"{len(responses)} of --n {self.n} answers"
+                                                                 if _short(responses, self.n) else "")})
             records_out.append(dumps_record(raw))  # image bytes kept (base64 in this shard file)
         stats.kept_many(Counter(rec["source"] for rec in prompts))  # every readable prompt reaches the selection
         write_parquet(work / "rollouts" / f"{shard_id}.parquet", pa.Table.from_pylist(rollouts, schema=ROLLOUT_SCHEMA))
@@ -267,6 +268,11 @@ class RolloutTask(GenerationTask):
         path = work / "records" / f"{shard_id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
+
+
+def _short(responses: list[str], n: int) -> str | None:
+    """The error of a prompt answered fewer than ``n`` times: pass@N of fewer answers is not pass@N."""
+    return "no_responses" if not responses else "too_few_answers" if len(responses) < n else None
 
 
 def write_kept(out: Path, sizes: list[int], shard_ids: list[str], kept: np.ndarray, decided: pa.Table) -> str:
@@ -330,6 +336,10 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
                        max_images=config.max_images)
     from curate.rewards.runtime.sandbox import announce
 
+    most = getattr(task.backend, "most_answers", None)  # a rollouts file: can it answer --n times at all?
+    if most is not None and most < config.n:
+        raise UserError(f"--n {config.n}: --rollouts {config.backend.get('rollouts')} holds at most {most} answers "
+                        f"per prompt; give --n {most} or fewer (or a file with {config.n} answers per prompt)")
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)

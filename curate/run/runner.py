@@ -143,7 +143,10 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: V
         echo(f"== {p.step.folder}: {'resuming' if p.status == 'resume' else 'running'} {p.command}")
         write_record(out, p)
         t0 = time.perf_counter()
-        verbs.invoke(p.step.verb, p.argv)
+        try:
+            verbs.invoke(p.step.verb, p.argv)
+        except UserError as exc:  # the step's own message, led by the recipe line that made it
+            raise type(exc)(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {exc}") from None
         if p.step.verb == "verify":
             _finish_verify(p, time.perf_counter() - t0)
         p.status, p.why = "done", f"{time.perf_counter() - t0:.1f}s"

@@ -65,11 +65,20 @@ class Group:
 
 
 def _split_name(name: str) -> tuple[str, str] | None:
+    """``(key, extension)`` of a member's name; None for a name without an extension (not a sample's member).
+
+    A base name that starts with a dot (``.jpg``, ``dir/.txt``) has an empty key: WebDataset drops such members
+    silently; here they form a group of their own, a bad row (``empty_key``), so they are counted.
+    """
     slash = name.rfind("/")
     dot = name.find(".", slash + 1)
-    if dot <= slash + 1:
+    if dot < slash + 1 or dot == len(name) - 1:
         return None
     return name[:dot], name[dot + 1:]
+
+
+def _empty_key(key: str) -> bool:
+    return key == "" or key.endswith("/")
 
 
 _BLOCK = 512
@@ -257,6 +266,8 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
     bad = {"id": group.key}
     if group.truncated:
         return bad, f"truncated_tar:group {group.key}: {group.truncated}"
+    if _empty_key(group.key):  # nothing read: the row is bad whatever its members hold
+        return member_row(group.key, [(ext, None) for ext, _, _ in group.members])
     members: list[tuple[str, Any]] = []
     for ext, at, size in group.members:
         last = ext.rsplit(".", 1)[-1]
@@ -277,6 +288,9 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
 def member_row(key: str, members: list[tuple[str, Any]]) -> tuple[dict[str, Any], str | None]:
     """The raw row of one group from its ``(extension, data)`` members (see the module docstring)."""
     bad = {"id": key}
+    if _empty_key(key):
+        return bad, (f"empty_key:members {', '.join(key + '.' + ext for ext, _ in members)} have an empty key "
+                     "(a name starting with a dot; WebDataset skips them): rename them KEY.ext")
     images: list[Any] = []
     text: str | None = None
     meta: Any = None
