@@ -7,6 +7,7 @@ the same reason whichever stage met it (``pack``, ``embed``, ``recaption``, ``ve
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -64,6 +65,7 @@ class ImageLimits:
 
 DEFAULT_LIMITS = ImageLimits()
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _UNSUPPORTED = ("ghostscript", "cannot find loader", "not configured", "unsupported", "unimplemented",
                 "not supported", "unknown pixel format", "cannot handle", "cannot load this image",
                 "unknown raw mode", "unrecognized mode", "not implemented")
@@ -96,4 +98,5 @@ def as_image_error(exc: BaseException, label: str) -> ImageError:
     if isinstance(exc, ImageError):
         return exc
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = _ADDRESS.sub("", text)  # "<_io.BytesIO object at 0x7f…>": the same file gives the same detail in every process
     return ImageError(reason_of(exc), f"{label}: {type(exc).__name__}{': ' + text[:200] if text else ''}")

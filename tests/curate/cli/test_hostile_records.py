@@ -1,0 +1,134 @@
+"""Hostile records through the real CLI (issue 36): one record never stops, hangs or sinks a run.
+
+The records file of ``hostile_records`` (tests/_fixtures/hostile.py) holds three good records and, one per line, an
+image that is a FIFO, ``/dev/zero``, a symlink to it or to ``/dev/urandom``, a path with a NUL, a symlink loop, a
+5,000-character path, a record of 1,000 images, a 5,000-digit integer, JSON nested 100,000 deep, a lone surrogate
+and a processor special token in user text. ``pack``, ``embed`` and ``recaption`` run on it as a child process
+group under a time limit and an address-space limit, and its peak memory is checked: each hostile record is
+errored with its reason, the good ones are processed, the exit code is 0 and no traceback reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from curate.cli import main
+from tests._fixtures.hostile import HostileRecords
+
+ROOT = Path(__file__).resolve().parents[3]
+#: Every child of these tests: killed (its whole process group) past this many seconds.
+SECONDS = 180
+#: Address space of a child (torch reserves about 4 GB of it at import): a runaway read fails at this bound.
+ADDRESS_SPACE = 8 << 30
+#: Peak resident memory a child may reach (a good run of these tiny models stays under 1 GiB).
+PEAK_RSS = 2 << 30
+
+
+def run_limited(args: list[str], tmp: Path, seconds: float = SECONDS) -> tuple[int, str, int]:
+    """``python -m curate ARGS`` as its own process group under the limits above: ``(exit code, stderr, peak RSS in
+    bytes)``; the group is killed and the test failed when the time runs out."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "CURATE_REPORT": "0",
+           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def limits() -> None:
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+    err_path = tmp / f"stderr-{time.monotonic_ns()}.txt"
+    with open(err_path, "w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "curate", *args], stdout=subprocess.DEVNULL, stderr=err,
+                                env=env, preexec_fn=limits)
+        deadline = time.monotonic() + seconds
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                pytest.fail(f"curate {' '.join(args[:2])} still running after {seconds} s (killed)")
+            time.sleep(0.1)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return proc.returncode, err.read(), usage.ru_maxrss * 1024
+
+
+def _rejects(out: Path) -> dict[str, str]:
+    return {r["id"]: r["reason"] for r in pq.read_table(out / "rejects.parquet").to_pylist()}
+
+
+def _check_run(code: int, err: str, peak: int, out: Path, expected: dict[str, str], good: list[str]) -> dict:
+    assert code == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert peak < PEAK_RSS, f"peak resident memory {peak / 2**30:.2f} GiB"
+    stats = json.loads((out / "stats.json").read_text())
+    rejects = _rejects(out)
+    for rid, reason in expected.items():
+        assert rejects.get(rid) == reason, (rid, rejects.get(rid), reason)
+    assert not set(good) & set(rejects), rejects
+    assert stats["records_in"] == len(expected) + len(good)
+    return stats
+
+
+def test_pack_errors_each_hostile_record_and_packs_the_rest(hostile_records: HostileRecords, tiny_processor_dir: Path,
+                                                            tmp_path: Path) -> None:
+    out = tmp_path / "packed"
+    code, err, peak = run_limited(["pack", str(hostile_records.records), "--processor", str(tiny_processor_dir),
+                                   "--ctx", "4096", "--out", str(out)], tmp_path)
+    expected = {**hostile_records.reasons, hostile_records.special: "special_token"}
+    stats = _check_run(code, err, peak, out, expected, list(hostile_records.good))
+    assert stats["records_packed"] == len(hostile_records.good)  # the default processor check ran on them
+    packed = set(pq.read_table(out / "plan.parquet").column("id").to_pylist())
+    assert packed == set(hostile_records.good)  # the special token's record never reaches the loader
+
+
+def test_embed_errors_each_hostile_record_and_embeds_the_rest(hostile_records: HostileRecords, tiny_clip_spec: str,
+                                                              tmp_path: Path) -> None:
+    out = tmp_path / "emb"
+    code, err, peak = run_limited(["embed", str(hostile_records.records), "--model", tiny_clip_spec,
+                                   "--out", str(out)], tmp_path)
+    stats = _check_run(code, err, peak, out, hostile_records.reasons,
+                       [*hostile_records.good, hostile_records.special])  # no processor: its text is only text
+    assert stats["records_embedded"] == len(hostile_records.good) + 1
+
+
+def test_recaption_errors_each_hostile_record_before_asking(hostile_records: HostileRecords, tmp_path: Path) -> None:
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": f"{rid}#en", "response": "A small grey square on a plain background."})
+                               + "\n" for rid in [*hostile_records.good, hostile_records.special]))
+    out = tmp_path / "cap"
+    code, err, peak = run_limited(["recaption", str(hostile_records.records), "--rollouts", str(answers),
+                                   "--langs", "en", "--out", str(out)], tmp_path)
+    stats = _check_run(code, err, peak, out, hostile_records.reasons, [*hostile_records.good, hostile_records.special])
+    assert stats["records_out"] == len(hostile_records.good) + 1
+
+
+def test_rl_filter_errors_prompts_with_hostile_images(hostile_records: HostileRecords, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [json.loads(line) for line in hostile_records.records.read_text().splitlines()[:9]]  # good-1, 8 images
+    prompts = tmp_path / "rl.jsonl"
+    prompts.write_text("".join(json.dumps({"id": r["id"], "images": [str(hostile_records.folder / p) if "\0" not in p
+                                                                     else p for p in r["images"]],
+                                           "problem": "<image>" * len(r["images"]) + "How many squares?",
+                                           "answer": "1", "answer_type": "number"}) + "\n" for r in rows))
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps({"id": r["id"], "response": f"<answer>{k}</answer>"}) + "\n"
+                               for r in rows for k in range(2)))
+    out = tmp_path / "rl"
+    main(["rl-filter", str(prompts), "--rollouts", str(answers), "--n", "2", "--out", str(out)])
+    assert "Traceback" not in capsys.readouterr().err
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["records_in"] == 9
+    assert {rid: reason for rid, reason in _rejects(out).items() if rid != "good-1"} == {
+        rid: reason for rid, reason in hostile_records.reasons.items() if not rid.startswith("records:")}
