@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +29,46 @@ import pytest
 from PIL import Image
 
 from curate.fixtures.tiny_vlm import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Every child of these tests: killed (its whole process group) past this many seconds.
+SECONDS = 180
+#: Address space of a child (torch reserves about 4 GB of it at import): a runaway read fails at this bound.
+ADDRESS_SPACE = 8 << 30
+#: Peak resident memory a child may reach (a good run of these tiny models stays under 1 GiB).
+PEAK_RSS = 2 << 30
+
+
+def run_limited(args: list[str], tmp: Path, seconds: float = SECONDS,
+                env: dict[str, str] | None = None) -> tuple[int, str, int]:
+    """``python -m curate ARGS`` as its own process group under the limits above: ``(exit code, stderr, peak RSS in
+    bytes)``; the group is killed and the test failed when the time runs out. ``env``: more environment."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "CURATE_REPORT": "0",
+           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+
+    def limits() -> None:
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+    err_path = tmp / f"stderr-{time.monotonic_ns()}.txt"
+    with open(err_path, "w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "curate", *args], stdout=subprocess.DEVNULL, stderr=err,
+                                env=env, preexec_fn=limits)
+        deadline = time.monotonic() + seconds
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                pytest.fail(f"curate {' '.join(args[:2])} still running after {seconds} s (killed)")
+            time.sleep(0.1)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return proc.returncode, err.read(), usage.ru_maxrss * 1024
+
 
 #: Record id -> the reason every image stage gives it (the special token: pack only, the stage with the processor).
 IMAGE_CASES = {

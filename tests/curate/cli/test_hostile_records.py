@@ -11,57 +11,13 @@ errored with its reason, the good ones are processed, the exit code is 0 and no 
 from __future__ import annotations
 
 import json
-import os
-import resource
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from curate.cli import main
-from tests._fixtures.hostile import HostileRecords
-
-ROOT = Path(__file__).resolve().parents[3]
-#: Every child of these tests: killed (its whole process group) past this many seconds.
-SECONDS = 180
-#: Address space of a child (torch reserves about 4 GB of it at import): a runaway read fails at this bound.
-ADDRESS_SPACE = 8 << 30
-#: Peak resident memory a child may reach (a good run of these tiny models stays under 1 GiB).
-PEAK_RSS = 2 << 30
-
-
-def run_limited(args: list[str], tmp: Path, seconds: float = SECONDS) -> tuple[int, str, int]:
-    """``python -m curate ARGS`` as its own process group under the limits above: ``(exit code, stderr, peak RSS in
-    bytes)``; the group is killed and the test failed when the time runs out."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "CURATE_REPORT": "0",
-           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-
-    def limits() -> None:
-        os.setsid()
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-    err_path = tmp / f"stderr-{time.monotonic_ns()}.txt"
-    with open(err_path, "w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "curate", *args], stdout=subprocess.DEVNULL, stderr=err,
-                                env=env, preexec_fn=limits)
-        deadline = time.monotonic() + seconds
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                pytest.fail(f"curate {' '.join(args[:2])} still running after {seconds} s (killed)")
-            time.sleep(0.1)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        return proc.returncode, err.read(), usage.ru_maxrss * 1024
+from tests._fixtures.hostile import PEAK_RSS, HostileRecords, run_limited
 
 
 def _rejects(out: Path) -> dict[str, str]:
