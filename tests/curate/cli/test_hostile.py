@@ -175,3 +175,18 @@ def test_a_yaml_alias_bomb_is_refused_within_limits(tmp_path: Path) -> None:
     code, err, peak = run_limited(["run", str(recipe), "--out", str(tmp_path / "run")], tmp_path, seconds=60)
     assert code == 2 and "Traceback" not in err, err[-2000:]
     assert "expands to more than" in _one_line(err) and peak < PEAK_RSS
+
+
+def test_the_image_limit_flags_state_their_real_defaults() -> None:
+    """The flags are declared without importing the image gate (no Pillow for ``--help``): their help states the
+    defaults, which must be the gate's and the record loop's."""
+    import click
+
+    from curate.cli.options import image_limit_options
+    from curate.core.defaults import DEFAULT_MAX_IMAGES
+    from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
+
+    helps = {p.name: p.help for p in image_limit_options(click.Command("x")).params}  # type: ignore[arg-type]
+    assert f"[default: {DEFAULT_MAX_BYTES // 2**20}MiB]" in helps["max_image_bytes"]
+    assert f"[default: {DEFAULT_MAX_PIXELS}]" in helps["max_image_pixels"]
+    assert f"[default: {DEFAULT_MAX_IMAGES}]" in helps["max_images_per_record"]
