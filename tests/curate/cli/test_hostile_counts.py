@@ -105,6 +105,18 @@ def test_golds_no_answer_can_match_and_missing_answers_are_errored(tmp_path: Pat
     assert _stats(out)["errored"] == {"record_error": 3, "too_few_answers": 1}  # never dropped too_hard
 
 
+def test_a_response_sample_past_64_bits_is_an_errored_row(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    records = _jsonl(tmp_path / "rl.jsonl", [{"id": "q", "problem": "1+1?", "answer": "2", "answer_type": "number"}])
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text(json.dumps({"id": "q", "response": "<answer>2</answer>", "sample": 0}) + "\n"
+                         + '{"id": "q", "response": "<answer>2</answer>", "sample": ' + str(2**70) + "}\n")
+    out = tmp_path / "scored"
+    assert _run(["score", "--records", records, "--responses", responses, "--out", out], capsys)[0] == 0
+    stats = _stats(out)
+    assert stats["responses_in"] == 2 and stats["scored"] == 1 and stats["errored"] == {"malformed_response": 1}
+
+
 def test_copies_past_32_bits_stop_and_large_draws_count_right(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(1)
