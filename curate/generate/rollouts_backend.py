@@ -50,8 +50,8 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 row = parse_json(line)
             except JsonRefused as exc:
-                raise UserError(f"{path}:{lineno}: not usable JSON ({exc.reason}: {exc.detail}); fix or remove "
-                                "the line") from None
+                what = "not valid JSON" if exc.reason == "malformed_json" else f"not usable JSON ({exc.reason})"
+                raise UserError(f"{path}:{lineno}: {what} ({exc.detail}); fix or remove the line") from None
             if not isinstance(row, dict):
                 raise UserError(f"{path}:{lineno}: expected a JSON object with id and response")
             yield lineno, row

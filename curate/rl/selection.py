@@ -61,9 +61,10 @@ class Thresholds:
             raise UserError(f"{where}: metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
         flags = where == CLI  # the flags' names on the command line, the file's keys otherwise
         top = math.inf if self.metric == "reward_sum" else 1.0  # rewards and pass@1 lie in [0, 1]; a sum over samples
-        if not (0.0 <= lo <= top and 0.0 <= hi <= top):
-            raise UserError(f"{where}: {'--band' if flags else 'band'} {lo:g},{hi:g} lies outside what {self.metric} "
-                            f"can be ([0, {'N' if top == math.inf else '1'}]): every prompt would be dropped or kept")
+        empty = (lo > top or hi < 0.0) if self.inclusive else (lo >= top or hi <= 0.0)  # no value of the metric is in
+        if empty:
+            raise UserError(f"{where}: {'--band' if flags else 'band'} {lo:g},{hi:g} holds no value {self.metric} can "
+                            f"take ([0, {'N' if top == math.inf else '1'}]): every prompt would be dropped")
         if not 0.0 <= self.min_gap <= 1.0:
             raise UserError(f"{where}: {'--min-gap' if flags else 'min_gap'} must be within [0, 1] (pass@N - pass@1 "
                             f"is), got {self.min_gap:g}")

@@ -94,7 +94,7 @@ HOSTILE: list[tuple[str, str, str]] = [
     ("same input twice", f"pack {REC} {REC} --processor {{proc}} --out {{d}}/p", "named twice"),
     ("vocab build --out dir/", "vocab build --out {d}/newdir/ --size 2 --no-wordfreq --word-list {d}/v.txt",
      "is a folder"),
-    ("--band outside [0, 1]", f"{RL} --band 5,10", "--band 5,10 lies outside"),
+    ("--band outside [0, 1]", f"{RL} --band 5,10", "--band 5,10 holds no value"),
     ("--min-gap 2", f"{RL} --min-gap 2", "--min-gap must be within [0, 1]"),
     ("--min-gap -1", f"{RL} --min-gap -1", "--min-gap must be within [0, 1]"),
     ("--n above the rollouts", f"{RL} --n 16", "holds at most 4 answers per prompt"),
