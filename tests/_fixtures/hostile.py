@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -68,6 +69,20 @@ def run_limited(args: list[str], tmp: Path, seconds: float = SECONDS,
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         return proc.returncode, err.read(), usage.ru_maxrss * 1024
+
+
+@contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``64k``, ``1m``) mounted on ``folder`` for the block: a full disk, for real (root only;
+    the test is skipped where mounting is not allowed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
 
 
 #: Record id -> the reason every image stage gives it (the special token: pack only, the stage with the processor).

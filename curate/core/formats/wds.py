@@ -72,7 +72,7 @@ def _split_name(name: str) -> tuple[str, str] | None:
     """
     slash = name.rfind("/")
     dot = name.find(".", slash + 1)
-    if dot < slash + 1 or dot == len(name) - 1:
+    if dot < slash + 1:  # no dot in the base name
         return None
     return name[:dot], name[dot + 1:]
 

@@ -2,7 +2,7 @@
 
 Like tests/curate/cli/test_mistakes.py, the table runs in-process through :func:`curate.cli.main`; the files it
 names are made here: truncated model weights, a CLIP config of the wrong shape, a chat template that does not parse,
-stats files cut short or holding a list, a responses "Parquet" of text, recipes that are binary, nest 5,000 deep,
+stats files cut short or holding a list, a responses "Parquet" of text, recipes that are binary, nest 1,100 deep,
 grow to megabytes through variables, refer to themselves, or are a FIFO, a lengths table with null counts. Values
 whose cost grows with them are refused before any work, and flags of a mode not chosen are refused rather than
 ignored. The YAML alias bomb runs as a child process group under time and memory limits (it would take gigabytes).
@@ -57,7 +57,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory, tiny_clip_spec: str, tiny_vlm_d
         (d / name / "stats.json").write_text(text)
     (d / "garbage.parquet").write_text("id,response\nq,2\n")
     (d / "binary.yaml").write_bytes(bytes(range(256)) * 8)
-    (d / "deep.yaml").write_text("steps: " + "[" * 5000 + "]" * 5000 + "\n")
+    (d / "deep.yaml").write_text("steps: " + "[" * 1100 + "]" * 1100 + "\n")
     (d / "chain.yaml").write_text("vars:\n  v0: 0123456789\n" + "".join(f"  v{i}: ${{v{i - 1}}}${{v{i - 1}}}\n"
                                                                        for i in range(1, 30))
                                   + "out: ${v29}\nsteps:\n  - verb: pack\n")
@@ -139,7 +139,7 @@ HOSTILE: list[tuple[str, str, str]] = [
     ("score with a garbage responses Parquet", "score --records {d}/rl.jsonl --responses {d}/garbage.parquet "
      "--out {d}/s", "not a readable Parquet file"),
     ("run on a binary file", "run {d}/binary.yaml --out {d}/run", "not UTF-8"),
-    ("a recipe nested 5,000 deep", "run {d}/deep.yaml --out {d}/run", "nested too deep"),
+    ("a recipe nested 1,100 deep", "run {d}/deep.yaml --out {d}/run", "nested too deep"),
     ("a recursive ${a} -> ${b} -> ${a}", "run {d}/cycle.yaml --out {d}/run", "cycle (${{a}} -> ${{b}} -> ${{a}})"),
     ("a recipe that is a FIFO", "run {d}/fifo.yaml --out {d}/run", "not a regular file"),
     ("--max-image-bytes garbage", f"embed {REC} --out {{d}}/e --max-image-bytes lots", "not a size in bytes"),

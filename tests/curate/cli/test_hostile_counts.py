@@ -27,7 +27,7 @@ import pytest
 from PIL import Image
 
 from curate.cli import main
-from tests._fixtures.hostile import ChatServer, run_limited
+from tests._fixtures.hostile import ChatServer, run_limited, small_tmpfs
 from tests._fixtures.servers import wait_for_port
 
 
@@ -231,15 +231,8 @@ def test_a_refused_key_trips_the_breaker(chat_server: ChatServer, tmp_path: Path
 @pytest.fixture
 def full_disk(tmp_path: Path):  # noqa: ANN201
     """A 1 MiB tmpfs (root only; skipped where mounting is not allowed)."""
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
+    with small_tmpfs(tmp_path / "full", "1m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(full_disk: Path, tiny_clip_spec: str, tmp_path: Path,
