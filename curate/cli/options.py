@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from curate.core import validate as v
-from curate.core.defaults import MAX_THREADS, MAX_WORKERS
+from curate.core.defaults import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
 from curate.executors import EXECUTORS
 from curate.models.specs import PRECISIONS  # not .encoders: that loads numpy for a flag's choices
 
@@ -128,10 +128,11 @@ def image_limit_options(fn):  # noqa: ANN001, ANN202 - click decorator
     """The image limits of the verbs that touch pixels (pack, embed, balance, recaption, rl-filter): one record
     costs at most ``--max-images-per-record`` reads of ``--max-image-bytes`` and decodes of ``--max-image-pixels``
     (docs/limits.md). Unset flags keep :class:`~curate.core.record_limits.ImageReading`'s defaults, which the
-    help states (a test keeps them equal)."""
+    help states (the gate's are written out: reading them would load Pillow for ``--help``; a test keeps them
+    equal)."""
     fn = click.option("--max-images-per-record", type=int, default=None, expose_value=False, callback=_store_meta,
                       metavar="N", help="Records with more images are errored too_many_images before any is "
-                                        "read.  [default: 64]")(fn)
+                                        f"read.  [default: {DEFAULT_MAX_IMAGES}]")(fn)
     fn = click.option("--max-image-pixels", type=int, default=None, expose_value=False, callback=_store_meta,
                       metavar="N", help="Images with more pixels are errored decompression_bomb before they are "
                                         "decoded.  [default: 178956970]")(fn)

@@ -88,3 +88,44 @@ def test_rl_filter_errors_prompts_with_hostile_images(hostile_records: HostileRe
     assert stats["records_in"] == 9
     assert {rid: reason for rid, reason in _rejects(out).items() if rid != "good-1"} == {
         rid: reason for rid, reason in hostile_records.reasons.items() if not rid.startswith("records:")}
+
+
+@pytest.fixture(scope="module")
+def limited_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four records for the image limit flags: one within them, one over the bytes, one over the pixels, one
+    over the images per record (``--max-image-bytes 4k --max-image-pixels 2000 --max-images-per-record 1``)."""
+    from PIL import Image
+    import numpy as np
+
+    d = tmp_path_factory.mktemp("limited")
+    Image.new("RGB", (40, 40), (90, 120, 150)).save(d / "small.png")  # 1,600 pixels, a few hundred bytes
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(d / "heavy.png")
+    Image.new("RGB", (60, 60), (90, 120, 150)).save(d / "wide.png")  # 3,600 pixels, small
+    rows = [("small", ["small.png"]), ("heavy", ["heavy.png"]), ("wide", ["wide.png"]),
+            ("two", ["small.png", "small.png"])]
+    path = d / "records.jsonl"
+    path.write_text("".join(json.dumps({"id": rid, "source": "s", "images": images, "problem": "<image>" * len(images)
+                                        + "How many squares?", "answer": "1", "answer_type": "number"}) + "\n"
+                            for rid, images in rows))
+    (d / "answers.jsonl").write_text("".join(json.dumps({"id": key, "response": "<answer>1</answer> A grey square."})
+                                             + "\n" for rid, _ in rows for key in (rid, f"{rid}#en")))
+    return path
+
+
+LIMITS = ["--max-image-bytes", "4k", "--max-image-pixels", "2000", "--max-images-per-record", "1"]
+
+
+@pytest.mark.parametrize("verb", ["pack", "embed", "recaption", "rl-filter"])
+def test_the_image_limit_flags_reach_every_stage_that_reads_pixels(verb: str, limited_records: Path,
+                                                                   tiny_processor_dir: Path, tiny_clip_spec: str,
+                                                                   tmp_path: Path) -> None:
+    answers = str(limited_records.parent / "answers.jsonl")
+    extra = {"pack": ["--processor", str(tiny_processor_dir)], "embed": ["--model", tiny_clip_spec],
+             "recaption": ["--rollouts", answers, "--langs", "en"], "rl-filter": ["--rollouts", answers, "--n", "1"]}
+    out = tmp_path / verb
+    main([verb, str(limited_records), *extra[verb], *LIMITS, "--out", str(out)])
+    rejects = {rid: reason for rid, reason in _rejects(out).items() if rid != "small"}  # rl-filter may drop it
+    assert rejects == {"heavy": "too_large", "wide": "decompression_bomb", "two": "too_many_images"}
+    settings = json.loads((out / "stats.json").read_text())["settings"]  # the limits key the run's settings
+    assert settings["image_limits"] == {"max_bytes": 4096, "max_pixels": 2000, "max_aspect": 200.0}
+    assert settings["max_images"] == 1
