@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import numpy as np
