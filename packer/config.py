@@ -16,7 +16,7 @@ from pathlib import Path
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
-from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, ImageLimits
+from curate.core.record_limits import ImageReading
 from packer.balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
 from packer.plan import MAX_CTX
@@ -24,6 +24,8 @@ from packer.plan import MAX_CTX
 PathLike = str | os.PathLike[str]
 
 DEFAULT_SEQUENCES_PER_SHARD = 256
+#: ``--balance-compute`` bounds: data-parallel ranks and micro-batches per rank (the layout's arrays grow with both).
+MAX_DP, MAX_MICRO_BATCHES = 1 << 16, 1 << 10
 SPLITS = ("train", "val", "test")
 
 
@@ -39,7 +41,7 @@ def parse_split_ratio(ratio: str | Sequence[float]) -> tuple[float, float, float
 
 
 @dataclass(frozen=True)
-class PackConfig:
+class PackConfig(ImageReading):
     """Settings of ``curate pack`` (see :func:`packer.pack.pack`).
 
     Attributes:
@@ -63,7 +65,8 @@ class PackConfig:
             (:mod:`packer.balance`); ``cost_model`` is a YAML of the model's fields or a timing log to fit
             (:mod:`packer.timing`), ``step_mix`` the groups of similar sequences per step.
         energon: Also make ``out`` an Energon dataset with this train,val,test split (the CLI's ``--energon``).
-        max_image_bytes, max_image_pixels: The image gate's limits (:class:`curate.core.images.ImageLimits`).
+        max_image_bytes, max_image_pixels, max_images: What one record may cost in images
+            (:class:`curate.core.record_limits.ImageReading`).
     """
 
     out: PathLike
@@ -89,18 +92,10 @@ class PackConfig:
     step_mix: int | None = None
     energon: str | None = None
     image_root: PathLike | None = None
-    max_image_bytes: int = DEFAULT_MAX_BYTES
-    max_image_pixels: int = DEFAULT_MAX_PIXELS
-
-    @property
-    def image_limits(self) -> ImageLimits:
-        """The limits every image of the run is held to."""
-        return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
     def __post_init__(self) -> None:
         v.out_dir("--out", self.out)
-        v.integer("--max-image-bytes", self.max_image_bytes, 1)
-        v.integer("--max-image-pixels", self.max_image_pixels, 1)
+        self.check_image_reading()
         v.in_dir("--image-root", self.image_root)
         v.integer("--ctx", self.ctx, 1)
         if self.ctx > MAX_CTX:
@@ -120,6 +115,8 @@ class PackConfig:
         v.in_file("--cost-model", self.cost_model)
         if self.energon is not None:
             parse_split_ratio(self.energon)
+        v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before packer.balance sizes
+        v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # its arrays by them
         balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model, self.step_mix)
 
 
@@ -131,12 +128,15 @@ class VerifyConfig:
     processor: str | None = None
     sample: int = 64
     seed: int = 0
+    recount_all: bool = False
 
     def __post_init__(self) -> None:
         v.integer("--sample", self.sample, 0)
+        if self.recount_all and self.sample != 64:
+            raise UserError("--recount-all re-tokenizes every record: drop --sample")
         v.integer("--seed", self.seed, 0)
-        if v.is_url(self.out):
-            return  # read through a local mirror (curate.core.remote.local_copy)
+        if v.is_url(self.out) or v.later(self.out):
+            return  # read through a local mirror (curate.core.remote.local_copy), or made by an earlier step
         out = Path(self.out)
         if not out.is_dir():
             raise UserError(f"{out}: no such folder; give a curate pack output folder")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, image_root_option, make_executor, print_rejects
+from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
+                                 make_executor, print_rejects)
 from curate.core import validate as v
 from curate.core.errors import UserError
 
@@ -47,6 +48,7 @@ from curate.core.errors import UserError
               help="Groups of similar sequences per step (default: one per micro-batch). More groups mix what a "
                    "step holds at the price of balance; must divide dp x micro-batches.")
 @image_root_option
+@image_limit_options
 @executor_options
 def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, plan_only: bool, energon: str | None,
              workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
@@ -65,7 +67,7 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
       curate pack data/*.jsonl --processor PROC --out packed/ --balance-compute --dp 64 --micro-batches 2
     """
     from packer.config import PackConfig
-    from packer.pack import pack
+    from packer.pack import check_request, pack
 
     if verify_fraction is not None:
         from curate.core.progress import console
@@ -75,7 +77,8 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
                       "corpus size); --verify-sample is ignored")
 
     config = PackConfig(out=out, verify_fraction=verify_fraction, plan_only=plan_only, energon=energon,
-                        workers=workers, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+                        workers=workers, **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are the config's fields)
+    check_request(list(inputs), config)
     stats = pack(list(inputs), config, executor=make_executor(executor, workers, ray_address))
     _summary_pack(stats, out)
     if energon and not plan_only:
@@ -129,9 +132,12 @@ def _summary_pack(stats: dict, out: str) -> None:
 @click.option("--processor", metavar="PROC", default=None,
               help="Processor to recount tokens with (default: the one recorded in OUT/stats.json).")
 @click.option("--sample", type=int, default=64, show_default=True, help="Records re-tokenized (seeded sample).")
+@click.option("--recount-all", is_flag=True,
+              help="Re-tokenize every record instead of a sample, in the shards (each worker loads the processor): "
+                   "the proof that every stored count is right, at about the cost of counting again.")
 @executor_options
-def verify_cmd(out: str, processor: str | None, sample: int, seed: int, workers: int, executor: str,
-               ray_address: str | None) -> None:
+def verify_cmd(out: str, processor: str | None, sample: int, recount_all: bool, seed: int, workers: int,
+               executor: str, ray_address: str | None) -> None:
     """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
 
     Each tar is read once (each sequence's JSON; every image through the image gate, which proves it
@@ -143,7 +149,8 @@ def verify_cmd(out: str, processor: str | None, sample: int, seed: int, workers:
     from packer.config import VerifyConfig
     from packer.verify import verify_pack
 
-    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed),
+    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed,
+                                             recount_all=recount_all),
                          executor=make_executor(executor, workers, ray_address))
     console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
                   f"{report.images:,} images; recounted {report.recounted} records with the processor")

@@ -89,7 +89,8 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     config = configure(RecaptionConfig, config, out=out, **settings)
     out, seed, lang_list = Path(config.out), config.seed, list(config.langs or ())
     task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts or {}),
-                         sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules)
+                         sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules,
+                         limits=config.image_limits, max_images=config.max_images)
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")

@@ -19,7 +19,7 @@ import yaml
 from curate import __version__
 from curate.core.errors import UserError
 from curate.core.io import RemotePath, as_path, dumps_json, is_url
-from curate.core.lock import out_lock
+from curate.core.lock import let_go, out_lock
 from curate.core.stats import versions
 from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step,
                              write_record)
@@ -153,7 +153,12 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: V
         echo(f"== {p.step.folder}: {'resuming' if p.status == 'resume' else 'running'} {p.command}")
         write_record(out, p)
         t0 = time.perf_counter()
-        verbs.invoke(p.step.verb, p.argv)
+        try:
+            verbs.invoke(p.step.verb, p.argv)
+        except UserError as exc:  # the step's own message, led by the recipe line that made it
+            raise type(exc)(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {exc}") from None
+        finally:
+            let_go(str(p.folder))  # a finished (or failed) step's folder keeps no lock file while later steps run
         if p.step.verb == "verify":
             _finish_verify(p, time.perf_counter() - t0)
         p.status, p.why = "done", f"{time.perf_counter() - t0:.1f}s"

@@ -65,6 +65,7 @@ class ImageLimits:
 
 DEFAULT_LIMITS = ImageLimits()
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _UNSUPPORTED = ("ghostscript", "cannot find loader", "not configured", "unsupported", "unimplemented",
                 "not supported", "unknown pixel format", "cannot handle", "cannot load this image",
                 "unknown raw mode", "unrecognized mode", "not implemented")

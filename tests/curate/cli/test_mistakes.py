@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.cli import main
+from tests._fixtures.hostile import small_tmpfs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -260,15 +261,8 @@ def test_an_output_that_cannot_be_written_is_one_line(ws: Path) -> None:
 @pytest.fixture
 def full_disk(tmp_path: Path):  # noqa: ANN201
     """A 64 KiB tmpfs (root only; skipped where mounting is not allowed)."""
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
+    with small_tmpfs(tmp_path / "full", "64k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_no_space_left_is_one_line(ws: Path, full_disk: Path) -> None:
