@@ -26,6 +26,8 @@ class StageSpec:
         report: whether the verb writes ``OUT/report/`` for its ``--out`` when it ends.
         plots: the images in its output folder its report page shows.
         view: the function drawing its report page's samples (``module:function`` under ``curate.report``).
+        config: the class of its settings (``module:Class``), whose fields declare its options once
+            (:mod:`curate.core.settings`).
     """
 
     name: str
@@ -35,6 +37,7 @@ class StageSpec:
     report: bool = False
     plots: tuple[str, ...] = ()
     view: str | None = None
+    config: str | None = None
 
 
 _SPECS = (

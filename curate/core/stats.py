@@ -296,6 +296,20 @@ def run_header(stage: str, *, seed: int | None = None, settings: dict[str, Any] 
     return header
 
 
+def stage_result(stage: str, stats: StageStats, *, seed: int | None = None, settings: dict[str, Any] | None = None,
+                 out_key: str = "records_out", inputs: Any = None, **extra: Any) -> dict[str, Any]:
+    """The ``stats.json`` content every stage starts from: :func:`run_header`, the record counts (records in,
+    out under ``out_key``, dropped and errored by reason, per source), the inputs, then the stage's own ``extra``."""
+    counts = stats.to_dict()
+    result: dict[str, Any] = {**run_header(stage, seed=seed, settings=settings)}
+    if inputs is not None:
+        result["inputs"] = [os.fspath(p) if isinstance(p, os.PathLike) else str(p) for p in inputs]
+    result.update({"records_in": counts["records_in"], out_key: counts["records_out"], "dropped": counts["dropped"],
+                   "errored": counts["errored"], "per_source": counts["per_source"]})
+    result.update(extra)
+    return result
+
+
 def finish_stage(out: str | os.PathLike[str], result: dict[str, Any], stats: StageStats | None = None) -> dict[str, Any]:
     """The last step of every stage driver: write ``OUT/rejects.parquet`` and ``OUT/stats.json``.
 
