@@ -13,7 +13,6 @@ shared with the driver; the files are the same as one process writes.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -23,9 +22,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from curate.core.io import atomic_open, write_parquet
+from curate.core.discovery import record_suffix
+from curate.core.formats.registry import CONTAINERS
 
 
 def copy_id(rid: str, k: int) -> str:
@@ -103,7 +102,8 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     names: list[str] = []
     taken: set[str] = set()
     for path in paths:
-        suffix = ".parquet" if input_format(path) == "tar" else path.suffix  # tars come back as Parquet
+        container = CONTAINERS[input_format(path)]
+        suffix = container.written_suffix or record_suffix(path.name)  # tars come back as Parquet
         stem = default_id_prefix(str(path))  # vqav2/train-00000-of-00002: a shard number alone names no dataset
         name, k = stem + suffix, 2
         while name in taken:
@@ -224,29 +224,6 @@ def _rebased_row(raw: dict[str, Any], rid: str, source: str, copy: int) -> dict[
 
 
 def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], source_path: Path) -> int:
-    if fmt == "tar":  # tar members come back as Parquet rows with datasets image structs
-        from curate.core.formats.writeback import records_table
-
-        objs = [_rebased_row(raw, rid, src, c) for c, (rid, src, raw) in rows]
-        write_parquet(dest, records_table(objs))
-        return len(objs)
-    if fmt in ("jsonl", "json"):
-        objs = [_rebased_row(raw, rid, src, c) for c, (rid, src, raw) in rows]
-        with atomic_open(dest, "w") as fh:
-            if fmt == "jsonl":
-                for obj in objs:
-                    fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-            else:
-                json.dump(objs, fh, ensure_ascii=False, indent=1)
-                fh.write("\n")
-        return len(objs)
-    from curate.core.io import open_input
-
-    with open_input(source_path) as fh:  # a local file or an object in a bucket
-        schema = pq.read_schema(fh)
+    """Write the selected rows (with their copies) in the input's container (:mod:`curate.core.formats.registry`)."""
     objs = [_rebased_row(raw, rid, src, c) for c, (rid, src, raw) in rows]
-    for name in ("id", "source"):  # added to rows that had none (see _rebased_row)
-        if name not in schema.names and any(name in obj for obj in objs):
-            schema = schema.append(pa.field(name, pa.string()))
-    write_parquet(dest, pa.Table.from_pylist(objs, schema=schema))
-    return len(objs)
+    return CONTAINERS[fmt].write_back(dest, objs, source_path)

@@ -26,32 +26,27 @@ a :class:`BadRecord` with a stable reason (``malformed_json``, ``not_an_object``
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from curate.core.errors import UserError
-from curate.core.formats import normalize_row, wds
+from curate.core.formats import normalize_row
 from curate.core.discovery import record_suffix
-from curate.core.formats.jsontext import JsonRefused, check_value, parse_json
-from curate.core.formats.listing import ACCEPTED, list_inputs
-from curate.core.formats.parquet import parquet_rows
+from curate.core.formats.container import Part  # noqa: F401 (re-exported)
+from curate.core.formats.listing import list_inputs
+from curate.core.formats.registry import ACCEPTED, CONTAINERS, SUFFIXES
 from curate.core.formats.sources import default_id_prefix, default_source
 from curate.core.formats.conversations import CAPTION_PROMPT, IMAGE_TOKEN, messages_of  # noqa: F401 (re-exported)
 from curate.core.formats.placement import (count_placeholders, implied_image,  # noqa: F401 (re-exported)
                                            number_placeholders, place_images)
 from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, text_layout
-from curate.core.io import as_path, input_size, is_url, open_input
+from curate.core.io import as_path
 
 _LAYOUT_KEYS = {"id", "source", "image", "images", *TEXT_LAYOUTS}
 _NO_LAYOUT = "no messages, conversations, caption, text, problem or question field"
-_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet",
-             ".tar": "tar", ".tgz": "tgz", ".tar.gz": "tgz"}
 
 Record = dict[str, Any]
 #: How rows become records (ids, sources, layouts): part of every stage's recorded settings and of
@@ -134,37 +129,12 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
 # Input files and their row ranges
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Part:
-    """A contiguous range of rows ``[start, stop)`` of one input file.
-
-    ``offset`` is the byte offset of row ``start`` for JSONL files (so a worker
-    seeks instead of scanning), 0 otherwise. Reading settings of the run, carried by its parts to
-    the workers: ``text_field`` (see :func:`to_canonical`; ``tag --match text --text-field``) and
-    ``image_root``, the folder (or bucket prefix) relative image paths are read from instead of the
-    file's own folder (``--image-root``: LLaVA-style annotations kept apart from their images);
-    ``text_only``, the run reads text only (see :func:`to_canonical`).
-    """
-
-    path: str
-    format: str
-    start: int
-    stop: int
-    offset: int = 0
-    text_field: str | None = None
-    image_root: str | None = None
-    text_only: bool = False
-
-    def __len__(self) -> int:
-        return self.stop - self.start
-
-
 def input_format(path: str | os.PathLike[str]) -> str:
     """The reader for a file, from its suffix; a clear error for anything else."""
     suffix = record_suffix(as_path(path).name)
-    if suffix not in _SUFFIXES:
+    if suffix not in SUFFIXES:
         raise UserError(f"{path}: unsupported input type {suffix or '(no suffix)'}; use {ACCEPTED}")
-    return _SUFFIXES[suffix]
+    return SUFFIXES[suffix]
 
 
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -179,7 +149,7 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for item in inputs:
         if not str(item).strip():
             raise UserError("an input is an empty path; name the files or folders to read (use . for this folder)")
-        for path in list_inputs(item, _SUFFIXES):
+        for path in list_inputs(item, SUFFIXES):
             input_format(path)
             r = path.resolve()
             if r in seen:  # read once and counted once would hide it; read twice would count every record twice
@@ -190,94 +160,9 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return unique
 
 
-def _jsonl_line_offsets(path: Path) -> list[int]:
-    """Byte offsets of every line start (the last entry is the file size)."""
-    offsets = [0]
-    pos = 0
-    with open_input(path) as fh:
-        for line in fh:
-            pos += len(line)
-            offsets.append(pos)
-    if len(offsets) > 1 and offsets[-1] == offsets[-2]:
-        offsets.pop()
-    return offsets
-
-
-def _load_json_array(path: Path) -> list[Any]:
-    try:
-        with open_input(path) as fh:
-            data = json.loads(fh.read())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); a .json input must hold one array of records") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text") from None
-    except (RecursionError, ValueError) as exc:  # nesting too deep, an integer too long
-        raise UserError(f"{path}: not readable JSON ({str(exc).split(';')[0]}); a .json input must hold one array of "
-                        "records (use .jsonl: a bad line is then one errored record)") from None
-    if not isinstance(data, list):
-        raise UserError(f"{path}: a .json input must hold an array of records; for one record per line use .jsonl")
-    return data
-
-
 def split_file(path: Path, rows_per_part: int) -> list[Part]:
-    """Split one input file into parts of at most ``rows_per_part`` rows."""
-    fmt = input_format(path)
-    if fmt == "jsonl":
-        offsets = _jsonl_line_offsets(path)
-        n = len(offsets) - 1
-        return [Part(str(path), fmt, s, min(s + rows_per_part, n), offsets[s]) for s in range(0, n, rows_per_part)]
-    if fmt == "tar":
-        with open_input(path) as fh:
-            offsets, n = wds.count_groups(fh, input_size(path))
-        return [Part(str(path), fmt, s, min(s + rows_per_part, n), offsets[s]) for s in range(0, n, rows_per_part)]
-    if fmt == "tgz":  # a gzipped tar has no offsets to seek to: each part streams it from the start
-        n = wds.count_gzip_groups(path)
-        return [Part(str(path), fmt, s, min(s + rows_per_part, n)) for s in range(0, n, rows_per_part)]
-    if fmt == "json":
-        n = len(_load_json_array(path))
-    else:
-        try:
-            with open_input(path) as fh:
-                n = pq.ParquetFile(fh).metadata.num_rows
-        except Exception as exc:  # pyarrow raises several types for corrupt files
-            raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
-    return [Part(str(path), fmt, s, min(s + rows_per_part, n)) for s in range(0, n, rows_per_part)]
-
-
-def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
-    with open_input(part.path) as fh:
-        fh.seek(part.offset)
-        for row in range(part.start, part.stop):
-            line = fh.readline()
-            text = line.strip()
-            if not text:
-                yield row, None, "blank"
-                continue
-            try:
-                yield row, parse_json(text), None
-            except JsonRefused as exc:
-                yield row, None, f"{exc.reason}:{exc.detail}"
-
-
-def _rows_parquet(part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
-    if not is_url(part.path):  # native reads (memory-mapped) are much faster than through a Python file
-        yield from _rows_parquet_file(pq.ParquetFile(as_path(part.path), memory_map=True), part, heads)
-        return
-    with open_input(part.path) as fh:
-        yield from _rows_parquet_file(pq.ParquetFile(fh), part, heads)
-
-
-def _rows_tar(part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
-    with open_input(part.path) as fh:
-        groups = wds.scan_groups(fh, input_size(part.path), part.offset)
-        for row, group in zip(range(part.start, part.stop), groups):
-            raw, problem = wds.group_row(fh, group, part.path, heads)
-            yield row, raw, problem
-
-
-def _rows_parquet_file(pf: pq.ParquetFile, part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
-    for row, item in parquet_rows(pf, part.start, part.stop, part.path, heads):
-        yield row, item, None
+    """Split one input file into parts of at most ``rows_per_part`` rows (its container decides where)."""
+    return CONTAINERS[input_format(path)].split(path, rows_per_part)
 
 
 def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[tuple[int, Any, str | None]]:
@@ -287,25 +172,7 @@ def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[
     :class:`~curate.core.formats.refs.ImageAt` (header bytes and address) instead of bytes; with
     ``views`` only Parquet cells are (views on the Arrow buffers, for decoding without a copy).
     """
-    if part.format == "jsonl":
-        yield from _rows_jsonl(part)
-    elif part.format == "json":
-        data = _load_json_array(as_path(part.path))
-        for row in range(part.start, min(part.stop, len(data))):
-            try:
-                check_value(data[row])
-            except JsonRefused as exc:
-                yield row, None, f"{exc.reason}:{exc.detail}"
-                continue
-            yield row, data[row], None
-    elif part.format == "tar":
-        yield from _rows_tar(part, heads)
-    elif part.format == "tgz":
-        for row, (raw, problem) in enumerate(wds.gzip_rows(part.path, part.stop)):
-            if row >= part.start:
-                yield row, raw, problem
-    else:
-        yield from _rows_parquet(part, heads or views)
+    yield from CONTAINERS[part.format].rows(part, heads, views)
 
 
 def read_part(part: Part, *, with_raw: bool = False, heads: bool = False, views: bool = False) -> Iterator[Any]:
@@ -322,13 +189,14 @@ def read_part(part: Part, *, with_raw: bool = False, heads: bool = False, views:
 def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator[tuple[Any, Record | BadRecord]]:
     path = as_path(part.path)
     stem, source = default_id_prefix(str(part.path)), default_source(str(part.path))
+    container = CONTAINERS[part.format]
     for row, raw, problem in iter_rows(part, heads, views):
-        fallback_id = f"{stem}:{row + 1}" if part.format == "jsonl" else f"{stem}:{row}"
+        fallback_id = f"{stem}:{row + container.first_row}"
         if problem == "blank":
             continue
         if problem is not None:
             reason, _, detail = problem.partition(":")
-            where = f"line {row + 1}" if part.format == "jsonl" else f"row {row}"
+            where = f"{container.row_word} {row + container.first_row}"
             rid = raw.get("id") if isinstance(raw, dict) else None  # a reader may know the id of a bad row
             yield None, BadRecord(rid or fallback_id, source, reason, f"{path.name} {where}: {detail}")
             continue
@@ -338,7 +206,7 @@ def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator
         except RecordInvalid as exc:
             rid = (raw.get("id") or raw.get("key")) if isinstance(raw, dict) else None  # key: img2dataset
             src = raw.get("source") if isinstance(raw, dict) else None
-            where = f"{path.name} line {row + 1}" if part.format == "jsonl" else f"{path.name} row {row}"
+            where = f"{path.name} {container.row_word} {row + container.first_row}"
             yield raw, BadRecord(str(rid) if rid not in (None, "") else fallback_id,
                                  str(src) if isinstance(src, str) and src else source, exc.reason, f"{where}: {exc.detail}")
 

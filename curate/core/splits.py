@@ -30,11 +30,12 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from curate.core.io import RemotePath, as_path, atomic_open, curate_cache, input_stamp, is_url
+from curate.core.formats.registry import CONTAINERS
 from curate.core.records import READER_VERSION, Part, input_format, split_file
 from curate.core.threads import available_cpus, plain_workers_context
 
 #: Formats whose split walks the whole file and is worth keeping (JSONL lines are found at about 1.4 GB/s here).
-SCANNED = frozenset({"tar"})
+SCANNED = frozenset(name for name, c in CONTAINERS.items() if c.cached_split)
 #: Files to scan from which the scans run in parallel (below, starting workers costs more than it saves).
 PARALLEL_FROM = 8
 _THREADS = 16  # concurrent scans of objects in a bucket

@@ -11,14 +11,18 @@ header; it then copies the bytes into pack's record store (see :mod:`packer.leng
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from curate.core.errors import UserError
+from curate.core.formats.container import Container, Part, Row, even_parts
 from curate.core.formats.refs import ImageAt
+from curate.core.io import as_path, is_url, open_input, write_parquet
 
 
 def _plain(view: memoryview, *_: int | str) -> bytes:
@@ -137,3 +141,40 @@ def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str,
             if at >= stop:
                 break
         row += n
+
+
+class ParquetRows(Container):
+    """Parquet files (see the module docstring): parts of rows, read a row group in batches."""
+
+    name = "parquet"
+    suffixes = (".parquet", ".pq")
+
+    def split(self, path: Path, rows_per_part: int) -> list[Part]:
+        """Parts of the file's rows (from its footer alone)."""
+        try:
+            with open_input(path) as fh:
+                n = pq.ParquetFile(fh).metadata.num_rows
+        except Exception as exc:  # pyarrow raises several types for corrupt files
+            raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
+        return even_parts(path, self.name, n, rows_per_part)
+
+    def rows(self, part: Part, heads: bool, views: bool) -> Iterator[Row]:
+        """The part's rows; image cells as views on the Arrow buffers with ``heads`` or ``views``."""
+        if not is_url(part.path):  # native reads (memory-mapped) are much faster than through a Python file
+            pf = pq.ParquetFile(as_path(part.path), memory_map=True)
+            for row, item in parquet_rows(pf, part.start, part.stop, part.path, heads or views):
+                yield row, item, None
+            return
+        with open_input(part.path) as fh:
+            for row, item in parquet_rows(pq.ParquetFile(fh), part.start, part.stop, part.path, heads or views):
+                yield row, item, None
+
+    def write_back(self, dest: Path, rows: Sequence[dict[str, Any]], source: Path) -> int:
+        """The source file's schema, with ``id`` and ``source`` added when rows gained them."""
+        with open_input(source) as fh:  # a local file or an object in a bucket
+            schema = pq.read_schema(fh)
+        for name in ("id", "source"):
+            if name not in schema.names and any(name in obj for obj in rows):
+                schema = schema.append(pa.field(name, pa.string()))
+        write_parquet(dest, pa.Table.from_pylist(list(rows), schema=schema))
+        return len(rows)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import re
-import tarfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ class Group:
     truncated: str = ""
 
 
-def _split_name(name: str) -> tuple[str, str] | None:
+def split_name(name: str) -> tuple[str, str] | None:
     """``(key, extension)`` of a member's name; None for a name without an extension (not a sample's member).
 
     A base name that starts with a dot (``.jpg``, ``dir/.txt``) has an empty key: WebDataset drops such members
@@ -215,7 +214,7 @@ def scan_groups(fh: IO[bytes], size: int, offset: int = 0) -> Iterator[Group]:
             end = data_at + ((n + _BLOCK - 1) // _BLOCK) * _BLOCK
             if not regular:
                 continue
-            parts = _split_name(name)
+            parts = split_name(name)
             if parts is None:
                 continue
             key, ext = parts
@@ -321,51 +320,3 @@ def member_row(key: str, members: list[tuple[str, Any]]) -> tuple[dict[str, Any]
         row["images"] = images
     row.setdefault("id", key)
     return row, None
-
-
-def _gzip_groups(path: str, read: bool) -> Iterator[tuple[str, list[tuple[str, Any]], str]]:
-    """``(key, members, problem)`` of every group of a gzipped tar, streamed front to back (member data read
-    only with ``read``); the last group has a ``problem`` when the archive is cut short or corrupt."""
-    from curate.core.io import open_input
-
-    key, members = None, []
-    try:
-        with open_input(path) as raw, gzip.GzipFile(fileobj=raw) as unzipped, \
-                tarfile.open(fileobj=unzipped, mode="r|") as archive:
-            for info in archive:
-                parts = _split_name(info.name) if info.isreg() else None
-                if parts is None:
-                    continue
-                if parts[0] != key and key is not None:
-                    yield key, members, ""
-                    members = []
-                key = parts[0]
-                if not read:
-                    data = None
-                elif info.size > (HELD_LIMIT if parts[1].rsplit(".", 1)[-1] in IMAGE_EXTS else TEXT_LIMIT):
-                    yield key, [], f"too_large:group {key}: member .{parts[1]} has {info.size:,} bytes"
-                    key, members = None, []
-                    continue
-                else:
-                    data = archive.extractfile(info).read()
-                members.append((parts[1].lower(), data))
-            while unzipped.read(1 << 20):  # to the end of the stream: a cut file fails here, not silently
-                pass
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        yield (key or "@end"), members, f"truncated_tar:group {key or '@end'}: {type(exc).__name__}: {exc}"
-        return
-    if key is not None:
-        yield key, members, ""
-
-
-def count_gzip_groups(path: str) -> int:
-    """How many groups (rows) a gzipped tar holds, the bad last one included."""
-    return sum(1 for _ in _gzip_groups(path, read=False))
-
-
-def gzip_rows(path: str, stop: int) -> Iterator[tuple[dict[str, Any], str | None]]:
-    """The raw rows of a gzipped tar's first ``stop`` groups, streamed (see :func:`group_row`)."""
-    for row, (key, members, problem) in enumerate(_gzip_groups(path, read=True)):
-        if row >= stop:
-            return
-        yield ({"id": key}, problem) if problem else member_row(key, members)
