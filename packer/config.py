@@ -17,6 +17,7 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, ImageLimits
+from curate.core.location import Location, locations
 from packer.balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
 from packer.plan import MAX_CTX
@@ -64,7 +65,7 @@ class PackConfig:
         max_image_bytes, max_image_pixels: The image gate's limits (:class:`curate.core.images.ImageLimits`).
     """
 
-    out: PathLike
+    out: Location | PathLike
     ctx: int = 8192
     processor: str | None = None
     min_pixels: int | None = None
@@ -76,16 +77,16 @@ class PackConfig:
     verify_fraction: float | None = None
     verify_sample: int | None = DEFAULT_VERIFY_SAMPLE
     exact: bool = False
-    lengths: PathLike | None = None
+    lengths: Location | PathLike | None = None
     plan_only: bool = False
     trust_remote_code: bool = False
     plot: bool = True
     balance_compute: bool = False
     dp: int | None = None
     micro_batches: int | None = None
-    cost_model: PathLike | None = None
+    cost_model: Location | PathLike | None = None
     energon: str | None = None
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
     max_image_bytes: int = DEFAULT_MAX_BYTES
     max_image_pixels: int = DEFAULT_MAX_PIXELS
 
@@ -95,6 +96,8 @@ class PackConfig:
         return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "lengths": "--lengths", "cost_model": "--cost-model",
+                         "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.integer("--max-image-bytes", self.max_image_bytes, 1)
         v.integer("--max-image-pixels", self.max_image_pixels, 1)
@@ -117,6 +120,7 @@ class PackConfig:
         v.in_file("--cost-model", self.cost_model)
         if self.energon is not None:
             parse_split_ratio(self.energon)
+            energon_here("--energon", self.out)
         balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model)
 
 
@@ -124,36 +128,48 @@ class PackConfig:
 class VerifyConfig:
     """Settings of ``curate verify`` (see :func:`packer.verify.verify_pack`)."""
 
-    out: PathLike
+    out: Location | PathLike
     processor: str | None = None
     sample: int = 64
     seed: int = 0
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "OUT"})
         v.integer("--sample", self.sample, 0)
         v.integer("--seed", self.seed, 0)
-        if v.is_url(self.out):
-            return  # read through a local mirror (curate.core.remote.local_copy)
+        if self.out.is_remote:
+            return  # its small files are read through a local copy, its tars in place (packer.verify)
         out = Path(self.out)
         if not out.is_dir():
             raise UserError(f"{out}: no such folder; give a curate pack output folder")
         read_pack_stats(out)
 
 
-def read_pack_stats(out: PathLike) -> dict:
-    """``OUT/stats.json`` of a finished ``curate pack`` run, checked (one line naming the file otherwise)."""
+def energon_here(flag: str, out: Location | PathLike) -> None:
+    """Energon prepares a dataset on a file system: refuse a folder in object storage in one line."""
+    if Location(out).is_remote:
+        raise UserError(f"{flag}: Megatron-Energon prepares datasets on a file system, not {out}; pack into a "
+                        "local or mounted folder (or copy the shards there) and run curate energon-prepare on it")
+
+
+def read_pack_stats(out: PathLike, name: str | None = None) -> dict:
+    """``OUT/stats.json`` of a finished ``curate pack`` run, checked (one line naming the file otherwise).
+
+    ``name``: how the folder is named in errors (its URL when ``out`` is a local copy of a bucket's files).
+    """
     path = Path(out) / "stats.json"
+    where = name or str(out)
     if not path.is_file():
-        raise UserError(f"{out}: no stats.json; is this a finished curate pack output folder?")
+        raise UserError(f"{where}: no stats.json; is this a finished curate pack output folder?")
     try:
         stats = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable stats file ({type(exc).__name__}: {exc}); pack again into a "
+        raise UserError(f"{where}/stats.json: not a readable stats file ({type(exc).__name__}: {exc}); pack again into a "
                         "new folder") from None
     if not isinstance(stats, dict) or stats.get("stage") != "pack":
         stage = stats.get("stage") if isinstance(stats, dict) else None
-        raise UserError(f"{path} is from stage {stage!r}, not pack")
+        raise UserError(f"{where}/stats.json is from stage {stage!r}, not pack")
     settings = stats.get("settings")
     if not isinstance(settings, dict) or not isinstance(settings.get("ctx"), int):
-        raise UserError(f"{path}: settings.ctx is missing; is this a finished curate pack output folder?")
+        raise UserError(f"{where}/stats.json: settings.ctx is missing; is this a finished curate pack output folder?")
     return stats

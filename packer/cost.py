@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.errors import UserError
+from curate.core.io import open_input
 from curate.core.validate import integer
 
 
@@ -152,7 +153,7 @@ def load_cost_model(path: str | os.PathLike[str] | None) -> CostModel:
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open_input(path, "r") as fh:  # a local file or an object in a bucket
             data = yaml.safe_load(fh)
     except OSError as exc:
         raise UserError(f"--cost-model {path}: cannot read it ({exc.strerror})") from None

@@ -17,7 +17,9 @@ def report_after(verb: str, params: dict) -> None:
     out = params.get("out")
     if verb not in REPORTED_VERBS or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
         return
-    if not os.path.exists(os.path.join(str(out), "stats.json")):
+    from curate.run import fs
+
+    if not fs.exists(f"{str(out).rstrip('/')}/stats.json"):  # a local folder, or a prefix in a bucket
         return
     write_report_or_warn(out)
 

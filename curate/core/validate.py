@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from curate.core.errors import UserError
-from curate.core.io import is_url
+from curate.core.io import is_url, text_of
 
 C = TypeVar("C")
 
@@ -106,7 +106,7 @@ def spoken(choices: Iterable[Any]) -> str:
 
 def _elsewhere(path: str | os.PathLike[str]) -> bool:
     """A URL (s3://, gs://...) or a brace pattern: checked when it is listed, before any work starts."""
-    text = os.fspath(path)
+    text = text_of(path)
     return "://" in text[:32] or ("{" in text and "}" in text)
 
 
