@@ -71,9 +71,14 @@ def listing(fs: Any, inner: str, sub: str = "") -> dict[str, dict[str, Any]]:
 
 
 def get_file(fs: Any, remote: str, dest: Path) -> None:
-    """Download one object to ``dest`` through a hidden temporary name and a rename."""
+    """Download one object to ``dest`` through a hidden temporary name and a rename.
+
+    The filesystem's cached listings are dropped for it first: another process (a worker, a node) may have
+    written it since this one listed its folder.
+    """
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    fs.invalidate_cache(remote)
     try:
         fs.get_file(remote, str(tmp))
         os.replace(tmp, dest)
