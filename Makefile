@@ -28,7 +28,7 @@ sample-data: setup
 
 demo: setup
 	$(PY) -m curate.fixtures build-all $(DEMO)/models
-	@echo "== curate run recipes/llava-ov-midtraining.yaml: balance -> recaption en/zh -> pack at 8192 -> verify =="
+	@echo "== curate run recipes/llava-ov-midtraining.yaml: dedup -> balance -> recaption en/zh -> pack at 8192 -> verify =="
 	@echo "   (tiny random models: concept tags are random and most captions fail their checks)"
 	$(CURATE) run recipes/llava-ov-midtraining.yaml --set models=$(DEMO)/models --set cache=$(DEMO)/cache --out $(DEMO)/run
 	@echo "== curate run recipes/rl-selection.yaml: rl-filter (pass@N / pass@1) -> score =="

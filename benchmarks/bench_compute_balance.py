@@ -1,31 +1,40 @@
 """Benchmark of compute-balanced packing against the token-only plan of the same data.
 
 Usage:
-    python benchmarks/bench_compute_balance.py            # 1M samples, ctx 8192, dp 8
+    python benchmarks/bench_compute_balance.py            # 1M samples, ctx 8192, dp 8, M = 1 and 4
     python benchmarks/bench_compute_balance.py --quick    # 100k samples
-    python benchmarks/bench_compute_balance.py --micro-batches 4
+    python benchmarks/bench_compute_balance.py --micro-batches 2 --step-mix 1,2,4
 
 The data is a seeded synthetic vision-language mixture at native resolution
 (image tokens from the Qwen2-VL rule: sides rounded to multiples of 28 within
 64 and 4,096 tokens' worth of pixels): camera photos and web images, scanned
 document pages, rendered charts, multi-image samples and text-only
 conversations, with 0-4 images per sample. Each sample's cost comes from
-:mod:`packer.cost` (LLaVA-OneVision-1.5-8B defaults).
+:mod:`packer.cost` (LLaVA-OneVision-1.5-8B defaults), in its four parts.
 
-Printed, for the token-only plan (consecutive bins of the shuffled plan form
-the steps of ``dp`` ranks) and for ``--balance-compute``:
+Printed for each number of micro-batches M, for the token-only plan (consecutive
+bins of the shuffled plan form the steps of ``dp`` ranks), for steps balanced on
+the scalar cost alone (the bins of each step matched on one number, as before
+parts were balanced) and for ``--balance-compute`` (bins matched part by part):
 
-* step imbalance (max / mean rank cost per step): mean, p99, max;
-* expected idle fraction of the ranks (rank-time spent waiting for the slowest
-  rank: ``1 − Σ mean / Σ max`` over steps, from the cost model; no GPU needed),
-  and the step time it implies relative to perfect balance;
+* p99 step imbalance (max / mean rank cost per step) under the default model and
+  under each of the 8 models that scale the LM-attention, ViT and ViT-attention
+  weights by x0.5 or x2 (computed here from each bin's component sums), and the
+  worst of them;
+* the idle fraction of the ranks under the default model, p99 per micro-batch;
+* what steps hold: the spread over steps (std, p1-p99) of the image-token share
+  and of the mean sample length;
 * bins / lower bound; planning wall time and its ratio to the token-only plan
-  (both measured in this run; the balanced time includes the costs).
+  (both measured in this run; the balanced time includes computing the costs).
+
+With ``--step-mix K,...`` it also prints, for each K, the balance and the
+composition of steps made of K groups of similar bins.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -36,9 +45,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from packer.balance import balance_bins  # noqa: E402
-from packer.cost import CostModel  # noqa: E402
+from packer.balance import balance_bins, segment_sums  # noqa: E402
+from packer.cost import CostModel, sample_components  # noqa: E402
 from packer.plan import plan_bins  # noqa: E402
+from packer.steps import StepLayout, rank_loads, step_ratios, token_layout  # noqa: E402
 
 FACTOR = 28
 MIN_PIXELS = 64 * FACTOR * FACTOR
@@ -107,36 +117,70 @@ def synthetic_samples(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np
     return text + image_tokens, patches, owner
 
 
+def model_weights() -> list[tuple[str, np.ndarray]]:
+    """The default model's ``(a, b, c, e)`` and the 8 models scaling ``b``, ``c``, ``e`` by x0.5 or x2."""
+    base = np.array(CostModel().coefficients())
+    out = [("default", base)]
+    for f in itertools.product((0.5, 2.0), repeat=3):
+        out.append((f"attn x{f[0]:g} vit x{f[1]:g} vit-attn x{f[2]:g}", base * np.array([1.0, *f])))
+    return out
+
+
+def judged(bin_parts: np.ndarray, layout: object) -> list[float]:
+    """p99 step imbalance of a layout under each of :func:`model_weights` (``bin_parts`` in component units)."""
+    loads = rank_loads(bin_parts, layout)  # (parts, steps, dp)
+    return [float(np.percentile(step_ratios(np.tensordot(w, loads, 1)), 99)) for _, w in model_weights()]
+
+
+def composition_line(stats: dict) -> str:
+    """The spread over steps of the image-token share and the mean sample length."""
+    s, m = stats["image_share"], stats["mean_length"]
+    return (f"image share std {s['std']:.3f} (p1-p99 {s['p1']:.2f}-{s['p99']:.2f}), mean length std "
+            f"{m['std']:,.0f} (p1-p99 {m['p1']:,.0f}-{m['p99']:,.0f})")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--dp", type=int, default=8)
-    parser.add_argument("--micro-batches", type=int, default=1)
+    parser.add_argument("--micro-batches", default="1,4", help="comma-separated values of M")
+    parser.add_argument("--step-mix", default="", help="comma-separated K values to compare (default: none)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=5, help="timing runs of each plan (best is kept)")
-    parser.add_argument("--quick", action="store_true", help="100k samples")
+    parser.add_argument("--quick", action="store_true", help="100k samples, 2 timing runs")
     args = parser.parse_args(argv)
     if args.quick:
-        args.n = 100_000
+        args.n, args.repeat = 100_000, 2
     tokens, patches, owner = synthetic_samples(args.n, args.seed)
     img_tok = patches // 4
-    print(f"compute balance: {args.n:,} synthetic samples (seed {args.seed}), ctx {args.ctx}, dp {args.dp}, "
-          f"micro-batches {args.micro_batches}; machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    image_tokens = np.bincount(owner, weights=img_tok, minlength=args.n)
+    print(f"compute balance: {args.n:,} synthetic samples (seed {args.seed}), ctx {args.ctx}, dp {args.dp}; "
+          f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     print(f"  images {owner.size:,} ({np.bincount(np.bincount(owner, minlength=args.n), minlength=5).tolist()} "
           f"samples with 0..4 images); image tokens min {img_tok.min()} median {int(np.median(img_tok))} "
           f"p99 {int(np.percentile(img_tok, 99))} max {img_tok.max()}; samples > ctx {(tokens > args.ctx).sum():,}")
     model = CostModel()
+    coef = np.array(model.coefficients())
+    components = sample_components(tokens, patches, owner)
+    for m in (int(x) for x in args.micro_batches.split(",")):
+        run(args, m, tokens, image_tokens, patches, owner, components, coef)
+
+
+def run(args: argparse.Namespace, m: int, tokens: np.ndarray, image_tokens: np.ndarray, patches: np.ndarray,
+        owner: np.ndarray, components: np.ndarray, coef: np.ndarray) -> None:
+    """The figures for one number of micro-batches."""
+    dp = args.dp
 
     def token_only() -> object:
         return plan_bins(tokens, args.ctx, seed=args.seed)
 
     def compute_balanced() -> object:
-        cost = model.sample_costs(tokens, patches, owner)
+        parts = sample_components(tokens, patches, owner) * coef
         token_plan = plan_bins(tokens, args.ctx, seed=args.seed)
-        return balance_bins(token_plan.bin_offsets, token_plan.members, tokens, cost, dp=args.dp,
-                            micro_batches=args.micro_batches, seed=args.seed)
+        return balance_bins(token_plan.bin_offsets, token_plan.members, tokens, parts, dp=dp, micro_batches=m,
+                            seed=args.seed, image_tokens=image_tokens)
 
     times: dict[str, list[float]] = {"token": [], "balanced": []}
     for _ in range(args.repeat):  # alternate the two so that load on the machine hits both alike
@@ -149,33 +193,49 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 bal = result
     token_s, balanced_s = min(times["token"]), min(times["balanced"])
-
-    before, after = bal.stats["imbalance"]["token_only"], bal.stats["imbalance"]["balanced"]
-    print(f"  {'':22s} {'token-only':>12s} {'balanced':>12s}")
-    for key in ("mean", "p99", "max"):
-        print(f"  imbalance {key:12s} {before[key]:12.5f} {after[key]:12.5f}")
-    if args.micro_batches > 1:
-        print(f"  {'per micro-batch p99':22s} {before['micro_p99']:12.5f} {after['micro_p99']:12.5f}   "
-              f"(across ranks, for FSDP / ZeRO-3)")
-    print(f"  {'idle fraction':22s} {before['idle_fraction']:12.3%} {after['idle_fraction']:12.3%}   "
-          f"(rank-time waiting for the slowest rank)")
-    print(f"  {'mean step idle':22s} {before['mean_step_idle']:12.3%} {after['mean_step_idle']:12.3%}")
-    slow_b, slow_a = 1 / (1 - before["idle_fraction"]), 1 / (1 - after["idle_fraction"])
-    print(f"  {'step time / ideal':22s} {slow_b:12.5f} {slow_a:12.5f}   -> {slow_b / slow_a:.3f}x faster epochs")
-    print(f"  p99 distance to 1: token-only {before['p99'] - 1:.5f}, balanced {after['p99'] - 1:.5f} "
-          f"({(before['p99'] - 1) / max(after['p99'] - 1, 1e-12):.1f}x closer)")
+    scalar = balance_bins(plan.bin_offsets, plan.members, tokens, components @ coef, dp=dp, micro_batches=m,
+                          seed=args.seed, image_tokens=image_tokens)
+    names = [n for n, _ in model_weights()]
+    token_lay = token_layout(plan.bins, dp, m)
+    rows = {"token-only": judged(segment_sums(components[plan.members], plan.bin_offsets), token_lay),
+            "scalar cost": judged(segment_sums(components[scalar.members], scalar.bin_offsets), _in_order(scalar)),
+            "balanced": judged(segment_sums(components[bal.members], bal.bin_offsets), _in_order(bal))}
+    print(f"\n  M = {m} ({bal.layout.steps:,} steps of {dp} ranks x {m})")
+    print(f"  {'p99 step max/mean under':44s} {'token-only':>11s} {'scalar cost':>12s} {'balanced':>11s}")
+    for i, name in enumerate(names):
+        print(f"  {name:44s} " + " ".join(f"{rows[k][i]:11.4f}" for k in rows))
+    print(f"  {'worst of the 8 other models':44s} " + " ".join(f"{max(rows[k][1:]):11.4f}" for k in rows))
+    stats = {"token-only": bal.stats["imbalance"]["token_only"], "scalar cost": scalar.stats["imbalance"]["balanced"],
+             "balanced": bal.stats["imbalance"]["balanced"]}
+    print(f"  {'idle fraction (default model)':44s} " + " ".join(f"{stats[k]['idle_fraction']:11.3%}" for k in stats))
+    if m > 1:
+        print(f"  {'p99 per micro-batch (FSDP / ZeRO-3)':44s} " + " ".join(f"{stats[k]['micro_p99']:11.4f}"
+                                                                        for k in stats))
+    comp = {"token-only": bal.stats["composition"]["token_only"], "scalar cost": scalar.stats["composition"]["balanced"],
+            "balanced": bal.stats["composition"]["balanced"]}
+    for k, v in comp.items():
+        print(f"  steps hold, {k:12s} {composition_line(v)}")
     print(f"  bins {plan.bins:,} token-only, {bal.bins:,} balanced ({bal.split} split); lower bound "
           f"{plan.lower_bound_bins:,}; bins / lower bound {plan.bins / plan.lower_bound_bins:.6f} token-only, "
           f"{bal.bins / plan.lower_bound_bins:.6f} balanced")
-    lay = bal.layout
-    loads = np.bincount(lay.step * lay.dp + lay.rank, weights=bal.bin_cost).reshape(-1, lay.dp)
-    worst = int(np.argmax(loads.max(axis=1) / loads.mean(axis=1)))
-    print(f"  bin cost CV {bal.stats['bin_cost_cv']:.4f}; steps {lay.steps:,}; the most unbalanced step costs "
-          f"{loads[worst].mean() / loads.mean():.2f}x the mean step (its bins hold "
-          f"{sorted(bal.bin_tokens[lay.step == worst].tolist())[:lay.dp]}... tokens: the plan's last, "
-          f"underfilled bins)")
     print(f"  planning time: token-only {token_s:.2f} s, balanced {balanced_s:.2f} s "
           f"(costs + plan + steps) -> ratio {balanced_s / token_s:.2f}x (best of {args.repeat})")
+    for k in (int(x) for x in args.step_mix.split(",") if x):
+        if (dp * m) % k:
+            print(f"  --step-mix {k}: does not divide dp x M = {dp * m}")
+            continue
+        mixed = balance_bins(plan.bin_offsets, plan.members, tokens, components * coef, dp=dp, micro_batches=m,
+                             seed=args.seed, mix=k, image_tokens=image_tokens)
+        p99 = judged(segment_sums(components[mixed.members], mixed.bin_offsets), _in_order(mixed))
+        print(f"  --step-mix {k:<3d} p99 {p99[0]:.4f}, worst other {max(p99[1:]):.4f}; "
+              f"{composition_line(mixed.stats['composition']['balanced'])}")
+
+
+def _in_order(bb: object) -> object:
+    """The layout of balanced bins with ``order`` referring to their output positions."""
+    lay = bb.layout
+    return StepLayout(lay.dp, lay.micro_batches, lay.steps, np.arange(lay.order.shape[0]), lay.step, lay.rank,
+                      lay.micro)
 
 
 if __name__ == "__main__":

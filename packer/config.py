@@ -16,8 +16,8 @@ from pathlib import Path
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
-from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, ImageLimits
 from curate.core.location import Location, locations
+from curate.core.record_limits import ImageReading
 from packer.balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
 from packer.plan import MAX_CTX
@@ -25,6 +25,8 @@ from packer.plan import MAX_CTX
 PathLike = str | os.PathLike[str]
 
 DEFAULT_SEQUENCES_PER_SHARD = 256
+#: ``--balance-compute`` bounds: data-parallel ranks and micro-batches per rank (the layout's arrays grow with both).
+MAX_DP, MAX_MICRO_BATCHES = 1 << 16, 1 << 10
 SPLITS = ("train", "val", "test")
 
 
@@ -40,7 +42,7 @@ def parse_split_ratio(ratio: str | Sequence[float]) -> tuple[float, float, float
 
 
 @dataclass(frozen=True)
-class PackConfig:
+class PackConfig(ImageReading):
     """Settings of ``curate pack`` (see :func:`packer.pack.pack`).
 
     Attributes:
@@ -60,9 +62,12 @@ class PackConfig:
         plan_only: Write the plan only, no shards.
         trust_remote_code: Allow processors that ship their own code.
         plot: Write ``packing.png``.
-        balance_compute, dp, micro_batches, cost_model: Compute-balanced layout (:mod:`packer.balance`).
+        balance_compute, dp, micro_batches, cost_model, step_mix: Compute-balanced layout
+            (:mod:`packer.balance`); ``cost_model`` is a YAML of the model's fields or a timing log to fit
+            (:mod:`packer.timing`), ``step_mix`` the groups of similar sequences per step.
         energon: Also make ``out`` an Energon dataset with this train,val,test split (the CLI's ``--energon``).
-        max_image_bytes, max_image_pixels: The image gate's limits (:class:`curate.core.images.ImageLimits`).
+        max_image_bytes, max_image_pixels, max_images: What one record may cost in images
+            (:class:`curate.core.record_limits.ImageReading`).
     """
 
     out: Location | PathLike
@@ -85,22 +90,15 @@ class PackConfig:
     dp: int | None = None
     micro_batches: int | None = None
     cost_model: Location | PathLike | None = None
+    step_mix: int | None = None
     energon: str | None = None
     image_root: Location | PathLike | None = None
-    max_image_bytes: int = DEFAULT_MAX_BYTES
-    max_image_pixels: int = DEFAULT_MAX_PIXELS
-
-    @property
-    def image_limits(self) -> ImageLimits:
-        """The limits every image of the run is held to."""
-        return ImageLimits(max_bytes=self.max_image_bytes, max_pixels=self.max_image_pixels)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "lengths": "--lengths", "cost_model": "--cost-model",
                          "image_root": "--image-root"})
         v.out_dir("--out", self.out)
-        v.integer("--max-image-bytes", self.max_image_bytes, 1)
-        v.integer("--max-image-pixels", self.max_image_pixels, 1)
+        self.check_image_reading()
         v.in_dir("--image-root", self.image_root)
         v.integer("--ctx", self.ctx, 1)
         if self.ctx > MAX_CTX:
@@ -121,7 +119,9 @@ class PackConfig:
         if self.energon is not None:
             parse_split_ratio(self.energon)
             energon_here("--energon", self.out)
-        balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model)
+        v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before packer.balance sizes
+        v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # its arrays by them
+        balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model, self.step_mix)
 
 
 @dataclass(frozen=True)
@@ -132,13 +132,17 @@ class VerifyConfig:
     processor: str | None = None
     sample: int = 64
     seed: int = 0
+    recount_all: bool = False
 
     def __post_init__(self) -> None:
         locations(self, {"out": "OUT"})
         v.integer("--sample", self.sample, 0)
+        if self.recount_all and self.sample != 64:
+            raise UserError("--recount-all re-tokenizes every record: drop --sample")
         v.integer("--seed", self.seed, 0)
-        if self.out.is_remote:
-            return  # its small files are read through a local copy, its tars in place (packer.verify)
+        if self.out.is_remote or v.later(self.out):
+            return  # in a bucket: its small files read through a local copy, its tars in place (packer.verify);
+            # or made by an earlier step
         out = Path(self.out)
         if not out.is_dir():
             raise UserError(f"{out}: no such folder; give a curate pack output folder")

@@ -23,11 +23,17 @@ Norms, rotary embeddings, softmax and the loss are left out (a few percent,
 nearly linear in tokens).
 
 So ``cost = a·T + b·T² + Σ_images (c·P + e·P²)`` with the coefficients of
-:meth:`CostModel.coefficients`. The defaults describe LLaVA-OneVision-1.5-8B: a
+:meth:`CostModel.coefficients`: a sample's cost is the dot product of its four
+*components* (:data:`COMPONENTS`: ``T``, ``T²``, ``ΣP``, ``ΣP²``, from
+:func:`sample_components`) with ``(a, b, c, e)``, and so is a packed sequence's
+(its samples' components summed). The defaults describe LLaVA-OneVision-1.5-8B: a
 Qwen3-8B language model (hidden 4096, 36 layers, 32 heads, 8 key/value heads of
 128, MLP 12288, vocabulary 151936) and a RICE-ViT-L/14 encoder (hidden 1024,
 24 layers, 16 heads, MLP 4096, GELU, patch 14, 2×2 merge). Other architectures
-come from a YAML file of the same field names (``curate pack --cost-model FILE``).
+come from a YAML file of the same field names (``curate pack --cost-model FILE``);
+the four coefficients can also be given directly (``per_token``, ``per_token_sq``,
+``per_patch``, ``per_patch_sq``: a model fitted to measured step times, see
+:mod:`packer.timing`), and then replace the FLOPs estimate.
 """
 
 from __future__ import annotations
@@ -45,6 +51,11 @@ from curate.core.errors import UserError
 from curate.core.io import open_input
 from curate.core.validate import integer
 
+COMPONENTS = ("tokens", "tokens_sq", "patches", "patches_sq")
+"""The cost components of a sample (or a sum of samples): ``ΣT``, ``ΣT²``, ``ΣP`` and ``ΣP²``."""
+
+COEFFICIENT_FIELDS = ("per_token", "per_token_sq", "per_patch", "per_patch_sq")
+""":class:`CostModel` fields that give the coefficients of :data:`COMPONENTS` directly."""
 
 @dataclass(frozen=True)
 class CostModel:
@@ -68,6 +79,10 @@ class CostModel:
         in_channels: Image channels ``c``.
         merge_size: Spatial merge ``s`` (image tokens = patches / s²).
         training_factor: Multiplier from forward to training FLOPs.
+        per_token, per_token_sq, per_patch, per_patch_sq: The coefficients ``(a, b, c, e)``
+            themselves (all four or none), e.g. fitted to measured step times; when
+            given they replace the FLOPs estimate of the fields above (cost is then in
+            their unit, seconds for a fit).
     """
 
     lm_hidden: int = 4096
@@ -87,10 +102,24 @@ class CostModel:
     in_channels: int = 3
     merge_size: int = 2
     training_factor: float = 3.0
+    per_token: float | None = None
+    per_token_sq: float | None = None
+    per_patch: float | None = None
+    per_patch_sq: float | None = None
 
     def __post_init__(self) -> None:
+        given = [getattr(self, name) is not None for name in COEFFICIENT_FIELDS]
+        if any(given) and not all(given):
+            raise UserError(f"cost model: give all of {', '.join(COEFFICIENT_FIELDS)} or none")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in COEFFICIENT_FIELDS:
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
+                        or value == float("inf"):
+                    raise UserError(f"cost model: {f.name} must be a number >= 0, got {value!r}")
+                continue
             if f.type in ("bool", bool):
                 if not isinstance(value, bool):
                     raise UserError(f"cost model: {f.name} must be true or false, got {value!r}")
@@ -105,7 +134,9 @@ class CostModel:
                 raise UserError(f"cost model: {f.name} must be >= {minimum}, got {value!r}")
 
     def coefficients(self) -> tuple[float, float, float, float]:
-        """``(a, b, c, e)`` of ``cost = a·T + b·T² + Σ_images (c·P + e·P²)`` in training FLOPs."""
+        """``(a, b, c, e)`` of ``cost = a·T + b·T² + Σ_images (c·P + e·P²)``: training FLOPs, or the given ones."""
+        if self.per_token is not None:
+            return tuple(float(getattr(self, name)) for name in COEFFICIENT_FIELDS)  # type: ignore[return-value]
         d, hd = self.lm_hidden, self.lm_head_dim
         m = 3 if self.lm_gated_mlp else 2
         lm_layer = d * hd * (2 * self.lm_heads + 2 * self.lm_kv_heads) + m * d * self.lm_intermediate
@@ -137,16 +168,42 @@ class CostModel:
             cost += np.bincount(np.asarray(owner, dtype=np.int64), weights=c * p + e * p * p, minlength=t.shape[0])
         return cost
 
+    @property
+    def fitted(self) -> bool:
+        """Whether the coefficients are given (fitted) rather than estimated from the architecture."""
+        return self.per_token is not None
+
     def to_dict(self) -> dict[str, Any]:
         """The parameters as a plain dict (the YAML layout of :func:`load_cost_model`)."""
         return dataclasses.asdict(self)
+
+
+def sample_components(tokens: np.ndarray, patches: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """The :data:`COMPONENTS` of every sample, shape ``(samples, 4)`` (float64).
+
+    Args:
+        tokens: Tokens ``T`` per sample.
+        patches: Patches ``P`` per image (before the merge), all images.
+        owner: Sample index of each image.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    out = np.zeros((t.shape[0], len(COMPONENTS)), order="F")  # column by column: each component contiguous
+    out[:, 0] = t
+    out[:, 1] = t * t
+    p = np.asarray(patches, dtype=np.float64)
+    if p.size:
+        owner = np.asarray(owner, dtype=np.int64)
+        out[:, 2] = np.bincount(owner, weights=p, minlength=t.shape[0])
+        out[:, 3] = np.bincount(owner, weights=p * p, minlength=t.shape[0])
+    return out
 
 
 def load_cost_model(path: str | os.PathLike[str] | None) -> CostModel:
     """The default model, or one read from a YAML (or JSON) file of :class:`CostModel` field names.
 
     Fields left out keep their defaults. Raises :class:`UserError` naming the file
-    on a missing or unreadable file, an unknown field or a bad value.
+    on a missing or unreadable file, an unknown field or a bad value. A timing log
+    (``.csv`` or ``.parquet``) is fitted instead: see :func:`packer.timing.load_model`.
     """
     if path is None:
         return CostModel()
@@ -167,6 +224,12 @@ def load_cost_model(path: str | os.PathLike[str] | None) -> CostModel:
     unknown = sorted(set(map(str, data)) - set(names))
     if unknown:
         raise UserError(f"--cost-model {path}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(names)}")
+    for name in (*COEFFICIENT_FIELDS, "training_factor"):  # YAML 1.1 reads 1e-7 (no dot) as a string
+        if isinstance(data.get(name), str):
+            try:
+                data[name] = float(data[name])
+            except ValueError:
+                pass
     try:
         return CostModel(**data)
     except UserError as exc:
@@ -197,15 +260,24 @@ def image_patches(grids: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nda
     return thw.prod(axis=1), owner
 
 
+def _table_images(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tokens = table.column("tokens").to_numpy(zero_copy_only=False).astype(np.int64)
+    if "image_grids" in table.column_names:
+        patches, owner = image_patches(table.column("image_grids"))
+    else:
+        patches = owner = np.zeros(0, np.int64)
+    return tokens, patches, owner
+
+
 def table_costs(table: pa.Table, model: CostModel) -> np.ndarray:
     """Training FLOPs of every row of a lengths table (``tokens``, optional ``image_grids``).
 
     Lengths without ``image_grids`` (counted elsewhere) get the language-model
     part only.
     """
-    tokens = table.column("tokens").to_numpy(zero_copy_only=False).astype(np.int64)
-    if "image_grids" in table.column_names:
-        patches, owner = image_patches(table.column("image_grids"))
-    else:
-        patches = owner = np.zeros(0, np.int64)
-    return model.sample_costs(tokens, patches, owner)
+    return model.sample_costs(*_table_images(table))
+
+
+def table_components(table: pa.Table) -> np.ndarray:
+    """:func:`sample_components` of every row of a lengths table (image parts 0 without ``image_grids``)."""
+    return sample_components(*_table_images(table))

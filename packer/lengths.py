@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from curate.core.defaults import DEFAULT_MAX_IMAGES
 from curate.core.errors import UserError
 from curate.core.formats.refs import ImageAt
 from curate.core.gcpause import paused_gc
@@ -59,6 +60,7 @@ from curate.core.malloc import keep_freed_memory
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
+from packer.reserved import SPECIAL_TOKEN
 from packer.reuse import TextCounts, reusable_text_counts  # noqa: F401 (re-exported)
 from packer.tokens import TokenCounter
 
@@ -124,7 +126,7 @@ class LengthsTask(ShardTask):
                  exact: bool = False, verify_fraction: float | None = None,
                  limits: ImageLimits = DEFAULT_LIMITS, trust_remote_code: bool = False,
                  verify_sample: int | None = DEFAULT_VERIFY_SAMPLE, max_chars: int = MAX_RECORD_CHARS,
-                 reuse_from: str | None = None) -> None:
+                 reuse_from: str | None = None, max_images: int = DEFAULT_MAX_IMAGES) -> None:
         if verify_fraction is not None and not 0.0 <= verify_fraction <= 1.0:
             raise UserError(f"--verify-fraction must be within [0, 1], got {verify_fraction}")
         if verify_sample is not None and verify_sample < 0:
@@ -136,7 +138,7 @@ class LengthsTask(ShardTask):
         self.processor_spec = processor
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.exact, self.verify_fraction = exact, verify_fraction
-        self.limits = limits
+        self.limits, self.max_images = limits, max_images
         self.trust_remote_code = trust_remote_code
         self.max_chars = max_chars  # text beyond it is never rendered nor tokenized (curate.core.textlimits)
         self.reuse_from = reuse_from  # an earlier lengths.parquet whose text counts may be reused, by text_key
@@ -179,7 +181,8 @@ class LengthsTask(ShardTask):
         self.setup()
         assert self.counter is not None
         return {"processor": self.counter.fingerprint, "min_pixels": self.min_pixels, "max_pixels": self.max_pixels,
-                "exact": self.exact, "image_limits": self.limits.settings(), "max_chars": self.max_chars}
+                "exact": self.exact, "image_limits": self.limits.settings(), "max_chars": self.max_chars,
+                "max_images": self.max_images}
 
     # -------------------------------------------------------------------------------------
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
@@ -206,6 +209,7 @@ class LengthsTask(ShardTask):
                 lengths = self.counter.text_lengths([p["text"] for p in fresh]) if fresh else []
                 counted = {id(p): n for p, n in zip(fresh, lengths)}
             stats.extra["text_counts_reused"] = stats.extra.get("text_counts_reused", 0) + len(pending) - len(fresh)
+            stats.extra["text_counts_made"] = stats.extra.get("text_counts_made", 0) + len(fresh)
             for item in pending:
                 n_text = counted[id(item)] if id(item) in counted else known[item["text_key"]]
                 item["text_tokens"] = n_text
@@ -238,7 +242,8 @@ class LengthsTask(ShardTask):
 
     def _count_shard(self, shard: Shard, stats: StageStats, ctx: ShardContext, rng: Any,
                      chosen: frozenset[int], pending: list[dict[str, Any]], flush: Any) -> None:
-        for position, rec in readable_records(shard, stats, ctx, numbered=True, heads=True):
+        for position, rec in readable_records(shard, stats, ctx, numbered=True, heads=True,
+                                                   max_images=self.max_images):
             item = self._prepare(rec, stats)
             if item is None:
                 ctx.progress(1)
@@ -257,6 +262,10 @@ class LengthsTask(ShardTask):
         long = over(total_chars(m.get("content") for m in rec["messages"]), self.max_chars, "characters of text")
         if long:  # bounded before rendering or tokenizing: memory follows the limit, never the row
             stats.drop(rec["id"], rec["source"], TOO_LONG, long)
+            return None
+        reserved = self.counter.reserved.find(rec["messages"])
+        if reserved:  # the trainer would read it as the token: errored, never escaped (packer.reserved)
+            stats.error(rec["id"], rec["source"], SPECIAL_TOKEN, reserved)
             return None
         grids, tokens, exts = [], [], []
         for j, path in enumerate(rec["images"]):

@@ -46,6 +46,7 @@ from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
 from packer.lengths import LengthsTask
+from packer.lengths_file import LENGTHS_FILE, LENGTHS_SHA, load_lengths, processor_of, vouched
 from packer.reuse import INDEX_DIR, index_text_counts, reuse_report
 from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.padding import batch_padding_tokens, reduction_ratio
@@ -75,7 +76,8 @@ def _find_counted(key: str, out: Path) -> Path | None:
         folder = Path(read_json(index).get(key, ""))
     except (OSError, ValueError):
         return None
-    if folder and folder != out and (folder / "lengths.parquet").exists() and (folder / "_records").is_dir():
+    if folder and folder != out and (folder / "_records").is_dir() and (folder / LENGTHS_FILE).exists() \
+            and vouched(folder / LENGTHS_FILE):  # counts reused only from a file its pack vouches for
         return folder
     return None
 
@@ -204,6 +206,21 @@ def _check_ctx(out: Path, ctx: int) -> None:
                         f"lengths: curate pack ... --lengths {shown(out)}/lengths.parquet --ctx {ctx} --out NEW_FOLDER")
 
 
+def check_request(inputs: Sequence[str | os.PathLike[str]], config: PackConfig) -> None:
+    """What a pack needs beside valid settings: INPUT or ``--lengths``, a processor to count INPUT, ``--plan-only``
+    for a plan from lengths alone (checked by the verb before any work, and by :func:`pack`).
+
+    Raises:
+        UserError: one of them is missing.
+    """
+    if not inputs and config.lengths is None:
+        raise UserError("give INPUT files to pack, or --lengths LENGTHS.parquet with --plan-only")
+    if inputs and config.processor is None and config.lengths is None:
+        raise UserError("--processor is required to count tokens (a processor folder or hub id)")
+    if not inputs and not config.plan_only:
+        raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
+
+
 def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = None, *,
          executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
     """Pack records into sequences of at most ``ctx`` tokens; see the module docstring.
@@ -244,13 +261,9 @@ def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Pat
     shard_size, sequences_per_shard, plan_only = config.shard_size, config.sequences_per_shard, config.plan_only
     verify_fraction, trust_remote_code, plot = config.verify_fraction, config.trust_remote_code, config.plot
     verify_sample = config.verify_sample
-    if not inputs and lengths is None:
-        raise UserError("give INPUT files to pack, or --lengths LENGTHS.parquet with --plan-only")
-    if inputs and processor is None and lengths is None:
-        raise UserError("--processor is required to count tokens (a processor folder or hub id)")
-    if not inputs and not plan_only:
-        raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
-    balance = balance_options(config.balance_compute, config.dp, config.micro_batches, config.cost_model)
+    check_request(inputs, config)
+    balance = balance_options(config.balance_compute, config.dp, config.micro_batches, config.cost_model,
+                              config.step_mix)
     out.mkdir(parents=True, exist_ok=True)
     _check_ctx(out, ctx)
     executor = executor or get_executor("local", workers=workers)
@@ -263,7 +276,7 @@ def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Pat
     reuse: dict[str, Any] | None = None
     sources: tuple[np.ndarray, list[str]] | None = None  # the source codes, when the lengths-only path made them
     if lengths is not None and not inputs:  # a plan from counts alone: no records to check them against
-        table, store_dir, fingerprint = _load_lengths(Path(lengths), need_store=False,
+        table, store_dir, fingerprint = load_lengths(Path(lengths), need_store=False,
                                                       columns=None if balance is not None else PLAN_COLUMNS)
         sources = _source_codes(table)
         by_source = counts_by_source(*sources)
@@ -271,8 +284,9 @@ def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Pat
         total.kept_many(by_source)
     else:
         if lengths is not None:
-            _load_lengths(Path(lengths), need_store=False, columns=("id", "tokens"))  # one line for an unreadable file, before any work
-            processor = processor or _processor_of(Path(lengths))
+            # one line for an unreadable file, or one whose counts nothing vouches for, before any work
+            load_lengths(Path(lengths), need_store=False, reuse=True, columns=("id", "tokens"))
+            processor = processor or processor_of(Path(lengths))
         shards = plan_shards(inputs, shard_size, image_root=config.image_root)
         key = _lengths_key(shards, {})  # finds a folder that counted these inputs; record keys decide what is reused
         earlier = Path(lengths) if lengths is not None else _find_counted(key, out.resolve())
@@ -280,8 +294,8 @@ def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Pat
             earlier = earlier / "lengths.parquet"
         task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
                            verify_fraction=verify_fraction, trust_remote_code=trust_remote_code,
-                           verify_sample=verify_sample, limits=config.image_limits,  # text counts reused by key;
-                           # every image goes through the gate again
+                           verify_sample=verify_sample, limits=config.image_limits, max_images=config.max_images,
+                           # text counts reused by key; every image goes through the gate again
                            reuse_from=index_text_counts(earlier, out) if earlier is not None else None)
         task.choose_verified(shards, seed)
         settings = task.settings()
@@ -333,12 +347,13 @@ def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Pat
                                                   "verify_sample": None if verify_fraction is not None else verify_sample,
                                                   "plan_only": plan_only,
                                                   "balance": balance.settings() if balance else None,
-                                                  "image_limits": config.image_limits.settings()}),
+                                                  **config.reading_settings()}),
         "records_in": counts["records_in"], "records_packed": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
         **plan_stats, "sequences": sequences if not plan_only else None,
         "verified_records": int(total.extra.get("verified", 0)),
         **({"lengths_reuse": reuse} if reuse is not None and lengths is not None else {}),
+        **({LENGTHS_SHA: file_sha256(out / LENGTHS_FILE)} if (out / LENGTHS_FILE).exists() else {}),
         "timings": {**{f"{k}_steps": v for k, v in counts["timings"].items()}, **timings},
         "outputs": {"lengths": "lengths.parquet", "plan": "plan.parquet", "rejects": "rejects.parquet",
                     **({} if plan_only else {"shards": "shards/"}), **({"plot": "packing.png"} if plot else {})},
@@ -355,46 +370,3 @@ def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Pat
 
 def _source_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
     return source_codes(table.column("source") if "source" in table.column_names else None, table.num_rows)
-
-
-def _processor_of(lengths: Path) -> str:
-    """The processor an earlier pack counted with (its ``stats.json``), for ``--lengths`` with INPUT."""
-    try:
-        found = read_json(lengths.parent / "stats.json").get("settings", {}).get("processor_path")
-    except (OSError, ValueError):
-        found = None
-    if not found:
-        raise UserError(f"--lengths {lengths} with INPUT counts the records that changed: give --processor "
-                        "(the one the trainer uses)")
-    return str(found)
-
-
-def _load_lengths(path: Path, *, need_store: bool,
-                  columns: Sequence[str] | None = None) -> tuple[pa.Table, Path, str | None]:
-    """Read a lengths file (only ``columns`` of it when given and present)."""
-    if not path.exists():
-        raise UserError(f"--lengths {path}: no such file")
-    try:
-        # ParquetFile, not read_table: the dataset layer (and the pandas it imports) is not needed for one file
-        schema = pq.read_schema(path)
-        if columns is not None:
-            columns = [c for c in columns if c in schema.names]
-        as_codes = [c for c in ("source",) if columns is not None and c in columns  # a few names: read as codes
-                    and pa.types.is_string(schema.field(c).type)]
-        table = pq.ParquetFile(path, read_dictionary=as_codes or None).read(columns=columns)
-    except Exception as exc:  # pyarrow raises several types
-        raise UserError(f"--lengths {path}: not a readable Parquet file ({exc})") from None
-    missing = {"id", "tokens"} - set(table.column_names)
-    if missing:
-        raise UserError(f"--lengths {path}: missing column(s) {', '.join(sorted(missing))}; need at least id and tokens")
-    if table.num_rows and pc.min(table.column("tokens")).as_py() < 0:
-        raise UserError(f"--lengths {path}: negative token counts")
-    folder = path.parent
-    fingerprint = None
-    settings = folder / SHARDS_DIR / "lengths" / "settings.json"
-    if settings.exists():
-        fingerprint = read_json(settings).get("processor")
-    if need_store and not (folder / "_records").is_dir():
-        raise UserError(f"--lengths {path}: writing shards needs the counted records stored beside it "
-                        f"({folder}/_records); pack with --plan-only, or count again from INPUT")
-    return table, folder, fingerprint

@@ -143,11 +143,11 @@ def reuse_report(earlier: Path, table: pa.Table, stats: StageStats, *, explicit:
     shown = ignored.slice(0, SHOWN_IDS).to_pylist()
     reused = int(stats.extra.get("text_counts_reused", 0))
     report = {"from": str(earlier), "records_in_lengths": pc.count_distinct(old_ids, mode="only_valid").as_py(),
-              "text_counts_reused": reused, "counted": table.num_rows - reused, "ignored": len(ignored),
+              "text_counts_reused": reused, "counted": int(stats.extra.get("text_counts_made", 0)), "ignored": len(ignored),
               "ignored_ids": shown}
     where = f"--lengths {earlier}" if explicit else f"token counts of an earlier run ({earlier})"
     more = f" (e.g. {', '.join(shown)})" if shown else ""
     print(f"{where}: reused the text counts of {reused:,} records, counted {report['counted']:,} new or changed "
-          f"records (image headers are always read again), ignored {len(ignored):,} of its records that are not "
+          f"records (every image goes through the image gate again), ignored {len(ignored):,} of its records that are not "
           f"in the input{more}", file=sys.stderr)
     return report

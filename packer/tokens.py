@@ -27,6 +27,7 @@ from typing import Any
 from curate.core.errors import UserError
 from curate.core.gcpause import paused_gc
 from curate.core.records import IMAGE_TOKEN
+from packer.reserved import ReservedTokens, reserved_tokens
 from packer.text_counts import PieceCounter
 
 IGNORE_INDEX = -100
@@ -153,8 +154,8 @@ class TokenCounter:
                 from transformers import AutoProcessor
 
                 self.processor = AutoProcessor.from_pretrained(self.spec, trust_remote_code=trust_remote_code)
-        except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - a truncated or malformed tokenizer or config: each library its type
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise UserError(f"--processor {self.spec}: cannot load a processor ({first}); pass a processor "
                             "folder (save_pretrained) or a hub id reachable from this machine") from None
         ip = getattr(self.processor, "image_processor", None)
@@ -184,10 +185,17 @@ class TokenCounter:
         if self.image_token and self.image_token_id is None:
             self.image_token_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
         self._template_vars = dict(getattr(self.tokenizer, "special_tokens_map", {}) or {})
+        try:
+            self._render_whole(to_template_messages(PROBE_CHATS[0]), False)
+        except Exception as exc:  # noqa: BLE001 - jinja's syntax and runtime errors, a template raising on purpose
+            raise UserError(f"--processor {self.spec}: its chat template does not render ({type(exc).__name__}: "
+                            f"{(str(exc).strip().splitlines() or [''])[0][:200]})") from None
         self._direct = _direct_renderer(self.chat_template, self._template_vars)
         if self._direct is not None and any(self._direct(chat, gen) != self._render_whole(chat, gen)
                                             for chat in map(to_template_messages, PROBE_CHATS) for gen in (False, True)):
             self._direct = None  # the compiled template must render what render_jinja_template renders
+        #: Tokens a record's text may not hold (:mod:`packer.reserved`): such a record is errored ``special_token``.
+        self.reserved = ReservedTokens(reserved_tokens(self.processor, self.tokenizer, self.render))
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self._pieces = None
         if self._backend is not None:

@@ -11,7 +11,8 @@ decode it), a few tars per shard of an executor (``--workers N`` processes or ``
   rule turns a size into a grid) its decoded size gives the stored grid;
 * the whole: every id appears once, the ids equal the plan's, the number of
   sequences and of packed records equal ``stats.json``;
-* a seeded sample of records re-tokenized with the processor gives the stored counts;
+* a seeded sample of records re-tokenized with the processor gives the stored counts (with ``recount_all``,
+  ``--recount-all``: every record, re-tokenized in the shards, each worker holding the processor);
 * for a compute-balanced pack, every sequence's step, rank and cost (:mod:`packer.verify_steps`).
 """
 
@@ -36,7 +37,7 @@ from curate.core.remote import reading
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
 from packer.verify_steps import StepRecorder
-from packer.verify_tar import ProblemLog, VerifyTarTask, tar_shards
+from packer.verify_tar import ProblemLog, VerifyTarTask, recount, tar_shards
 
 
 @dataclass
@@ -106,8 +107,11 @@ def _verify(config: VerifyConfig, out: Path, executor: Any, workers: int) -> Ver
     if leftovers:
         report.add(f"unfinished files in shards/: {leftovers[:5]}")
     balance = stats["settings"].get("balance")
+    every = config.recount_all and counter is not None  # every record re-tokenized in the shards
     task = VerifyTarTask(ctx=ctx, rule=counter.image_rule if counter is not None else None, sample=sample,
-                         balance=balance, limits=image_limits(stats))
+                         balance=balance, limits=image_limits(stats),
+                         processor={"processor": processor, "min_pixels": min_pixels, "max_pixels": max_pixels}
+                         if every else None)
     shards = tar_shards(tars)
     work = out / ".verify" / uuid.uuid4().hex[:12]  # beside the shards: shared storage for Ray actors too
     try:
@@ -125,6 +129,7 @@ def _verify(config: VerifyConfig, out: Path, executor: Any, workers: int) -> Ver
         report.sequences += summary["sequences"]
         report.records += summary["records"]
         report.images += summary["images"]
+        report.recounted += summary.get("recounted", 0)
         report.absorb(summary["problems"], summary["more_problems"])
     columns = pa.concat_tables(tables) if tables else pa.table({"kind": pa.array([], pa.string()),
                                                                "value": pa.array([], pa.string())})
@@ -136,7 +141,7 @@ def _verify(config: VerifyConfig, out: Path, executor: Any, workers: int) -> Ver
         steps = StepRecorder(balance)
         steps.rows = [tuple(r) for summary in summaries for r in (summary["steps"] or [])]
         steps.check(stats, out / "plan.parquet", bool(stats.get("errored")), report.add)
-    if counter is not None and sample:
+    if counter is not None and sample and not every:
         _recount(summaries, counter, sample, seed, report)
     return report
 
@@ -192,12 +197,4 @@ def _recount(summaries: list[dict[str, Any]], counter: Any, sample: int, seed: i
     quotas = rng.multivariate_hypergeometric(sizes, min(sample, int(sizes.sum())))
     for summary, quota in zip(summaries, quotas.tolist()):
         for cand in summary["candidates"][:quota]:
-            where, rid = cand["where"], cand["id"]
-            try:
-                got, _ = counter.encode(cand["messages"], list(cand["image_tokens"] or []))
-            except (ValueError, TypeError) as exc:
-                report.add(f"{where}: sample {rid!r} cannot be re-tokenized: {exc}")
-                continue
-            report.recounted += 1
-            if len(got) != cand["tokens"]:
-                report.add(f"{where}: sample {rid!r} recounts to {len(got)} tokens, stored {cand['tokens']}")
+            report.recounted += recount(counter, cand, report.add)

@@ -64,7 +64,7 @@ class TarReport(ProblemLog):
     """What one tar showed (see :func:`check_tar`)."""
 
     def __init__(self) -> None:
-        self.sequences = self.records = self.images = 0
+        self.sequences = self.records = self.images = self.recounted = 0
         self.problems = []
         self.more_problems = 0
 
@@ -129,12 +129,14 @@ def _check_sequence(meta: dict[str, Any], sample: dict[str, Any], ctx: int, repo
 
 
 def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: int,
-              balance: dict[str, Any] | None,
-              limits: ImageLimits = DEFAULT_LIMITS) -> tuple[dict[str, Any], pa.Table]:
+              balance: dict[str, Any] | None, limits: ImageLimits = DEFAULT_LIMITS,
+              counter: Any = None) -> tuple[dict[str, Any], pa.Table]:
     """Read one tar once; return its summary and its ``(key, id)`` columns.
 
     ``sample`` candidates for the recount are a seeded uniform sample of the tar's
-    records, in random order (the driver takes a share of them from each tar).
+    records, in random order (the driver takes a share of them from each tar). With ``counter``
+    (a :class:`~packer.tokens.TokenCounter`: ``verify --recount-all``) every record is re-tokenized here
+    instead, and none is left to the driver.
     """
     report = TarReport()
     name = Path(path).name
@@ -160,7 +162,9 @@ def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: 
                 report.records += 1
                 entry = {"where": where, "id": rid, "messages": _at(meta, "messages", i),
                          "image_tokens": _at(meta, "image_tokens", i), "tokens": _at(meta, "tokens", i)}
-                if len(chosen) < sample:  # reservoir sample
+                if counter is not None:
+                    report.recounted += recount(counter, entry, report.add)
+                elif len(chosen) < sample:  # reservoir sample
                     chosen.append(entry)
                 else:
                     j = int(rng.integers(0, report.records))
@@ -172,11 +176,26 @@ def check_tar(path: str, index: int, *, ctx: int, rule: Any, sample: int, seed: 
         report.add(f"{name}: unreadable ({type(exc).__name__}: {exc})")
     order = rng.permutation(len(chosen)).tolist()
     summary = {"tar": name, "sequences": report.sequences, "records": report.records, "images": report.images,
+               "recounted": report.recounted,
                "problems": report.problems, "more_problems": report.more_problems,
                "candidates": [chosen[k] for k in order], "steps": steps.rows if steps is not None else None}
     table = pa.table({"kind": pa.array(["key"] * len(keys) + ["id"] * len(ids), pa.dictionary(pa.int8(), pa.string())),
                       "value": pa.array(keys + ids, pa.string())})
     return summary, table
+
+
+def recount(counter: Any, entry: dict[str, Any], problem: Any) -> int:
+    """Re-tokenize one record (``entry``: where, id, messages, image_tokens, tokens) and report a difference;
+    1 when it was re-tokenized, 0 when it could not be."""
+    where, rid = entry["where"], entry["id"]
+    try:
+        got, _ = counter.encode(entry["messages"], list(entry["image_tokens"] or []))
+    except (ValueError, TypeError, KeyError) as exc:
+        problem(f"{where}: sample {rid!r} cannot be re-tokenized: {exc}")
+        return 0
+    if len(got) != entry["tokens"]:
+        problem(f"{where}: sample {rid!r} recounts to {len(got)} tokens, stored {entry['tokens']}")
+    return 1
 
 
 def iter_samples(path: str, heads: bool = True) -> Iterator[dict[str, Any]]:
@@ -247,17 +266,29 @@ class VerifyTarTask(ShardTask):
     #: seconds to import per spawned process) and use no threads, torch or OpenMP themselves.
     start_method = "fork"
 
+    transient = ("counter",)
+
     def __init__(self, *, ctx: int, rule: Any, sample: int, balance: dict[str, Any] | None,
-                 limits: ImageLimits = DEFAULT_LIMITS) -> None:
+                 limits: ImageLimits = DEFAULT_LIMITS, processor: dict[str, Any] | None = None) -> None:
         self.ctx, self.rule = ctx, rule  # the processor's image rule (a small dataclass): workers load no model
         self.sample, self.balance, self.limits = sample, balance, limits
+        self.processor = processor  # --recount-all: TokenCounter arguments, each worker loads the processor
+        self.counter: Any = None
+
+    def setup(self) -> None:
+        """With ``--recount-all``, load the processor once per worker."""
+        if self.processor is not None and self.counter is None:
+            from packer.tokens import TokenCounter
+
+            self.counter = TokenCounter(**self.processor)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Check the shard's tars; write their summaries (``{"tars": [...]}``) and columns under ``verify/``."""
         summaries, tables = [], []
         for path, index in shard.meta:
             summary, table = check_tar(path, index, ctx=self.ctx, rule=self.rule, sample=self.sample,
-                                       seed=ctx.seed, balance=self.balance, limits=self.limits)
+                                       seed=ctx.seed, balance=self.balance, limits=self.limits,
+                                       counter=self.counter)
             summaries.append(summary)
             tables.append(table)
             ctx.progress(1)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from curate.core.errors import UserError
+from curate.core.io import atomic_path
 
 
 def sidecar_path(npy: str | os.PathLike[str]) -> Path:
@@ -27,12 +28,12 @@ def copy_concepts(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     if dst.exists() and dst.samefile(src):
         return
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with atomic_path(dst) as tmp:  # removed again if the copy fails (a full disk)
+        os.unlink(tmp)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
 
 
 def load_concepts(path: str | os.PathLike[str]) -> np.ndarray:

@@ -17,8 +17,9 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
+from curate.core.defaults import DEFAULT_SHARD_SIZE, MAX_THREADS
 from curate.core.location import Location, locations
-from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.core.record_limits import ImageReading
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS
 
 PathLike = str | os.PathLike[str]
@@ -26,6 +27,9 @@ PathLike = str | os.PathLike[str]
 DEFAULT_BATCH = 64  # images per forward pass
 DEFAULT_TEXT_BATCH = 1024  # texts per forward pass
 DEFAULT_TOP_K = 5
+#: Bounds of flags whose cost grows with their value (checked before any work): concepts kept per record, IVF
+#: lists, records searched exactly to measure recall, images and texts per forward pass.
+MAX_TOP_K, MAX_NLIST, MAX_RECALL_SAMPLE, MAX_BATCH, MAX_TEXT_BATCH = 1000, 1 << 20, 1 << 20, 1 << 16, 1 << 20
 DEFAULT_NLIST: int | None = None  # auto: see curate.balance.tag.auto_nlist()
 DEFAULT_NPROBE = 16
 DEFAULT_FRACTION = 0.5  # curate balance without --target/--fraction
@@ -58,8 +62,9 @@ def _model(model: str, precision: str, threads: int | None) -> None:
 
 
 @dataclass(frozen=True)
-class EmbedConfig:
-    """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`)."""
+class EmbedConfig(ImageReading):
+    """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`); the image limits:
+    :class:`~curate.core.record_limits.ImageReading`."""
 
     out: Location | PathLike
     model: str = DEFAULT_MODEL
@@ -76,10 +81,13 @@ class EmbedConfig:
         locations(self, {"out": "--out", "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
+        self.check_image_reading()
         _model(self.model, self.precision, self.threads)
         v.at_least("--batch-size", self.batch_size, 1)
+        v.at_most("--batch-size", self.batch_size, MAX_BATCH, "images decoded and held at once")
         v.at_least("--shard-size", self.shard_size, 1)
         v.at_least("--decode-threads", self.decode_threads, 1)
+        v.at_most("--decode-threads", self.decode_threads, MAX_THREADS)
 
 
 @dataclass(frozen=True)
@@ -107,12 +115,13 @@ class VocabEmbedConfig:
         from curate.balance.vocab.files import load_vocab  # its imports only when a vocabulary is named
         from curate.core.remote import local_file
 
-        if not load_vocab(local_file(self.vocab, "--vocab")):
+        if not v.later(self.vocab) and not load_vocab(local_file(self.vocab, "--vocab")):  # type: ignore[arg-type]
             raise UserError(f"--vocab {self.vocab}: the vocabulary is empty; give a file with one concept per line")
         v.out_file("--out", self.out)
         v.cache_dir("--cache-dir", self.cache_dir)
         _model(self.model, self.precision, self.threads)
         v.at_least("--batch-size", self.batch_size, 1)
+        v.at_most("--batch-size", self.batch_size, MAX_TEXT_BATCH, "texts tokenized and held at once")
         v.one_of("--scripts", self.scripts, SCRIPT_CHOICES)
         check_template(self.template)
 
@@ -134,10 +143,14 @@ class TagConfig:
         locations(self, {"out": "--out"})
         v.out_dir("--out", self.out)
         v.at_least("--top-k", self.top_k, 1)
+        v.at_most("--top-k", self.top_k, MAX_TOP_K, "concepts kept per record")
         v.one_of("--index", self.index, INDEXES)
         v.at_least("--nlist", self.nlist, 1)
+        v.at_most("--nlist", self.nlist, MAX_NLIST, "IVF lists, each trained and searched")
         v.at_least("--nprobe", self.nprobe, 1)
+        v.at_most("--nprobe", self.nprobe, MAX_NLIST)
         v.at_least("--recall-sample", self.recall_sample, 1)
+        v.at_most("--recall-sample", self.recall_sample, MAX_RECALL_SAMPLE, "exact searches to measure recall")
 
 
 @dataclass(frozen=True)
@@ -215,6 +228,7 @@ class MatchConfig:
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         v.at_least("--top-k", self.top_k, 1)
+        v.at_most("--top-k", self.top_k, MAX_TOP_K, "matches kept per record")
         v.at_least("--shard-size", self.shard_size, 1)
         v.one_of("--rules", self.rules, RULES)
         if self.per is not None:

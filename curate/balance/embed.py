@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from curate.balance.config import DEFAULT_BATCH, EmbedConfig
 from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
+from curate.core.defaults import DEFAULT_MAX_IMAGES
 from curate.core.errors import UserError
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.io import write_parquet
@@ -68,7 +69,7 @@ class EmbedTask(ShardTask):
 
     def __init__(self, model: str = DEFAULT_MODEL, *, precision: str = "fp32", device: str = "auto",
                  batch_size: int = DEFAULT_BATCH, decode_threads: int | None = None, threads: int | None = None,
-                 limits: ImageLimits = DEFAULT_LIMITS) -> None:
+                 limits: ImageLimits = DEFAULT_LIMITS, max_images: int = DEFAULT_MAX_IMAGES) -> None:
         if batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, got {batch_size}")
         if decode_threads is not None and decode_threads < 1:
@@ -77,7 +78,7 @@ class EmbedTask(ShardTask):
         self.batch_size = batch_size
         self.decode_threads = decode_threads or default_decode_threads()
         self.threads = threads
-        self.limits = limits
+        self.limits, self.max_images = limits, max_images
         self.encoder: Encoder | None = None
 
     def setup(self) -> None:
@@ -93,6 +94,7 @@ class EmbedTask(ShardTask):
         assert self.encoder is not None
         return {"model": self.encoder.fingerprint, "model_spec": self.model_spec, "precision": self.precision,
                 "batch_size": self.batch_size, "image_limits": self.limits.settings(), "dim": self.encoder.dim,
+                "max_images": self.max_images,
                 "multi_image": "mean"}
 
     # ------------------------------------------------------------------
@@ -108,7 +110,7 @@ class EmbedTask(ShardTask):
 
         def records() -> Iterator[_Item]:
             # streamed: only the records being decoded hold their image bytes (Parquet cells, tar members)
-            for rec in readable_records(shard, stats, ctx, views=True):  # Parquet cells decode in place
+            for rec in readable_records(shard, stats, ctx, views=True, max_images=self.max_images):  # Parquet cells decode in place
                 if not rec["images"]:
                     stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
                     ctx.progress(1)
@@ -219,7 +221,8 @@ def _embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig, out: P
     decode_threads, threads = config.decode_threads, config.threads
     shards = plan_shards(inputs, shard_size, image_root=config.image_root)
     task = EmbedTask(model, precision=precision, device=device, batch_size=batch_size,
-                     decode_threads=decode_threads, threads=threads)
+                     decode_threads=decode_threads, threads=threads, limits=config.image_limits,
+                     max_images=config.max_images)
     settings = {**task.settings(), "shard_size": shard_size, "plan": plan_hash(shards)}
     t0 = time.perf_counter()
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="embed images", settings=settings)

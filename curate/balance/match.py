@@ -113,7 +113,7 @@ class MatchTask(ShardTask):
         no_text = no_vocab = texts = 0
         by_lang: Counter[str] = Counter()
         with stats.timer("match"):
-            for raw, rec in readable_records(shard, stats, ctx, with_raw=True):
+            for raw, rec in readable_records(shard, stats, ctx, with_raw=True, max_images=None):  # text only
                 items = texts_to_match(rec, raw, config.text_field, config.per)
                 no_text += not any(t.strip() for t in items)
                 for i, text in enumerate(items):

@@ -137,7 +137,7 @@ def _balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, ou
                 "batch_size": batch_size, "shard_size": shard_size}
     if concepts is not None:
         concept_info = {k: concepts[k] for k in ("rows", "dim", "embedded", "skipped", "model", "vocab_sha256",
-                                                  "template", "scripts", "cache_dir", "cached")}
+                                                  "template", "scripts", "cache_dir")}  # not "cached": history
     else:
         concept_info = {"rows": tag_result["concept_rows"], "entries": tag_result["concepts_embedded"],
                         **{k: tag_result[k] for k in ("texts", "matches", "rows_without_concept", "rows_without_text",

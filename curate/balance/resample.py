@@ -69,6 +69,7 @@ from curate.balance.thresholds import REFERENCE, Thresholds
 from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights
 from curate.core.arrow import from_numpy
 from curate.core.columns import code_counts, first_occurrences, pooled, rows, take_rows
+from curate.core.errors import UserError
 from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
@@ -233,6 +234,9 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Pat
         written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags),
                                          image_root=config.image_root)
         timings["write_records"] = time.perf_counter() - t1
+        if selection.num_rows and not written.get("records"):  # unrelated files: nothing to write is not a result
+            raise UserError(f"--records {' '.join(map(str, records))}: none of the {selection.num_rows:,} selected "
+                            "records is in them; give the record files that were tagged")
     counts = stats.to_dict()
     n_target, pool = chosen.target, chosen.pool
     inverse = mode == "inverse"

@@ -288,6 +288,10 @@ def kth_smallest(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, k)[k])
 
 
+#: The most copies of one record a selection holds (``selection.parquet``'s ``copies`` is a 32-bit integer).
+MAX_COPIES = (1 << 31) - 1
+
+
 def draw(weights: np.ndarray, target: int, rng: np.random.Generator,
          exponentials: np.ndarray | None = None, copies: np.ndarray | None = None) -> np.ndarray:
     """Copies per record: ``target`` records without replacement (∝ weight), or with replacement past the pool.
@@ -330,7 +334,12 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator,
             chosen = np.arange(size)
         copies[chosen if everyone else pool[chosen]] = 1
     else:
-        copies[slice(None) if everyone else pool] = rng.multinomial(target, w / w.sum()).astype(np.int32)
+        drawn = rng.multinomial(target, w / w.sum())  # 64-bit counts: checked before they are stored in 32 bits
+        most = int(drawn.max())
+        if most > MAX_COPIES:
+            raise UserError(f"a target of {target:,} copies: a record would be drawn {most:,} times, more than the "
+                            f"{MAX_COPIES:,} copies a selection holds per record; give a smaller --target or --fraction")
+        copies[slice(None) if everyone else pool] = drawn
     return copies
 
 

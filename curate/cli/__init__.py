@@ -20,7 +20,7 @@ import sys
 
 import click
 
-from curate.cli.errors import describe_os_error
+from curate.cli.errors import describe_os_error, storage_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
 from curate.core.gcpause import settle_for_exit
@@ -56,7 +56,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except OSError as exc:
-        _fail(describe_os_error(exc, args), 1)
+        _fail(storage_error(exc, args) or describe_os_error(exc, args), 1)
+    except Exception as exc:  # object storage (s3fs, gcsfs) raises its libraries' own types; anything else is a bug
+        line = storage_error(exc, args)
+        if line is None:
+            raise
+        _fail(line, 1)
 
 
 def entry() -> None:

@@ -11,8 +11,8 @@ from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.cli.options import (executor_options, image_root_option, make_executor, model_options, print_rejects,
-                                 threads_for)
+from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
+                                 make_executor, model_options, print_rejects, refuse_given, threads_for)
 
 
 def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
@@ -37,6 +37,26 @@ def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
                              "--records then finds it too).")(fn)
 
 
+_TEXT_MATCH = ("text_field", "rules", "case_sensitive", "per", "lang_id")
+_IVF = ("nlist", "nprobe")
+_INVERSE = ("weighting", "temperature", "use_k")
+
+
+def _refuse_other_modes(match: str, index: str | None = None, mode: str | None = None, image_limits: bool = False) -> None:
+    """Flags of a mode other than the chosen one are refused, not ignored."""
+    if match != "text":
+        refuse_given(_TEXT_MATCH, "is for --match text")
+    elif image_limits:
+        refuse_given(("max_image_bytes", "max_image_pixels", "max_images_per_record"),
+                     "bounds the images read by --match embeddings (--match text reads no image)")
+    if index is not None and index != "ivf":
+        refuse_given(_IVF, "is for --index ivf")
+    if mode == "inverse":
+        refuse_given(("t", "tail_share"), "is MetaCLIP's (--mode metaclip or worldwide)")
+    elif mode is not None:
+        refuse_given(_INVERSE, f"is for --mode inverse, not --mode {mode}")
+
+
 def _metaclip_options(fn):  # noqa: ANN001, ANN202 - click decorators
     """``--t`` and ``--tail-share`` of ``resample``/``balance`` in MetaCLIP's modes."""
     fn = click.option("--tail-share", type=float, default=None,
@@ -55,6 +75,7 @@ def _metaclip_options(fn):  # noqa: ANN001, ANN202 - click decorators
               help="Threads decoding images while the model runs (default: cores, at most 8).")
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per shard (one .npy each).")
 @image_root_option
+@image_limit_options
 @executor_options
 def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: int, executor: str,
               ray_address: str | None, **settings: object) -> None:
@@ -74,7 +95,8 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
     from curate.balance.embed import embed
     from curate.core.progress import console
 
-    config = EmbedConfig(out=out, threads=threads_for(threads, workers), **settings)  # type: ignore[arg-type]
+    config = EmbedConfig(out=out, threads=threads_for(threads, workers), **settings,  # type: ignore[arg-type]
+                         **image_limits_given())
     r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
                   f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
@@ -138,6 +160,11 @@ def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: t
     from curate.balance.tag import tag
     from curate.core.progress import console
 
+    _refuse_other_modes(match, index)
+    if match == "text":
+        refuse_given(("index", "recall_sample", "id_column"), "is for --match embeddings")
+    else:
+        refuse_given(("records", "vocab_values", "shard_size"), "is for --match text")
     if match == "text":
         from curate.balance.config import MatchConfig
         from curate.balance.match import match_text
@@ -216,6 +243,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
     from curate.balance.resample import resample
     from curate.core.progress import console
 
+    _refuse_other_modes("embeddings", mode=str(settings.get("mode")))
     config = ResampleConfig(out=out, records=records or None, **settings)  # type: ignore[arg-type]
     r = from_stats(ResampleResult, resample(tags, config))
     b = r.balance
@@ -263,6 +291,7 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 @click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per embedding shard.")
 @click.option("--no-records", is_flag=True, help="Write selection.parquet only, not the selected records.")
 @image_root_option
+@image_limit_options
 @executor_options
 def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str, threads: int | None, no_records: bool,
                 workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
@@ -288,9 +317,11 @@ def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str
 
     from curate.balance.matching.vocabularies import parse_vocab_values
 
+    _refuse_other_modes(str(settings.get("match")), str(settings.get("index")), str(settings.get("mode")),
+                        image_limits=True)
     config = BalanceConfig.build(out=out, vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
                                  threads=threads_for(threads, workers), write_records=not no_records,
-                                 **settings)  # type: ignore[arg-type]  (the flags are the config's settings)
+                                 **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are settings)
     r = from_stats(BalanceResult, balance(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     for line in summary_lines(r, out):
         console.print(line)

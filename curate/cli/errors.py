@@ -6,6 +6,7 @@ import errno
 import os
 import re
 
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # a short write with no errno: the device is full
 _TMP = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")  # curate.core.io.atomic_open's temporary names
 
 _ADVICE = {
@@ -34,6 +35,16 @@ def out_flag(args: list[str]) -> str | None:
     return None
 
 
+def _mount_of(path: str) -> str:
+    """The mount point holding ``path`` (its nearest existing folder's)."""
+    p = os.path.abspath(path.split(" (")[0])
+    while not os.path.exists(p) and p != os.path.dirname(p):
+        p = os.path.dirname(p)
+    while not os.path.ismount(p) and p != os.path.dirname(p):
+        p = os.path.dirname(p)
+    return p
+
+
 def describe_os_error(exc: OSError, args: list[str]) -> str:
     """``PATH: what went wrong; what to do`` for ``exc`` (the path from the error, else ``--out``)."""
     paths = [p for p in (exc.filename2 or exc.filename,) if p is not None]
@@ -46,7 +57,34 @@ def describe_os_error(exc: OSError, args: list[str]) -> str:
         out = out_flag(args)
         paths = [f"{out} (--out)"] if out is not None else []
     where = paths[0] if paths else ""
-    what = _ADVICE.get(exc.errno) if exc.errno is not None else None
+    code = exc.errno
+    if code is None and _SHORT_WRITE.search(str(exc)):  # numpy's fwrite: "N requested and M written", no errno
+        code = errno.ENOSPC
+    what = _ADVICE.get(code) if code is not None else None
+    if code in (errno.ENOSPC, errno.EDQUOT) and (where or out_flag(args)):
+        what = what.replace("the device", f"the device of {_mount_of(paths[0] if paths else str(out_flag(args)))}")
     if what is None:
         what = exc.strerror or str(exc) or type(exc).__name__
     return f"{where}: {what}" if where else what
+
+
+#: Libraries through which object storage is reached: their exceptions are the storage's, not curate's.
+_STORAGE = ("botocore", "aiobotocore", "s3fs", "gcsfs", "aiohttp", "google.auth", "google.api_core", "google.cloud",
+            "urllib3", "requests", "fsspec")
+
+
+def storage_error(exc: BaseException, args: list[str]) -> str | None:
+    """One line for a failure of object storage (a server that died or refuses us), found anywhere in the chain of
+    ``exc``; None when ``exc`` is not one."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if type(cause).__module__.startswith(_STORAGE):
+            text = " ".join(str(cause).split())[:240] or type(cause).__name__
+            out = out_flag(args)
+            where = f"{out} (--out)" if out and "://" in out else "object storage"
+            return (f"{where}: the storage server failed ({type(cause).__name__}: {text}); finished shards are "
+                    "kept: rerun the same command once it answers")
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from curate.core import validate as v
+from curate.core.defaults import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
 from curate.executors import EXECUTORS
 from curate.models.specs import PRECISIONS  # not .encoders: that loads numpy for a flag's choices
 
@@ -36,19 +37,48 @@ def executor_options(fn):  # noqa: ANN001, ANN202 - click decorator
     return fn
 
 
+def refuse_given(names: tuple[str, ...] | list[str], why: str) -> None:
+    """Refuse flags of another mode that were given (``names``: parameter names), rather than ignore them.
+
+    Raises:
+        UserError: the first one given on the command line (or by a recipe), naming it and ``why``.
+    """
+    from curate.core.errors import UserError
+
+    ctx = click.get_current_context()
+    for name in names:
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            param = next((p for p in ctx.command.params if p.name == name), None)
+            flag = max(getattr(param, "opts", None) or [f"--{name.replace('_', '-')}"], key=len)
+            raise UserError(f"{flag} {why}; drop it")
+
+
+class Checked(Exception):
+    """A verb checked in a recipe's check (``curate run``) stops here: its settings were built and are valid."""
+
+
 def make_executor(executor: str, workers: int, ray_address: str | None, **kw):  # noqa: ANN003, ANN202
     """The executor of a verb's flags (Ray resources come from --num-gpus / --cpus-per-actor).
 
+    Every sharded verb calls it once its settings are built and checked, before any work: in a recipe's check
+    of its steps (``ctx.meta["curate.check_only"]``) the verb stops here, raising :class:`Checked`.
+
     Raises:
         UserError: a flag out of range (checked before anything starts).
+        Checked: the verb is being checked, not run.
     """
     from curate.executors import get_executor
 
     v.at_least("--workers", workers, 1)
+    v.at_most("--workers", workers, MAX_WORKERS, "each worker is a process holding its own model")
     ctx = click.get_current_context(silent=True)
+    if ctx is not None and executor != "ray":
+        refuse_given(("num_gpus", "cpus_per_actor", "ray_address"), "is for --executor ray")
     if ctx is not None:
         v.at_least("--num-gpus", ctx.meta.get("curate.num_gpus"), 0)
         v.above("--cpus-per-actor", ctx.meta.get("curate.cpus_per_actor"), 0)
+        if ctx.meta.get("curate.check_only"):
+            raise Checked()
     if executor == "ray" and ctx is not None:
         kw.setdefault("num_gpus", ctx.meta.get("curate.num_gpus") or 0.0)
         if ctx.meta.get("curate.cpus_per_actor") is not None:
@@ -65,6 +95,58 @@ def image_root_option(fn):  # noqa: ANN001, ANN202 - click decorator
                         help="Folder (or bucket prefix) the records' relative image paths start from, for "
                              "annotations kept apart from their images (LLaVA's --image-folder); default: "
                              "each input file's own folder.")(fn)
+
+
+class ByteSize(click.ParamType):
+    """A number of bytes: ``268435456``, ``256MiB``, ``256M`` or ``1.5GB`` (K, M, G, T: powers of 1024)."""
+
+    name = "bytes"
+    _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace("_", "").replace(",", "")
+        number = text.rstrip("kmgtib")
+        unit = text[len(number):].replace("ib", "").replace("b", "") or ""
+        try:
+            size = float(number) * self._UNITS[unit[:1]] if len(unit) <= 1 else -1
+        except (KeyError, ValueError):
+            size = -1
+        if not 1 <= size < 1 << 62 or size != size:
+            self.fail(f"{value!r} is not a size in bytes (e.g. 268435456, 256MiB or 2G)", param, ctx)
+        return int(size)
+
+
+#: The image limit flags (``--max-image-bytes``, ``--max-image-pixels``, ``--max-images-per-record``) and the
+#: :class:`curate.core.record_limits.ImageReading` field each one sets.
+IMAGE_LIMIT_FLAGS = {"max_image_bytes": "max_image_bytes", "max_image_pixels": "max_image_pixels",
+                     "max_images_per_record": "max_images"}
+
+
+def image_limit_options(fn):  # noqa: ANN001, ANN202 - click decorator
+    """The image limits of the verbs that touch pixels (pack, embed, balance, recaption, rl-filter): one record
+    costs at most ``--max-images-per-record`` reads of ``--max-image-bytes`` and decodes of ``--max-image-pixels``
+    (docs/limits.md). Unset flags keep :class:`~curate.core.record_limits.ImageReading`'s defaults, which the
+    help states (the gate's are written out: reading them would load Pillow for ``--help``; a test keeps them
+    equal)."""
+    fn = click.option("--max-images-per-record", type=int, default=None, expose_value=False, callback=_store_meta,
+                      metavar="N", help="Records with more images are errored too_many_images before any is "
+                                        f"read.  [default: {DEFAULT_MAX_IMAGES}]")(fn)
+    fn = click.option("--max-image-pixels", type=int, default=None, expose_value=False, callback=_store_meta,
+                      metavar="N", help="Images with more pixels are errored decompression_bomb before they are "
+                                        "decoded.  [default: 178956970]")(fn)
+    return click.option("--max-image-bytes", type=ByteSize(), default=None, expose_value=False, callback=_store_meta,
+                        metavar="SIZE", help="Image files or cells larger than this (bytes, or 256MiB, 2G) are "
+                                             "errored too_large before they are read.  [default: 256MiB]")(fn)
+
+
+def image_limits_given() -> dict[str, int]:
+    """The image limits given on the command line, as :class:`~curate.core.record_limits.ImageReading` fields
+    (unset flags are left out, so a config keeps its defaults)."""
+    ctx = click.get_current_context()
+    given = {field: ctx.meta.get(f"curate.{flag}") for flag, field in IMAGE_LIMIT_FLAGS.items()}
+    return {k: val for k, val in given.items() if val is not None}
 
 
 _MODEL_HELP = ("open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
@@ -84,6 +166,46 @@ def model_options(fn):  # noqa: ANN001, ANN202 - click decorator
     return fn
 
 
+def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # noqa: ANN201 - click decorator
+    """The click options of a config class's settings (:func:`curate.core.settings.settings_of`): all of them but
+    ``exclude``, or ``names`` in that order. Each option's flag, type, default and help come from the config's
+    field, where they are written once; the verb passes the values straight to the config."""
+    from curate.core.settings import settings_of
+
+    infos = {info.name: info for info in settings_of(cls)}
+    unknown = [n for n in (*names, *exclude) if n not in infos]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no command-line setting {', '.join(unknown)}")
+    chosen = [infos[n] for n in names] if names else [i for i in infos.values() if i.name not in exclude]
+
+    def decorate(fn):  # noqa: ANN001, ANN202
+        for info in reversed(chosen):
+            fn = _option(info)(fn)
+        return fn
+
+    return decorate
+
+
+def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
+    import os
+
+    if info.type is bool:
+        if info.default:
+            return click.option(f"{info.flag}/--no-{info.flag[2:]}", info.name, default=True, show_default=True,
+                                help=info.help)
+        return click.option(info.flag, info.name, is_flag=True, help=info.help)
+    if info.choices:
+        kind = click.Choice(info.choices)
+    elif info.type is os.PathLike:
+        kind = click.Path(path_type=str)
+    else:
+        kind = info.type if info.type in (int, float, str) else str
+    shown = info.show_default and info.default not in (None, "")
+    given = {"required": True} if info.required else {"default": info.default}  # click: a default None is a value
+    return click.option(info.flag, info.name, type=kind, metavar=info.metavar, show_default=shown, help=info.help,
+                        **given)
+
+
 def print_rejects(counts: Counts, out: str) -> None:
     """The line with the dropped and errored records by reason (:meth:`~curate.core.results.Counts.rejects_line`),
     when there are any."""
@@ -91,6 +213,32 @@ def print_rejects(counts: Counts, out: str) -> None:
 
     if counts.rejected:
         console.print(counts.rejects_line(out))
+        example = _dominant_example(counts, out)
+        if example:
+            console.print(example, markup=False, highlight=False)
+
+
+def _dominant_example(counts: Counts, out: str) -> str | None:
+    """When one reason took most of the records (a whole input unusable, e.g. URLs never downloaded), the first
+    such record's detail, so the user reads the cause without opening rejects.parquet."""
+    import os
+
+    from curate.core.io import is_url
+
+    reasons = {**(counts.dropped or {}), **(counts.errored or {})}
+    if not reasons or not counts.records_in or is_url(str(out)):
+        return None
+    reason, n = max(reasons.items(), key=lambda kv: kv[1])
+    path = os.path.join(str(out), "rejects.parquet")
+    if n * 2 < counts.records_in or not os.path.exists(path):
+        return None
+    import pyarrow.parquet as pq
+
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096, columns=["id", "reason", "detail"]):
+        for rid, why, detail in zip(*(batch.column(k).to_pylist() for k in ("id", "reason", "detail"))):
+            if why == reason:
+                return f"  {n:,} of {counts.records_in:,} records {reason}, e.g. {rid}: {detail}"[:600]
+    return None
 
 
 def threads_for(threads: int | None, workers: int) -> int | None:
@@ -98,6 +246,7 @@ def threads_for(threads: int | None, workers: int) -> int | None:
     import os
 
     v.at_least("--threads", threads, 1)
+    v.at_most("--threads", threads, MAX_THREADS)
     if threads is not None or workers <= 1:
         return threads
     return max(1, (os.cpu_count() or 1) // workers)

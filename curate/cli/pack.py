@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, image_root_option, make_executor, print_rejects
+from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
+                                 make_executor, print_rejects)
 from curate.core import validate as v
 from curate.core.errors import UserError
 
@@ -41,15 +42,21 @@ from curate.core.errors import UserError
 @click.option("--micro-batches", type=int, default=None, metavar="M",
               help="Packed sequences per rank per step (default 1).")
 @click.option("--cost-model", type=click.Path(path_type=str), default=None, metavar="FILE",
-              help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B).")
+              help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B), or a "
+                   "timing log (.csv/.parquet of measured sequences) to fit the cost to (docs/compute-balance.md).")
+@click.option("--step-mix", type=int, default=None, metavar="K",
+              help="Groups of similar sequences per step (default: one per micro-batch). More groups mix what a "
+                   "step holds at the price of balance; must divide dp x micro-batches.")
 @image_root_option
+@image_limit_options
 @executor_options
 def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, plan_only: bool, energon: str | None,
              workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
 
-    Token counts are exact for the given processor (image tokens from image
-    headers, Qwen2-VL rule); samples longer than ctx are listed as too_long,
+    Token counts are exact for the given processor (image tokens by the Qwen2-VL
+    rule from each image's displayed size; every image proven to decode by the
+    image gate, docs/images.md); samples longer than ctx are listed as too_long,
     never truncated. Outputs in OUT: shards/*.tar, lengths.parquet, plan.parquet,
     rejects.parquet, stats.json, packing.png.
 
@@ -60,7 +67,7 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
       curate pack data/*.jsonl --processor PROC --out packed/ --balance-compute --dp 64 --micro-batches 2
     """
     from packer.config import PackConfig
-    from packer.pack import pack
+    from packer.pack import check_request, pack
 
     if verify_fraction is not None:
         from curate.core.progress import console
@@ -70,7 +77,8 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
                       "corpus size); --verify-sample is ignored")
 
     config = PackConfig(out=out, verify_fraction=verify_fraction, plan_only=plan_only, energon=energon,
-                        workers=workers, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+                        workers=workers, **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are the config's fields)
+    check_request(list(inputs), config)
     stats = pack(list(inputs), config, executor=make_executor(executor, workers, ray_address))
     _summary_pack(stats, out)
     if energon and not plan_only:
@@ -94,9 +102,24 @@ def _summary_pack(stats: dict, out: str) -> None:
         b = r.balance
         before, after = b["imbalance"]["token_only"], b["imbalance"]["balanced"]
         mb = b["micro_batches"]
+        if b.get("calibration"):
+            from packer.timing import describe_fit
+
+            console.print(describe_fit(b["calibration"]))
         console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {mb} "
                       f"micro-batch{'es' if mb != 1 else ''}; step imbalance (max/mean) p99 {before['p99']:.3f} -> {after['p99']:.3f}, "
                       f"idle rank time {before['idle_fraction']:.1%} -> {after['idle_fraction']:.1%}")
+        others = before["other_models"], after["other_models"]
+        if others[1]["models"]:
+            console.print(f"  under {others[1]['models']} other cost models (attention and vision weights x0.5 or x2): "
+                          f"worst p99 {others[0]['p99_worst']:.3f} -> {others[1]['p99_worst']:.3f}")
+        mix = b["composition"]
+        share = [mix[k]["image_share"] for k in ("token_only", "balanced")]
+        length = [mix[k]["mean_length"] for k in ("token_only", "balanced")]
+        console.print(f"  what steps hold (p1-p99 over steps): image-token share {share[0]['p1']:.2f}-{share[0]['p99']:.2f} "
+                      f"-> {share[1]['p1']:.2f}-{share[1]['p99']:.2f}, mean sample length {length[0]['p1']:,.0f}-"
+                      f"{length[0]['p99']:,.0f} -> {length[1]['p1']:,.0f}-{length[1]['p99']:,.0f} tokens "
+                      f"(--step-mix trades balance for mixed steps)")
     print_rejects(r, out)
     if r.sequences is not None:
         console.print(f"shards: {out}/shards/   plot: {out}/packing.png   stats: {out}/stats.json")
@@ -109,21 +132,25 @@ def _summary_pack(stats: dict, out: str) -> None:
 @click.option("--processor", metavar="PROC", default=None,
               help="Processor to recount tokens with (default: the one recorded in OUT/stats.json).")
 @click.option("--sample", type=int, default=64, show_default=True, help="Records re-tokenized (seeded sample).")
+@click.option("--recount-all", is_flag=True,
+              help="Re-tokenize every record instead of a sample, in the shards (each worker loads the processor): "
+                   "the proof that every stored count is right, at about the cost of counting again.")
 @executor_options
-def verify_cmd(out: str, processor: str | None, sample: int, seed: int, workers: int, executor: str,
-               ray_address: str | None) -> None:
+def verify_cmd(out: str, processor: str | None, sample: int, recount_all: bool, seed: int, workers: int,
+               executor: str, ray_address: str | None) -> None:
     """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
 
-    Each tar is walked once by its member headers (each sequence's JSON, each image's head and tail:
-    its size and end marker, never its pixels), in parallel with --workers N (or on Ray with
-    --executor ray); a pack in a bucket is read in place. Exits 1 and names each inconsistency when
-    anything is wrong.
+    Each tar is read once (each sequence's JSON; every image through the image gate, which proves it
+    decodes as the training loader will decode it and that its size gives the stored grid), in
+    parallel with --workers N (or on Ray with --executor ray); a pack in a bucket is read in place.
+    Exits 1 and names each inconsistency (the tar, sequence, image and sample) when anything is wrong.
     """
     from curate.core.progress import console
     from packer.config import VerifyConfig
     from packer.verify import verify_pack
 
-    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed),
+    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed,
+                                             recount_all=recount_all),
                          executor=make_executor(executor, workers, ray_address))
     console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
                   f"{report.images:,} images; recounted {report.recounted} records with the processor")

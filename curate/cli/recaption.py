@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, image_root_option, make_executor, print_rejects
+from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
+                                 make_executor, print_rejects)
 from curate.cli.generate_options import (
     backend_kwargs_from_flags,
     backend_options,
@@ -36,6 +37,7 @@ from curate.recaption.config import DEFAULT_PROMPTS as _RECAPTION_PROMPTS
               help="Answers that hit --max-new-tokens: cut after the last complete sentence, reject, or keep.")
 @click.option("--shard-size", type=int, default=1000, show_default=True, help="Records per shard.")
 @image_root_option
+@image_limit_options
 @executor_options
 def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str | None, prompt_en: str,
                   prompt_zh: str, truncated_policy: str, shard_size: int, image_root: str | None, seed: int,
@@ -77,9 +79,9 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
     config = RecaptionConfig(out=out, backend=backend_kwargs_from_flags(flags), langs=langs, mix=mix,
                              prompts={"en": prompt_en, "zh": prompt_zh}, sampling=sampling,
                              rules=CaptionRules(truncated=truncated_policy), seed=seed, shard_size=shard_size,
-                             image_root=image_root)
-    r = from_stats(RecaptionResult, recaption(list(inputs), config=config,
-                                              executor=make_executor(executor, workers, ray_address)))
+                             image_root=image_root, **image_limits_given())
+    stats = recaption(list(inputs), config=config, executor=make_executor(executor, workers, ray_address))
+    r = from_stats(RecaptionResult, stats)
     c = r.captions
     console.print(f"captioned {r.records_out:,} of {r.records_in:,} records: kept {c.kept:,} of "
                   f"{c.images:,} captions ({c.retried:,} retried); failed {c.failed or {}}")
@@ -87,4 +89,5 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, langs: str | None, mix: str
         mean = "n/a" if counts.mean_chars is None else f"{counts.mean_chars:.0f}"
         console.print(f"  {lang}: {counts.kept:,} of {counts.images:,} kept, mean {mean} characters")
     print_rejects(r, out)
-    console.print(f"records: {out}/records.jsonl   captions: {out}/captions.parquet   stats: {out}/stats.json")
+    records = stats.get("outputs", {}).get("records", "records.jsonl")  # .parquet when the records carry bytes
+    console.print(f"records: {out}/{records}   captions: {out}/captions.parquet   stats: {out}/stats.json")

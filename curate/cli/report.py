@@ -7,6 +7,10 @@ import click
 from curate.cli.group import cli
 
 
+#: The most samples a report section shows (``--samples``).
+MAX_SAMPLES = 10_000
+
+
 @cli.command("report")
 @click.argument("out", type=click.Path(path_type=str))
 @click.option("--samples", type=int, default=48, show_default=True,
@@ -29,7 +33,11 @@ def report_cmd(out: str, samples: int, seed: int) -> None:
     from curate.core.progress import console
     from curate.report import write_report
 
-    if samples < 1:
-        raise UserError(f"--samples must be at least 1, got {samples}")
+    from curate.core import validate as v
+
+    v.integer("--samples", samples, 1)
+    if samples > MAX_SAMPLES:  # thumbnails and rows per section: the report's cost grows with it
+        raise UserError(f"--samples {samples:,}: at most {MAX_SAMPLES:,} per section (a report page, not the data)")
+    v.integer("--seed", seed, 0)
     index = write_report(out, samples=samples, seed=seed)
     console.print(f"report: {index}", markup=False, highlight=False)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 
-#: Verbs that end by writing OUT/report/ for their --out (set CURATE_REPORT=0 to skip).
-REPORTED_VERBS = frozenset({"embed", "tag", "resample", "balance", "recaption", "rl-filter", "score", "pack"})
+from curate.stages import STAGES
 
 
 def report_after(verb: str, params: dict) -> None:
     """Write the report of a verb's --out once the verb finished (a failure only warns)."""
     out = params.get("out")
-    if verb not in REPORTED_VERBS or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
+    spec = STAGES.get(verb)
+    if spec is None or not spec.report or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
         return
     from curate.run import fs
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, image_root_option, make_executor
+from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
+                                 make_executor)
 from curate.core.errors import UserError
 from curate.cli.generate_options import (  # shared flags of the generating verbs
     backend_kwargs_from_flags,
@@ -163,6 +164,7 @@ def _band(value: str | None) -> tuple[float, float] | None:
 @click.option("--shard-size", type=int, default=1000, show_default=True, help="Prompts per shard.")
 @_answer_type_option
 @image_root_option
+@image_limit_options
 @_code_options
 @executor_options
 def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: float | None, min_gap: float | None,
@@ -198,7 +200,7 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, n: int, pass_threshold: flo
                             templates=templates, thresholds=thresholds, pass_threshold=pass_threshold,
                             min_gap=min_gap, band=_band(band), progress=train_progress, seed=seed,
                             shard_size=shard_size, image_root=image_root, answer_type=answer_type,
-                            code=_code(flags))
+                            code=_code(flags), **image_limits_given())
     r = from_stats(RlFilterResult, rl_filter(list(inputs), config=config,
                                              executor=make_executor(executor, workers, ray_address)))
     o = r.overall

@@ -68,6 +68,24 @@ class ClickVerbs:
             params.update({k.split(".", 1)[1]: v for k, v in ctx.meta.items() if k.startswith("curate.")})
         return params
 
+    def check(self, verb: str, argv: list[str], later: list[str]) -> None:
+        """Build and check a step's settings as the verb does, without running it (``later``: paths earlier steps
+        will make, accepted as if they existed)."""
+        from curate.cli.options import Checked
+        from curate.core import validate
+
+        cmd = self._command(verb)
+        with _as_command(verb, argv), validate.made_later(later):
+            try:
+                ctx = cmd.make_context(verb, list(argv))
+                ctx.meta["curate.check_only"] = True
+                with ctx:
+                    click.Command.invoke(cmd, ctx)  # the verb alone, not the report written after it
+            except Checked:
+                return
+            except click.ClickException as exc:
+                raise UserError(exc.format_message()) from None
+
     def invoke(self, verb: str, argv: list[str]) -> None:
         """Run ``curate VERB ARGV`` in this process, through the command line's own path."""
         with _as_command(verb, argv):

@@ -163,6 +163,18 @@ def release(out: str | os.PathLike[str]) -> None:
         _drop(key)
 
 
+def let_go(out: str | os.PathLike[str]) -> None:
+    """Remove the lock on ``out`` now if no block of this process is inside it any more, even within
+    :func:`held_for_command` (``curate run``: a finished step's folder is not left with a lock file when a
+    later step is killed)."""
+    if "://" in str(out):
+        return
+    key = Path(out).resolve()
+    held_lock = _HELD.get(key)
+    if held_lock is not None and held_lock.depth == 0:
+        _drop(key)
+
+
 def _drop(key: Path) -> None:
     held = _HELD.pop(key)
     path = key / LOCK_NAME

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.formats import normalize_row, wds
 from curate.core.discovery import record_suffix
+from curate.core.formats.jsontext import JsonRefused, check_value, parse_json
 from curate.core.formats.listing import ACCEPTED, list_inputs
 from curate.core.formats.parquet import parquet_rows
 from curate.core.formats.sources import default_id_prefix, default_source
@@ -65,8 +66,10 @@ Record = dict[str, Any]
 #: and that has one image struct column with bytes (MathVista's ``decoded_image``) reads those bytes.
 #: 9: a row whose layout implies an image it does not carry (a caption, a URL never downloaded, ``<image>``
 #: placeholders) is errored ``missing_image`` unless the run reads text only; ``captions`` lists are caption rows;
-#: gzipped tars are read.
-READER_VERSION = 9
+#: gzipped tars are read. 10: tar members with an empty key (``.jpg``) are a group of their own, errored
+#: ``empty_key`` (they were skipped); JSON rows with a too long integer, nesting too deep or a lone surrogate are
+#: errored (``number_too_large``, ``nested_too_deep``, ``invalid_text``: curate.core.formats.jsontext).
+READER_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -165,23 +168,24 @@ def input_format(path: str | os.PathLike[str]) -> str:
 
 
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Resolve input arguments (files, folders, brace patterns, fsspec URLs) to a sorted, de-duplicated list.
+    """Resolve input arguments (files, folders, brace patterns, fsspec URLs) to a list of files, in order.
 
     Local files are :class:`~pathlib.Path`; objects in a bucket are :class:`curate.core.io.RemotePath`.
     """
     if not inputs:
         raise UserError(f"no input given; pass one or more {ACCEPTED} files or folders")
-    files = []
+    seen: dict[Any, str] = {}
+    unique = []
     for item in inputs:
+        if not str(item).strip():
+            raise UserError("an input is an empty path; name the files or folders to read (use . for this folder)")
         for path in list_inputs(item, _SUFFIXES):
             input_format(path)
-            files.append(path)
-    seen: set[Any] = set()
-    unique = []
-    for f in files:
-        r = f.resolve()
-        if r not in seen:
-            seen.add(r)
+            r = path.resolve()
+            if r in seen:  # read once and counted once would hide it; read twice would count every record twice
+                how = f"by {seen[r]} and by {item}" if seen[r] != str(item) else "twice"
+                raise UserError(f"{r} is named {how}; give each input once")
+            seen[r] = str(item)
             unique.append(r)
     return unique
 
@@ -207,6 +211,9 @@ def _load_json_array(path: Path) -> list[Any]:
         raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); a .json input must hold one array of records") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except (RecursionError, ValueError) as exc:  # nesting too deep, an integer too long
+        raise UserError(f"{path}: not readable JSON ({str(exc).split(';')[0]}); a .json input must hold one array of "
+                        "records (use .jsonl: a bad line is then one errored record)") from None
     if not isinstance(data, list):
         raise UserError(f"{path}: a .json input must hold an array of records; for one record per line use .jsonl")
     return data
@@ -247,9 +254,9 @@ def _rows_jsonl(part: Part) -> Iterator[tuple[int, Any, str | None]]:
                 yield row, None, "blank"
                 continue
             try:
-                yield row, json.loads(text), None
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                yield row, None, f"malformed_json:{getattr(exc, 'msg', 'not UTF-8')}"
+                yield row, parse_json(text), None
+            except JsonRefused as exc:
+                yield row, None, f"{exc.reason}:{exc.detail}"
 
 
 def _rows_parquet(part: Part, heads: bool) -> Iterator[tuple[int, Any, str | None]]:
@@ -285,6 +292,11 @@ def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[
     elif part.format == "json":
         data = _load_json_array(as_path(part.path))
         for row in range(part.start, min(part.stop, len(data))):
+            try:
+                check_value(data[row])
+            except JsonRefused as exc:
+                yield row, None, f"{exc.reason}:{exc.detail}"
+                continue
             yield row, data[row], None
     elif part.format == "tar":
         yield from _rows_tar(part, heads)

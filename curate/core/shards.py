@@ -33,11 +33,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.core.defaults import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
 from curate.core.io import dumps_json, is_url, read_json, text_of, write_json, write_parquet
 from curate.core.location import shown
 from curate.core.remote_sync import drop_local, fetch, push_shard
+from curate.core.record_limits import TOO_MANY_IMAGES
 from curate.core.staging import url_of
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
 from curate.core.splits import input_stamps, split_inputs
@@ -242,7 +243,7 @@ class ShardTask(ABC):
 
 def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
                      with_raw: bool = False, numbered: bool = False, heads: bool = False,
-                     views: bool = False) -> Iterator[Any]:
+                     views: bool = False, max_images: int | None = DEFAULT_MAX_IMAGES) -> Iterator[Any]:
     """A shard's readable records, each counted in ``stats`` as seen: the one record loop of every stage.
 
     Rows that are not records (:class:`~curate.core.records.BadRecord`) are errored
@@ -252,6 +253,8 @@ def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
     errored). With ``with_raw`` yields ``(raw row, record)`` pairs; with ``numbered``
     each item comes as ``(row position in the shard, item)``, positions counting
     every row (unreadable ones too), for per-row seeded choices. ``heads``, ``views``: see :meth:`Shard.read`.
+    A record holding more than ``max_images`` images is errored ``too_many_images`` before any of them is
+    read (None: no limit, for stages that read text only).
     """
     seen_ids: set[str] = set()
     for position, (raw, rec) in enumerate(shard.read(with_raw=True, heads=heads, views=views)):
@@ -266,6 +269,11 @@ def readable_records(shard: Shard, stats: StageStats, ctx: ShardContext, *,
             ctx.progress(1)
             continue
         seen_ids.add(rec["id"])
+        if max_images is not None and len(rec["images"]) > max_images:
+            stats.error(rec["id"], rec["source"], TOO_MANY_IMAGES, f"{len(rec['images']):,} images, more than the "
+                        f"limit of {max_images:,} per record (raise --max-images-per-record to accept it)")
+            ctx.progress(1)
+            continue
         item = (raw, rec) if with_raw else rec
         yield (position, item) if numbered else item
 

@@ -11,18 +11,45 @@ do not build one themselves.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import operator
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from curate.core.errors import UserError
 from curate.core.io import is_url, text_of
 
 C = TypeVar("C")
+
+
+#: Paths that earlier steps of a recipe will make: a recipe's settings are checked before its first step runs, when
+#: they do not exist yet (:func:`made_later`).
+_LATER: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("curate_made_later", default=())
+
+
+@contextlib.contextmanager
+def made_later(paths: Iterable[str | os.PathLike[str]]) -> Iterator[None]:
+    """Within the block, the input checks accept ``paths`` (and what lies inside them) as if they existed."""
+    token = _LATER.set(tuple(os.path.abspath(text_of(p)) for p in paths if not is_url(p)))  # URLs: checked when read
+    try:
+        yield
+    finally:
+        _LATER.reset(token)
+
+
+def later(path: str | os.PathLike[str] | None) -> bool:
+    """Whether ``path`` is one an earlier step will make (see :func:`made_later`)."""
+    pending = _LATER.get()
+    if not pending or path is None or is_url(path):
+        return False
+    full = os.path.abspath(text_of(path))
+    return any(full == p or full.startswith(p.rstrip(os.sep) + os.sep) for p in pending)
 
 
 def configure(cls: type[C], config: C | None, **settings: Any) -> C:
@@ -47,6 +74,13 @@ def at_least(flag: str, value: int | float | None, minimum: int | float) -> None
         return
     if isinstance(value, float) and not math.isfinite(value) or not value >= minimum:
         raise UserError(f"{flag} must be at least {minimum}, got {value}")
+
+
+def at_most(flag: str, value: int | float | None, maximum: int | float, what: str = "") -> None:
+    """``value`` is None or at most ``maximum``: a flag whose cost grows with its value is bounded before any work
+    (``what``: why the bound, for the message)."""
+    if value is not None and value > maximum:
+        raise UserError(f"{flag} {value:,}: at most {maximum:,}{f' ({what})' if what else ''}")
 
 
 def integer(flag: str, value: Any, minimum: int | None = None) -> Any:
@@ -146,14 +180,14 @@ def out_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An output file: absent or a file, never a folder; its folder can be made."""
     if (p := _local(path)) is None:
         return
-    if str(path) == "" or p.is_dir():
-        raise UserError(f"{flag} {p}: is a folder; give a file path (for example {p / 'concepts.npy'})")
+    if str(path) == "" or p.is_dir() or os.fspath(path).endswith(("/", os.sep)):
+        raise UserError(f"{flag} {os.fspath(path)}: is a folder; give a file path (for example {p / 'concepts.npy'})")
     _writable_below(flag, p)
 
 
 def in_file(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An input file that exists (``None``: not given)."""
-    if (p := _local(path)) is None:
+    if (p := _local(path)) is None or later(p):
         return
     if p.is_dir():
         raise UserError(f"{flag} {p}: is a folder; give a file")
@@ -163,7 +197,7 @@ def in_file(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def in_path(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An input file or folder that exists (``None``: not given)."""
-    if path is not None and _elsewhere(path):
+    if path is not None and (_elsewhere(path) or later(path)):
         return
     if path is not None and not Path(path).exists():
         raise UserError(f"{flag} {path}: no such file or folder")
@@ -171,7 +205,7 @@ def in_path(flag: str, path: str | os.PathLike[str] | None) -> None:
 
 def in_dir(flag: str, path: str | os.PathLike[str] | None) -> None:
     """An input folder that exists, or a bucket prefix (``None``: not given)."""
-    if path is None or _elsewhere(path):
+    if path is None or _elsewhere(path) or later(path):
         return
     if not Path(path).is_dir():
         raise UserError(f"{flag} {path}: no such folder")

@@ -52,10 +52,10 @@ def make_backend(model: str | None = None, endpoint: str | None = None, served_m
         served_model: The ``model`` name to request from ``endpoint``.
         rollouts: JSONL or Parquet file of stored answers → :class:`RolloutsBackend`.
         **options: Backend options: transformers: ``device``, ``dtype``, ``batch_size``,
-            ``trust_remote_code``, ``chat_template_kwargs``, ``max_image_pixels``;
+            ``trust_remote_code``, ``chat_template_kwargs``, ``max_image_pixels``, ``max_image_bytes``;
             openai: ``api_key``, ``concurrency``, ``timeout``, ``max_retries``, ``backoff``,
             ``backoff_max``, ``n_per_call``, ``send_seed``, ``extra_body``,
-            ``max_image_pixels``, ``max_consecutive_failures``; rollouts: ``rollouts_version``.
+            ``max_image_pixels``, ``max_image_bytes``, ``max_consecutive_failures``; rollouts: ``rollouts_version``.
 
     Returns:
         The backend (close it, or use it as a context manager).

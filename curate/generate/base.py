@@ -46,13 +46,15 @@ from curate.core.errors import UserError
 from curate.core.records import IMAGE_TOKEN
 
 ROLES = ("system", "user", "assistant")
-#: Failures of the server, not of the prompt: asked again on a rerun.
-TRANSIENT_ERRORS = ("timeout", "connection_error", "bad_response", "endpoint_down", "http_error:429")
+#: Failures of the server, not of the prompt: asked again on a rerun (so is every ``http_error:STATUS``).
+TRANSIENT_ERRORS = ("timeout", "connection_error", "bad_response", "endpoint_down")
 
 
 def is_transient(reason: str | None) -> bool:
-    """Whether a result's error is the server's (asked again on a rerun), not the prompt's."""
-    return reason is not None and (reason in TRANSIENT_ERRORS or reason.startswith("http_error:5"))
+    """Whether a result's error is the server's (asked again on a rerun), not the prompt's: a time-out, a lost
+    connection, a malformed answer (not JSON, no choices, null content), and every HTTP status but 200 (a 4xx
+    as well as a 5xx: a refused key, a wrong path or a redirect is never stored as the prompt's answer)."""
+    return reason is not None and (reason in TRANSIENT_ERRORS or reason.startswith("http_error:"))
 
 
 class EndpointDown(UserError):

@@ -8,17 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from curate.core import validate as v
+from curate.core.defaults import MAX_THREADS
 from curate.core.errors import UserError
 
 #: Options each backend takes (beside the one of ``model``/``endpoint``/``rollouts`` that names it).
 BACKEND_OPTIONS = {
     "transformers": {"device", "dtype", "batch_size", "trust_remote_code", "chat_template_kwargs", "max_image_pixels",
-                     "max_prompt_tokens"},
+                     "max_image_bytes", "max_prompt_tokens"},
     "openai": {"api_key", "concurrency", "timeout", "max_retries", "backoff", "backoff_max", "n_per_call",
-               "send_seed", "extra_body", "max_image_pixels", "max_consecutive_failures"},
+               "send_seed", "extra_body", "max_image_pixels", "max_image_bytes",
+               "max_consecutive_failures"},
     "rollouts": {"rollouts_version"},
 }
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+#: Bounds of flags whose cost grows with their value: answer tokens, prompts per generate call, retries of a call.
+MAX_NEW_TOKENS, MAX_BATCH, MAX_RETRIES = 1 << 17, 4096, 100
 
 
 def backend_kind(model: str | None = None, endpoint: str | None = None, served_model: str | None = None,
@@ -43,9 +47,12 @@ def backend_kind(model: str | None = None, endpoint: str | None = None, served_m
         flags = ", ".join("--" + w.replace("_", "-") for w in wrong)
         raise UserError(f"{flags} cannot be used with {chosen[0]} (the {kind} backend)")
     v.at_least("--batch-size", options.get("batch_size"), 1)
+    v.at_most("--batch-size", options.get("batch_size"), MAX_BATCH, "prompts per generate call")
     v.at_least("--concurrency", options.get("concurrency"), 1)
+    v.at_most("--concurrency", options.get("concurrency"), MAX_THREADS, "a thread per call in flight")
     v.above("--timeout", options.get("timeout"), 0)
     v.at_least("--max-retries", options.get("max_retries"), 0)
+    v.at_most("--max-retries", options.get("max_retries"), MAX_RETRIES)
     v.at_least("--max-consecutive-failures", options.get("max_consecutive_failures"), 1)
     if "dtype" in options:
         v.one_of("--dtype", options["dtype"], DTYPES)
@@ -76,3 +83,5 @@ def check_sampling(sampling: Mapping[str, Any] | None) -> None:
     if p is not None and not 0 < p <= 1:
         raise UserError(f"--top-p must be within (0, 1], got {p}")
     v.at_least("--max-new-tokens", s.get("max_new_tokens"), 1)
+    v.at_most("--max-new-tokens", s.get("max_new_tokens"), MAX_NEW_TOKENS, "an answer's length; the model's context "
+              "is far shorter")

@@ -46,7 +46,8 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.generate.base import EndpointDown, GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
-from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits
+from curate.core.images import ImageError
+from curate.core.record_limits import image_limits
 from curate.generate.image_urls import data_url
 
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 20
@@ -62,15 +63,24 @@ def chat_url(endpoint: str) -> str:
     return url + "/v1/chat/completions"
 
 
+#: HTTP statuses that say the endpoint is wrong, not the prompt: unauthorised, forbidden, no such path or method,
+#: a proxy asking for credentials (redirects too: the client does not follow them).
+_ENDPOINT_STATUSES = frozenset({401, 403, 404, 405, 407})
+
+
 class CallFailed(Exception):
     """One HTTP call failed; ``retryable`` says whether another try may help."""
 
-    def __init__(self, reason: str, detail: str, retryable: bool, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, detail: str, retryable: bool, retry_after: float | None = None,
+                 endpoint_wide: bool = False) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.retryable = retryable
         self.retry_after = retry_after
+        #: The endpoint itself is wrong for every call (a redirect, no such path, a refused key): not tried again
+        #: in this run, but counted by the circuit breaker as a server failure.
+        self.endpoint_wide = endpoint_wide
 
 
 @dataclass
@@ -109,7 +119,10 @@ def _choice_text(choice: Any) -> tuple[str, bool]:
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, list):  # some servers return content parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    if content is None:
+    if content is None:  # a failure, never stored as an empty answer; unless the model spent its whole budget
+        if choice.get("finish_reason") != "length":
+            raise CallFailed("bad_response", f"message content is null (finish_reason {choice.get('finish_reason')!r})",
+                             True)
         content = ""
     if not isinstance(content, str):
         raise CallFailed("bad_response", "message content is not text", True)
@@ -133,7 +146,8 @@ class OpenAIBackend(GenerationBackend):
             server is seen returning fewer; 1: never send ``n``).
         send_seed: Send a per-call ``seed`` (servers that reject it: set False).
         extra_body: More JSON fields for every call (for example ``{"top_k": 20}`` for vLLM).
-        max_image_pixels: the image gate's pixel limit (:class:`curate.core.images.ImageLimits`).
+        max_image_pixels, max_image_bytes: the image gate's limits (:class:`curate.core.images.ImageLimits`;
+            None: its defaults).
         max_consecutive_failures: Failed calls in a row after which the server is taken for down.
     """
 
@@ -143,6 +157,7 @@ class OpenAIBackend(GenerationBackend):
                  concurrency: int = 8, timeout: float = 600.0, max_retries: int = 5, backoff: float = 1.0,
                  backoff_max: float = 60.0, n_per_call: int | None = None, send_seed: bool = True,
                  extra_body: dict[str, Any] | None = None, max_image_pixels: int | None = None,
+                 max_image_bytes: int | None = None,
                  max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES) -> None:
         super().__init__()
         import httpx
@@ -162,7 +177,7 @@ class OpenAIBackend(GenerationBackend):
         self.backoff, self.backoff_max, self.send_seed = backoff, backoff_max, send_seed
         self.extra_body = dict(extra_body or {})
         self.max_image_pixels = max_image_pixels
-        self.limits = ImageLimits(max_pixels=max_image_pixels) if max_image_pixels else DEFAULT_LIMITS
+        self.limits = image_limits(max_image_bytes, max_image_pixels)
         self._n_cap = n_per_call
         self._n_cap_fixed = n_per_call is not None
         self._lock = threading.Lock()
@@ -221,7 +236,8 @@ class OpenAIBackend(GenerationBackend):
             retry_after = None
             if retryable and resp.headers.get("retry-after", "").strip().replace(".", "", 1).isdigit():
                 retry_after = float(resp.headers["retry-after"])
-            raise CallFailed(f"http_error:{status}", text, retryable, retry_after)
+            endpoint_wide = 300 <= status < 400 or status in _ENDPOINT_STATUSES
+            raise CallFailed(f"http_error:{status}", text, retryable, retry_after, endpoint_wide)
         try:
             data = resp.json()
         except (json.JSONDecodeError, ValueError):
@@ -266,7 +282,7 @@ class OpenAIBackend(GenerationBackend):
     def _count(self, failure: CallFailed | None) -> None:
         """The circuit breaker's count: retryable failures in a row (an answer, or a 4xx, resets it)."""
         with self._lock:
-            if failure is None or not failure.retryable:
+            if failure is None or not (failure.retryable or failure.endpoint_wide):
                 self._failures_in_a_row = 0
                 return
             self._failures_in_a_row += 1

@@ -22,7 +22,6 @@ date order), and the choice is reported by :meth:`RolloutsBackend.describe`.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -31,6 +30,7 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.io import text_of
+from curate.core.formats.jsontext import JsonRefused, parse_json
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, error_result
 
 REQUIRED = ("id", "response")
@@ -44,14 +44,15 @@ def natural_key(value: Any) -> tuple[Any, ...]:
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove the line") from None
+                row = parse_json(line)
+            except JsonRefused as exc:
+                what = "not valid JSON" if exc.reason == "malformed_json" else f"not usable JSON ({exc.reason})"
+                raise UserError(f"{path}:{lineno}: {what} ({exc.detail}); fix or remove the line") from None
             if not isinstance(row, dict):
                 raise UserError(f"{path}:{lineno}: expected a JSON object with id and response")
             yield lineno, row
@@ -135,6 +136,11 @@ class RolloutsBackend(GenerationBackend):
             rid: [(resp, trunc) for _, _, resp, trunc in sorted(items, key=lambda t: (t[0], t[1]))]
             for rid, items in chosen.items()
         }
+
+    @property
+    def most_answers(self) -> int:
+        """The most answers stored for one id (in the chosen version)."""
+        return max(map(len, self._answers.values()), default=0)
 
     @property
     def num_ids(self) -> int:

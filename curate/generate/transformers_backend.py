@@ -39,7 +39,8 @@ from curate.core.errors import UserError
 from curate.core.gcpause import paused_gc
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
-from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
+from curate.core.images import ImageError, decode
+from curate.core.record_limits import image_limits
 from curate.core.textlimits import CHARS_PER_TOKEN_BOUND, MAX_PROMPT_TOKENS, TOO_LONG, over, total_chars
 from curate.generate.checks import DTYPES
 
@@ -133,7 +134,8 @@ class TransformersBackend(GenerationBackend):
         batch_size: Prompts per ``generate`` call (rows = prompts × n).
         trust_remote_code: Allow checkpoints that ship their own modelling code.
         chat_template_kwargs: Extra variables for the chat template.
-        max_image_pixels: the image gate's pixel limit (:class:`curate.core.images.ImageLimits`).
+        max_image_pixels, max_image_bytes: the image gate's limits (:class:`curate.core.images.ImageLimits`;
+            None: its defaults).
         max_prompt_tokens: Longest prompt (template text, image placeholders unexpanded); longer
             prompts get the error ``too_long`` before the model sees them.
     """
@@ -143,6 +145,7 @@ class TransformersBackend(GenerationBackend):
     def __init__(self, model: str | os.PathLike[str], *, device: str = "auto", dtype: str = "auto",
                  batch_size: int = 8, trust_remote_code: bool = False,
                  chat_template_kwargs: dict[str, Any] | None = None, max_image_pixels: int | None = None,
+                 max_image_bytes: int | None = None,
                  max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> None:
         super().__init__()
         v.at_least("--max-prompt-tokens", max_prompt_tokens, 1)
@@ -160,7 +163,7 @@ class TransformersBackend(GenerationBackend):
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_image_pixels = max_image_pixels
-        self.limits = ImageLimits(max_pixels=max_image_pixels) if max_image_pixels else DEFAULT_LIMITS
+        self.limits = image_limits(max_image_bytes, max_image_pixels)
         with paused_gc():  # torch's and transformers' imports, the model: lasting objects, little garbage
             self.device = resolve_device(device)
             self.dtype = resolve_dtype(dtype, self.device)
@@ -171,9 +174,13 @@ class TransformersBackend(GenerationBackend):
                 self.model = AutoModelForImageTextToText.from_pretrained(
                     self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
                 )
-            except (OSError, ValueError, KeyError) as exc:
-                raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText "
-                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+                self.processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "probe"}]}],
+                                                   tokenize=False, add_generation_prompt=True)  # a template that parses
+            except Exception as exc:  # noqa: BLE001 - truncated weights, a config or template that does not parse:
+                # transformers, safetensors, torch and jinja each raise their own types
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText, "
+                                f"or render its chat template ({type(exc).__name__}: {first})") from None
         self.model.to(self.device).eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # batched generation continues every row from its last token

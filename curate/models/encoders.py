@@ -245,9 +245,11 @@ def load_encoder(spec: str = DEFAULT_MODEL, *, precision: str = "fp32", device: 
             model, preprocess, tokenizer, name = create_model(parsed, device, precision)
     except UserError:
         raise
-    except (RuntimeError, OSError, ValueError, KeyError) as exc:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserError(f"--model {spec}: could not load the model ({text[:300]})") from None
+    except Exception as exc:  # noqa: BLE001 - truncated weights, a config of the wrong shape: torch, safetensors,
+        # pickle and open_clip each raise their own types
+        text = " ".join(str(exc).split())  # one line: "Error(s) in loading state_dict ... size mismatch for ..."
+        raise UserError(f"--model {spec}: could not load the model ({type(exc).__name__}: {text[:300]}); "
+                        "check the checkpoint and its config (a truncated download?)") from None
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -15,6 +15,7 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.location import Location, locations
+from curate.core.record_limits import ImageReading
 from curate.core.records import IMAGE_TOKEN
 from curate.generate.checks import check_backend, check_sampling
 from curate.recaption.checks import LANGS, CaptionRules
@@ -51,9 +52,9 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
             weight = float(value)
         except ValueError:
             weight = float("nan")
-        if not sep or lang not in LANGS or lang in mix or not weight >= 0:
+        if not sep or lang not in LANGS or lang in mix or not 0 <= weight < float("inf"):
             raise UserError(f"--mix {text!r}: expected LANG=WEIGHT pairs such as en=0.76,zh=0.24 "
-                            f"(languages {', '.join(LANGS)}, weights >= 0)")
+                            f"(languages {', '.join(LANGS)}, finite weights >= 0)")
         mix[lang] = weight
     total = sum(mix.values())
     if not mix or total <= 0:
@@ -82,7 +83,7 @@ def _mix_text(mix: Mapping[str, float] | str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class RecaptionConfig:
+class RecaptionConfig(ImageReading):
     """Settings of ``curate recaption`` (see :func:`curate.recaption.stage.recaption`).
 
     Attributes:
@@ -97,6 +98,8 @@ class RecaptionConfig:
         seed: Seed of the sampling and of the ``mix`` draw.
         shard_size: Records per shard.
         image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
+        max_image_bytes, max_image_pixels, max_images: What one record may cost in images
+            (:class:`curate.core.record_limits.ImageReading`).
     """
 
     out: Location | PathLike
@@ -114,6 +117,7 @@ class RecaptionConfig:
         locations(self, {"out": "--out", "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
+        self.check_image_reading()
         v.at_least("--shard-size", self.shard_size, 1)
         given = self.langs
         langs = parse_langs(given if isinstance(given, str) or given is None else ",".join(given))

@@ -94,7 +94,8 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
 
     seed, lang_list = config.seed, list(config.langs or ())
     task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts or {}),
-                         sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules)
+                         sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules,
+                         limits=config.image_limits, max_images=config.max_images)
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")
@@ -111,7 +112,7 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
         per_source[source] = {**entry, "captions": {lang: caption_report([r for r in mine if r["lang"] == lang])
                                                     for lang in lang_list}}
     result = {
-        **run_header("recaption", seed=seed, settings=task.settings()),
+        **run_header("recaption", seed=seed, settings=task.settings()), "inputs": [str(p) for p in inputs],
         "records_in": counts["records_in"], "records_out": counts["records_out"],
         "dropped": counts["dropped"], "errored": counts["errored"],
         "captions": caption_report(rows),

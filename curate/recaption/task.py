@@ -58,6 +58,7 @@ class RecaptionTask(GenerationTask):
         prompts: Prompt per language.
         sampling: :class:`~curate.generate.SamplingParams` fields (``seed`` included).
         rules: Caption check thresholds.
+        **reading: ``limits`` and ``max_images`` (:class:`~curate.generate.task.GenerationTask`).
     """
 
     stage = "recaption"
@@ -65,8 +66,8 @@ class RecaptionTask(GenerationTask):
 
     def __init__(self, backend: dict[str, Any], *, langs: list[str], mix: dict[str, float] | None = None,
                  prompts: dict[str, str], sampling: dict[str, Any] | None = None,
-                 rules: CaptionRules | None = None) -> None:
-        super().__init__(backend)
+                 rules: CaptionRules | None = None, **reading: Any) -> None:
+        super().__init__(backend, **reading)
         self.langs = list(langs)
         self.mix = mix
         self.prompts = prompts
@@ -78,7 +79,7 @@ class RecaptionTask(GenerationTask):
         # operational backend settings (concurrency, timeout...) may change on a rerun: not part of the settings
         return {"backend": backend_identity(self.backend.describe()), "langs": self.langs, "mix": self.mix,
                 "prompts": self.prompts,
-                "sampling": self.sampling, "rules": asdict(self.rules), "images": "first"}
+                "sampling": self.sampling, "rules": asdict(self.rules), "images": "first", **self.reading_settings()}
 
     def langs_for(self, rid: str, seed: int) -> list[str]:
         """The languages a record is captioned in."""
@@ -109,13 +110,13 @@ class RecaptionTask(GenerationTask):
         done = read_journal(journal_path)
         records: list[tuple[dict[str, Any], list[_Item]]] = []
         extra_images = 0
-        for rec in readable_records(shard, stats, ctx):
+        for rec in readable_records(shard, stats, ctx, max_images=self.max_images):
             rid, source = rec["id"], rec["source"]
             if not rec["images"]:
                 stats.drop(rid, source, "no_image", "the record has no image to caption")
                 ctx.progress(1)
                 continue
-            refused = refusal(rec["images"][:1])  # the captioned image, through the one image gate
+            refused = refusal(rec["images"][:1], self.limits)  # the captioned image, through the one image gate
             if refused is not None:
                 stats.error(rid, source, refused.reason, refused.detail)
                 ctx.progress(1)

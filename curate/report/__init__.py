@@ -24,7 +24,8 @@ from curate.report.assets import Assets
 from curate.report.funnel import counts, funnel_html, settings_html
 from curate.report.html import Raw, esc, page, section, table
 from curate.report.rejects import rejects_html
-from curate.report.stages import PLOTS, samples_html
+from curate.report.stages import samples_html
+from curate.stages import STAGES
 
 __all__ = ["find_stages", "write_report"]
 
@@ -43,7 +44,7 @@ def _stage_page(name: str, folder: Path, stats: dict[str, Any], assets: Assets, 
                 nav: list[tuple[str, str]]) -> str:
     stage = str(stats.get("stage", "?"))
     parts = [funnel_html(stats)]
-    plots = [assets.copy(folder / p, name) for p in PLOTS.get(stage, ())]
+    plots = [assets.copy(folder / p, name) for p in (STAGES[stage].plots if stage in STAGES else ())]
     plots = [p for p in plots if p]
     if plots:
         parts.append(section("Plots", "".join(f'<img class="plot" src="{esc(p)}" alt="plot">' for p in plots), "plots"))
@@ -72,6 +73,21 @@ def _index(out: Path, stages: list[tuple[str, Path, dict[str, Any]]], nav: list[
                 + f'<p class="muted">written by curate report in {seconds:.1f}s</p>', nav)
 
 
+def _stats(path: Path) -> dict[str, Any]:
+    """A stage's ``stats.json``, or one line naming it (cut short, not JSON, not an object)."""
+    try:
+        stats = read_json(path)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise UserError(f"{path}: not a readable stats file ({type(exc).__name__}: {str(exc)[:120]}); rerun the "
+                        "stage that wrote it") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a readable stats file (nested too deep)") from None
+    if not isinstance(stats, dict):
+        raise UserError(f"{path}: holds a JSON {type(stats).__name__}, not a stage's stats object; rerun the stage "
+                        "that wrote it")
+    return stats
+
+
 def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path | RemotePath:
     """Write ``OUT/report/`` and return the path of its ``index.html``.
 
@@ -97,14 +113,19 @@ def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path |
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     assets = Assets(tmp)
-    stages = [(name, folder, read_json(folder / "stats.json")) for name, folder in found]
+    stages = [(name, folder, _stats(folder / "stats.json")) for name, folder in found]
     nav = [("index", "index.html")] + [(name if name != "stage" else str(s.get("stage", name)), f"{name}.html")
                                        for name, _, s in stages]
-    for name, folder, stats in stages:
-        with atomic_open(tmp / f"{name}.html", "w") as fh:
-            fh.write(_stage_page(name, folder, stats, assets, samples, seed, nav))
-    with atomic_open(tmp / "index.html", "w") as fh:
-        fh.write(_index(out, stages, nav, time.perf_counter() - t0))
+    try:
+        for name, folder, stats in stages:
+            with atomic_open(tmp / f"{name}.html", "w") as fh:
+                fh.write(_stage_page(name, folder, stats, assets, samples, seed, nav))
+        with atomic_open(tmp / "index.html", "w") as fh:
+            fh.write(_index(out, stages, nav, time.perf_counter() - t0))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a stats.json of the wrong shape
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{out}: a stats.json there is not one curate can report ({type(exc).__name__}: "
+                        f"{str(exc)[:200]}); rerun the stage that wrote it") from None
     shutil.rmtree(report, ignore_errors=True)
     tmp.rename(report)
     return report / "index.html"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -124,3 +125,25 @@ def lookup_records(inputs: Sequence[str], ids: Iterable[str] | None = None, *,
                 if rows >= max_rows or (wanted is not None and len(found) >= len(wanted)):
                     return found
     return found
+
+
+def inputs_of(stats: dict[str, Any], verb: str) -> list[str]:
+    """The record inputs of a stage: ``inputs`` in its ``stats.json``, else the positional arguments after the verb
+    on its command line."""
+    if isinstance(stats.get("inputs"), list):
+        return [str(p) for p in stats["inputs"]]
+    try:
+        argv = shlex.split(stats.get("command", ""))
+    except ValueError:
+        return []
+    if verb not in argv:
+        return []
+    out, skip = [], False
+    for arg in argv[argv.index(verb) + 1:]:
+        if skip:
+            skip = False
+        elif arg.startswith("--"):
+            skip = "=" not in arg
+        else:
+            out.append(arg)
+    return out

@@ -8,12 +8,10 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate.report.assets import Assets, lookup_records, read_sampled, sample_indices
+from curate.report.assets import Assets, inputs_of, lookup_records, read_sampled, sample_indices
 from curate.report.html import esc, filters, section
+from curate.stages import STAGES
 
-#: Plots each stage writes (copied next to the pages).
-PLOTS = {"balance": ("balance.png",), "resample": ("balance.png",), "pack": ("packing.png",),
-         "rl_filter": ("rl_filter.png",), "rl-filter": ("rl_filter.png",)}
 CONCEPTS_SHOWN = 5
 IMAGES_PER_CONCEPT = 6
 
@@ -112,6 +110,7 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
     ids = sorted(by_id)
     langs = sorted({r["lang"] for r in rows})
     picks = [ids[i] for i in sample_indices(len(ids), samples, seed)]
+    carried = _carried_images(stats, [rid for rid in picks if str(by_id[rid][0]["image"]).startswith("sha256:")])
     cards = []
     for rid in picks:
         caps = {r["lang"]: r for r in by_id[rid]}
@@ -130,7 +129,7 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
         status = "failed" if failed else "kept"
         cards.append(f'<div class="card wide" data-row="1" data-source="{esc(first["source"])}" '
                      f'data-status="{status}"><div style="display:flex;gap:12px"><div>'
-                     f'{_img(assets, first["image"], rid)}</div><div style="flex:1"><code>{esc(rid)}</code> '
+                     f'{_img(assets, carried.get(rid, first["image"]), rid)}</div><div style="flex:1"><code>{esc(rid)}</code> '
                      f'<span class="pill">{esc(first["source"])}</span>'
                      f'<div class="pair" style="grid-template-columns:repeat({len(langs)},1fr)">{"".join(cols)}'
                      f"</div></div></div></div>")
@@ -143,11 +142,22 @@ def recaption_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
     return section("Captions", inner, "samples")
 
 
-def samples_html(stage: str, folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:
-    """The browsable samples of one stage ("" for stages without a sample view)."""
-    from curate.report.stages_more import pack_html, rl_filter_html, score_html
+def _carried_images(stats: dict[str, Any], ids: list[str]) -> dict[str, bytes]:
+    """The images that travelled as bytes (``captions.parquet`` names them ``sha256:…``), from the input records."""
+    if not ids:
+        return {}
+    records = lookup_records(inputs_of(stats, "recaption"), ids)
+    return {rid: rec["images"][0] for rid, rec in records.items()
+            if rec["images"] and isinstance(rec["images"][0], bytes)}
 
-    view = {"balance": balance_html, "resample": balance_html, "recaption": recaption_html,
-            "rl_filter": rl_filter_html, "rl-filter": rl_filter_html, "pack": pack_html,
-            "score": score_html}.get(stage)
-    return view(folder, stats, assets, samples, seed) if view else ""
+
+def samples_html(stage: str, folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:
+    """The browsable samples of one stage, drawn by its spec's view (:mod:`curate.stages`; "" for none)."""
+    import importlib
+
+    spec = STAGES.get(stage)
+    if spec is None or spec.view is None:
+        return ""
+    module, _, function = spec.view.partition(":")
+    view = getattr(importlib.import_module(f"curate.report.{module}"), function)
+    return view(folder, stats, assets, samples, seed)

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from curate.report.assets import Assets, chosen_groups as _chosen_groups, lookup_records, read_sampled, sample_indices
+from curate.report.assets import Assets, chosen_groups as _chosen_groups, inputs_of, lookup_records, read_sampled, \
+    sample_indices
 from curate.report.html import Raw, esc, filters, num, section, table
 
 
@@ -80,25 +81,6 @@ def _whole_bins(plan_path: Path, seed: int) -> set[int]:
     return whole
 
 
-def _inputs_of(stats: dict[str, Any], verb: str) -> list[str]:
-    """The record inputs named on a stage's command line (positional arguments after the verb)."""
-    try:
-        argv = shlex.split(stats.get("command", ""))
-    except ValueError:
-        return []
-    if verb not in argv:
-        return []
-    out, skip = [], False
-    for arg in argv[argv.index(verb) + 1:]:
-        if skip:
-            skip = False
-        elif arg.startswith("--"):
-            skip = "=" not in arg
-        else:
-            out.append(arg)
-    return out
-
-
 def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:
     """Each sampled prompt with its image, gold answer, N responses with their rewards, pass@1/pass@N, decision."""
     prompts_path, rollouts_path = folder / "prompts.parquet", folder / "rollouts.parquet"
@@ -116,7 +98,7 @@ def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
             rollouts.setdefault(r["id"], []).append(r)
     records = lookup_records([str(folder / "records")], ids) if (folder / "records").is_dir() else {}
     if len(records) < len(ids):  # fall back on the inputs named on the command line
-        records = {**lookup_records(_inputs_of(stats, "rl-filter"), set(ids) - set(records)), **records}
+        records = {**lookup_records(inputs_of(stats, "rl-filter"), set(ids) - set(records)), **records}
     cards = []
     for p in picks:
         rid = p["id"]

@@ -80,6 +80,8 @@ class Verifier:
     isolated: bool = False
     structured_gold: bool = False
     self_limited: bool = False
+    #: ``check(golds, record_id)`` raising :class:`RecordError` for a gold no answer can be scored against.
+    check_gold: Callable[[list[Any], Any], None] | None = None
 
     def __call__(self, record: Mapping[str, Any], response: str, *, progress: float | None = None) -> RewardResult:
         """Score ``response`` against ``record`` with this verifier (ignoring ``answer_type``)."""
@@ -96,11 +98,12 @@ VERIFIERS: dict[str, Verifier] = {
         Verifier("ocr", ocr.verify, INLINE_LIMIT),
         Verifier("string", string.verify, INLINE_LIMIT),
         Verifier("critic", critic.verify, INLINE_LIMIT),
-        Verifier("bbox", bbox.verify, INLINE_LIMIT, structured_gold=True),
+        Verifier("bbox", bbox.verify, INLINE_LIMIT, structured_gold=True, check_gold=bbox.check_gold),
         Verifier("detection", detection.verify, detection.DEFAULT_TIME_LIMIT, isolated=True, structured_gold=True),
         Verifier("html", html.verify, INLINE_LIMIT),
         Verifier("svg", svg.verify, svg.DEFAULT_TIME_LIMIT, isolated=True),
-        Verifier("code", code.verify, 15.0, isolated=True, structured_gold=True, self_limited=True),
+        Verifier("code", code.verify, 15.0, isolated=True, structured_gold=True, self_limited=True,
+                 check_gold=code.check_gold),
     )
 }
 """Verifier name -> :class:`Verifier` (callable as ``VERIFIERS[name](record, response)``)."""
@@ -227,8 +230,10 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
             isinstance(g, str) for g in gold) else [gold]
     else:
         golds = [str(gold)]
-    if not golds:
+    if not golds or all(isinstance(g, str) and not g.strip() for g in golds):
         raise RecordError(f"{where(rid)}: 'answer' is empty")
+    if v.check_gold is not None:  # a gold no answer can match is the record's error, never a prompt "too hard"
+        v.check_gold(golds, rid)
     params = reward.get("parameters", reward.get("verifier_parm", reward.get("verifier_params", reward.get("params")))) or {}
     if not isinstance(params, (dict, Mapping)):
         raise RecordError(f"{where(rid)}: reward.parameters must be an object")

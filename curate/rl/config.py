@@ -17,6 +17,7 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.location import Location, locations
+from curate.core.record_limits import ImageReading
 from curate.generate.checks import check_backend, check_sampling
 from curate.rewards.format import PROMPT_TYPES
 from curate.rewards.runtime.sandbox import CodeSandbox
@@ -29,6 +30,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 TOKEN_VAR = "CURATE_REWARD_TOKEN"  # serve-rewards --token, when not given on the command line
 DEFAULT_MAX_BODY_MB = 64.0
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MAX_N = 1024  #: --n at most (pass@N of RL filters is taken over 8 to 32 answers)
 
 
 def _progress(value: float | None) -> None:
@@ -37,7 +39,7 @@ def _progress(value: float | None) -> None:
 
 
 @dataclass(frozen=True)
-class RlFilterConfig:
+class RlFilterConfig(ImageReading):
     """Settings of ``curate rl-filter`` (see :func:`curate.rl.filter.rl_filter`).
 
     Attributes:
@@ -56,6 +58,8 @@ class RlFilterConfig:
         answer_type: The ``answer_type`` of records that name no verifier (default: they are errored).
         image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
         code: How model-written programs run: the limits' ceilings and ``--trust-code``.
+        max_image_bytes, max_image_pixels, max_images: What one prompt may cost in images
+            (:class:`curate.core.record_limits.ImageReading`).
     """
 
     out: Location | PathLike
@@ -81,8 +85,10 @@ class RlFilterConfig:
                          "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
+        self.check_image_reading()
         _answer_type(self.answer_type)
         v.at_least("--n", self.n, 1)
+        v.at_most("--n", self.n, MAX_N, "answers sampled, held and scored per prompt")
         if self.prompt_style is not None:
             v.one_of("--prompt-style", self.prompt_style, PROMPT_STYLES)
         v.in_file("--templates", self.templates)

@@ -128,12 +128,12 @@ class RolloutTask(GenerationTask):
     def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
                  prompt_style: str | None = None, templates: dict[str, str] | None = None,
                  progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS,
-                 answer_type: str | None = None, code: Any = None) -> None:
+                 answer_type: str | None = None, code: Any = None, **reading: Any) -> None:
         if n < 1:
             raise UserError(f"--n must be at least 1, got {n}")
         if prompt_style not in (None, "normal", "think"):
             raise UserError(f"--prompt-style must be normal or think, got {prompt_style!r}")
-        super().__init__(backend)
+        super().__init__(backend, **reading)  # limits, max_images: what a prompt's images may cost
         self.n = n
         self.sampling = sampling or {}
         self.prompt_style = prompt_style
@@ -165,7 +165,7 @@ class RolloutTask(GenerationTask):
         return {"backend": backend_identity(self.backend.describe()), "n": self.n, "sampling": self.sampling,
                 "prompt_style": self.prompt_style, "templates": self.templates, "progress": self.progress,
                 "max_prompt_chars": self.max_prompt_chars, "answer_type": self.answer_type,
-                "code": (self.code or current()).identity()}
+                "code": (self.code or current()).identity(), **self.reading_settings()}
 
     def style_of(self, rec: dict[str, Any]) -> str:
         """The prompt style of a record: ``--prompt-style``, else its ``prompt_type``, else normal."""
@@ -189,7 +189,7 @@ class RolloutTask(GenerationTask):
         done = read_journal(journal_path)
         prompts: list[dict[str, Any]] = []
         raws: list[Any] = []
-        for raw, rec in readable_records(shard, stats, ctx, with_raw=True):
+        for raw, rec in readable_records(shard, stats, ctx, with_raw=True, max_images=self.max_images):
             # kept.jsonl lies in OUT: its rows point at their images as read (the input's folder or --image-root)
             raw = with_resolved_paths(raw, rec["images"]) if isinstance(raw, dict) else raw
             if self.answer_type is not None:  # kept.jsonl's rows say which verifier scored them
@@ -207,7 +207,7 @@ class RolloutTask(GenerationTask):
                 stats.error(rec["id"], rec["source"], "record_error", str(exc))
                 ctx.progress(1)
                 continue
-            refused = refusal(rec["images"])  # the one image gate: the reason every stage gives the image
+            refused = refusal(rec["images"], self.limits)  # the one image gate: the reason every stage gives the image
             if refused is not None:
                 stats.error(rec["id"], rec["source"], refused.reason, refused.detail)
                 ctx.progress(1)
@@ -259,8 +259,9 @@ class RolloutTask(GenerationTask):
                          "accuracy": [r.accuracy for r in results], "reward": [r.reward for r in results],
                          "format": [r.format for r in results], "truncated": [bool(t) for t in truncated[:len(responses)]],
                          "response_chars": [len(t) for t in responses], "reflection": [reflection(t) for t in responses],
-                         "error": entry["error"] if entry["error"] is not None else (None if responses else "no_responses"),
-                         "error_detail": entry.get("detail") or ""})
+                         "error": entry["error"] if entry["error"] is not None else _short(responses, self.n),
+                         "error_detail": entry.get("detail") or (f"{len(responses)} of --n {self.n} answers"
+                                                                 if _short(responses, self.n) else "")})
             records_out.append(dumps_record(raw))  # image bytes kept (base64 in this shard file)
         stats.kept_many(Counter(rec["source"] for rec in prompts))  # every readable prompt reaches the selection
         write_parquet(work / "rollouts" / f"{shard_id}.parquet", pa.Table.from_pylist(rollouts, schema=ROLLOUT_SCHEMA))
@@ -268,6 +269,11 @@ class RolloutTask(GenerationTask):
         path = work / "records" / f"{shard_id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
+
+
+def _short(responses: list[str], n: int) -> str | None:
+    """The error of a prompt answered fewer than ``n`` times: pass@N of fewer answers is not pass@N."""
+    return "no_responses" if not responses else "too_few_answers" if len(responses) < n else None
 
 
 def write_kept(out: Path, sizes: list[int], shard_ids: list[str], kept: np.ndarray, decided: pa.Table) -> str:
@@ -332,9 +338,14 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
     sampling = {"seed": seed, **(config.sampling or {})}
     task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
                        templates=load_templates(config.templates), progress=config.progress,
-                       answer_type=config.answer_type, code=config.code)
+                       answer_type=config.answer_type, code=config.code, limits=config.image_limits,
+                       max_images=config.max_images)
     from curate.rewards.runtime.sandbox import announce
 
+    most = getattr(task.backend, "most_answers", None)  # a rollouts file: can it answer --n times at all?
+    if most is not None and most < config.n:
+        raise UserError(f"--n {config.n}: --rollouts {config.backend.get('rollouts')} holds at most {most} answers "
+                        f"per prompt; give --n {most} or fewer (or a file with {config.n} answers per prompt)")
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)

@@ -129,10 +129,13 @@ class ScoreTask(ShardTask):
                 source = str(rec.get("source")) if rec else UNKNOWN_SOURCE
                 stats.seen(source)
                 sample = raw.get("sample") if isinstance(raw, dict) else None
-                row = {"id": rid, "sample": sample if isinstance(sample, int) else None, "source": source,
+                wide = isinstance(sample, int) and not -(1 << 63) <= sample < 1 << 63  # the column is int64
+                row = {"id": rid, "sample": sample if isinstance(sample, int) and not wide else None, "source": source,
                        "verifier": None, "accuracy": 0.0, "format": 0.0, "reward": 0.0, "error": None}
                 rows.append(row)
                 text = raw.get("response") if isinstance(raw, dict) else None
+                if wide:
+                    problem = f"sample {sample} is not a 64-bit integer"
                 if problem is not None or not isinstance(text, str):
                     row["error"] = "malformed_response"
                     stats.error(rid, source, "malformed_response",
@@ -159,7 +162,10 @@ def plan_response_shards(responses: str | os.PathLike[str], shard_size: int) -> 
     if path.suffix.lower() not in (".jsonl", ".parquet", ".pq"):
         raise UserError(f"{path}: responses must be .jsonl or .parquet with columns id and response")
     if path.suffix.lower() != ".jsonl":
-        names = pq.ParquetFile(path).schema_arrow.names
+        try:
+            names = pq.ParquetFile(path).schema_arrow.names
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet
+            raise UserError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {str(exc)[:160]})") from None
         missing = {"id", "response"} - set(names)
         if missing:
             raise UserError(f"{path}: responses need the columns id and response (missing {', '.join(sorted(missing))})")

@@ -38,6 +38,7 @@ from curate.core.errors import UserError
 
 METRICS = ("mean_reward", "reward_sum", "pass_at_1")
 DEFAULT_BAND = (0.0, 0.6)
+CLI = "command-line thresholds"  #: where the flags' thresholds are named in messages
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,15 @@ class Thresholds:
             raise UserError(f"{where}: band must have lo < hi, got {list(self.band)}")
         if self.metric not in METRICS:
             raise UserError(f"{where}: metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        flags = where == CLI  # the flags' names on the command line, the file's keys otherwise
+        top = math.inf if self.metric == "reward_sum" else 1.0  # rewards and pass@1 lie in [0, 1]; a sum over samples
+        empty = (lo > top or hi < 0.0) if self.inclusive else (lo >= top or hi <= 0.0)  # no value of the metric is in
+        if empty:
+            raise UserError(f"{where}: {'--band' if flags else 'band'} {lo:g},{hi:g} holds no value {self.metric} can "
+                            f"take ([0, {'N' if top == math.inf else '1'}]): every prompt would be dropped")
+        if not 0.0 <= self.min_gap <= 1.0:
+            raise UserError(f"{where}: {'--min-gap' if flags else 'min_gap'} must be within [0, 1] (pass@N - pass@1 "
+                            f"is), got {self.min_gap:g}")
         if not 0.0 <= self.pass_threshold <= 1.0:
             raise UserError(f"{where}: pass_threshold must be within [0, 1], got {self.pass_threshold}")
         return self
@@ -118,7 +128,7 @@ def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any]) ->
             base = _parse(data["default"], f"{path}: default", base)
     given = {k: v for k, v in cli.items() if v is not None}
     if given:
-        base = _parse(given, "command-line thresholds", base)
+        base = _parse(given, CLI, base)
     per_source = {str(src): _parse(entry, f"--thresholds: sources.{src}", base)
                   for src, entry in (data.get("sources") or {}).items()}
     return base, per_source

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from curate.core.errors import UserError
+from curate.stages import STAGES
 from curate.core.io import RemotePath, dumps_json, is_url
 from curate.run import fs
 from curate.run.recipe import Recipe, Step
 
-#: What a step hands to the next one when it is named without a sub-path.
-#: The first one that exists is used (Parquet when the records carry image bytes), else the first.
-MAIN_OUTPUT = {"balance": ("records",), "recaption": ("records.jsonl", "records.parquet"),
-               "rl-filter": ("kept.jsonl", "kept.parquet"), "score": ("scores.parquet",), "pack": ("",),
-               "verify": ("",)}
+#: What a step hands to the next one when it is named without a sub-path (:attr:`curate.stages.StageSpec.main_output`).
+MAIN_OUTPUT = {name: spec.main_output for name, spec in STAGES.items() if spec.main_output is not None}
 RUN_DIR = "_run"
 #: A run folder: local, or an object-store URL.
 Folder = Path | RemotePath
@@ -57,6 +56,10 @@ class VerbTable(Protocol):
 
     def resolve(self, verb: str, argv: list[str]) -> dict[str, Any]:
         """Parse ``argv`` as the verb would: every parameter's value, defaults included (UserError if invalid)."""
+
+    def check(self, verb: str, argv: list[str], later: list[str]) -> None:
+        """Build and check the settings of ``curate VERB ARGV`` without running it (``later``: paths earlier
+        steps will make). Raises UserError for a bad value."""
 
     def invoke(self, verb: str, argv: list[str]) -> None:
         """Run ``curate VERB ARGV`` in this process."""
@@ -99,8 +102,17 @@ def _ref(value: str, step: Step, recipe: Recipe, out: Folder, line: int,
     return paths
 
 
+def _inside(rest: str, value: str, recipe: Recipe, line: int) -> None:
+    """A sub-path of an input or a step stays inside it: no ``..``, nothing absolute."""
+    if rest and (rest.startswith("/") or ".." in rest.replace("\\", "/").split("/")):
+        raise UserError(f"{recipe.where(line)}: {value!r}: a sub-path must stay inside the input or the step's folder "
+                        "(no .. and no leading /)")
+
+
 def _resolve(value: str, step: Step, recipe: Recipe, out: Folder, line: int, depends: list[str]) -> list[str] | None:
     head, slash, rest = value.partition("/")
+    if head in recipe.inputs or recipe.step(head) is not None:
+        _inside(rest, value, recipe, line)
     if head in recipe.inputs and head not in {s.name for s in recipe.steps}:
         paths = recipe.inputs[head]
         if rest:
@@ -269,6 +281,8 @@ def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None
             raise UserError(f"{recipe.where(recipe.default_lines[name])}: default {name!r} is an option of none of "
                             f"the recipe's verbs ({', '.join(sorted({s.verb for s in recipe.steps}))}); remove it")
     planned = [plan_step(s, recipe, out, verbs) for s in recipe.steps]
+    for p in planned[lo:hi + 1]:  # every step's settings, checked as its verb checks them, before the first runs
+        check_step(p, recipe, verbs)
     by_name = {p.step.name: p for p in planned}
     for p in planned:  # a step is stale when a step it reads ran with other settings
         p.upstream = {d: digest({"settings": by_name[d].settings, "upstream": by_name[d].upstream})
@@ -294,6 +308,32 @@ def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None
         elif fs.exists(p.folder):
             p.status, p.why = "resume", "started, not finished"
     return planned
+
+
+def step_where(recipe: Recipe, step: Step, message: str) -> str:
+    """``recipe.yaml:LINE`` of the option a step's message names (``--ctx``...), else of the step."""
+    for flag in re.findall(r"--([a-z0-9][a-z0-9-]*)", message):
+        for name, line in step.option_lines.items():
+            if name.replace("_", "-") == flag:
+                return recipe.where(line)
+        if flag in {n.replace("_", "-") for n in recipe.defaults}:
+            return recipe.where(next(line for n, line in recipe.default_lines.items()
+                                     if n.replace("_", "-") == flag))
+    return recipe.where(step.line)
+
+
+def check_step(p: PlannedStep, recipe: Recipe, verbs: VerbTable) -> None:
+    """Check a planned step's settings as its verb does (paths earlier steps make are taken as made).
+
+    Raises:
+        UserError: a bad value, naming ``recipe.yaml:LINE`` of the option (or the step) and the step.
+    """
+    inside = str(p.folder.parent).rstrip("/") + "/"  # what earlier steps make lies in the run folder
+    later = [r for r in p.reads if str(r).startswith(inside) and not fs.exists(r)]
+    try:
+        verbs.check(p.step.verb, p.argv, later)
+    except UserError as exc:
+        raise UserError(f"{step_where(recipe, p.step, str(exc))}: step {p.step.name!r}: {exc}") from None
 
 
 def check_ready(planned: list[PlannedStep], recipe: Recipe, i: int) -> None:

@@ -10,7 +10,7 @@ A recipe (see ``recipes/*.yaml``)::
     defaults: {seed: 0, workers: 2}        # options of every step whose verb has them
     steps:
       - name: balance                      # optional, default the verb; folder OUT/01-balance
-        verb: balance                      # balance, recaption, rl-filter, score, pack, verify
+        verb: balance                      # dedup, balance, recaption, rl-filter, score, pack, verify
         input: raw                         # a recipe input, a step (its main output) or STEP/sub/path
         options: {vocab: vocab/500k.txt, model: "local-dir:${models}/clip"}
 
@@ -28,13 +28,17 @@ from typing import Any
 import yaml
 
 from curate.core.errors import UserError
+from curate.stages import RECIPE_VERBS
 
 #: Verbs a recipe step may run.
-VERBS = ("balance", "recaption", "rl-filter", "score", "pack", "verify")
+VERBS = RECIPE_VERBS  # the verbs a step may run (curate.stages)
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _TOP_KEYS = {"vars", "out", "inputs", "defaults", "steps", "description"}
 _STEP_KEYS = {"name", "verb", "input", "options", "description"}
+#: Bounds of a recipe (a short list of steps): its size in bytes, the values it expands to (YAML aliases counted
+#: each time they are used), how deep it nests, and how long a value may grow once variables are substituted.
+MAX_RECIPE_BYTES, MAX_VALUES, MAX_DEPTH, MAX_VALUE_CHARS = 1 << 20, 100_000, 32, 65_536
 
 
 @dataclass(frozen=True)
@@ -100,32 +104,58 @@ def _compose(text: str, path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise UserError(f"{path}:{line}: not valid YAML ({getattr(exc, 'problem', exc)}); fix the recipe") from None
+    except RecursionError:
+        raise UserError(f"{path}: not a recipe (mappings or lists nested too deep)") from None
     if node is None:
         raise UserError(f"{path}:1: the recipe is empty; give it inputs and steps (see recipes/)")
     loader = yaml.SafeLoader("")
+    made = [0]  # values built, aliases counted each time they are used: a billion laughs stops early
 
-    def value(n: yaml.Node) -> Any:
+    def value(n: yaml.Node, depth: int = 0) -> Any:
+        made[0] += 1
+        if made[0] > MAX_VALUES or depth > MAX_DEPTH:
+            what = f"more than {MAX_VALUES:,} values" if made[0] > MAX_VALUES else f"nesting deeper than {MAX_DEPTH}"
+            raise UserError(f"{path}:{n.start_mark.line + 1}: the recipe expands to {what} (YAML aliases?); "
+                            "a recipe is a short list of steps")
         if isinstance(n, (yaml.MappingNode, yaml.SequenceNode)):
-            return _walk(n)
-        return loader.construct_object(n, deep=True)
+            return _walk(n, depth)
+        try:
+            return loader.construct_object(n, deep=True)
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:  # a timestamp or number out of range, a bad tag
+            raise UserError(f"{path}:{n.start_mark.line + 1}: not a usable YAML value ({str(exc)[:120]})") from None
 
-    def _walk(n: yaml.Node) -> Any:
+    def _walk(n: yaml.Node, depth: int) -> Any:
         if isinstance(n, yaml.MappingNode):
             out = _LinedDict()
             out.line = n.start_mark.line + 1
             for k, v in n.value:
-                key = loader.construct_object(k, deep=True)
+                key = value(k, depth + 1)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    raise UserError(f"{path}:{k.start_mark.line + 1}: a key must be a name, not a "
+                                    f"{type(key).__name__}")
                 if key in out:
-                    raise UserError(f"{path}:{k.start_mark.line + 1}: key {key!r} is given twice; keep one")
-                out[key] = value(v)
+                    raise UserError(f"{path}:{k.start_mark.line + 1}: key {_short(key)} is given twice; keep one")
+                out[key] = value(v, depth + 1)
                 out.key_lines[key] = k.start_mark.line + 1
             return out
-        items = _LinedList(value(v) for v in n.value)
+        items = _LinedList(value(v, depth + 1) for v in n.value)
         items.line = n.start_mark.line + 1
         items.item_lines = [v.start_mark.line + 1 for v in n.value]
         return items
 
     return value(node)
+
+
+def _short(text: Any, limit: int = 80) -> str:
+    """``repr`` of a value for a message, cut to ``limit`` characters."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit] + f"... ({len(shown):,} characters)"
+
+
+def _known(variables: dict[str, str]) -> str:
+    names = sorted(variables)
+    listed = ", ".join(_short(n, 40)[1:-1] for n in names[:20])
+    return (listed + (f" and {len(names) - 20} more" if len(names) > 20 else "")) or "none"
 
 
 def _substitute(value: Any, variables: dict[str, str], path: Path, line: int) -> Any:
@@ -134,11 +164,14 @@ def _substitute(value: Any, variables: dict[str, str], path: Path, line: int) ->
         def repl(m: re.Match[str]) -> str:
             name = m.group(1).strip()
             if name not in variables:
-                known = ", ".join(sorted(variables)) or "none"
-                raise UserError(f"{path}:{line}: unknown variable ${{{name}}} (known: {known}); "
-                                f"define it under vars: or pass --set {name}=VALUE")
+                raise UserError(f"{path}:{line}: unknown variable ${{{_short(name, 60)[1:-1]}}} (known: "
+                                f"{_known(variables)}); define it under vars: or pass --set NAME=VALUE")
             return variables[name]
-        return _VAR.sub(repl, value)
+        result = _VAR.sub(repl, value)
+        if len(result) > MAX_VALUE_CHARS:
+            raise UserError(f"{path}:{line}: a value grows to {len(result):,} characters once variables are "
+                            f"substituted (the limit is {MAX_VALUE_CHARS:,}); check the vars: that refer to others")
+        return result
     if isinstance(value, _LinedDict):
         out = _LinedDict()
         out.line, out.key_lines = value.line, value.key_lines
@@ -188,9 +221,16 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
     """
     path = Path(path)
     try:
+        if path.exists() and not path.is_file():  # a folder, a FIFO or a device: never read (a FIFO would block)
+            raise UserError(f"{path}: not a regular file; give a recipe YAML file")
+        if path.stat().st_size > MAX_RECIPE_BYTES:
+            raise UserError(f"{path}: {path.stat().st_size:,} bytes; a recipe is a short YAML file (at most "
+                            f"{MAX_RECIPE_BYTES:,} bytes)")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(f"{path}: cannot read the recipe ({exc.strerror or exc}); check the path") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a recipe (not UTF-8 text); give a YAML file (see recipes/)") from None
     doc = _compose(text, path)
     if not isinstance(doc, _LinedDict):
         raise UserError(f"{path}:1: a recipe is a mapping with inputs: and steps: (see recipes/)")
@@ -204,9 +244,7 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
             known = ", ".join(sorted(variables)) or "none"
             raise UserError(f"--set {name}=...: {path} has no variable {name!r} (its vars: {known})")
     variables.update(overrides or {})
-    for name, value in list(variables.items()):  # variables may use earlier variables
-        variables[name] = _substitute(value, {k: v for k, v in variables.items() if k != name}, path,
-                                      _line(raw_vars, name))
+    variables = _resolve_vars(variables, path, raw_vars)
     body = {k: _substitute(v, variables, path, _line(doc, k)) for k, v in doc.items() if k != "vars"}
 
     raw_inputs = body.get("inputs") or _LinedDict()
@@ -236,6 +274,30 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
     out = body.get("out")
     return Recipe(defaults=defaults, default_lines=default_lines, path=path, text=text, vars=variables, out=None if out is None else str(out), inputs=inputs,
                   input_lines=input_lines, steps=tuple(steps))
+
+
+def _resolve_vars(raw: dict[str, str], path: Path, lines: Any) -> dict[str, str]:
+    """Every variable with the variables it names substituted (in any order); a cycle is one line naming it."""
+    done: dict[str, str] = {}
+
+    def resolve(name: str, trail: list[str]) -> str:
+        if name in done:
+            return done[name]
+        line = _line(lines, name)
+        refs = {m.group(1).strip() for m in _VAR.finditer(raw[name])}
+        for ref in sorted(refs):
+            if ref in trail:
+                cycle = " -> ".join(f"${{{n}}}" for n in [*trail[trail.index(ref):], ref])
+                raise UserError(f"{path}:{line}: variables refer to each other in a cycle ({_short(cycle, 200)[1:-1]}); "
+                                "give one of them a value")
+            if ref in raw:
+                resolve(ref, [*trail, ref])
+        done[name] = _substitute(raw[name], {k: done.get(k, raw[k]) for k in raw}, path, line)
+        return done[name]
+
+    for name in raw:
+        resolve(name, [name])
+    return done
 
 
 def _known_keys(mapping: Any, allowed: Iterable[str], path: Path, what: str, owner: str, hint: str = "") -> None:

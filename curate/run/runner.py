@@ -19,9 +19,10 @@ import yaml
 from curate import __version__
 from curate.core.errors import UserError
 from curate.core.io import RemotePath, as_path, dumps_json, is_url
-from curate.core.lock import out_lock
+from curate.core.lock import let_go, out_lock
 from curate.core.stats import versions
-from curate.run.plan import Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step, write_record
+from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step,
+                             write_record)
 from curate.run import fs
 from curate.run.recipe import Recipe
 
@@ -46,10 +47,19 @@ def plan_lines(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> list[
     for p in planned:
         status = p.status if not p.why else f"{p.status} ({p.why})"
         lines.append(f"{p.step.folder:<16} {p.step.verb:<10} {status}")
-        lines.append(f"    reads:  {', '.join(p.reads) or '-'}")
+        lines.append(f"    reads:  {', '.join(_maybe(r) for r in p.reads) or '-'}")
         lines.append(f"    writes: {p.folder}/")
         lines.append(f"    $ {p.command}")
     return lines
+
+
+def _maybe(read: str) -> str:
+    """A step's main output as the plan names it before the step ran: the file it will be, or its alternative."""
+    head, _, name = read.rpartition("/")
+    for outputs in MAIN_OUTPUT.values():
+        if len(outputs) > 1 and name == outputs[0] and not fs.exists((RemotePath(head) if is_url(head) else Path(head)) / name):
+            return f"{read} (or {head}/{outputs[1]} when the records carry image bytes)"
+    return read
 
 
 def lock_content(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> dict[str, Any]:
@@ -143,7 +153,12 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: V
         echo(f"== {p.step.folder}: {'resuming' if p.status == 'resume' else 'running'} {p.command}")
         write_record(out, p)
         t0 = time.perf_counter()
-        verbs.invoke(p.step.verb, p.argv)
+        try:
+            verbs.invoke(p.step.verb, p.argv)
+        except UserError as exc:  # the step's own message, led by the recipe line that made it
+            raise type(exc)(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {exc}") from None
+        finally:
+            let_go(str(p.folder))  # a finished (or failed) step's folder keeps no lock file while later steps run
         if p.step.verb == "verify":
             _finish_verify(p, time.perf_counter() - t0)
         p.status, p.why = "done", f"{time.perf_counter() - t0:.1f}s"

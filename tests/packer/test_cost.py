@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from curate.core.errors import UserError
-from packer.cost import CostModel, image_patches, load_cost_model, table_costs
+from packer.cost import CostModel, image_patches, load_cost_model, sample_components, table_components, table_costs
 
 TINY = CostModel(lm_hidden=8, lm_layers=2, lm_heads=2, lm_kv_heads=1, lm_head_dim=4, lm_intermediate=16,
                  lm_vocab=10, lm_gated_mlp=True, vit_hidden=6, vit_layers=3, vit_intermediate=12,
@@ -100,3 +100,36 @@ def test_cost_model_from_yaml(tmp_path) -> None:
         assert str(path) in str(err.value)
     with pytest.raises(UserError, match="cannot read"):
         load_cost_model(tmp_path / "missing.yaml")
+
+
+def test_components_dotted_with_the_coefficients_are_the_costs() -> None:
+    samples = [(10, []), (37, [(1, 4, 4)]), (123, [(1, 4, 6), (1, 8, 2), (1, 2, 2)]), (1, [])]
+    tokens = np.array([t for t, _ in samples])
+    patches = np.array([t * h * w for _, g in samples for t, h, w in g])
+    owner = np.array([i for i, (_, g) in enumerate(samples) for _ in g])
+    comps = sample_components(tokens, patches, owner)
+    assert comps[:, 0].tolist() == tokens.tolist() and comps[:, 1].tolist() == (tokens ** 2).tolist()
+    assert comps[2, 2] == 24 + 16 + 4 and comps[2, 3] == 24 ** 2 + 16 ** 2 + 4 ** 2 and comps[3, 2:].tolist() == [0, 0]
+    np.testing.assert_allclose(comps @ np.array(TINY.coefficients()), TINY.sample_costs(tokens, patches, owner),
+                               rtol=1e-12)
+    table = pa.table({"tokens": pa.array(tokens, pa.int32()),
+                      "image_grids": pa.array([[list(x) for x in g] for _, g in samples],
+                                              pa.list_(pa.list_(pa.int32())))})
+    np.testing.assert_array_equal(table_components(table), comps)
+
+
+def test_given_coefficients_replace_the_flops_estimate(tmp_path) -> None:
+    fitted = CostModel(per_token=2.0, per_token_sq=0.5, per_patch=3.0, per_patch_sq=0.25)
+    assert fitted.fitted and not CostModel().fitted
+    assert fitted.coefficients() == (2.0, 0.5, 3.0, 0.25)
+    cost = fitted.sample_costs(np.array([4, 1]), np.array([2, 6]), np.array([0, 0]))
+    assert cost.tolist() == [2 * 4 + 0.5 * 16 + 3 * 8 + 0.25 * (4 + 36), 2 + 0.5]
+    assert CostModel(**fitted.to_dict()) == fitted  # what verify rebuilds from stats.json
+    path = tmp_path / "fit.yaml"
+    path.write_text("per_token: 1\nper_token_sq: 0\nper_patch: 2.5e-3\nper_patch_sq: 1e-7\n")
+    assert load_cost_model(path).coefficients() == (1.0, 0.0, 2.5e-3, 1e-7)
+    for text, match in [("per_token: 1\n", "all of per_token"), ("per_token: -1\nper_token_sq: 0\nper_patch: 0\n"
+                                                                 "per_patch_sq: 0\n", "per_token must be a number >= 0")]:
+        path.write_text(text)
+        with pytest.raises(UserError, match=match):
+            load_cost_model(path)

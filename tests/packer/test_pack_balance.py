@@ -11,12 +11,14 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 from curate.core.errors import UserError
-from packer.cost import CostModel, table_costs
+from packer.cost import CostModel, table_components, table_costs
 from packer.loader import PackedDataset
 from packer.pack import pack
 from packer.verify import verify_pack
@@ -160,3 +162,86 @@ def test_cli_flags(balanced, tmp_path) -> None:
     bad = subprocess.run([*base, "--out", str(tmp_path / "d"), "--dp", "2"], env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "--dp only applies with --balance-compute" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_training_loop_writes_a_timing_log(balanced, tiny_vlm_dir, tmp_path) -> None:
+    """TimingLog around forward + backward of the tiny Qwen2-VL on two packed sequences of rank 0."""
+    from transformers import AutoModelForImageTextToText
+
+    from packer.loader import block_causal_mask
+    from packer.timing import TimingLog
+
+    out, _ = balanced
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, attn_implementation="sdpa").train()
+    items = []
+    with TimingLog(tmp_path / "timings.csv") as log:
+        for item in PackedDataset(out / "shards", str(tiny_vlm_dir), rank=0, world_size=DP):
+            with log.measure(item, step=len(items)):
+                loss = model(input_ids=item["input_ids"][None], labels=item["labels"][None],
+                             position_ids=item["position_ids"][:, None, :],
+                             attention_mask=block_causal_mask(item["cu_seqlens"]),
+                             mm_token_type_ids=item["mm_token_type_ids"][None], pixel_values=item.get("pixel_values"),
+                             image_grid_thw=item.get("image_grid_thw")).loss
+                loss.backward()
+            model.zero_grad(set_to_none=True)
+            items.append(item)
+            if len(items) == 2:
+                break
+    rows = pacsv.read_csv(tmp_path / "timings.csv").to_pylist()
+    assert len(rows) == 2
+    for i, (row, item) in enumerate(zip(rows, items)):
+        tokens = np.diff(item["cu_seqlens"].numpy()).astype(float)
+        grids = item["image_grid_thw"].numpy() if item.get("image_grid_thw") is not None else np.zeros((0, 3))
+        patches = grids.prod(axis=1).astype(float)
+        assert (row["tokens"], row["tokens_sq"]) == (tokens.sum(), (tokens ** 2).sum())
+        assert (row["patches"], row["patches_sq"]) == (patches.sum(), (patches ** 2).sum())
+        assert row["seconds"] > 0 and row["sequences"] == 1 and row["step"] == i
+    assert any(row["patches"] > 0 for row in rows) or not any(i.get("image_grid_thw") is not None for i in items)
+
+
+def test_pack_fits_a_timing_log(balanced, tiny_vlm_dir, sample_data, tmp_path) -> None:
+    """--cost-model LOG.csv: coefficients fitted, plan costs in seconds, verify recomputes them."""
+    out, _ = balanced
+    lengths = pq.read_table(out / "lengths.parquet")
+    rng = np.random.default_rng(0)
+    comps = table_components(lengths)
+    true = np.array([3e-5, 2e-9, 1e-5, 4e-9])
+    rows = rng.choice(comps.shape[0], (40, 3))  # sequences of three samples each
+    sums = comps[rows].sum(axis=1)
+    log = tmp_path / "timings.csv"
+    pacsv.write_csv(pa.table({**dict(zip(("tokens", "tokens_sq", "patches", "patches_sq"), sums.T)),
+                              "seconds": sums @ true + 0.002}), log)
+    stats = pack([], out=tmp_path / "p", ctx=2048, lengths=out / "lengths.parquet", plan_only=True,
+                 balance_compute=True, dp=DP, seed=5, cost_model=log)
+    fit = stats["balance"]["calibration"]
+    assert fit["rows"] == 40 and fit["rms_relative_error"] < 1e-6 and fit["file"] == str(log)
+    fitted = CostModel(**stats["settings"]["balance"]["cost_model"])
+    assert fitted.fitted and np.allclose(fitted.coefficients(), true, rtol=1e-6)
+    plan = pq.read_table(tmp_path / "p" / "plan.parquet").to_pydict()
+    cost_of = dict(zip(lengths.column("id").to_pylist(), table_costs(lengths, fitted).tolist()))
+    by_bin: dict[int, float] = {}
+    for b, rid in zip(plan["bin"], plan["id"]):
+        by_bin[b] = by_bin.get(b, 0.0) + cost_of[rid]
+    for b, cost in zip(plan["bin"], plan["cost"]):
+        assert cost == pytest.approx(by_bin[b], rel=1e-9)  # seconds of the fitted model, bin by bin
+    shards = tmp_path / "shards"  # written and verified: verify prices every sequence with the fitted model again
+    pack([sample_data / "records.jsonl"], out=shards, ctx=2048, processor=str(tiny_vlm_dir), seed=5,
+         sequences_per_shard=4, verify_fraction=0.0, balance_compute=True, dp=DP, cost_model=log)
+    assert verify_pack(shards).ok
+    assert {m["cost"] > 0 for _, m in shard_metas(shards)} == {True}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "curate", "pack", "--lengths", str(out / "lengths.parquet"), "--ctx",
+                           "2048", "--plan-only", "--out", str(tmp_path / "c"), "--balance-compute", "--dp", "2",
+                           "--cost-model", str(log), "--step-mix", "2"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "cost model fitted to 40 timings" in said and "other cost models" in said and "image-token share" in said
+    cli = json.loads((tmp_path / "c" / "stats.json").read_text())
+    assert cli["settings"]["balance"]["step_mix"] == 2 and cli["balance"]["step_mix"] == 2
+    with pytest.raises(UserError, match="--step-mix only applies with --balance-compute"):
+        pack([], out=tmp_path / "d", ctx=2048, lengths=out / "lengths.parquet", plan_only=True, step_mix=2)
+    short = tmp_path / "short.csv"
+    short.write_text("tokens,tokens_sq,patches,patches_sq,seconds\n1,1,0,0,0.5\n")
+    with pytest.raises(UserError, match="short.csv: 1 rows"):
+        pack([], out=tmp_path / "e", ctx=2048, lengths=out / "lengths.parquet", plan_only=True,
+             balance_compute=True, dp=2, cost_model=short)

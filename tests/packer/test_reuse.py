@@ -42,11 +42,14 @@ def test_reuse_report_matches_sets(tmp_path, capsys) -> None:
     old = [f"id{k}" for k in range(0, 40)] + ["id3"]
     pq.write_table(pa.table({"id": old}), tmp_path / "old.parquet")
     table = pa.table({"id": [f"id{k}" for k in range(20, 50)]})
-    stats = StageStats(extra={"text_counts_reused": 12})
-    stats.reject_many("errored", "bad_image", ["id1", "id7"], ["s", "s"])
+    stats = StageStats(extra={"text_counts_reused": 12, "text_counts_made": 18})
+    stats.reject_many("errored", "truncated", ["id1", "id7"], ["s", "s"])
     report = reuse_report(tmp_path / "old.parquet", table, stats, explicit=True)
     ignored = sorted(set(old) - set(table["id"].to_pylist()) - {"id1", "id7"})
     assert report == {"from": str(tmp_path / "old.parquet"), "records_in_lengths": len(set(old)),
-                      "text_counts_reused": 12, "counted": table.num_rows - 12, "ignored": len(ignored),
+                      "text_counts_reused": 12, "counted": 18, "ignored": len(ignored),
                       "ignored_ids": ignored[:SHOWN_IDS]}
     assert f"ignored {len(ignored):,}" in capsys.readouterr().err
+    # records whose text was reused but that errored afterwards (an image refused) never make the count negative
+    errored_after = StageStats(extra={"text_counts_reused": 40, "text_counts_made": 0})
+    assert reuse_report(tmp_path / "old.parquet", pa.table({"id": ["id1"]}), errored_after, explicit=True)["counted"] == 0

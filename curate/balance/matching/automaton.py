@@ -11,14 +11,13 @@
 from __future__ import annotations
 
 import json
-import os
 import pickle
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from curate.balance.matching.rules import MatchRules
-from curate.core.io import atomic_open
+from curate.core.io import atomic_open, atomic_path
 
 
 class TextMatcher:
@@ -69,10 +68,9 @@ class TextMatcher:
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         if self._automaton is not None:
-            self._automaton.save(str(tmp))
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:  # removed again if the save fails (a full disk)
+                self._automaton.save(str(tmp))
         with atomic_open(path.with_name(path.name + ".groups.json"), "w") as fh:
             json.dump({"rules": [self.rules.name, self.rules.fold_case, self.rules.strip_entries],
                        "offset": self.offset, "groups": self.groups}, fh)

@@ -250,13 +250,13 @@ def _assemble(folder: Path, parts: Path, n_entries: int, dim: int, n_chunks: int
               skipped: Counter, batch_size: int) -> dict[str, Any]:
     """Concatenate the chunk files into ``folder/concepts.npy``; return the metadata."""
     final = folder / "concepts.npy"
-    tmp = folder / f".concepts.{os.getpid()}.tmp.npy"
-    matrix = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(n_entries, dim))
-    for c in range(n_chunks):
-        matrix[c * CHUNK:(c + 1) * CHUNK] = np.load(parts / f"{c:06d}.npy")
-    matrix.flush()
-    del matrix
-    os.replace(tmp, final)
+    # written, not memory-mapped: a full disk is an OSError (no space left) that removes the temporary file, where
+    # pages of a mapping past the free space would kill the process (SIGBUS) and leave it behind
+    with atomic_open(final, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
+                                                  "fortran_order": False, "shape": (n_entries, dim)})
+        for c in range(n_chunks):
+            fh.write(np.ascontiguousarray(np.load(parts / f"{c:06d}.npy"), dtype=np.float16).data)
     shutil.rmtree(parts, ignore_errors=True)
     return {"rows": n_entries, "dim": dim, "embedded": int(mask.sum()),
             "skipped": dict(sorted(skipped.items())), "skipped_total": int(sum(skipped.values())),

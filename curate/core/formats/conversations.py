@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from curate.core.answers import annotator_answers, choice_question, multiple_choice
+from curate.core.formats.jsontext import JsonRefused, parse_json
 from curate.core.formats.rows import RecordInvalid, as_text, caption_text
 
 IMAGE_TOKEN = "<image>"
@@ -75,9 +75,10 @@ def messages_of(raw: dict[str, Any], layout: str, caption: bool) -> list[dict[st
                 {"role": "assistant", "content": as_text(answer_text if answer_text is not None else "", "answer")}]
     if isinstance(turns, str):  # Parquet users often store the conversation as a JSON string
         try:
-            turns = json.loads(turns)
-        except json.JSONDecodeError as exc:
-            raise RecordInvalid("invalid_field", f"messages is a string but not JSON: {exc.msg}") from None
+            turns = parse_json(turns)
+        except JsonRefused as exc:
+            reason = "invalid_field" if exc.reason == "malformed_json" else exc.reason
+            raise RecordInvalid(reason, f"messages is a string but not usable JSON: {exc.detail}") from None
     if not isinstance(turns, list) or not turns:
         raise RecordInvalid("invalid_field", "messages/conversations must be a non-empty list")
     out = []

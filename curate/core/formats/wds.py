@@ -19,7 +19,6 @@ into parts costs one header read per member; a part starts at its first group's 
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import tarfile
 import zlib
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from curate.core.formats.jsontext import JsonRefused, parse_json
 from curate.core.formats.refs import ImageAt, read_member
 from curate.core.formats.rows import CAPTION_LAYOUTS, IMAGE_EXTS
 
@@ -65,11 +65,20 @@ class Group:
 
 
 def _split_name(name: str) -> tuple[str, str] | None:
+    """``(key, extension)`` of a member's name; None for a name without an extension (not a sample's member).
+
+    A base name that starts with a dot (``.jpg``, ``dir/.txt``) has an empty key: WebDataset drops such members
+    silently; here they form a group of their own, a bad row (``empty_key``), so they are counted.
+    """
     slash = name.rfind("/")
     dot = name.find(".", slash + 1)
-    if dot <= slash + 1:
+    if dot < slash + 1:  # no dot in the base name
         return None
     return name[:dot], name[dot + 1:]
+
+
+def _empty_key(key: str) -> bool:
+    return key == "" or key.endswith("/")
 
 
 _BLOCK = 512
@@ -257,6 +266,8 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
     bad = {"id": group.key}
     if group.truncated:
         return bad, f"truncated_tar:group {group.key}: {group.truncated}"
+    if _empty_key(group.key):  # nothing read: the row is bad whatever its members hold
+        return member_row(group.key, [(ext, None) for ext, _, _ in group.members])
     members: list[tuple[str, Any]] = []
     for ext, at, size in group.members:
         last = ext.rsplit(".", 1)[-1]
@@ -277,6 +288,9 @@ def group_row(fh: IO[bytes], group: Group, tar: str | None = None,
 def member_row(key: str, members: list[tuple[str, Any]]) -> tuple[dict[str, Any], str | None]:
     """The raw row of one group from its ``(extension, data)`` members (see the module docstring)."""
     bad = {"id": key}
+    if _empty_key(key):
+        return bad, (f"empty_key:members {', '.join(key + '.' + ext for ext, _ in members)} have an empty key "
+                     "(a name starting with a dot; WebDataset skips them): rename them KEY.ext")
     images: list[Any] = []
     text: str | None = None
     meta: Any = None
@@ -288,9 +302,9 @@ def member_row(key: str, members: list[tuple[str, Any]]) -> tuple[dict[str, Any]
             text = data.decode("utf-8", errors="replace")
         elif last == "json" and meta is None:
             try:
-                meta = json.loads(data)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                return bad, f"malformed_json:group {key}: .{ext} is not JSON ({getattr(exc, 'msg', 'not UTF-8')})"
+                meta = parse_json(data)
+            except JsonRefused as exc:
+                return bad, f"{exc.reason}:group {key}: .{ext}: {exc.detail}"
     row: dict[str, Any] = dict(meta) if isinstance(meta, dict) else {}
     if meta is not None and not isinstance(meta, dict):
         row["json"] = meta

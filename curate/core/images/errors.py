@@ -7,6 +7,7 @@ the same reason whichever stage met it (``pack``, ``embed``, ``recaption``, ``ve
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -64,6 +65,7 @@ class ImageLimits:
 
 DEFAULT_LIMITS = ImageLimits()
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _UNSUPPORTED = ("ghostscript", "cannot find loader", "not configured", "unsupported", "unimplemented",
                 "not supported", "unknown pixel format", "cannot handle", "cannot load this image",
                 "unknown raw mode", "unrecognized mode", "not implemented")
@@ -91,9 +93,13 @@ def reason_of(exc: BaseException) -> str:
     return "unreadable_image"
 
 
+_ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+
+
 def as_image_error(exc: BaseException, label: str) -> ImageError:
-    """An :class:`ImageError` naming ``label`` for whatever a decoder raised."""
+    """An :class:`ImageError` naming ``label`` for whatever a decoder raised (its text without object addresses,
+    which would make the same file's detail differ from run to run)."""
     if isinstance(exc, ImageError):
         return exc
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = _ADDRESS.sub("", str(exc).strip().splitlines()[0]).strip() if str(exc).strip() else ""
     return ImageError(reason_of(exc), f"{label}: {type(exc).__name__}{': ' + text[:200] if text else ''}")

@@ -24,7 +24,7 @@ from PIL import Image, ImageOps
 
 from curate.core.images.errors import DEFAULT_LIMITS, ImageError, ImageLimits, as_image_error
 from curate.core.images.opening import ImageInfo, as_file, pil_open, to_rgb, truncation
-from curate.core.images.proof import TRANSPOSING, prove
+from curate.core.images.proof import PROVEN_FORMATS, prove
 from curate.core.images.read import ImageSource, image_label, read_bytes
 
 
@@ -40,9 +40,10 @@ def check(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str 
         raise ImageError("empty_file", label)
     img = pil_open(as_file(data), limits.max_pixels, label)
     fmt, mode = img.format or "unknown", img.mode
-    proven = prove(img, data)
+    proven = prove(img, data) if fmt in PROVEN_FORMATS else None
     if proven is None:  # another format, or a doubt: the full decode decides (and names the reason)
-        pixels, orientation = decode_bytes(data, limits, label)
+        opened = None if fmt in PROVEN_FORMATS else img  # a proof may have used the image up: open it again
+        pixels, orientation = decode_bytes(data, limits, label, opened=opened)
         width, height = pixels.size
     else:
         (width, height), orientation = proven.displayed(), proven.orientation
@@ -74,11 +75,13 @@ def decode(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str
     return decode_bytes(read_bytes(src, limits), limits, label)[0]
 
 
-def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str) -> tuple[Image.Image, int]:
-    """Decode image bytes: ``(upright RGB image, the EXIF orientation that was applied)``."""
+def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str,
+                 opened: Image.Image | None = None) -> tuple[Image.Image, int]:
+    """Decode image bytes: ``(upright RGB image, the EXIF orientation that was applied)``; ``opened``: the
+    image Pillow has just opened from ``data`` (not loaded), when the caller has it."""
     if not len(data):
         raise ImageError("empty_file", label)
-    img = pil_open(as_file(data), limits.max_pixels, label)
+    img = opened if opened is not None else pil_open(as_file(data), limits.max_pixels, label)
     try:
         img.load()
         value = img.getexif().get(0x0112, 1)  # as exif_transpose reads it (TIFF's is gone once libtiff loaded it)

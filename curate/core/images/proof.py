@@ -1,8 +1,9 @@
 """Proof that an image decodes, cheaper than decoding it, for the two formats of most of the web.
 
-* **JPEG**: decoded at 1/8 scale (Pillow's draft mode; libjpeg still reads and Huffman-decodes the
-  whole entropy-coded stream, so a truncated or broken stream fails as it would at full size, but
-  the inverse DCT, upsampling and colour conversion run on 1/64 of the pixels).
+* **JPEG**: its structure checked as libjpeg checks it, the entropy-coded data walked for its markers
+  to the end-of-image marker (:mod:`curate.core.images.proof_jpeg`); a structure that walk does not
+  vouch for is decoded at 1/8 scale (Pillow's draft mode: libjpeg still reads and Huffman-decodes the
+  whole entropy-coded stream, so a broken stream fails as it would at full size).
 * **PNG**: Pillow reads the chunks before the image data (as it does when it opens a file:
   their CRCs and contents checked); then every image-data chunk's CRC is checked and its zlib stream
   inflated without keeping the pixels: it must end exactly at the size the header implies, with a
@@ -23,6 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from curate.core.images.proof_jpeg import jpeg_decodes
+
+#: Formats a proof exists for (every other format is decoded fully).
+PROVEN_FORMATS = ("JPEG", "MPO", "PNG")
 #: EXIF orientations whose display swaps width and height (what ``ImageOps.exif_transpose`` does).
 TRANSPOSING = (5, 6, 7, 8)
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
@@ -60,7 +65,7 @@ def prove(img: Image.Image, data: bytes | memoryview) -> Proven | None:
     """
     try:
         if img.format in ("JPEG", "MPO"):
-            return _prove_jpeg(img)
+            return _prove_jpeg(img, data)
         if img.format == "PNG":
             return _prove_png(img, data)
     except Exception:  # noqa: BLE001 - any doubt is for the full decode to settle, with its reason
@@ -68,11 +73,12 @@ def prove(img: Image.Image, data: bytes | memoryview) -> Proven | None:
     return None
 
 
-def _prove_jpeg(img: Image.Image) -> Proven | None:
+def _prove_jpeg(img: Image.Image, data: bytes | memoryview) -> Proven | None:
     width, height = img.size
     orientation = _orientation(img.getexif().get(0x0112, 1))  # what exif_transpose reads (EXIF, then XMP)
-    img.draft(None, (1, 1))  # the smallest scale libjpeg offers: every coefficient still decoded
-    img.load()
+    if jpeg_decodes(data) != (width, height):  # not a structure the walk vouches for: decode at 1/8 scale
+        img.draft(None, (1, 1))  # the smallest scale libjpeg offers: every coefficient still decoded
+        img.load()
     return Proven(width, height, orientation)
 
 

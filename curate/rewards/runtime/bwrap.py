@@ -14,15 +14,22 @@ machine where curate runs as root) outside.
 Inside runs the runner (:mod:`.box.runner`), as ``python -I -S -B`` with the base interpreter
 (no site-packages). Without bubblewrap and with ``--trust-code`` the same runner runs directly,
 on a private temporary folder, with the same per-test limits and filter but no namespaces.
+
+Every sandbox of a process is started by one launcher thread that never ends (:func:`_launcher`):
+``--die-with-parent`` kills a sandbox when the *thread* that started it ends.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,8 @@ MAX_REPLY_BYTES = 16 * 1024 * 1024
 REPLY_TIMEOUT = 30.0
 _CODE = Path(__file__).resolve().parent / "box"
 _SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_launch_lock = threading.Lock()
+_launches: tuple[int, queue.SimpleQueue] | None = None  # (pid, queue of the launcher thread)
 
 
 class Channel:
@@ -140,9 +149,49 @@ def _runner(code_parent: str, box: str, strict: bool) -> list[str]:
 def start(bwrap: str | None) -> SandboxWorker:
     """Start one sandbox with ``bwrap`` (None: the runner alone, for trusted code); it says ``ready`` when up.
 
+    The process is started by this process's launcher thread (:func:`_launcher`), whatever thread calls.
+
     Raises:
         OSError: the program cannot be started (for example bubblewrap is not installed).
     """
+    future: Future[SandboxWorker] = Future()
+    _launcher().put((functools.partial(_launch, bwrap), future))
+    try:
+        return future.result()
+    except BaseException:  # interrupted while waiting: a sandbox started meanwhile is not left running
+        future.add_done_callback(lambda f: f.exception() is None and f.result().kill())
+        raise
+
+
+def _launcher() -> queue.SimpleQueue:
+    """The queue of this process's launcher thread (started on first use, and again in a forked child).
+
+    ``bwrap --die-with-parent`` (which :meth:`SandboxWorker.kill` relies on: killing bubblewrap takes the
+    runner and its test with it) is the kernel's parent-death signal, and to the kernel a process's parent
+    is the *thread* that forked it: a sandbox started by a thread that then ends (a pool's refill or
+    warm-up thread, a server's request thread retired when idle) is killed (SIGKILL) at that moment, with
+    its job if it has one. Every sandbox is therefore started by one thread that never ends.
+    """
+    global _launches
+    with _launch_lock:
+        if _launches is None or _launches[0] != os.getpid():
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_serve_launches, args=(jobs,), name="curate-sandbox-launcher", daemon=True).start()
+            _launches = (os.getpid(), jobs)
+        return _launches[1]
+
+
+def _serve_launches(jobs: queue.SimpleQueue) -> None:
+    while True:
+        launch, future = jobs.get()
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(launch())
+            except BaseException as exc:  # noqa: BLE001 - the caller's to raise; this thread must go on
+                future.set_exception(exc)
+
+
+def _launch(bwrap: str | None) -> SandboxWorker:
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     if bwrap is None:
         folder = tempfile.mkdtemp(prefix="curate-code-")

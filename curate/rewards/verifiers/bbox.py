@@ -58,6 +58,16 @@ def reconciled(response: str, golds: list[Any], params: Mapping[str, Any], ctx: 
     return gold, bx.convert(pred, psys, gsys, frame)
 
 
+def check_gold(golds: list[Any], record_id: Any = None) -> None:
+    """Refuse a gold without a box (e.g. two numbers): the record cannot be scored, whatever the answer.
+
+    Raises:
+        RecordError: no valid box in any gold.
+    """
+    if not any(bx.gold_boxes(g, record_id) for g in golds):
+        raise RecordError(f"{where(record_id)}: bbox gold has no box (four numbers x1, y1, x2, y2): {golds[0]!r:.200}")
+
+
 def verify(response: str, golds: list[Any], params: Mapping[str, Any], ctx: Context) -> float:
     """IoU of the first predicted box with the best-matching gold box (thresholded if asked)."""
     threshold = threshold_for(params, ctx.progress, ctx.record.get("id"))

@@ -72,6 +72,15 @@ def parse_tests(golds: list[Any], record_id: Any = None) -> tuple[list[str], lis
     return inputs, [_expected_text(t["output"]) for t in data], options
 
 
+def check_gold(golds: list[Any], record_id: Any = None) -> None:
+    """Refuse a gold that holds no test cases (see :func:`parse_tests`) before any program runs.
+
+    Raises:
+        RecordError: the gold is not JSON test cases.
+    """
+    parse_tests(golds, record_id)
+
+
 def _expected_text(value: Any) -> str:
     """An expected output as text: strings as they are, numbers and lists as ``str()``,
     objects, booleans and null as JSON."""

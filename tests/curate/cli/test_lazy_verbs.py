@@ -1,9 +1,9 @@
 """The click group imports a verb's module only when that verb is asked for.
 
-``curate --help`` lists every verb from ``curate.cli.group.VERBS`` without importing
+``curate --help`` lists every verb from ``curate.stages.STAGES`` without importing
 one; ``curate pack --help`` imports curate/cli/pack.py alone. The first tests run a
 fresh ``python`` so that no other test's imports hide a stray one; the table test
-imports every module of curate/cli and checks VERBS against the real commands, so
+imports every module of curate/cli and checks STAGES against the real commands, so
 the table cannot drift from them.
 """
 
@@ -23,7 +23,10 @@ from click.testing import CliRunner
 
 import curate.cli
 from curate.cli import main
-from curate.cli.group import VERBS, cli, command
+from curate.cli.group import cli, command
+from curate.stages import STAGES
+
+VERBS = {name: (spec.cli, spec.help) for name, spec in STAGES.items()}
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -79,7 +82,7 @@ def test_curate_help_imports_no_verb_and_lists_the_same_verbs_as_the_commands() 
 def test_the_table_of_verbs_matches_the_commands() -> None:
     for info in pkgutil.iter_modules(curate.cli.__path__):  # every module of curate/cli, so a new verb is seen
         importlib.import_module(f"curate.cli.{info.name}")
-    assert sorted(cli.commands) == sorted(VERBS), "add the verb to VERBS in curate/cli/group.py (or remove it)"
+    assert sorted(cli.commands) == sorted(VERBS), "add the verb's StageSpec to curate/stages.py (or remove it)"
     for name, cmd in cli.commands.items():
         module, first_paragraph = VERBS[name]
         assert cmd.callback is not None and cmd.callback.__module__ == f"curate.cli.{module}", name

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.cli import main
+from tests._fixtures.hostile import small_tmpfs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -61,6 +62,13 @@ ANS = "--rollouts {d}/answers.jsonl"
 
 #: (verb and flags with {d} for the workspace, text the one line must hold)
 MISTAKES: list[tuple[str, str]] = [
+    # dedup
+    (f"dedup {R} --out {{d}}/o --near-threshold 12", "--near-threshold must be at most 11"),
+    (f"dedup {R} --out {{d}}/o --semantic-threshold 1.5", "--semantic-threshold"),
+    (f"dedup {R} --out {{d}}/o --embeddings {{d}}/missing", "--embeddings {d}/missing"),
+    (f"dedup {R} --out {{d}}/o --against {{d}}/missing", "--against {d}/missing"),
+    (f"dedup {R} --out {{d}}/o --against-embeddings {{d}}/emb", "--against-embeddings needs --against"),
+    (f"dedup {R} --out {{d}}/o --prefer coyo,coyo", "name each source once"),
     # embed
     (f"embed {R} --out {{d}}/afile", "--out {d}/afile"),
     (f"embed {R} --out {{d}}/afile/sub", "{d}/afile"),
@@ -185,7 +193,8 @@ def _one_line(err: str) -> str:
 
 
 def test_the_table_is_large_and_covers_every_verb() -> None:
-    from curate.cli.group import VERBS, command
+    from curate.cli.group import command
+    from curate.stages import STAGES as VERBS
 
     verbs = {line.split()[0] for line, _ in MISTAKES} | {" ".join(line.split()[:2]) for line, _ in MISTAKES}
     for name in VERBS:
@@ -252,15 +261,8 @@ def test_an_output_that_cannot_be_written_is_one_line(ws: Path) -> None:
 @pytest.fixture
 def full_disk(tmp_path: Path):  # noqa: ANN201
     """A 64 KiB tmpfs (root only; skipped where mounting is not allowed)."""
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
+    with small_tmpfs(tmp_path / "full", "64k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_no_space_left_is_one_line(ws: Path, full_disk: Path) -> None:

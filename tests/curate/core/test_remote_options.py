@@ -20,8 +20,9 @@ import click
 import pytest
 
 from curate.cli import main
-from curate.cli.group import VERBS, command
+from curate.cli.group import command
 from curate.core.io import is_url
+from curate.stages import STAGES
 from tests._fixtures.formats import Layouts
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ def _path_params() -> Iterator[tuple[tuple[str, ...], click.Command, click.Param
             if isinstance(param.type, click.Path):
                 yield words, cmd, param
 
-    for verb in sorted(VERBS):
+    for verb in sorted(STAGES):
         found = command(verb)
         assert found is not None
         yield from walk(found, (verb,))
@@ -119,6 +120,8 @@ def _accepted(b: str, processor: str, clip: str, recipe: str) -> list[list[str]]
          "--vocab", f"{b}/vocab.txt", "--out", f"{o}/resample"],
         ["balance", recs, "--image-root", root, "--vocab", f"{b}/vocab.txt", "--model", clip, "--top-k", "2",
          "--out", f"{o}/balance"],
+        ["dedup", recs, "--image-root", root, "--embeddings", f"{o}/emb", "--against", f"{b}/hf.parquet",
+         "--against-embeddings", f"{o}/emb", "--out", f"{o}/dedup"],  # hf.parquet holds the same records
         ["recaption", recs, "--image-root", root, "--rollouts", f"{b}/recaptions.jsonl", "--langs", "en",
          "--out", f"{o}/recaption"],
         ["rl-filter", f"{b}/rl/prompts.jsonl", "--image-root", f"{b}/rl", "--rollouts", f"{b}/answers.jsonl",
@@ -169,7 +172,8 @@ def test_every_path_option_takes_a_bucket_url_or_refuses_it(
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     fs.invalidate_cache()
     made = {p[len(b) - 5:] for p in fs.find(f"{b[5:]}/out")}
-    for folder in ("pack", "plan", "emb", "tag", "tag-text", "resample", "balance", "recaption", "rl", "score"):
+    for folder in ("pack", "plan", "emb", "tag", "tag-text", "resample", "balance", "dedup", "recaption", "rl",
+                   "score"):
         assert f"/out/{folder}/stats.json" in made, folder
         stats = fs.cat_file(f"{b[5:]}/out/{folder}/stats.json").decode()
         assert not [line for line in stats.splitlines() if any(c in line for c in local_copies)], folder

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,36 @@ def test_control_attacks_win_without_a_sandbox(use, tmp_path: Path) -> None:
     results = score_many([(target.record(a), response(a)) for a in chosen])
     assert {a.name: r.accuracy for a, r in zip(chosen, results)} == {name: 1.0 for name in CONTROL}
     assert os.listdir(target.watch)  # and wrote outside its folder
+
+
+@needs_bwrap
+def test_a_job_survives_the_end_of_the_thread_that_started_its_sandbox(use) -> None:
+    """serve-rewards warms its sandboxes up on a background thread, refills them on short-lived threads and starts
+    them on request threads that end when idle. Such a thread ending while its sandbox runs a job (here 0.5 s into
+    a 1.5 s program) once killed the sandbox: the job, whole, scored ``verifier_crashed`` (under load, often)."""
+    use()
+    before = limits.pool_size()
+    limits.configure(workers=1)
+    sandbox.shutdown()  # a fresh pool: its one sandbox is started by the thread below
+    warmed, release = threading.Event(), threading.Event()
+
+    def warm_then_end() -> None:
+        sandbox.get_pool().warm_up(wait=True)
+        warmed.set()
+        release.wait(30)
+
+    starter = threading.Thread(target=warm_then_end)
+    starter.start()
+    try:
+        assert warmed.wait(60)
+        pool = sandbox.get_pool()
+        threading.Timer(0.5, release.set).start()
+        result = score(RECORD, "<answer>import time\ntime.sleep(1.5)\nprint(int(input()) * 2)</answer>")
+        starter.join()
+        assert (result.accuracy, result.error) == (1.0, None)
+        assert (pool.counts["crashes"], pool.counts["restarts"]) == (0, 0)
+    finally:
+        release.set()
+        starter.join()
+        limits.configure(workers=before)
+        sandbox.shutdown()

@@ -14,7 +14,8 @@ from curate.run import load_recipe, plan_run, run_recipe
 def _write(tmp_path: Path, text: str) -> Path:
     (tmp_path / "in.jsonl").write_text('{"id": "a", "caption": "a cat"}\n', encoding="utf-8")
     path = tmp_path / "r.yaml"
-    path.write_text(text.replace("IN", str(tmp_path / "in.jsonl")), encoding="utf-8")
+    path.write_text(text.replace("IN", str(tmp_path / "in.jsonl")).replace("PROC", str(tmp_path / "proc")),
+                    encoding="utf-8")
     return path
 
 
@@ -38,6 +39,7 @@ steps:
   - verb: pack
     input: raw
     options:
+      processor: PROC
       ctx: 64
   - verb: verify
     input: pack
@@ -107,11 +109,13 @@ def test_unknown_from_until(tmp_path: Path) -> None:
     assert "comes after --until" in _error(path, start="verify", until="pack")
 
 
-@pytest.mark.parametrize("name, steps", [("llava-ov-midtraining", ["balance", "recaption", "pack", "verify"]),
+@pytest.mark.parametrize("name, steps", [("llava-ov-midtraining", ["dedup", "balance", "recaption", "pack", "verify"]),
                                          ("rl-selection", ["rl-filter", "score"])])
 def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], tmp_path: Path, monkeypatch) -> None:
     root = Path(__file__).resolve().parents[3]
     monkeypatch.chdir(root)  # the recipes name data/sample and vocab/ from the repository's root
+    for model in ("clip", "vlm", "processor"):  # the steps' settings are checked: their model folders must exist
+        (tmp_path / "models" / model).mkdir(parents=True)
     lines: list[str] = []
     recipe = load_recipe(root / "recipes" / f"{name}.yaml", {"models": str(tmp_path / "models")})
     planned = run_recipe(recipe, tmp_path / "out", ClickVerbs(), dry_run=True, echo=lines.append)
@@ -131,3 +135,19 @@ def test_defaults_apply_to_the_steps_whose_verb_has_them(tmp_path: Path) -> None
     path = _write(tmp_path, "defaults:\n  sead: 7\n" + BASE)
     message = _error(path)
     assert f"{path}:2:" in message and "default 'sead' is an option of none" in message
+
+
+def test_a_bad_value_of_a_later_step_is_refused_before_the_first_runs(tmp_path: Path) -> None:
+    """Issue 36: every step's settings are checked as its verb checks them before the first step runs, naming the
+    option's line (the later step reads what the first makes: its paths are taken as made)."""
+    path = _write(tmp_path, BASE.replace("  - verb: verify\n    input: pack\n",
+                                         "  - verb: verify\n    input: pack\n    options:\n      sample: -3\n"))
+    message = _error(path, dry_run=False)
+    assert f"{path}:{_line_of(path, 'sample: -3')}: step 'verify':" in message and "--sample" in message, message
+    assert not (tmp_path / "out" / "01-pack").exists()  # nothing ran
+
+
+def test_a_sub_path_may_not_leave_the_step_folder(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE.replace("    input: pack\n", "    input: pack/../../../../etc\n"))
+    message = _error(path)
+    assert f"{path}:{_line_of(path, 'pack/../')}:" in message and "must stay inside" in message, message

@@ -99,3 +99,10 @@ def test_dry_run_skip_refuse_from_until(recipe_run, tmp_path: Path, capsys) -> N
     assert "== 03-pack: running curate pack" in text and "== 04-verify" in text and "running curate verify" not in text
     assert _tree(copy / "03-pack")["plan.parquet"] == _tree(out / "03-pack")["plan.parquet"]
     assert not (copy / "report").exists()
+
+
+def test_a_run_killed_in_its_second_step_leaves_no_lock_in_any_step(recipe_run) -> None:
+    """Issue 36: the first step's lock is removed when it finishes, not when the command ends, so the run killed
+    during step 2 (then resumed and finished) leaves no stale ``01-balance/.curate.lock``."""
+    locks = sorted(str(p.relative_to(recipe_run.out)) for p in recipe_run.out.rglob(".curate.lock"))
+    assert locks == []

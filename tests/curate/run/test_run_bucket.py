@@ -22,7 +22,8 @@ def test_run_folder_in_a_bucket(bucket: str, tmp_path: Path) -> None:
     (tmp_path / "in.jsonl").write_text('{"id": "a", "caption": "a cat"}\n')
     recipe_path = tmp_path / "r.yaml"
     recipe_path.write_text(f"vars: {{ctx: 64}}\ninputs: {{raw: {tmp_path / 'in.jsonl'}}}\nsteps:\n"
-                           "  - {verb: pack, input: raw, options: {ctx: '${ctx}'}}\n  - {verb: verify, input: pack}\n")
+                           f"  - {{verb: pack, input: raw, options: {{processor: {tmp_path / 'proc'}, ctx: '${{ctx}}'}}}}\n"
+                           "  - {verb: verify, input: pack}\n")  # steps are checked as their verbs check them
     out = as_path(f"{bucket}/run")
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     inner = str(out).removeprefix("s3://")

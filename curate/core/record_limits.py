@@ -1,0 +1,67 @@
+"""What one record may cost in images, declared once for every stage that touches pixels.
+
+:class:`ImageReading` is a base of the settings of ``pack``, ``embed`` (and ``balance``), ``recaption`` and
+``rl-filter``: the image gate's byte and pixel limits (:class:`curate.core.images.ImageLimits`) and the images a
+record may hold. The flags are declared once too (``curate.cli.options.image_limit_options``). With them one
+record costs at most ``max_images`` reads of at most ``max_image_bytes`` bytes and decodes of at most
+``max_image_pixels`` pixels, in every stage. A decoder runs in C and cannot be stopped from Python, so its
+time is bounded by these two limits rather than by a clock (docs/limits.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from curate.core import validate as v
+from curate.core.defaults import DEFAULT_MAX_IMAGES
+
+if TYPE_CHECKING:  # the image package loads Pillow and numpy: settings are checked without them
+    from curate.core.images import ImageLimits
+
+#: The reason of a record holding more than ``max_images`` images.
+TOO_MANY_IMAGES = "too_many_images"
+
+
+def image_limits(max_bytes: int | None = None, max_pixels: int | None = None) -> ImageLimits:
+    """The gate's :class:`~curate.core.images.ImageLimits` with the limits given (None: the gate's default)."""
+    from curate.core.images import DEFAULT_LIMITS, ImageLimits
+
+    given = {k: val for k, val in (("max_bytes", max_bytes), ("max_pixels", max_pixels)) if val is not None}
+    return ImageLimits(**given) if given else DEFAULT_LIMITS
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageReading:
+    """The image limits of a stage's settings (a base class of its config; keyword-only fields).
+
+    Attributes:
+        max_image_bytes: Image files or cells larger than this are errored ``too_large`` before they are read
+            (None: the gate's :data:`~curate.core.images.DEFAULT_MAX_BYTES`).
+        max_image_pixels: Images with more pixels are errored ``decompression_bomb`` before they are decoded
+            (None: the gate's :data:`~curate.core.images.DEFAULT_MAX_PIXELS`).
+        max_images: Records holding more images are errored ``too_many_images`` before any is read.
+    """
+
+    max_image_bytes: int | None = None
+    max_image_pixels: int | None = None
+    max_images: int = DEFAULT_MAX_IMAGES
+
+    @property
+    def image_limits(self) -> ImageLimits:
+        """The limits every image of the run is held to."""
+        return image_limits(self.max_image_bytes, self.max_image_pixels)
+
+    def check_image_reading(self) -> None:
+        """Refuse limits that are not positive integers (one line naming the flag).
+
+        Raises:
+            UserError: a limit out of range.
+        """
+        v.integer("--max-image-bytes", self.max_image_bytes, 1)
+        v.integer("--max-image-pixels", self.max_image_pixels, 1)
+        v.integer("--max-images-per-record", self.max_images, 1)
+
+    def reading_settings(self) -> dict[str, Any]:
+        """The limits as a stage records them in its settings (they decide which records are read)."""
+        return {"image_limits": self.image_limits.settings(), "max_images": self.max_images}

@@ -1,0 +1,100 @@
+"""Settings declared once: a config field carries its default, its help and how the command line spells it.
+
+A stage's settings live in one frozen dataclass (``PackConfig``, ``EmbedConfig``...). Each field that a
+user can set is declared with :func:`setting`: its default, its help text, and, when it differs from the
+field's name, its flag. The CLI makes its options from these fields (:func:`curate.cli.options.config_options`),
+tasks take the config (or a part of it) and read each setting where it is used, and ``stats.json`` records
+the settings from the config (:func:`recorded`). So a setting's name, default and help are written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import MISSING
+from typing import Any
+
+
+def setting(default: Any = MISSING, *, help: str, flag: str | None = None, metavar: str | None = None,  # noqa: A002
+            choices: tuple[str, ...] | None = None, cli: bool = True, show_default: bool = True,
+            default_factory: Any = MISSING) -> Any:
+    """A config field declared with what the command line needs to offer it.
+
+    Args:
+        default: its default (or ``default_factory``).
+        help: the option's help text, written here only.
+        flag: the option's name when it is not ``--`` + the field name with dashes.
+        metavar: the option's placeholder in ``--help``.
+        choices: the values it accepts (the option is a choice).
+        cli: False for a setting that only Python callers (or another step) set.
+        show_default: whether ``--help`` shows the default.
+    """
+    meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "cli": cli,
+            "show_default": show_default}
+    if default_factory is not MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingInfo:
+    """What the command line needs of one setting."""
+
+    name: str
+    flag: str
+    help: str
+    type: type
+    default: Any
+    required: bool
+    optional: bool
+    metavar: str | None
+    choices: tuple[str, ...] | None
+    show_default: bool
+
+
+def _base(hint: Any) -> tuple[Any, bool]:
+    """The value type of an annotation and whether it admits None: ``int | None`` → ``(int, True)``; a path
+    (``str | os.PathLike[str]``) → ``(os.PathLike, ...)``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        members = [a for a in args if a is not type(None)]
+        optional = len(members) < len(args)
+        if len(members) == 1:
+            return _base(members[0])[0], optional
+        kinds = [typing.get_origin(m) or m for m in members]
+        if str in kinds and os.PathLike in kinds:
+            return os.PathLike, optional
+        return kinds[0], optional
+    return typing.get_origin(hint) or hint, False
+
+
+def settings_of(cls: type) -> list[SettingInfo]:
+    """The settings of a config class that the command line offers, in field order."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if "help" not in meta or not meta.get("cli", True):
+            continue
+        kind, optional = _base(hints[f.name])
+        required = f.default is MISSING and f.default_factory is MISSING
+        default = None if required else (f.default if f.default is not MISSING else f.default_factory())
+        out.append(SettingInfo(name=f.name, flag=meta.get("flag") or "--" + f.name.replace("_", "-"),
+                               help=meta["help"], type=kind, default=default, required=required,
+                               optional=optional or default is None, metavar=meta.get("metavar"),
+                               choices=meta.get("choices"), show_default=meta.get("show_default", True)))
+    return out
+
+
+def recorded(config: Any, names: typing.Iterable[str] | None = None) -> dict[str, Any]:
+    """Settings of a config as ``stats.json`` records them (paths as text), all or ``names``, in field order."""
+    wanted = None if names is None else set(names)
+    out = {}
+    for f in dataclasses.fields(config):
+        if wanted is not None and f.name not in wanted:
+            continue
+        value = getattr(config, f.name)
+        out[f.name] = os.fspath(value) if isinstance(value, os.PathLike) else value
+    return out

@@ -1,0 +1,147 @@
+"""What ``curate dedup`` knows of an image: a hash of its bytes, of its pixels, and perceptual hashes.
+
+* **bytes** (:func:`bytes_digest`): SHA-256 of the file's bytes, cut to 16 bytes.
+* **pixels** (:func:`pixel_digest`): SHA-256 of the decoded upright RGB pixels and the size, cut to 16
+  bytes; the same picture saved twice, or a JPEG wrapped in another container, has the same digest.
+  (SHA-256 rather than BLAKE2: with the CPU's SHA instructions it hashed 3 MB in 5.7 ms here, BLAKE2b in 35 ms.)
+* **perceptual** (:func:`perceptual_hashes`): a DCT hash (pHash) of 63 bits, computed here: the image
+  squashed to a 128×128 grey thumbnail (Pillow's box filter after an integer reduction), a region of it
+  area-averaged down to 32×32, its 2-D DCT, and one bit per coefficient of the 8×8 lowest frequencies (the
+  constant one left out) telling whether it is above their median. The averaging and the DCT are one matrix
+  on each side (:func:`_projection`), so the six hashes cost a few small matrix products. Re-encoding (JPEG quality 30), resizing (0.5×–2×) and small overlays move few bits; crops move
+  many, because a DCT is not shift-invariant. So every image has :data:`HASHES_PER_IMAGE` hashes: its
+  whole thumbnail's, then those of the crops keeping :data:`CROP_KEEP` of each side at the four corners and
+  the centre (:data:`ANCHORS`). A copy cropped to ≥ 90% of the area then lies a few bits from one of the
+  original's crop hashes; two images are compared by the whole hash of one against every hash of the
+  other (:func:`curate.dedup.search`).
+
+Images are decoded by the one image gate, :func:`curate.core.images.decode` (the stage calls it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from PIL import Image
+
+#: Bits of a perceptual hash (the 8×8 lowest DCT frequencies less the constant one); stored in a uint64.
+PHASH_BITS = 63
+#: The side fraction the crop hypotheses keep (0.95² ≈ 90% of the area).
+CROP_KEEP = 0.95
+#: Where the crop hypotheses sit, as fractions of the free margin (x, y): four corners and the centre.
+ANCHORS = ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.5, 0.5))
+#: Perceptual hashes per image: the whole thumbnail's, then one per anchor.
+HASHES_PER_IMAGE = 1 + len(ANCHORS)
+DIGEST_BYTES = 16
+
+_THUMB = 128
+_SIDE = 32
+_LOW = 8
+
+
+def _dct_matrix(n: int) -> np.ndarray:
+    """The orthonormal DCT-II matrix of size ``n`` (rows are frequencies)."""
+    k = np.arange(n, dtype=np.float64)[:, None]
+    i = np.arange(n, dtype=np.float64)[None, :]
+    m = np.cos(np.pi * (2 * i + 1) * k / (2 * n)) * np.sqrt(2.0 / n)
+    m[0] /= np.sqrt(2.0)
+    return m
+
+
+def _area_average(n: int, side: int) -> np.ndarray:
+    """The ``side × n`` matrix averaging ``n`` samples into ``side`` bins of equal width (fractional overlaps)."""
+    edges = np.arange(side + 1) * (n / side)
+    lo, hi = edges[:-1, None], edges[1:, None]
+    j = np.arange(n)[None, :]
+    overlap = np.clip(np.minimum(hi, j + 1) - np.maximum(lo, j), 0, None)
+    return overlap / overlap.sum(axis=1, keepdims=True)
+
+
+def _projection(n: int) -> np.ndarray:
+    """``8 × n``: an ``n``-sample side averaged down to 32, then its 8 lowest DCT frequencies."""
+    return _dct_matrix(_SIDE)[:_LOW] @ _area_average(n, _SIDE)
+
+
+_WEIGHTS = (1 << np.arange(PHASH_BITS - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
+_CROP = round(_THUMB * CROP_KEEP)
+_BOXES = [(0, 0, _THUMB)] + [(round((_THUMB - _CROP) * fx), round((_THUMB - _CROP) * fy), _CROP) for fx, fy in ANCHORS]
+_PROJECT = {_THUMB: _projection(_THUMB), _CROP: _projection(_CROP)}
+
+
+def bytes_digest(data: bytes | memoryview) -> bytes:
+    """SHA-256 of an image file's bytes, cut to :data:`DIGEST_BYTES`."""
+    return hashlib.sha256(data).digest()[:DIGEST_BYTES]
+
+
+def pixel_digest(img: Image.Image) -> bytes:
+    """SHA-256 of a decoded image's mode, size and pixels, cut to :data:`DIGEST_BYTES`.
+
+    RGB pixels are hashed as Pillow stores them, 4 bytes each (red, green, blue, 255), read through its Arrow
+    export without a copy (Pillow ≥ 11.2): 1.4 ms for 512×512 here, against 4.3 ms through ``tobytes`` (a copy,
+    then the hash). Other modes hash ``tobytes``.
+    """
+    h = hashlib.sha256(f"{img.mode} {img.width}x{img.height}\n".encode("ascii"))
+    h.update(_rgbx(img) if img.mode == "RGB" else img.tobytes())
+    return h.digest()[:DIGEST_BYTES]
+
+
+def _rgbx(img: Image.Image) -> memoryview | np.ndarray:
+    """An RGB image's pixels as red, green, blue, 255 (the fourth byte set when Pillow's storage holds another)."""
+    n = img.width * img.height
+    data = None
+    if hasattr(img, "__arrow_c_array__"):
+        import pyarrow as pa
+
+        data = pa.array(img).buffers()[-1]
+    if data is not None and data.size >= 4 * n:
+        view = np.frombuffer(data, np.uint8, count=4 * n)
+        if np.frombuffer(data, "<u4", count=n).min() >= 0xFF000000:  # every fourth byte is 255 (one SIMD pass)
+            return memoryview(view)
+        out = view.reshape(n, 4).copy()
+    else:
+        out = np.empty((n, 4), np.uint8)
+        out[:, :3] = np.frombuffer(img.tobytes(), np.uint8).reshape(n, 3)
+    out[:, 3] = 255
+    return out
+
+
+def combined_digest(digests: list[bytes]) -> bytes:
+    """One digest for a record's images in order (the image's own digest when it has one)."""
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256(b"".join(digests)).digest()[:DIGEST_BYTES]
+
+
+def perceptual_hashes(img: Image.Image) -> np.ndarray:
+    """The :data:`HASHES_PER_IMAGE` perceptual hashes of a decoded image (``uint64``; see the module docstring)."""
+    thumb = img.resize((_THUMB, _THUMB), Image.Resampling.BOX, reducing_gap=1.0).convert("L")
+    x = np.asarray(thumb, np.float64)
+    coeffs = np.stack([_PROJECT[n] @ x[y0:y0 + n, x0:x0 + n] @ _PROJECT[n].T for x0, y0, n in _BOXES])
+    return hash_coefficients(coeffs)
+
+
+def hash_coefficients(coeffs: np.ndarray) -> np.ndarray:
+    """Perceptual hashes of ``K×8×8`` low DCT frequencies: the bits of those above their median, the constant
+    one left out."""
+    coeffs = coeffs.reshape(len(coeffs), -1)[:, 1:]
+    bits = coeffs > np.median(coeffs, axis=1, keepdims=True)
+    return (bits.astype(np.uint64) * _WEIGHTS).sum(axis=1, dtype=np.uint64)
+
+
+def popcount(values: np.ndarray) -> np.ndarray:
+    """Bits set in each ``uint64``."""
+    if hasattr(np, "bitwise_count"):  # numpy >= 2
+        return np.bitwise_count(values)
+    as_bytes = values.view(np.uint8).reshape(*values.shape, 8)
+    return _BYTE_BITS[as_bytes].sum(axis=-1, dtype=np.uint8)
+
+
+_BYTE_BITS = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+def distance(a: np.ndarray, b: np.ndarray) -> int:
+    """The distance of two images' hash sets: the whole hash of either against every hash of the other."""
+    forward = popcount(a[0] ^ b)
+    backward = popcount(b[0] ^ a)
+    return int(min(forward.min(), backward.min()))

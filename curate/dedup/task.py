@@ -1,0 +1,210 @@
+"""The per-shard step of ``curate dedup``: every record's image hashes, one Parquet file per shard.
+
+For every input shard :class:`HashTask` writes ``hashes/<shard>.parquet`` (:data:`HASH_SCHEMA`), one row per
+readable record, in input order:
+
+* ``id``, ``source``; ``images``: how many images the record has (0: it passes through untouched);
+* ``pixels``: the sum of its images' areas (the keep rule prefers the largest);
+* ``pixel_key``: the pixel digest of its images (:func:`~curate.dedup.hashing.pixel_digest`, combined over
+  several); ``bytes_key``: the same over the files' bytes (null for images read from a URL, which are not
+  read twice: their pixels decide);
+* ``phash``: the :data:`~curate.dedup.hashing.HASHES_PER_IMAGE` perceptual hashes of each image, in order.
+
+Images are decoded by the image gate (:func:`curate.core.images.decode`), in a few threads (Pillow decodes
+without holding the GIL); an image the gate refuses errors its record with the gate's reason
+(``missing_image``, ``truncated``, ...), as in every stage. Within a shard an image whose bytes were seen
+already is not decoded again. References (``--against``) go through the same task under another name
+(:class:`AgainstTask`, ``against/hashes/``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from curate.core.formats.refs import ImageAt
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, ImageLimits, decode, image_label
+from curate.core.io import is_url, write_parquet
+from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
+from curate.core.stats import StageStats
+from curate.dedup.hashing import (DIGEST_BYTES, HASHES_PER_IMAGE, bytes_digest, combined_digest, perceptual_hashes,
+                                  pixel_digest)
+
+HASHES_DIR = "hashes"
+AGAINST_DIR = "against"
+INDEX_DIR = "_index/near"
+PAIRS_DIR = "near_pairs"
+PAIR_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("bits", pa.int8())])
+HASH_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("images", pa.int32()),
+                         ("pixels", pa.int64()), ("pixel_key", pa.binary(DIGEST_BYTES)),
+                         ("bytes_key", pa.binary(DIGEST_BYTES)), ("phash", pa.list_(pa.uint64()))])
+
+
+class Signature(NamedTuple):
+    """One image's hashes."""
+
+    pixels: int
+    pixel_key: bytes
+    bytes_key: bytes | None
+    phash: np.ndarray
+
+
+class _Item(NamedTuple):
+    rid: str
+    source: str
+    images: tuple[Any, ...]
+
+
+def _default_threads() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _raw_bytes(src: Any) -> bytes | memoryview | None:
+    """The bytes of an image that are at hand without a second read over the network (None for URLs)."""
+    if isinstance(src, (bytes, bytearray)):
+        return src
+    if isinstance(src, ImageAt):
+        return src.view if src.view is not None else None
+    if isinstance(src, (str, os.PathLike)) and not is_url(src):
+        try:
+            with open(src, "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None  # the gate names the reason when it reads it
+    return None
+
+
+class HashTask(ShardTask):
+    """Hashes the images of one shard (see the module docstring)."""
+
+    stage: ClassVar[str] = "dedup_hash"
+    folder: ClassVar[str] = HASHES_DIR
+    unit = "records"
+
+    def __init__(self, *, decode_threads: int | None = None, max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+        self.decode_threads = decode_threads or _default_threads()
+        self.max_image_pixels = max_image_pixels
+
+    def settings(self) -> dict[str, Any]:
+        """The decoding limit and the hashing scheme change the bytes (threads do not)."""
+        return {"max_image_pixels": self.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE, "hash_version": 1}
+
+    def _signature(self, src: Any, index: int, cache: dict[bytes, Signature]) -> Signature:
+        raw = _raw_bytes(src)
+        key = bytes_digest(raw) if raw is not None and len(raw) else None
+        if key is not None and key in cache:
+            return cache[key]
+        img = decode(src, ImageLimits(max_pixels=self.max_image_pixels), label=image_label(src, index))
+        sig = Signature(img.width * img.height, pixel_digest(img), key, perceptual_hashes(img))
+        if key is not None:
+            cache[key] = sig
+        return sig
+
+    def _record(self, item: _Item, cache: dict[bytes, Signature]) -> list[Signature]:
+        return [self._signature(src, i, cache) for i, src in enumerate(item.images)]
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Hash one shard; write ``<folder>/<shard>.parquet``."""
+        stats = StageStats()
+        cols: dict[str, list[Any]] = {name: [] for name in HASH_SCHEMA.names}
+        cache: dict[bytes, Signature] = {}
+
+        def items() -> Iterator[_Item]:
+            for rec in readable_records(shard, stats, ctx, views=True):  # Parquet cells decode in place
+                yield _Item(rec["id"], rec["source"], tuple(rec["images"] or ()))
+
+        def add(item: _Item, sigs: list[Signature]) -> None:
+            cols["id"].append(item.rid)
+            cols["source"].append(item.source)
+            cols["images"].append(len(sigs))
+            cols["pixels"].append(sum(s.pixels for s in sigs))
+            cols["pixel_key"].append(combined_digest([s.pixel_key for s in sigs]) if sigs else None)
+            keys = [s.bytes_key for s in sigs]
+            cols["bytes_key"].append(combined_digest(keys) if sigs and None not in keys else None)
+            cols["phash"].append(np.concatenate([s.phash for s in sigs]) if sigs else None)
+            stats.kept(item.source)
+
+        with ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="dedup-decode") as pool:
+            pending: deque[tuple[_Item, Future | None]] = deque()
+            queue = items()
+            ahead = 4 * self.decode_threads
+            while True:
+                while len(pending) < ahead:
+                    item = next(queue, None)
+                    if item is None:
+                        break
+                    pending.append((item, pool.submit(self._record, item, cache) if item.images else None))
+                if not pending:
+                    break
+                item, future = pending.popleft()
+                try:
+                    sigs = future.result() if future is not None else []
+                except ImageError as exc:
+                    stats.error(item.rid, item.source, exc.reason, exc.detail)
+                    ctx.progress(1)
+                    continue
+                add(item, sigs)
+                ctx.progress(1)
+        table = pa.table({**cols, "phash": pa.array([None if p is None else p.tolist() for p in cols["phash"]],
+                                                   pa.list_(pa.uint64()))}, schema=HASH_SCHEMA)
+        write_parquet(work / self.folder / f"{shard.id}.parquet", table)
+        return stats
+
+
+class AgainstTask(HashTask):
+    """:class:`HashTask` for the reference images of ``--against`` (``against/hashes/``)."""
+
+    stage: ClassVar[str] = "dedup_against"
+    folder: ClassVar[str] = f"{AGAINST_DIR}/{HASHES_DIR}"
+
+
+class QueryBlock(NamedTuple):
+    """A search shard's ``meta``: the queries ``start:stop`` of the near-duplicate index."""
+
+    start: int
+    stop: int
+
+
+class SearchTask(ShardTask):
+    """Searches one block of queries of the near-duplicate index (``near_pairs/<shard>.parquet``: a, b, bits).
+
+    The index is ``OUT/_index/near/`` as the driver wrote it (fetched first where ``OUT`` is a bucket), memory-mapped
+    once per worker.
+    """
+
+    stage: ClassVar[str] = "dedup_search"
+    unit = "queries"
+    transient = ("index",)
+    reads_out = (f"{INDEX_DIR}/*",)
+
+    def __init__(self, threshold: int, digest: str) -> None:
+        self.threshold, self.digest = threshold, digest
+        self.index: tuple[str, dict[str, np.ndarray]] | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The threshold and the index (its digest) decide the pairs."""
+        return {"near_threshold": self.threshold, "index": self.digest}
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Write the pairs found from this block's queries."""
+        from curate.dedup.search import load_index, search_block
+
+        assert ctx.out is not None
+        folder = str(ctx.out / INDEX_DIR)
+        if self.index is None or self.index[0] != folder:
+            self.index = (folder, load_index(folder))
+        block = QueryBlock(*shard.meta)
+        stats = StageStats()
+        with stats.timer("search"):
+            a, b, d = search_block(self.index[1], block.start, block.stop, self.threshold)
+        write_parquet(work / PAIRS_DIR / f"{shard.id}.parquet", pa.table({"a": a, "b": b, "bits": d}, schema=PAIR_SCHEMA))
+        stats.extra["near_pairs_found"] = int(len(a))
+        ctx.progress(block.stop - block.start)
+        return stats

@@ -1,0 +1,77 @@
+"""Every verb of ``curate``, declared once: the one table the CLI, recipes, run planning and the report read.
+
+A :class:`StageSpec` says where a verb's command lives, the first paragraph of its help, what a
+recipe step of it hands to the next step, whether it writes ``OUT/report/`` when it ends, and which
+plots and sample view its report page shows. Adding a verb is one entry here plus its module in
+``curate/cli/`` (docs/architecture.md, "How to add a stage"). This module imports nothing, so the
+CLI can list every verb without loading any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One verb.
+
+    Attributes:
+        name: the verb (``curate NAME``), also the ``stage`` its ``stats.json`` names.
+        cli: the module of ``curate/cli`` that defines its command (imported only when the verb runs).
+        help: the first paragraph of its help, as ``curate --help`` lists it.
+        main_output: what a recipe step of this verb hands to the next step when named without a
+            sub-path: the first that exists (Parquet when records carry image bytes), else the first;
+            ``""`` the step's folder itself. None: not a recipe step.
+        report: whether the verb writes ``OUT/report/`` for its ``--out`` when it ends.
+        plots: the images in its output folder its report page shows.
+        view: the function drawing its report page's samples (``module:function`` under ``curate.report``).
+    """
+
+    name: str
+    cli: str
+    help: str
+    main_output: tuple[str, ...] | None = None
+    report: bool = False
+    plots: tuple[str, ...] = ()
+    view: str | None = None
+
+
+_SPECS = (
+    StageSpec("dedup", "dedup", "Remove exact, near and semantic duplicate records, and copies of benchmark images.",
+              main_output=("records",), report=True, view="dedup:dedup_html"),
+    StageSpec("balance", "balance", "Concept-balance records: embed → concept embeddings → tag → resample → report.",
+              main_output=("records",), report=True, plots=("balance.png",), view="stages:balance_html"),
+    StageSpec("embed", "balance", "Embed the images of records with open_clip (L2-normalised, float16).", report=True),
+    StageSpec("tag", "balance", "Tag every embedding with its top-K nearest concepts (FAISS).", report=True),
+    StageSpec("resample", "balance", "Draw a concept-balanced selection of the tagged records.", report=True,
+              plots=("balance.png",), view="stages:balance_html"),
+    StageSpec("recaption", "recaption", "Write new English and Chinese captions for the images of records.",
+              main_output=("records.jsonl", "records.parquet"), report=True, view="stages:recaption_html"),
+    StageSpec("rl-filter", "rl", "Keep the RL prompts a model solves sometimes but not reliably.",
+              main_output=("kept.jsonl", "kept.parquet"), report=True, plots=("rl_filter.png",),
+              view="stages_more:rl_filter_html"),
+    StageSpec("score", "rl", "Score model responses with the rule-based verifiers (curate.rewards).",
+              main_output=("scores.parquet",), report=True, view="stages_more:score_html"),
+    StageSpec("serve-rewards", "rl", "Serve the reward verifiers over HTTP for RL trainers."),
+    StageSpec("pack", "pack", "Pack records into sequences of at most --ctx tokens, as WebDataset shards.",
+              main_output=("",), report=True, plots=("packing.png",), view="stages_more:pack_html"),
+    StageSpec("verify", "pack",
+              "Check a packed folder: every shard, boundary and count against its JSON and stats.json.",
+              main_output=("",)),
+    StageSpec("energon-prepare", "pack",
+              "Make a curate pack output folder a Megatron-Energon dataset (writes OUT/.nv-meta/)."),
+    StageSpec("vocab", "vocab", "Build and embed the concept vocabulary used by curate balance."),
+    StageSpec("run", "run", "Run a recipe: an ordered list of steps, each a verb with its options."),
+    StageSpec("report", "report", "Write OUT/report/: a static HTML site showing what each stage did to the data."),
+)
+
+#: Every verb by name, in the order recipes list them.
+STAGES: dict[str, StageSpec] = {spec.name: spec for spec in _SPECS}
+#: The verbs a recipe step may run, in order.
+RECIPE_VERBS: tuple[str, ...] = tuple(s.name for s in _SPECS if s.main_output is not None)
+
+
+def stage(name: str) -> StageSpec | None:
+    """The spec of verb ``name`` (also a ``stats.json`` stage), None for an unknown one."""
+    return STAGES.get(name)
