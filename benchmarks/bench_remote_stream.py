@@ -111,7 +111,8 @@ def main() -> int:
             print(f"wall time: local {local_s:.1f}s, bucket {bucket_s:.1f}s, ratio {bucket_s / local_s:.2f}× "
                   "(target ≤ 1.3×)")
             ok = poll.peak <= bound and poll.peak <= 0.10 * output
-            print(f"local disk bound: {'met' if ok else 'NOT met'} (≤ 2 × workers × one shard and ≤ 10% of the output)")
+            print(f"local disk bound: {'met' if ok else 'NOT met'} "
+                  "(≤ 2 × workers × one shard and ≤ 10% of the output)")
         finally:
             proc.terminate()
             proc.wait(timeout=30)

@@ -71,7 +71,8 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
         return _balance(inputs, config, out, executor)
 
 
-def _balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, out: Path, executor: Any) -> dict[str, Any]:
+def _balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, out: Path,
+             executor: Any) -> dict[str, Any]:
     """:func:`balance` into the local folder ``out``."""
     vocab, seed = config.vocab.vocab, config.embed.seed
     e, r = config.embed, config.resample

@@ -54,7 +54,8 @@ def test_configs_hold_locations_and_refuse_a_bucket_for_local_only_settings(tmp_
 def test_a_staging_folder_is_named_by_its_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
     folder = staging_folder("s3://bucket/run")
-    assert url_of(folder) == "s3://bucket/run" and url_of(folder / "01-pack" / "shards") == "s3://bucket/run/01-pack/shards"
+    assert url_of(folder) == "s3://bucket/run"
+    assert url_of(folder / "01-pack" / "shards") == "s3://bucket/run/01-pack/shards"
     assert shown(folder / "01-pack") == "s3://bucket/run/01-pack"  # what users read: the bucket, never the folder
     assert url_of(tmp_path) is None and shown(tmp_path) == str(tmp_path)
     (tmp_path / ".url").write_text("s3://elsewhere")  # only folders of the cache's staging area stand for a URL
