@@ -16,6 +16,7 @@ from pathlib import Path
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
 from packer.balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
@@ -69,7 +70,7 @@ class PackConfig(ImageReading):
             (:class:`curate.core.record_limits.ImageReading`).
     """
 
-    out: PathLike
+    out: Location | PathLike
     ctx: int = 8192
     processor: str | None = None
     min_pixels: int | None = None
@@ -81,19 +82,21 @@ class PackConfig(ImageReading):
     verify_fraction: float | None = None
     verify_sample: int | None = DEFAULT_VERIFY_SAMPLE
     exact: bool = False
-    lengths: PathLike | None = None
+    lengths: Location | PathLike | None = None
     plan_only: bool = False
     trust_remote_code: bool = False
     plot: bool = True
     balance_compute: bool = False
     dp: int | None = None
     micro_batches: int | None = None
-    cost_model: PathLike | None = None
+    cost_model: Location | PathLike | None = None
     step_mix: int | None = None
     energon: str | None = None
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "lengths": "--lengths", "cost_model": "--cost-model",
+                         "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         self.check_image_reading()
         v.in_dir("--image-root", self.image_root)
@@ -115,6 +118,7 @@ class PackConfig(ImageReading):
         v.in_file("--cost-model", self.cost_model)
         if self.energon is not None:
             parse_split_ratio(self.energon)
+            energon_here("--energon", self.out)
         v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before packer.balance sizes
         v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # its arrays by them
         balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model, self.step_mix)
@@ -124,39 +128,52 @@ class PackConfig(ImageReading):
 class VerifyConfig:
     """Settings of ``curate verify`` (see :func:`packer.verify.verify_pack`)."""
 
-    out: PathLike
+    out: Location | PathLike
     processor: str | None = None
     sample: int = 64
     seed: int = 0
     recount_all: bool = False
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "OUT"})
         v.integer("--sample", self.sample, 0)
         if self.recount_all and self.sample != 64:
             raise UserError("--recount-all re-tokenizes every record: drop --sample")
         v.integer("--seed", self.seed, 0)
-        if v.is_url(self.out) or v.later(self.out):
-            return  # read through a local mirror (curate.core.remote.local_copy), or made by an earlier step
+        if self.out.is_remote or v.later(self.out):
+            return  # in a bucket: its small files read through a local copy, its tars in place (packer.verify);
+            # or made by an earlier step
         out = Path(self.out)
         if not out.is_dir():
             raise UserError(f"{out}: no such folder; give a curate pack output folder")
         read_pack_stats(out)
 
 
-def read_pack_stats(out: PathLike) -> dict:
-    """``OUT/stats.json`` of a finished ``curate pack`` run, checked (one line naming the file otherwise)."""
+def energon_here(flag: str, out: Location | PathLike) -> None:
+    """Energon prepares a dataset on a file system: refuse a folder in object storage in one line."""
+    if Location(out).is_remote:
+        raise UserError(f"{flag}: Megatron-Energon prepares datasets on a file system, not {out}; pack into a "
+                        "local or mounted folder (or copy the shards there) and run curate energon-prepare on it")
+
+
+def read_pack_stats(out: PathLike, name: str | None = None) -> dict:
+    """``OUT/stats.json`` of a finished ``curate pack`` run, checked (one line naming the file otherwise).
+
+    ``name``: how the folder is named in errors (its URL when ``out`` is a local copy of a bucket's files).
+    """
     path = Path(out) / "stats.json"
+    where = name or str(out)
     if not path.is_file():
-        raise UserError(f"{out}: no stats.json; is this a finished curate pack output folder?")
+        raise UserError(f"{where}: no stats.json; is this a finished curate pack output folder?")
     try:
         stats = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable stats file ({type(exc).__name__}: {exc}); pack again into a "
+        raise UserError(f"{where}/stats.json: not a readable stats file ({type(exc).__name__}: {exc}); pack again into a "
                         "new folder") from None
     if not isinstance(stats, dict) or stats.get("stage") != "pack":
         stage = stats.get("stage") if isinstance(stats, dict) else None
-        raise UserError(f"{path} is from stage {stage!r}, not pack")
+        raise UserError(f"{where}/stats.json is from stage {stage!r}, not pack")
     settings = stats.get("settings")
     if not isinstance(settings, dict) or not isinstance(settings.get("ctx"), int):
-        raise UserError(f"{path}: settings.ctx is missing; is this a finished curate pack output folder?")
+        raise UserError(f"{where}/stats.json: settings.ctx is missing; is this a finished curate pack output folder?")
     return stats

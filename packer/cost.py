@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.errors import UserError
+from curate.core.io import open_input
 from curate.core.validate import integer
 
 COMPONENTS = ("tokens", "tokens_sq", "patches", "patches_sq")
@@ -209,7 +210,7 @@ def load_cost_model(path: str | os.PathLike[str] | None) -> CostModel:
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open_input(path, "r") as fh:  # a local file or an object in a bucket
             data = yaml.safe_load(fh)
     except OSError as exc:
         raise UserError(f"--cost-model {path}: cannot read it ({exc.strerror})") from None

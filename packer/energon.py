@@ -44,7 +44,7 @@ from megatron.energon.flavors.webdataset.config import MAIN_FOLDER_NAME
 
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, read_json
-from packer.config import SPLITS, parse_split_ratio  # noqa: F401 (parse_split_ratio re-exported)
+from packer.config import SPLITS, energon_here, parse_split_ratio  # noqa: F401 (parse_split_ratio re-exported)
 from packer.loader import PackedSequenceBuilder, ProcessorDrift, SampleError, collate_packed
 from packer.tokens import TokenCounter
 
@@ -208,6 +208,7 @@ def prepare_energon(out: str | os.PathLike[str], *, split_ratio: str | Sequence[
         UserError: ``out`` is not a finished pack folder with shards, a bad split ratio, or too
             few shards for the splits asked.
     """
+    energon_here("OUT", out)
     root = Path(out)
     ratio = parse_split_ratio(split_ratio)
     stats_path = root / "stats.json"

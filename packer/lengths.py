@@ -119,7 +119,8 @@ class LengthsTask(ShardTask):
     #: forked ones share its pages. Each caps its torch/OpenMP threads when it starts (the driver runs no
     #: torch op before).
     start_method = "fork"
-    driver_reads = ("lengths/*.parquet",)  # merged by pack; the _records store stays in a bucket until shards are written
+    driver_reads = ("lengths/*.parquet",)  # merged by pack
+    kept_local = ("_records/*.arrow",)  # read by the shard writer (with --out in a bucket: kept on this disk)
 
     def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
                  exact: bool = False, verify_fraction: float | None = None,

@@ -22,8 +22,9 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ from curate.core.errors import UserError
 from curate.executors import Executor, get_executor, run_stage
 from curate.core.io import atomic_open, curate_cache, dumps_json, file_sha256, read_json, write_json, write_parquet
 from curate.core.progress import console
-from curate.core.remote import remote_out
+from curate.core.location import Location, shown
+from curate.core.remote import reading, writing
+from curate.core.staging import url_of
 from curate.core.shards import SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
@@ -80,6 +83,8 @@ def _find_counted(key: str, out: Path) -> Path | None:
 
 
 def _remember_counted(key: str, out: Path) -> None:
+    if url_of(out) is not None:
+        return  # a bucket's staging folder does not keep the counts: nothing to find here later
     index = _lengths_index()
     try:
         data = read_json(index) if index.exists() else {}
@@ -197,8 +202,8 @@ def _check_ctx(out: Path, ctx: int) -> None:
     recorded = out / SHARDS_DIR / "write" / "settings.json"
     if recorded.exists() and read_json(recorded).get("ctx") != ctx:
         old = read_json(recorded).get("ctx")
-        raise UserError(f"{out} was packed at ctx {old}; to pack the same input at ctx {ctx} reuse its lengths: "
-                        f"curate pack ... --lengths {out}/lengths.parquet --ctx {ctx} --out NEW_FOLDER")
+        raise UserError(f"{shown(out)} was packed at ctx {old}; to pack the same input at ctx {ctx} reuse its "
+                        f"lengths: curate pack ... --lengths {shown(out)}/lengths.parquet --ctx {ctx} --out NEW_FOLDER")
 
 
 def check_request(inputs: Sequence[str | os.PathLike[str]], config: PackConfig) -> None:
@@ -216,7 +221,6 @@ def check_request(inputs: Sequence[str | os.PathLike[str]], config: PackConfig) 
         raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
 
 
-@remote_out("out")
 def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = None, *,
          executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
     """Pack records into sequences of at most ``ctx`` tokens; see the module docstring.
@@ -225,7 +229,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         inputs: record files or folders (none with ``lengths`` and ``plan_only``).
         config: the settings (see :class:`PackConfig`), checked before anything is read; its
             ``balance_compute`` (with ``dp``, optional ``micro_batches`` and ``cost_model``) lays
-            the bins out in steps of equal compute per rank (:mod:`packer.balance`).
+            the bins out in steps of equal compute per rank (:mod:`packer.balance`). ``out`` and
+            ``lengths`` may be in a bucket (:mod:`curate.core.remote`).
         executor: an executor (default: local, ``config.workers`` processes).
         **settings: fields of :class:`PackConfig` (``out=``, ``ctx=``...), instead of or over ``config``.
 
@@ -233,8 +238,26 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         The content written to ``OUT/stats.json``.
     """
     config = configure(PackConfig, config, **settings)
-    out, ctx, processor, seed, workers = Path(config.out), config.ctx, config.processor, config.seed, config.workers
-    min_pixels, max_pixels, exact, lengths = config.min_pixels, config.max_pixels, config.exact, config.lengths
+    with writing(config.out) as out, _lengths_here(config.lengths) as lengths:
+        return _pack(inputs, config, out, lengths, executor)
+
+
+@contextmanager
+def _lengths_here(lengths: Location | None) -> Iterator[Path | None]:
+    """``--lengths`` as a local file, with what pack reads beside it (its run's stats and count settings)."""
+    if lengths is None:
+        yield None
+        return
+    beside = (lengths.name, "stats.json", f"{SHARDS_DIR}/lengths/settings.json")
+    with reading(lengths.parent, include=beside) as folder:
+        yield folder / lengths.name
+
+
+def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Path, lengths: Path | None,
+          executor: Executor | None) -> dict[str, Any]:
+    """:func:`pack` in ``out``, a local folder (the run's own, or the staging folder of a bucket)."""
+    ctx, processor, seed, workers = config.ctx, config.processor, config.seed, config.workers
+    min_pixels, max_pixels, exact = config.min_pixels, config.max_pixels, config.exact
     shard_size, sequences_per_shard, plan_only = config.shard_size, config.sequences_per_shard, config.plan_only
     verify_fraction, trust_remote_code, plot = config.verify_fraction, config.trust_remote_code, config.plot
     verify_sample = config.verify_sample
@@ -305,7 +328,8 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         ranges = [(lo, min(lo + sequences_per_shard, hi)) for lo_r, hi in zip(bounds[:-1], bounds[1:])
                   for lo in range(lo_r, hi, sequences_per_shard)]
         out_shards = [Shard(k, meta=BinRange(*r), size=r[1] - r[0]) for k, r in enumerate(ranges)]
-        writer = ShardWriteTask(str(out), ctx=ctx, processor=fingerprint or "", store_dir=str(store_dir))
+        writer = ShardWriteTask(ctx=ctx, processor=fingerprint or "",
+                                store_dir=None if store_dir == out else str(store_dir))
         write_stats = run_stage(writer, out_shards, out, executor=executor, seed=seed, desc="write shards",
                                 settings={**writer.settings(), "plan": file_sha256(out / PLAN_ARRAYS)[:16]})
         sequences = int(write_stats.extra.get("sequences", 0))

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.errors import UserError
+from curate.core.io import open_input, text_of
 from packer.cost import COEFFICIENT_FIELDS, COMPONENTS, CostModel
 
 SECONDS = "seconds"
@@ -46,7 +47,7 @@ MIN_ROWS = 8
 
 def is_timing_log(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` names a timing log (by its suffix: ``.csv``, ``.parquet``, ``.pq``)."""
-    return Path(path).suffix.lower() in LOG_SUFFIXES
+    return Path(text_of(path)).suffix.lower() in LOG_SUFFIXES  # a path or a bucket's URL
 
 
 def sequence_components(cu_seqlens: Any, image_grid_thw: Any = None) -> dict[str, float]:
@@ -140,14 +141,15 @@ def read_timing_log(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """The columns of a timing log (float64), checked; raises :class:`UserError` naming the file."""
     where = f"--cost-model {path}"
     try:
-        if Path(path).suffix.lower() == ".csv":
-            import pyarrow.csv as pacsv
+        with open_input(path) as fh:  # a local file or an object in a bucket
+            if Path(text_of(path)).suffix.lower() == ".csv":
+                import pyarrow.csv as pacsv
 
-            table = pacsv.read_csv(path)
-        else:
-            import pyarrow.parquet as pq
+                table = pacsv.read_csv(fh)
+            else:
+                import pyarrow.parquet as pq
 
-            table = pq.read_table(path)
+                table = pq.read_table(fh)
     except FileNotFoundError:
         raise UserError(f"{where}: no such file") from None
     except (OSError, pa.ArrowInvalid) as exc:

@@ -19,7 +19,6 @@ decode it), a few tars per shard of an executor (``--workers N`` processes or ``
 from __future__ import annotations
 
 import fnmatch
-import os
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -33,8 +32,8 @@ import pyarrow.parquet as pq
 
 from curate.core.columns import first_occurrences
 from curate.core.images import DEFAULT_LIMITS, ImageLimits
-from curate.core.io import is_url, read_json
-from curate.core.remote import local_copy
+from curate.core.io import read_json
+from curate.core.remote import reading
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
 from packer.verify_steps import StepRecorder
@@ -72,15 +71,24 @@ def verify_pack(out: str | Path | None = None, config: VerifyConfig | None = Non
         workers: local worker processes when no executor is given.
         **settings: fields of :class:`VerifyConfig`, instead of or over ``config``.
     """
+    config = configure(VerifyConfig, config, out=out, **settings)
+    # A pack output in a bucket: the few files read whole come to a temporary local folder (curate.core.remote),
+    # its tars are read where they are (by their headers: ≈29 KB per image), never copied to this machine's disk.
+    with reading(config.out, include=READS) as folder:
+        return _verify(config, folder, executor, workers)
+
+
+#: What verify reads whole of a pack output (besides its tars).
+READS = ("stats.json", "plan.parquet", "rejects.parquet")
+
+
+def _verify(config: VerifyConfig, out: Path, executor: Any, workers: int) -> VerifyReport:
+    """:func:`verify_pack` with the pack's small files in the local folder ``out``."""
     from curate.executors import get_executor, run_stage
 
-    config = configure(VerifyConfig, config, out=out, **settings)
-    url = os.fspath(config.out).rstrip("/") if is_url(os.fspath(config.out)) else None
-    # A pack output in a bucket: its small files are read from a local mirror (curate.core.remote), its tars
-    # where they are (by their headers: ≈29 KB per image), never copied to this machine's disk.
-    out = local_copy(config.out, exclude=(TARS,))
+    url = config.out.url if config.out.is_remote else None
     processor, sample, seed = config.processor, config.sample, config.seed
-    stats = read_pack_stats(out)
+    stats = read_pack_stats(out, str(config.out))
     ctx = int(stats["settings"]["ctx"])
     processor = processor or stats["settings"].get("processor_path")
     min_pixels, max_pixels = stats["settings"].get("min_pixels"), stats["settings"].get("max_pixels")

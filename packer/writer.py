@@ -80,11 +80,11 @@ class ShardWriteTask(ShardTask):
     unit = "sequences"
     transient = ("_store", "_plan", "_tars")
     driver_reads = ()  # the driver never reads the tars back (--out in a bucket: they stay there)
-    reads_out = ("_records/*.arrow",)  # the lengths step's record store
+    reads_out = ("_records/*.arrow", PLAN_ARRAYS)  # the lengths step's record store, the driver's plan
 
-    def __init__(self, out: str, *, ctx: int, processor: str, store_dir: str | None = None) -> None:
-        self.out = out
-        self.store_dir = store_dir or out
+    def __init__(self, out: str | None = None, *, ctx: int, processor: str, store_dir: str | None = None) -> None:
+        self.out = out  # opened by setup() when given; shards run through the contract open their own OUT
+        self.store_dir = store_dir  # None: the run's OUT (on whichever node runs the shard)
         self.ctx = ctx
         self.processor = processor
         self._store: pa.Table | None = None
@@ -96,10 +96,14 @@ class ShardWriteTask(ShardTask):
         return {"ctx": self.ctx, "processor": self.processor}
 
     def setup(self) -> None:
-        """Memory-map the record store and load the plan arrays."""
+        """Memory-map the record store and load the plan arrays of ``out`` when it was given."""
+        if self._store is None and self.out is not None:
+            self._open(Path(self.out), Path(self.out) / PLAN_ARRAYS)
+
+    def _open(self, out: Path, plan: Path) -> None:
         if self._store is None:
-            self._store = open_store(Path(self.store_dir))
-            with np.load(Path(self.out) / PLAN_ARRAYS) as data:
+            self._store = open_store(Path(self.store_dir) if self.store_dir else out)
+            with np.load(plan) as data:
                 self._plan = {k: data[k] for k in data.files}
 
     def shard_items(self, shard: Shard) -> int:
@@ -109,6 +113,8 @@ class ShardWriteTask(ShardTask):
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Write bins ``meta.first .. meta.stop`` (a :class:`BinRange`) into ``shards/<shard>.tar``."""
         self.setup()
+        if self._store is None and ctx.out is not None:  # this node's OUT (a bucket's: the plan fetched if need be)
+            self._open(ctx.out, ctx.local(PLAN_ARRAYS))
         assert self._store is not None and self._plan is not None
         first, stop = shard.meta.first, shard.meta.stop
         offsets, members = self._plan["bin_offsets"], self._plan["members"]

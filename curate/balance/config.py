@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE, MAX_THREADS
+from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS
 
@@ -66,7 +66,7 @@ class EmbedConfig(ImageReading):
     """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`); the image limits:
     :class:`~curate.core.record_limits.ImageReading`."""
 
-    out: PathLike
+    out: Location | PathLike
     model: str = DEFAULT_MODEL
     precision: str = "fp32"
     device: str = "auto"
@@ -75,9 +75,10 @@ class EmbedConfig(ImageReading):
     decode_threads: int | None = None
     threads: int | None = None
     seed: int = 0
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         self.check_image_reading()
@@ -97,22 +98,24 @@ class VocabEmbedConfig:
     entry), so an unusable one is refused before anything is embedded.
     """
 
-    vocab: PathLike
-    out: PathLike | None = None
+    vocab: Location | PathLike
+    out: Location | PathLike | None = None
     model: str = DEFAULT_MODEL
     template: str | None = None
     precision: str = "fp32"
     device: str = "auto"
     batch_size: int = DEFAULT_TEXT_BATCH
     scripts: str = "auto"
-    cache_dir: PathLike | None = None
+    cache_dir: Location | PathLike | None = None
     threads: int | None = None
 
     def __post_init__(self) -> None:
+        locations(self, {"vocab": "--vocab", "out": "--out"}, local={"cache_dir": "--cache-dir"})
         v.in_file("--vocab", self.vocab)
         from curate.balance.vocab.files import load_vocab  # its imports only when a vocabulary is named
+        from curate.core.remote import local_file
 
-        if not v.later(self.vocab) and not load_vocab(Path(self.vocab)):
+        if not v.later(self.vocab) and not load_vocab(local_file(self.vocab, "--vocab")):  # type: ignore[arg-type]
             raise UserError(f"--vocab {self.vocab}: the vocabulary is empty; give a file with one concept per line")
         v.out_file("--out", self.out)
         v.cache_dir("--cache-dir", self.cache_dir)
@@ -127,7 +130,7 @@ class VocabEmbedConfig:
 class TagConfig:
     """Settings of ``curate tag`` (see :func:`curate.balance.tag.tag`)."""
 
-    out: PathLike
+    out: Location | PathLike
     top_k: int = DEFAULT_TOP_K
     index: str = "flat"
     nlist: int | None = DEFAULT_NLIST
@@ -137,6 +140,7 @@ class TagConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out"})
         v.out_dir("--out", self.out)
         v.at_least("--top-k", self.top_k, 1)
         v.at_most("--top-k", self.top_k, MAX_TOP_K, "concepts kept per record")
@@ -153,7 +157,7 @@ class TagConfig:
 class ResampleConfig:
     """Settings of ``curate resample`` (see :func:`curate.balance.resample.resample`)."""
 
-    out: PathLike
+    out: Location | PathLike
     target: int | None = None
     fraction: float | None = None
     seed: int = 0
@@ -164,12 +168,13 @@ class ResampleConfig:
     weighting: str = "mean"
     temperature: float = 1.0
     use_k: int | None = None
-    vocab: PathLike | None = None
-    records: tuple[PathLike, ...] | list[PathLike] | None = None
+    vocab: Location | PathLike | None = None
+    records: tuple[Location | PathLike, ...] | list[PathLike] | None = None
     plot: bool = True
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "vocab": "--vocab", "records": "--records", "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         for path in self.records or ():
@@ -207,7 +212,7 @@ class MatchConfig:
     (as ``tag`` takes its embeddings and concepts).
     """
 
-    out: PathLike
+    out: Location | PathLike
     text_field: str | None = None
     rules: str = "curate"
     case_sensitive: bool = False
@@ -216,9 +221,10 @@ class MatchConfig:
     top_k: int | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
     seed: int = 0
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         v.at_least("--top-k", self.top_k, 1)
@@ -259,9 +265,9 @@ class BalanceConfig:
                             "give one vocabulary file to embed")
 
     @property
-    def out(self) -> Path:
+    def out(self) -> Location:
         """The run's output folder."""
-        return Path(self.embed.out)
+        return Location(self.embed.out)
 
     @property
     def text_vocab(self) -> PathLike | dict[str, str]:
@@ -320,7 +326,7 @@ class BalanceConfig:
             raise TypeError(f"BalanceConfig.build: unknown setting(s) {', '.join(unknown)}")
         image_batch = settings.get("batch_size", DEFAULT_BATCH)
         # vocabulary first: an empty or unreadable vocabulary is refused before anything else is checked
-        vocab_cfg = VocabEmbedConfig(vocab=vocab, out=Path(out) / "concepts.npy", batch_size=text_batch_size,
+        vocab_cfg = VocabEmbedConfig(vocab=vocab, out=Location(out) / "concepts.npy", batch_size=text_batch_size,
                                      **parts["vocab"])
         return cls(embed=EmbedConfig(out=out, batch_size=image_batch, **parts["embed"]), vocab=vocab_cfg,
                    tag=TagConfig(out=out, **parts["tag"]),

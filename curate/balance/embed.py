@@ -37,6 +37,7 @@ from curate.core.defaults import DEFAULT_MAX_IMAGES
 from curate.core.errors import UserError
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.io import write_parquet
+from curate.core.remote import writing
 from curate.core.malloc import keep_freed_memory
 from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
                                 readable_records)
@@ -205,10 +206,17 @@ def run_embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | No
     Returns:
         The ``stats.json`` content and the merged stats (with the rejects).
     """
+    config = configure(EmbedConfig, config, **settings)
+    with writing(config.out) as out:  # a bucket: shards stream there (curate.core.remote)
+        return _embed(inputs, config, out, executor, write_stats)
+
+
+def _embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig, out: Path, executor: Any,
+           write_stats: bool) -> tuple[dict[str, Any], StageStats]:
+    """:func:`run_embed` into the local folder ``out``."""
     from curate.executors import run_stage
 
-    config = configure(EmbedConfig, config, **settings)
-    out, shard_size, seed = Path(config.out), config.shard_size, config.seed
+    shard_size, seed = config.shard_size, config.seed
     model, precision, device, batch_size = config.model, config.precision, config.device, config.batch_size
     decode_threads, threads = config.decode_threads, config.threads
     shards = plan_shards(inputs, shard_size, image_root=config.image_root)

@@ -31,6 +31,7 @@ from curate.balance.matching.rules import match_rules, no_space_char, spaced_ent
 from curate.balance.matching.texts import record_text, texts_to_match  # noqa: F401 (re-exported)
 from curate.balance.matching.vocabularies import VocabArg, VocabPart, parts_metadata, vocab_parts
 from curate.core.io import write_parquet
+from curate.core.remote import writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask, plan_shards, readable_records
 from curate.core.stats import StageStats, finish_stage, run_header
@@ -63,6 +64,9 @@ def tags_schema(per_text: bool, languages: bool) -> pa.Schema:
     return schema
 
 
+GROUPS = ".groups.json"  # beside each automaton: its groups and rules (curate.balance.matching.automaton)
+
+
 class MatchTask(ShardTask):
     """Match one shard of records against the vocabularies; writes ``tags/<shard>.parquet``.
 
@@ -76,19 +80,30 @@ class MatchTask(ShardTask):
         self.parts, self.config, self.automatons = list(parts), config, list(automatons)
         self._matchers: dict[str | None, TextMatcher] | None = None
         self._lid: LanguageIdentifier | None = None
+        # automatons in OUT (relative paths): the driver wrote them; nodes without them fetch them from a bucket
+        self.reads_out = tuple(f for a in self.automatons if not os.path.isabs(a) for f in (a, a + GROUPS))
 
     def setup(self) -> None:
-        """Load the automatons the driver saved, and the language model when languages are asked for."""
-        if self._matchers is None:
+        """Load the automatons the driver saved (those of OUT with the first shard), and the language model when
+        languages are asked for."""
+        if self._matchers is None and not self.reads_out:
             self._matchers = {part.lang: TextMatcher.load(path) for part, path in zip(self.parts, self.automatons)}
         if self.config.lang_id and self._lid is None:
             self._lid = LanguageIdentifier()
+
+    def _load(self, ctx: ShardContext) -> None:
+        """The automatons of OUT, on this node (executors bring ``reads_out`` before shards run)."""
+        if self._matchers is None:
+            assert ctx.out is not None
+            self._matchers = {part.lang: TextMatcher.load(a if os.path.isabs(a) else ctx.out / a)
+                              for part, a in zip(self.parts, self.automatons)}
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Match every text of every readable record of the shard; a text without any match keeps an empty list."""
         from curate.balance.tag import TAGS_DIR, tags_table
 
         self.setup()
+        self._load(ctx)
         assert self._matchers is not None
         config = self.config
         per_text, languages = config.per == "text", config.lang_id
@@ -170,12 +185,21 @@ def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, co
     from curate.executors import run_stage
 
     config = configure(MatchConfig, config, **settings)
+    with writing(config.out) as out:  # a bucket: shards stream there (curate.core.remote)
+        return _match_text(inputs, vocab, config, out, executor, write_stats)
+
+
+def _match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, config: MatchConfig, out: Path,
+                executor: Any, write_stats: bool) -> tuple[dict[str, Any], StageStats]:
+    """:func:`run_match_text` into the local folder ``out``."""
+    from curate.balance.tag import merge_tags
+    from curate.executors import run_stage
+
     parts, entries = vocab_parts(vocab)
     per_language = parts[0].lang is not None
     if per_language and not config.lang_id:
         config = configure(MatchConfig, config, lang_id=True)  # a vocabulary per language: languages are needed
     rules = match_rules(config.rules, case_sensitive=config.case_sensitive)
-    out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     shards = plan_shards(inputs, config.shard_size, text_field=config.text_field, image_root=config.image_root,
@@ -184,9 +208,9 @@ def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, co
     automatons = []
     for part, lines in zip(parts, entries):
         automaton = out / "_match" / f"automaton-{part.sha256[:16]}-{part.offset}-{flavour}.bin"
-        if not Path(str(automaton) + ".groups.json").exists():
+        if not Path(str(automaton) + GROUPS).exists():
             TextMatcher(lines, rules=rules, offset=part.offset).save(automaton)
-        automatons.append(str(automaton))
+        automatons.append(automaton.relative_to(out).as_posix())  # found in OUT by any node
     n_entries = sum(p.size for p in parts)
     console.print(f"match text: {n_entries:,} vocabulary entries in {len(parts)} automaton(s) "
                   f"({time.perf_counter() - t0:.1f} s)")

@@ -36,7 +36,7 @@ from curate.balance.results import BalanceResult, language_lines, records_lines
 from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
 from curate.core.progress import console
-from curate.core.remote import remote_out
+from curate.core.remote import writing
 from curate.balance.resample import RECORDS_DIR, run_resample
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.balance.tag import run_tag
@@ -48,7 +48,6 @@ def _compose(embed_stats: StageStats, tag_stats: StageStats, resample_stats: Sta
     return embed_stats.then(tag_stats).then(resample_stats)
 
 
-@remote_out("out")
 def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | None = None, *, executor: Any = None,
             **settings: Any) -> dict[str, Any]:
     """Run the whole concept-balancing pipeline into ``out`` (see the module docstring).
@@ -68,7 +67,14 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
         config = BalanceConfig.build(**settings)
     elif settings:
         raise TypeError("balance(): give either a BalanceConfig or settings, not both")
-    out, vocab, seed = config.out, Path(config.vocab.vocab), config.embed.seed
+    with writing(config.out) as out:  # a bucket: every step's shards stream there (curate.core.remote)
+        return _balance(inputs, config, out, executor)
+
+
+def _balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, out: Path,
+             executor: Any) -> dict[str, Any]:
+    """:func:`balance` into the local folder ``out``."""
+    vocab, seed = config.vocab.vocab, config.embed.seed
     e, r = config.embed, config.resample
     model, precision, batch_size, shard_size = e.model, e.precision, e.batch_size, e.shard_size
     mode, t, fraction, weighting, temperature, use_k = r.mode, r.t, r.fraction, r.weighting, r.temperature, r.use_k

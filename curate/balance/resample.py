@@ -74,6 +74,8 @@ from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.malloc import keep_freed_memory, small_numpy_pages
+from curate.core.location import shown
+from curate.core.remote import local_file, writing
 from curate.core.stats import StageStats, finish_stage, run_header
 from curate.core.validate import configure
 
@@ -138,15 +140,17 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
     keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
     # paused_gc: collections would only walk the loaded modules' objects.
-    with out_lock(config.out), paused_gc(), small_numpy_pages():
-        return _run_resample(tags, config, write_stats)
+    # writing: OUT in a bucket is written through a staging folder (curate.core.remote); --tags read from a local copy.
+    with writing(config.out) as out, out_lock(out), paused_gc(), small_numpy_pages():
+        here = local_file(tags, "--tags")
+        assert here is not None
+        return _run_resample(here, config, out, write_stats, named=shown(tags))  # a bucket's URL, as given
 
 
-def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
-                  write_stats: bool) -> tuple[dict[str, Any], StageStats]:
+def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Path,
+                  write_stats: bool, named: str | None = None) -> tuple[dict[str, Any], StageStats]:
     fraction, seed, mode, t, use_k = config.fraction, config.seed, config.mode, config.t, config.use_k
-    records = list(config.records) if config.records else None
-    out = Path(config.out)
+    records = [str(r) for r in config.records] if config.records else None
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     tags_file = open_tags(tags)
@@ -239,7 +243,7 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig,
     settings = {"mode": mode, "target": n_target, "fraction": fraction,
                 "weighting": config.weighting if inverse else None, "temperature": config.temperature if inverse
                 else None, "t": t if mode != "inverse" else None,
-                "tail_share": config.tail_share, "per": per, "use_k": use_k, "tags": str(tags)}
+                "tail_share": config.tail_share, "per": per, "use_k": use_k, "tags": named or str(tags)}
     result: dict[str, Any] = {
         **run_header("resample", seed=seed, settings=settings),
         "records_in": counts["records_in"], "pool": pool, "records_selected": counts["records_out"],
@@ -376,7 +380,7 @@ def _vocab_names(vocab: str | os.PathLike[str] | None, meta: dict[str, str]) -> 
     from curate.balance.vocab.files import load_vocab
 
     if vocab is not None:
-        return load_vocab(Path(vocab))
+        return load_vocab(local_file(vocab, "--vocab"))  # type: ignore[arg-type]
     parts = parts_from_metadata(meta.get("vocabularies"))
     if not parts or not all(Path(p.path).is_file() for p in parts):
         return None

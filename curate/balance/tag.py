@@ -43,7 +43,9 @@ from curate.balance.index import (SEARCH_BATCH, auto_nlist, concept_matrix, exac
 from curate.balance.tag_inputs import EmbeddingFile, find_embeddings, read_ids, sample_rows
 from curate.core.columns import counts_by_source, source_names
 from curate.core.errors import UserError
-from curate.core.io import atomic_open, file_sha256, write_parquet
+from curate.core.io import atomic_open, file_sha256, is_url, write_parquet
+from curate.core.location import Location
+from curate.core.remote import local_file, reading, writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats, finish_stage, run_header
@@ -58,6 +60,35 @@ TAGS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("concept
 # The shard task
 # ---------------------------------------------------------------------------
 
+def _in_out(path: str | None) -> bool:
+    """Whether a path a task holds is relative: a file of the run's OUT."""
+    return path is not None and not is_url(path) and not os.path.isabs(path)
+
+
+def readable(path: str, ctx: ShardContext | None) -> Path:
+    """A file a tag shard reads, on this node: a file of OUT (relative; fetched from a bucket when missing),
+    an object in a bucket (a cached copy) or a local path."""
+    if _in_out(path):
+        assert ctx is not None, f"{path}: a file of OUT needs the shard's context"
+        return ctx.local(path)
+    local = local_file(path)
+    assert local is not None
+    return local
+
+
+def portable(path: str | os.PathLike[str], out: Path, copied: tuple[Path, str] | None = None) -> str:
+    """How a task names a file so that any node finds it: relative to OUT for a file of OUT, the URL of an
+    input copied from a bucket (``copied``: its local folder and URL), else the path."""
+    p = Path(path)
+    for base, name in ((out, ""), *((copied,) if copied else ())):
+        try:
+            rel = p.resolve().relative_to(Path(base).resolve()).as_posix()
+        except ValueError:
+            continue
+        return f"{name}/{rel}" if name else rel
+    return str(path)
+
+
 class TagTask(ShardTask):
     """Tags the rows of one embeddings file with their top-K concepts."""
 
@@ -69,19 +100,25 @@ class TagTask(ShardTask):
                  index_file: str | None = None, nprobe: int = DEFAULT_NPROBE, id_column: str | None = None) -> None:
         self.concepts, self.top_k, self.index_kind = concepts, top_k, index
         self.index_file, self.nprobe, self.id_column = index_file, nprobe, id_column
+        self.reads_out = tuple(p for p in (concepts, index_file) if _in_out(p))  # written by the driver
         self._index: Any = None
         self._rows: np.ndarray | None = None
 
     def setup(self) -> None:
-        """Load the concept matrix and build (or read) the index once per worker."""
+        """Load the concept matrix and build (or read) the index once per worker (files of OUT: with the first
+        shard, from that node's OUT)."""
+        if not any(_in_out(p) for p in (self.concepts, self.index_file)):
+            self._load(None)
+
+    def _load(self, ctx: ShardContext | None) -> None:
         if self._index is not None:
             return
         import faiss
 
-        vectors, rows, _ = concept_matrix(self.concepts)
+        vectors, rows, _ = concept_matrix(readable(self.concepts, ctx))
         if self.index_kind == "ivf":
             assert self.index_file is not None
-            index = faiss.read_index(self.index_file)
+            index = faiss.read_index(str(readable(self.index_file, ctx)))
             index.nprobe = self.nprobe
         else:
             index = exact_index(vectors)
@@ -93,16 +130,17 @@ class TagTask(ShardTask):
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Search one embeddings file; write ``tags/<shard>.parquet``."""
-        self.setup()
+        self._load(ctx)
         assert self._rows is not None
-        file: EmbeddingFile = shard.meta
+        given: EmbeddingFile = shard.meta
+        file = given._replace(npy=str(readable(given.npy, ctx)), ids=str(readable(given.ids, ctx)))
         ids, codes, names = read_ids(file, self.id_column)
         stats = StageStats()
         per_source = counts_by_source(codes, names)
         stats.seen_many(per_source)
         emb = np.load(file.npy, mmap_mode="r")
         if emb.shape[1] != self._index.d:
-            raise UserError(f"{file.npy}: embeddings have {emb.shape[1]} dims but the concepts have "
+            raise UserError(f"{given.npy}: embeddings have {emb.shape[1]} dims but the concepts have "
                             f"{self._index.d}; embed images and concepts with the same model")
         k = min(self.top_k, len(self._rows))
         concept_lists: list[np.ndarray] = []
@@ -197,21 +235,32 @@ def run_tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str]
     Returns:
         The ``stats.json`` content and the merged stats (with the rejects).
     """
+    config = configure(TagConfig, config, **settings)
+    given = Location(concepts)
+    beside = (given.name, sidecar_path(Path(given.name)).name)
+    with writing(config.out) as out, reading(given.parent, include=beside) as folder:
+        return _tag(Location(embeddings), folder / given.name, given, config, out, executor, write_stats, quiet)
+
+
+def _tag(embeddings: Location, concepts: Path, given: Location, config: TagConfig, out: Path, executor: Any,
+         write_stats: bool, quiet: bool) -> tuple[dict[str, Any], StageStats]:
+    """:func:`run_tag` into the local folder ``out``, the concept matrix (``given``) read from ``concepts``."""
     from curate.executors import run_stage
 
-    config = configure(TagConfig, config, **settings)
-    out, top_k, index, nlist, nprobe = Path(config.out), config.top_k, config.index, config.nlist, config.nprobe
+    top_k, index, nlist, nprobe = config.top_k, config.index, config.nlist, config.nprobe
     recall_sample, id_column, seed = config.recall_sample, config.id_column, config.seed
     out.mkdir(parents=True, exist_ok=True)
-    files = find_embeddings(embeddings)
-    concepts = Path(concepts)
+    here = local_file(embeddings, "--embeddings")  # a folder in a bucket: copied into the cache
+    assert here is not None
+    copied = (here, embeddings.url) if embeddings.is_remote else None
+    files = find_embeddings(here)
     with ThreadPoolExecutor(max_workers=1) as hasher:  # the hash reads the file while the matrix is converted
         hashed = hasher.submit(file_sha256, concepts)
         vectors, valid_rows, total_rows = concept_matrix(concepts)
         concepts_sha = hashed.result()
     dims = {int(np.load(f.npy, mmap_mode="r").shape[1]) for f in files}
     if dims != {vectors.shape[1]}:
-        raise UserError(f"embeddings have {sorted(dims)} dims but {concepts} has {vectors.shape[1]}; "
+        raise UserError(f"embeddings have {sorted(dims)} dims but {given} has {vectors.shape[1]}; "
                         "embed images and concepts with the same --model")
     t0 = time.perf_counter()
     index_file = None
@@ -225,12 +274,15 @@ def run_tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str]
             console.print(f"IVF nlist {nlist} nprobe {nprobe}: recall@{top_k} {recall['recall_at_k']:.4f} against "
                           f"exact search on {recall['queries']:,} sampled embeddings "
                           f"(search {recall['speedup']}× faster)")
-    shards = [Shard(i, meta=f, size=f.rows) for i, f in enumerate(files)]
-    task = TagTask(str(concepts), top_k=top_k, index=index, index_file=str(index_file) if index_file else None,
+    # any node finds the files: relative to OUT, or an input's URL (curate.core.remote)
+    shards = [Shard(i, meta=f._replace(npy=portable(f.npy, out, copied), ids=portable(f.ids, out, copied)), size=f.rows)
+              for i, f in enumerate(files)]
+    task = TagTask(portable(concepts, out, (concepts.parent, given.parent.url) if given.is_remote else None),
+                   top_k=top_k, index=index, index_file=portable(index_file, out) if index_file else None,
                    nprobe=nprobe, id_column=id_column)
     settings = {"concepts": concepts_sha[:16], "top_k": top_k, "index": index,
                 **({"nlist": nlist, "nprobe": nprobe} if index == "ivf" else {}), "id_column": id_column,
-                "embeddings": [(f.npy, f.rows) for f in files]}
+                "embeddings": [(s.meta.npy, s.meta.rows) for s in shards]}
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="tag", settings=settings)
     meta = {"concept_rows": str(total_rows), "concepts_embedded": str(len(valid_rows)), "top_k": str(top_k),
             "concepts_sha256": concepts_sha}

@@ -25,7 +25,6 @@ from curate.cli.group import cli
 from curate.core.errors import UserError
 from curate.core.gcpause import settle_for_exit
 from curate.core.lock import held_for_command
-from curate.core.remote import cli_args
 
 __all__ = ["cli", "entry", "main"]
 
@@ -39,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``curate`` console script: every mistake prints one line and exits non-zero."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        with held_for_command(), cli_args(args) as local_args:  # lock on --out; URLs: local mirrors (curate.core.remote)
-            cli.main(args=local_args, prog_name="curate", standalone_mode=False)
+        with held_for_command():  # each stage's lock on its --out is kept until the verb ends
+            cli.main(args=args, prog_name="curate", standalone_mode=False)
     except UserError as exc:
         _fail(str(exc), exc.exit_code)
     except click.exceptions.Abort:

@@ -40,8 +40,9 @@ def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="OpenAI-compatible server (vLLM, SGLang, transformers serve), e.g. http://127.0.0.1:8000/v1."),
         click.option("--served-model", metavar="NAME", default=None,
                      help="Model name to request from --endpoint (default: the server's only model)."),
-        click.option("--rollouts", metavar="FILE", default=None,
-                     help="JSONL/Parquet of answers generated elsewhere (id, response, [truncated, version, sample])."),
+        click.option("--rollouts", metavar="FILE", default=None, type=click.Path(path_type=str),
+                     help="JSONL/Parquet of answers generated elsewhere (id, response, [truncated, version, sample]); "
+                          "a local file or a bucket URL."),
         click.option("--rollouts-version", metavar="V", default=None,
                      help="Version to read from --rollouts when it holds several (default: the latest, natural order)."),
         click.option("--device", default=None, metavar="DEV",

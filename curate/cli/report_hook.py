@@ -11,14 +11,15 @@ import os
 from curate.stages import STAGES
 
 
-
 def report_after(verb: str, params: dict) -> None:
     """Write the report of a verb's --out once the verb finished (a failure only warns)."""
     out = params.get("out")
     spec = STAGES.get(verb)
     if spec is None or not spec.report or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
         return
-    if not os.path.exists(os.path.join(str(out), "stats.json")):
+    from curate.run import fs
+
+    if not fs.exists(f"{str(out).rstrip('/')}/stats.json"):  # a local folder, or a prefix in a bucket
         return
     write_report_or_warn(out)
 

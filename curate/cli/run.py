@@ -121,10 +121,13 @@ def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, 
       curate run recipes/rl-selection.yaml --dry-run
       curate run recipes/llava-ov-midtraining.yaml --from pack
     """
+    from curate.core.io import is_url
     from curate.core.progress import console
     from curate.run.recipe import load_recipe, parse_sets
     from curate.run.runner import out_folder, run_recipe
 
+    if is_url(recipe):  # its steps' inputs and outputs may be in a bucket; the recipe itself is a local file
+        raise UserError(f"RECIPE {recipe}: a recipe is read from this machine's disk; copy it here and run that copy")
     parsed = load_recipe(recipe, parse_sets(sets))
     folder = out_folder(parsed, out)
     run_recipe(parsed, folder, ClickVerbs(), start=start, until=until, dry_run=dry_run,
@@ -132,11 +135,7 @@ def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, 
     if dry_run:
         return
     console.print(f"lock: {folder}/recipe.lock.yaml")
-    from curate.core.io import is_url
-
-    if is_url(folder) and not no_report:
-        console.print(f"report: not written for a bucket ({folder}); copy the run folder and run curate report on it")
-    elif not no_report:
+    if not no_report:  # in a bucket too (curate.report reads a copy of the few files it needs)
         from curate.cli.report_hook import write_report_or_warn
 
         write_report_or_warn(folder)

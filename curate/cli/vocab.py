@@ -83,14 +83,11 @@ def vocab_build_cmd(out: str, size: int | None, word_lists: tuple[str, ...], met
             v.in_file(flag, path)
     default_langs = () if metaclip_metadata else ("en", "zh")  # published metadata is not filled up unless asked
     languages = () if no_wordfreq else (wordfreq_langs or default_langs)
-    from pathlib import Path
-
-    result = build_vocab_file(Path(out), stats_out=Path(stats_out) if stats_out else None, command=command_line(), size=size,
-                              wordfreq_languages=languages, word_lists=[Path(p) for p in word_lists],
-                              metaclip_metadata=Path(metaclip_metadata) if metaclip_metadata else None,
-                              captions=Path(captions) if captions else None, caption_field=caption_field,
+    result = build_vocab_file(out, stats_out=stats_out, command=command_line(), size=size,  # paths or URLs
+                              wordfreq_languages=languages, word_lists=list(word_lists),
+                              metaclip_metadata=metaclip_metadata, captions=captions, caption_field=caption_field,
                               pmi_threshold=pmi_threshold, min_bigram_count=min_bigram_count, max_bigrams=max_bigrams,
-                              exclude=[Path(p) for p in exclude], max_chars=max_chars, max_words=max_words,
+                              exclude=list(exclude), max_chars=max_chars, max_words=max_words,
                               keep_single_han=not drop_single_han, filter_metadata=filter_metadata)
     click.echo(summarize(result))
 
@@ -124,6 +121,7 @@ def vocab_embed_cmd(out: str, seed: int, workers: int, executor: str, ray_addres
     """
     from curate.balance.concepts import sidecar_path
     from curate.balance.config import VocabEmbedConfig
+    from curate.core.location import Location
     from curate.balance.vocab.embed import embed_vocab
     from curate.core.progress import console
 
@@ -134,4 +132,5 @@ def vocab_embed_cmd(out: str, seed: int, workers: int, executor: str, ray_addres
     skipped = ", ".join(f"{n:,} {s}" for s, n in r.skipped.items()) or "none"
     console.print(f"[bold]{'reused' if r.cached else 'embedded'}[/bold] {r.embedded:,} of {r.rows:,} "
                   f"concepts ({r.dim}-d; skipped: {skipped}) in {r.seconds:.1f}s")
-    console.print(f"concepts: {out} (+ {sidecar_path(out)})   cache: {r.cache_dir}")
+    target = Location(out)
+    console.print(f"concepts: {target} (+ {target.parent / sidecar_path(target.name).name})   cache: {r.cache_dir}")

@@ -72,8 +72,8 @@ def dumps_json(obj: Any, *, indent: int | None = 2) -> str:
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "tolist"):
         return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
+    if isinstance(obj, Path) or isinstance(getattr(obj, "text", None), str):  # a Location: as given (its URL)
+        return text_of(obj)
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
@@ -116,9 +116,19 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 # Paths that may be fsspec URLs (s3://, gs://, file://...)
 # ---------------------------------------------------------------------------
 
+def text_of(path: str | os.PathLike[str] | Any) -> str:
+    """A path, URL, :class:`RemotePath` or :class:`~curate.core.location.Location` as text."""
+    if isinstance(path, str):
+        return path
+    if isinstance(path, RemotePath):
+        return path.url
+    text = getattr(path, "text", None)  # a Location (remote ones have no os.fspath)
+    return text if isinstance(text, str) else os.fspath(path)
+
+
 def is_url(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is an fsspec URL (``scheme://...``) rather than a local path."""
-    text = os.fspath(path) if not isinstance(path, RemotePath) else path.url
+    text = text_of(path)
     return "://" in text[:32] and not text.startswith("file://")
 
 
@@ -176,7 +186,7 @@ def as_path(path: str | os.PathLike[str]) -> Path | RemotePath:
     """A :class:`~pathlib.Path` for a local path (``file://`` stripped), a :class:`RemotePath` for a URL."""
     if isinstance(path, RemotePath):
         return path
-    text = os.fspath(path)
+    text = text_of(path)
     if text.startswith("file://"):
         return Path(text[len("file://"):])
     return RemotePath(text) if is_url(text) else Path(text)
@@ -186,9 +196,10 @@ def url_fs(path: str | os.PathLike[str]) -> tuple[Any, str]:
     """The fsspec filesystem and in-filesystem path of a URL (credentials from the filesystem's usual env/config)."""
     import fsspec
 
-    if str(path).startswith(("gs://", "gcs://")):
+    text = text_of(path)
+    if text.startswith(("gs://", "gcs://")):
         _quiet_gcsfs()
-    fs, inner = fsspec.core.url_to_fs(str(path))
+    fs, inner = fsspec.core.url_to_fs(text)
     return fs, inner
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from curate.core.errors import UserError
+from curate.core.location import shown
 
 LOCK_NAME = ".curate.lock"
 
@@ -109,7 +110,7 @@ def _open_locked(path: Path, out: Path) -> int:
         except BlockingIOError:
             info = _read(fd)
             os.close(fd)
-            raise OutputLocked(f"{out} is in use by another curate run ({_describe(info)}); wait for it to "
+            raise OutputLocked(f"{shown(out)} is in use by another curate run ({_describe(info)}); wait for it to "
                                "finish, or use another --out") from None
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
@@ -118,7 +119,7 @@ def _open_locked(path: Path, out: Path) -> int:
         if same:
             return fd
         os.close(fd)  # the holder removed the file between our open and our flock: try the new one
-    raise OutputLocked(f"{out}: could not take the lock {path}; another run keeps replacing it")
+    raise OutputLocked(f"{shown(out)}: could not take the lock {path}; another run keeps replacing it")
 
 
 def acquire(out: str | os.PathLike[str]) -> None:
@@ -139,7 +140,7 @@ def acquire(out: str | os.PathLike[str]) -> None:
     fd = _open_locked(path, Path(out))
     previous = _read(fd)
     if previous and previous.get("pid") != os.getpid():
-        print(f"{out}: taking over the lock of a run that is no longer running ({_describe(previous)})",
+        print(f"{shown(out)}: taking over the lock of a run that is no longer running ({_describe(previous)})",
               file=sys.stderr)
     info = {"pid": os.getpid(), "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}

@@ -1,22 +1,23 @@
-"""Outputs in object storage (``--out s3://bucket/prefix``, ``gs://...``) through fsspec.
+"""Locations in object storage (``s3://bucket/prefix``, ``gs://...``), resolved where data is read or written.
 
-A stage never writes to a bucket directly: it runs in a local staging folder that mirrors the
-URL (``$CURATE_CACHE/remote/<hash>``), and the shard contract is kept on the bucket's side
-without atomic rename (the transfers are :mod:`curate.core.remote_sync`):
+A config holds its paths as :class:`~curate.core.location.Location` values; a stage resolves them here:
 
-* :func:`output` checks the bucket is reachable (one line naming the URL, before any work),
-  brings down only the control files (shard markers, stage settings, ``history.json``), so a
-  rerun, on this machine or another, resumes from the shards whose **markers** are in the bucket
-  without downloading their data, and registers the mapping in the environment, so worker
-  processes and a local Ray cluster inherit it;
-* each finished shard's outputs, then its marker, are uploaded once, as soon as the shard is done,
-  from whichever worker ran it (:func:`curate.core.shards.execute_shard`);
-* :func:`curate.executors.run_stage` fetches only the shard files the stage's driver reads
-  (``ShardTask.driver_reads``) and, before shards run, the files of earlier steps they read
-  (``ShardTask.reads_out``);
-* at the end :func:`output` uploads what the bucket lacks or holds with other bytes: outputs, then
-  markers, then ``stats.json``, so a reader that trusts only markers and ``stats.json`` never sees
-  a half run.
+* :func:`writing`: the folder a run writes ``--out`` through. For a URL it checks the bucket is
+  reachable (one line naming the URL, before any work), then works in a staging folder on this
+  machine (``$CURATE_CACHE/remote/<hash>``) into which only the control files come down (shard
+  markers, stage settings, ``history.json``): a rerun, on this machine or another, resumes from
+  the shards whose **markers** are in the bucket without downloading their data. Each finished
+  shard's outputs, then its marker, go to the bucket from whichever worker or node ran it, and leave
+  the local disk (:func:`curate.core.shards.execute_shard`), except the few files this machine reads
+  again; at the end what the bucket lacks is uploaded (the driver's merged outputs, then the markers,
+  then ``stats.json``) and the staging folder is emptied. Local disk during a run therefore holds
+  the shards in flight and the driver's own files (its per-shard summaries, plans, reports), never
+  the run's data. The shard contract holds without atomic rename: outputs first, the marker last,
+  and readers trust markers and ``stats.json`` only;
+* :func:`local_file`: an input file (``--vocab``, ``--lengths``, ``--concepts``...) as a local file:
+  itself, or a copy in the cache, fetched again only when the object's size or version changed;
+* :func:`reading`: a few files of a folder in a bucket (``verify`` and ``report`` of a pack in a bucket),
+  in a temporary local folder removed afterwards; the bulk (the tars) is read in place.
 
 Credentials and endpoints come from each filesystem's usual environment and config: for S3
 (``curate[s3]``) ``AWS_*`` variables, ``~/.aws``, ``AWS_ENDPOINT_URL`` / ``FSSPEC_S3_ENDPOINT_URL``;
@@ -26,26 +27,24 @@ for GCS (``curate[gcs]``) ``GOOGLE_APPLICATION_CREDENTIALS`` or gcloud's login,
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import shutil
 import sys
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from curate.core.environ import environ
 from curate.core.errors import UserError
-from curate.core.io import as_path, curate_cache, is_url
-from curate.core.remote_sync import ENV, get_file, mapping, pull, pull_control, push, remote_fs, url_of
+from curate.core.io import curate_cache, input_stamp
+from curate.core.location import Location
+from curate.core.remote_sync import get_file, pull, pull_control, push, remote_fs
+from curate.core.staging import URL_FILE, staging, staging_folder, url_of
 
-__all__ = ["output", "input_file", "local_copy", "remote_out", "cli_args", "staging", "check_reachable", "url_of"]
+__all__ = ["writing", "local_file", "reading", "upload", "staging", "check_reachable", "url_of"]
 
-
-def staging(url: str) -> Path:
-    """The local folder that mirrors ``url`` on this machine."""
-    return curate_cache("remote") / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+#: Output URLs this process is writing, and their staging folders (nested stages of one verb share one).
+_OPEN: dict[str, Path] = {}
 
 
 def check_reachable(url: str) -> None:
@@ -64,137 +63,106 @@ def check_reachable(url: str) -> None:
 
 
 @contextmanager
-def output(out: str | os.PathLike[str]) -> Iterator[Path]:
-    """The local folder a stage writes into: ``out`` itself, or a staging mirror of a URL (see module doc)."""
-    text = os.fspath(out)
-    if not is_url(text):
-        yield Path(as_path(text))
+def writing(out: str | os.PathLike[str] | Location) -> Iterator[Path]:
+    """The local folder a run writes ``out`` through: ``out`` itself, or a staging folder for a URL (module doc).
+
+    Re-entrant: a stage that runs inside another one's ``writing`` of the same URL (``balance`` → ``embed``)
+    shares its staging folder, and the outermost block uploads and empties it.
+    """
+    loc = Location(out)
+    if not loc.is_remote:
+        yield loc.path
         return
-    url = text.rstrip("/")
+    url = loc.url
+    if url in _OPEN:
+        yield _OPEN[url]
+        return
     check_reachable(url)
-    local = staging(url)
-    local.mkdir(parents=True, exist_ok=True)
+    local = staging_folder(url)
     pull_control(url, local)
-    with environ({ENV: json.dumps({**mapping(), str(local.absolute()): url})}):
+    _OPEN[url] = local
+    try:
         yield local
-        n = push(url, local)
-        print(f"outputs in {url} (uploaded {n} objects from the local mirror {local})", file=sys.stderr)
+        push(url, local)
+        print(f"outputs in {url}", file=sys.stderr)
+    finally:
+        del _OPEN[url]
+    _empty(local)
 
 
-def input_file(path: str | os.PathLike[str] | None) -> Path | None:
-    """A local copy of an input file given as a URL (``--vocab``, ``--embeddings``, ``--tags``, ``--lengths``)."""
+def _empty(local: Path) -> None:
+    """Remove a staging folder's files once the bucket holds them (its lock file goes with the lock)."""
+    from curate.core.lock import LOCK_NAME
+
+    for child in local.iterdir():
+        if child.name in (LOCK_NAME, URL_FILE):
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
+def local_file(path: str | os.PathLike[str] | Location | None, flag: str | None = None) -> Path | None:
+    """An input file as a local file: itself, or a copy of the object in the cache (None stays None).
+
+    A copy is fetched again only when the object's size or version (ETag, generation) changed; a folder
+    (a prefix) is copied whole. ``flag`` names the setting in the one-line error for a missing object.
+    """
     if path is None:
         return None
-    text = os.fspath(path)
-    if not is_url(text):
-        return Path(as_path(text))
-    check_reachable(text)
-    fs, inner = remote_fs(text)
+    loc = Location(path)
+    if not loc.is_remote:
+        return loc.path
+    url = loc.url
+    check_reachable(url)
+    fs, inner = remote_fs(url)
     try:
         info = fs.info(inner)
     except FileNotFoundError:
-        raise UserError(f"{text}: no such object") from None
-    dest = staging(text) / Path(inner).name
+        raise UserError(f"{flag + ' ' if flag else ''}{url}: no such object") from None
+    dest = curate_cache("inputs") / staging(url).name / loc.name
     if info.get("type") == "directory":
-        pull(text, dest)
-    elif not (dest.is_file() and dest.stat().st_size == int(info.get("size") or -1)):
+        pull(url, dest)
+        return dest
+    stamp = dest.with_name(f".{dest.name}.stamp")
+    version = input_stamp(url)
+    if not (dest.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8") == version):
         get_file(fs, inner, dest)
+        stamp.write_text(version, encoding="utf-8")
     return dest
 
 
-def local_copy(url: str | os.PathLike[str], exclude: Sequence[str] = ()) -> Path:
-    """A read-only, exact local mirror of a folder (a pack output for ``verify``): pulled, never pushed;
-    objects matching ``exclude`` (e.g. ``shards/*.tar``, read in place) are left in the bucket."""
-    text = os.fspath(url)
-    if not is_url(text):
-        return Path(as_path(text))
-    text = text.rstrip("/")
-    check_reachable(text)
-    local = staging(text)
-    local.mkdir(parents=True, exist_ok=True)
-    pull(text, local, prune=True, exclude=exclude)
-    return local
-
-
-def _out_slot(sig: Any, bound: Any, arg: str) -> tuple[str, Any]:
-    """Where a call holds its output folder: the parameter itself, ``**settings`` or ``config.out``."""
-    params = bound.arguments
-    if params.get(arg) is not None:
-        return "param", params[arg]
-    varkw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
-    if varkw and params.get(varkw, {}).get(arg) is not None:
-        return "settings", params[varkw][arg]
-    config = params.get("config")
-    if config is not None and getattr(config, arg, None) is not None:
-        return "config", getattr(config, arg)
-    return "none", None
-
-
-def remote_out(arg: str = "out", position: int | None = None) -> Any:
-    """Decorate a stage function so that its ``arg`` (``--out``) may be a URL (see :func:`output`).
-
-    The output folder is found by name wherever the call gives it: as the parameter (by keyword
-    or position), among ``**settings``, or as the field of a ``config`` dataclass (``PackConfig(out=URL)``);
-    the stage then runs on the local mirror. ``position`` is accepted for older callers and unused.
-    """
-    import dataclasses
-    import functools
-    import inspect
-
-    del position
-
-    def deco(fn: Any) -> Any:
-        sig = inspect.signature(fn)
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                bound = sig.bind_partial(*args, **kwargs)
-            except TypeError:
-                return fn(*args, **kwargs)  # let the function raise its own error
-            where, value = _out_slot(sig, bound, arg)
-            if value is None or not is_url(os.fspath(value)):
-                return fn(*args, **kwargs)
-            with output(value) as local:
-                if where == "param":
-                    bound.arguments[arg] = local
-                elif where == "settings":
-                    varkw = next(p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD)
-                    bound.arguments[varkw] = {**bound.arguments[varkw], arg: local}
-                else:
-                    bound.arguments["config"] = dataclasses.replace(bound.arguments["config"], **{arg: local})
-                return fn(*bound.args, **bound.kwargs)
-        return wrapper
-    return deco
-
-
-#: Flags whose value is an output folder, and flags whose value is an input file, on the command line.
-OUT_FLAGS = ("--out",)
-IN_FLAGS = ("--vocab", "--embeddings", "--tags", "--lengths", "--concepts")
-
-
 @contextmanager
-def cli_args(args: Sequence[str]) -> Iterator[list[str]]:
-    """The command line with URLs of ``--out`` and input-file flags replaced by local folders and copies.
+def reading(folder: str | os.PathLike[str] | Location, include: Sequence[str]) -> Iterator[Path]:
+    """A folder's files matching ``include`` (glob patterns of relative paths) as a local folder.
 
-    ``curate verify URL`` reads a local mirror of the pack output. The ``--out`` mirror is pushed
-    when the command succeeds (each finished shard was already pushed as it finished).
+    A local folder is used as it is; for a prefix in a bucket the files are copied into a temporary
+    folder of the cache, removed when the block ends (the rest, e.g. a pack's tars, is read in place).
     """
-    from contextlib import ExitStack
+    loc = Location(folder)
+    if not loc.is_remote:
+        yield loc.path
+        return
+    url = loc.url
+    check_reachable(url)
+    top = curate_cache("reading") / f"{staging(url).name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    local = top / loc.name  # named as the prefix is (what a report calls it)
+    local.mkdir(parents=True)
+    try:
+        pull(url, local, include=include)
+        yield local
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
-    out = list(args)
-    with ExitStack() as stack:
-        for i, token in enumerate(out):
-            flag, eq, value = token.partition("=")
-            if not eq:
-                flag, value = token, (out[i + 1] if i + 1 < len(out) else "")
-            if flag not in OUT_FLAGS + IN_FLAGS or not is_url(value):
-                continue
-            local = str(stack.enter_context(output(value)) if flag in OUT_FLAGS else input_file(value))
-            if eq:
-                out[i] = f"{flag}={local}"
-            else:
-                out[i + 1] = local
-        if out and out[0] == "verify":
-            out = [local_copy(t).as_posix() if not t.startswith("-") and is_url(t) else t for t in out]
-        yield out
+
+def upload(local: Path, url: str) -> int:
+    """Put the files of the local folder ``local`` at ``url`` (a prefix), replacing what was there; return how many."""
+    fs, inner = remote_fs(url)
+    fs.invalidate_cache(inner)
+    if fs.exists(inner):
+        fs.rm(inner, recursive=True)
+    files = sorted(p for p in local.rglob("*") if p.is_file())
+    for path in files:
+        fs.put_file(str(path), f"{inner}/{path.relative_to(local).as_posix()}")
+    return len(files)

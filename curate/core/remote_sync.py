@@ -1,22 +1,26 @@
-"""Transfers between a local staging folder and the bucket prefix it mirrors (``--out s3://...``, ``gs://...``).
+"""Transfers between a local staging folder and the bucket prefix it stands for (``--out s3://...``, ``gs://...``).
 
-:mod:`curate.core.remote` runs a stage in a local folder that mirrors an output URL; this module
-moves the bytes, and moves as few as it can:
+:mod:`curate.core.remote` runs a stage in a staging folder on this machine for an output URL; this
+module moves the bytes, and moves as few as it can, and keeps the local disk small:
 
 * :func:`pull_control`: at the start of a run only the control files come down (every shard's
   marker and the stage settings under ``_shards/``, ``history.json``, and the answer journals of
   shards not complete yet); local control files the bucket does not hold are removed (the bucket is
   the truth: a shard is done when its marker is *there*). Finished shards' data stays in the bucket;
-* :func:`pull_listed`: after a stage, the files of finished shards that the stage's driver reads
-  (``ShardTask.driver_reads``, e.g. the lengths parts it merges; always the shards' rejects), for
-  shards that ran elsewhere or before; :func:`ensure_local`: before shards run, the files of
-  earlier steps they read (``ShardTask.reads_out``, e.g. pack's ``_records`` store);
-* :func:`push_shard`: a finished shard's outputs, then its marker, once, from the worker that
-  ran it; :func:`push`: at the end, whatever the bucket lacks or holds with other bytes (outputs,
-  then markers, then ``stats.json``), never what is already there.
+* :func:`push_shard`: a finished shard's outputs, then its marker, once, from the worker that ran
+  it; then :func:`drop_local` deletes its files from the local disk, except those this machine reads
+  again (the driver's ``ShardTask.driver_reads``, a later step's ``ShardTask.kept_local``);
+* :func:`pull_listed`: after a stage, the files of finished shards that the stage's driver reads,
+  for shards that ran elsewhere or before; :func:`ensure_local` / :func:`fetch`: before or while
+  shards run, the files of earlier steps they read (``ShardTask.reads_out``), on whichever node runs
+  them; :func:`push_missing`: before shards run, the driver's own files they read;
+* :func:`push`: at the end, whatever the bucket lacks or holds with other bytes (outputs, then
+  markers, then ``stats.json``), never what is already there.
 
-Every download goes to a hidden temporary name beside its destination and is renamed into place,
-so a killed transfer never leaves a truncated file under a final name.
+A staging folder names its URL in a hidden file (:mod:`curate.core.staging`), so every process on the machine (worker
+processes, Ray actors) knows where its files go: :func:`url_of`. Every download goes to a hidden
+temporary name beside its destination and is renamed into place, so a killed transfer never leaves
+a truncated file under a final name.
 """
 
 from __future__ import annotations
@@ -34,28 +38,13 @@ from typing import Any
 from curate.core.errors import UserError
 from curate.core.io import url_fs
 from curate.core.lock import pid_alive
+from curate.core.staging import url_of
 
-ENV = "CURATE_REMOTE_OUT"  # JSON {local staging folder: URL}, inherited by worker processes and Ray actors
 SKIP = (".tmp/", ".curate.lock")
 JOURNAL = "_journal"
 SHARDS = "_shards"
 #: Top-level files a run reads back from its own folder (a stage's history of invocations).
 CONTROL_TOP = ("history.json",)
-
-
-def mapping() -> dict[str, str]:
-    """The staging folders of this process tree and the URLs they mirror."""
-    try:
-        return json.loads(os.environ.get(ENV, "{}"))
-    except ValueError:
-        return {}
-
-
-def url_of(local: str | os.PathLike[str]) -> str | None:
-    """The URL a local staging folder mirrors, or None for an ordinary folder."""
-    return mapping().get(str(Path(local).absolute()))
-
-
 def remote_fs(url: str) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` and its in-filesystem path (no trailing slash); one-line errors."""
     from curate.core.formats.listing import remote_error
@@ -82,9 +71,14 @@ def listing(fs: Any, inner: str, sub: str = "") -> dict[str, dict[str, Any]]:
 
 
 def get_file(fs: Any, remote: str, dest: Path) -> None:
-    """Download one object to ``dest`` through a hidden temporary name and a rename."""
+    """Download one object to ``dest`` through a hidden temporary name and a rename.
+
+    The filesystem's cached listings are dropped for it first: another process (a worker, a node) may have
+    written it since this one listed its folder.
+    """
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    fs.invalidate_cache(remote)
     try:
         fs.get_file(remote, str(tmp))
         os.replace(tmp, dest)
@@ -135,23 +129,23 @@ def drop_partial(local: Path) -> None:
             part.unlink(missing_ok=True)
 
 
-def pull(url: str, local: Path, *, prune: bool = False, exclude: Sequence[str] = ()) -> int:
+def pull(url: str, local: Path, *, include: Sequence[str] | None = None, prune: bool = False) -> int:
     """Copy the objects under ``url`` that ``local`` lacks (or holds at another size); return how many.
 
-    With ``prune`` files of ``local`` the bucket does not hold are removed, so ``local`` is an exact
-    mirror (what ``verify`` reads must be what the bucket holds). Objects matching an ``exclude`` pattern
-    (relative paths, e.g. ``shards/*.tar``: read in place) are not copied, and with ``prune`` not kept.
+    ``include``: glob patterns of the relative paths to copy (None: all). With ``prune`` files of
+    ``local`` the bucket does not hold (among those included) are removed, so ``local`` is an exact
+    mirror of them (what ``verify`` reads must be what the bucket holds).
     """
     fs, inner = remote_fs(url)
-    remote = {rel: info for rel, info in listing(fs, inner).items() if not _matches(rel, exclude)}
+    remote = {rel: info for rel, info in listing(fs, inner).items()
+              if not rel.startswith(SKIP) and (include is None or _matches(rel, include))}
     drop_partial(local)
     if prune:
         for path in [p for p in local.rglob("*") if p.is_file()]:
             rel = path.relative_to(local).as_posix()
             if rel not in remote and not rel.startswith(SKIP) and not any(x.startswith(".") for x in rel.split("/")):
                 path.unlink()
-    return sum(_refresh(fs, inner, rel, info, local) for rel, info in sorted(remote.items())
-               if not rel.startswith(SKIP))
+    return sum(_refresh(fs, inner, rel, info, local) for rel, info in sorted(remote.items()))
 
 
 def pull_control(url: str, local: Path) -> int:
@@ -212,12 +206,23 @@ def ensure_local(out: Path, patterns: Sequence[str]) -> int:
                for rel, info in sorted(listing(fs, inner, top).items()) if _matches(rel, patterns))
 
 
+def fetch(out: Path, rel: str) -> Path:
+    """``out / rel``, downloaded first when ``out`` is a staging folder that lacks it (the file of an earlier step
+    a shard reads on a node that did not write it)."""
+    dest = out / rel
+    url = url_of(out)
+    if url is not None and not dest.exists():
+        fs, inner = remote_fs(url)
+        try:
+            get_file(fs, f"{inner}/{rel}", dest)
+        except FileNotFoundError:
+            raise UserError(f"{url}/{rel}: missing in the bucket; was it deleted while the run went on?") from None
+    return dest
+
+
 def fetch_marker(out: Path, rel: str) -> None:
     """Bring one marker (``_shards/<stage>/<shard>.json``) a worker pushed into a staging folder that lacks it."""
-    url = url_of(out)
-    if url is not None and not (out / rel).exists():
-        fs, inner = remote_fs(url)
-        get_file(fs, f"{inner}/{rel}", out / rel)
+    fetch(out, rel)
 
 
 def _each_remote(out: Path, files: Sequence[str]) -> Iterator[tuple[Any, str, str]]:
@@ -236,6 +241,21 @@ def push_files(out: Path, files: Sequence[str]) -> None:
         fs.put_file(str(out / rel), remote)
 
 
+def push_missing(out: Path, patterns: Sequence[str]) -> int:
+    """Upload the files of a staging folder matching ``patterns`` that its bucket lacks or holds at another size
+    (what the driver wrote for the shards: nodes that share nothing but the bucket fetch them); return how many."""
+    url = url_of(out)
+    if url is None or not patterns:
+        return 0
+    mine = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    mine = [rel for rel in mine if _matches(rel, patterns) and not _hidden(rel)]
+    fs, inner = remote_fs(url)
+    there = _infos(fs, inner, mine)
+    sent = [rel for rel in mine if rel not in there or _size(there[rel]) != (out / rel).stat().st_size]
+    push_files(out, sent)
+    return len(sent)
+
+
 def drop_files(out: Path, files: Sequence[str]) -> None:
     """Delete files of a staging folder's bucket that the run no longer needs (no-op for an ordinary folder)."""
     for fs, remote, _ in _each_remote(out, files):
@@ -243,9 +263,31 @@ def drop_files(out: Path, files: Sequence[str]) -> None:
             fs.rm_file(remote)
 
 
+def drop_prefix(out: Path) -> None:
+    """Delete every object under the URL a staging folder (or a folder inside one) stands for (no-op elsewhere)."""
+    url = url_of(out)
+    if url is None:
+        return
+    fs, inner = remote_fs(url)
+    fs.invalidate_cache(inner)
+    if fs.exists(inner):
+        fs.rm(inner, recursive=True)
+
+
 def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
     """Upload one finished shard of a staging folder: its files, then its marker (no-op elsewhere)."""
     push_files(out, [*files, marker.relative_to(out).as_posix()])
+
+
+def drop_local(out: Path, files: Sequence[str], keep: Sequence[str] | None) -> int:
+    """Delete a pushed shard's files from a staging folder, except those matching ``keep`` (None: keep all) and
+    its rejects under ``_shards/``; no-op for an ordinary folder. Returns how many were deleted."""
+    if keep is None or url_of(out) is None:
+        return 0
+    gone = [rel for rel in files if not rel.startswith(SHARDS + "/") and not _matches(rel, keep)]
+    for rel in gone:
+        (out / rel).unlink(missing_ok=True)
+    return len(gone)
 
 
 def _md5_matches(path: Path, info: dict[str, Any]) -> bool:
@@ -258,6 +300,31 @@ def _md5_matches(path: Path, info: dict[str, Any]) -> bool:
     return md5_b64 == base64.b64encode(digest).decode() if md5_b64 else etag == digest.hex()
 
 
+def _hidden(rel: str) -> bool:
+    return rel.startswith(SKIP) or any(part.startswith(".") for part in rel.split("/")) or \
+        Path(rel).name.startswith("_lock")
+
+
+#: Up to this many files, :func:`push` asks for each object's info instead of listing the whole prefix.
+FEW = 64
+
+
+def _infos(fs: Any, inner: str, files: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The bucket's info of each of ``files`` it holds (a listing of the prefix, or one request each when few)."""
+    if len(files) > FEW:
+        return listing(fs, inner)
+    fs.invalidate_cache(inner)
+    found = {}
+    for rel in files:
+        try:
+            info = fs.info(f"{inner}/{rel}")
+        except FileNotFoundError:
+            continue
+        if info.get("type") != "directory":
+            found[rel] = info
+    return found
+
+
 def push(url: str, local: Path) -> int:
     """Upload what the bucket lacks or holds with other bytes: outputs, then markers, then ``stats.json``.
 
@@ -265,10 +332,9 @@ def push(url: str, local: Path) -> int:
     are compared by checksum, so a rerun uploads only what it changed. Returns how many were uploaded.
     """
     fs, inner = remote_fs(url)
-    remote = listing(fs, inner)
     files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-    files = [f for f in files if not f.startswith(SKIP) and not any(part.startswith(".") for part in f.split("/"))
-             and not Path(f).name.startswith("_lock")]
+    files = [f for f in files if not _hidden(f)]
+    remote = _infos(fs, inner, files)
     listed: set[str] = set()
     for rel in files:
         if _is_marker(rel):

@@ -9,7 +9,9 @@ stats*. An executor (``curate.executors``) runs it over shards. For every shard:
 4. the shard's rejects and then its marker (the shard stats) are written last.
 
 A killed run therefore leaves no half-written output under a final name, and a
-rerun redoes exactly the shards without a marker, giving identical bytes.
+rerun redoes exactly the shards without a marker, giving identical bytes. With ``OUT`` in a
+bucket (:mod:`curate.core.remote`), step 4 is followed by the upload of the shard's files and then
+of its marker, and its files leave the local disk (except those this machine reads again).
 Randomness comes from ``seed`` combined with the shard index
 (:meth:`ShardContext.rng`), never from global state.
 """
@@ -33,9 +35,11 @@ import pyarrow.parquet as pq
 
 from curate.core.defaults import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
-from curate.core.io import dumps_json, is_url, read_json, write_json, write_parquet
-from curate.core.remote_sync import push_shard
+from curate.core.io import dumps_json, is_url, read_json, text_of, write_json, write_parquet
+from curate.core.location import shown
+from curate.core.remote_sync import drop_local, fetch, push_shard
 from curate.core.record_limits import TOO_MANY_IMAGES
+from curate.core.staging import url_of
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
 from curate.core.splits import input_stamps, split_inputs
 from curate.core.stats import REJECT_SCHEMA, StageStats
@@ -124,7 +128,7 @@ def resolve_image_root(image_root: str | os.PathLike[str] | None) -> str | None:
     """
     if image_root is None:
         return None
-    root = os.fspath(image_root)
+    root = text_of(image_root)
     if is_url(root):
         return root.rstrip("/")
     in_dir("--image-root", root)  # the configs' check, for callers that give no config
@@ -159,8 +163,10 @@ class ShardContext:
 
     seed: int
     progress: Callable[[int], None] = field(default=lambda n: None)
-    #: The run's output folder, for tasks that keep a journal there (e.g. answers as they arrive).
+    #: The run's output folder on this node, for tasks that keep a journal there or read files of it.
     out: Path | None = None
+    #: Files of OUT this shard brought from the bucket (:meth:`local`).
+    fetched: list[Path] = field(default_factory=list)
 
     def journal(self, stage: str, shard: Shard) -> Path:
         """A per-shard file under ``OUT/_journal/<stage>/`` that survives a killed run."""
@@ -168,6 +174,17 @@ class ShardContext:
             raise RuntimeError("no output folder in this context")
         path = self.out / "_journal" / stage / f"{shard.id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def local(self, rel: str) -> Path:
+        """``OUT/rel`` as a local file: with ``OUT`` in a bucket it is fetched first when this node lacks it
+        (a file of an earlier step, or one the driver wrote for the shards: see ``ShardTask.reads_out``)."""
+        if self.out is None:
+            raise RuntimeError("no output folder in this context")
+        there = (self.out / rel).exists()
+        path = fetch(self.out, rel)
+        if not there:
+            self.fetched.append(path)
         return path
 
     def rng(self, shard: Shard | int, *salt: int) -> np.random.Generator:
@@ -197,6 +214,10 @@ class ShardTask(ABC):
     #: Glob patterns (relative to OUT) of files written by earlier steps that shards read while they run;
     #: with ``--out`` in a bucket they are fetched before pending shards run.
     reads_out: ClassVar[tuple[str, ...]] = ()
+    #: Glob patterns (relative to OUT) of shard files a later step of the same run reads on this machine:
+    #: with ``--out`` in a bucket they stay on the local disk after their upload, like ``driver_reads``
+    #: (every other shard file leaves it once uploaded).
+    kept_local: ClassVar[tuple[str, ...]] = ()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -290,19 +311,25 @@ def _rejects_rel(stage: str, shard_id: str) -> str:
 
 
 def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
-                  progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[int], None] | None = None, *, away: bool = False) -> dict[str, Any]:
     """Run one shard under the contract (skip if done; temp folder; rename; marker last).
+
+    ``away``: this process works for a driver on another node (a Ray actor). With ``out`` a bucket's
+    staging folder, such a node's markers are not the bucket's (the driver asked for this shard because
+    the bucket has no marker for it) and nothing of the shard stays on its disk once uploaded.
 
     Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``.
     """
     marker = marker_path(out, task.stage, shard.id)
-    done = read_marker(marker)
+    remote = url_of(out) is not None
+    done = None if away and remote else read_marker(marker)
     if done is not None:
         return done
     work = out / TMP_DIR / task.stage / f"{shard.id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True, exist_ok=False)
+    ctx = ShardContext(seed=seed, progress=progress or (lambda n: None), out=out)
     try:
-        stats = task.run(shard, work, ShardContext(seed=seed, progress=progress or (lambda n: None), out=out))
+        stats = task.run(shard, work, ctx)
         stats.check()
         write_parquet(work / _rejects_rel(task.stage, shard.id), stats.rejects_table())
         files = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())
@@ -312,7 +339,13 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
             os.replace(work / rel, dest)
         content = {"shard": shard.id, "rows": len(shard), "stats": stats.to_dict(), "files": files}
         write_json(marker, content)
-        push_shard(out, files, marker)  # --out in a bucket: outputs first, marker last (curate.core.remote)
+        if remote:  # --out in a bucket: outputs first, marker last; then off the local disk
+            push_shard(out, files, marker)
+            if away:  # the driver fetches the marker and what it reads; this node needs none of it again
+                for path in [*(out / rel for rel in files), marker, *ctx.fetched]:
+                    path.unlink(missing_ok=True)
+            else:
+                drop_local(out, files, None if task.driver_reads is None else (*task.driver_reads, *task.kept_local))
         return content
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -334,7 +367,7 @@ def check_settings(out: Path, stage: str, settings: dict[str, Any]) -> None:
         if recorded != normal and finished:
             changed = sorted(k for k in set(recorded) | set(normal) if recorded.get(k) != normal.get(k))
             what = ", ".join(_SETTING_NAMES.get(k, k) for k in changed)
-            raise UserError(f"{out} holds a '{stage}' run with other settings ({what}); "
+            raise UserError(f"{shown(out)} holds a '{stage}' run with other settings ({what}); "
                             "use another --out, or delete the folder to start again")
         if recorded == normal:
             return

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from curate.core.errors import UserError
-from curate.core.io import is_url
+from curate.core.io import is_url, text_of
 
 C = TypeVar("C")
 
@@ -36,7 +36,7 @@ _LATER: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("curate
 @contextlib.contextmanager
 def made_later(paths: Iterable[str | os.PathLike[str]]) -> Iterator[None]:
     """Within the block, the input checks accept ``paths`` (and what lies inside them) as if they existed."""
-    token = _LATER.set(tuple(os.path.abspath(os.fspath(p)) for p in paths))
+    token = _LATER.set(tuple(os.path.abspath(text_of(p)) for p in paths if not is_url(p)))  # URLs: checked when read
     try:
         yield
     finally:
@@ -46,9 +46,9 @@ def made_later(paths: Iterable[str | os.PathLike[str]]) -> Iterator[None]:
 def later(path: str | os.PathLike[str] | None) -> bool:
     """Whether ``path`` is one an earlier step will make (see :func:`made_later`)."""
     pending = _LATER.get()
-    if not pending or path is None:
+    if not pending or path is None or is_url(path):
         return False
-    full = os.path.abspath(os.fspath(path))
+    full = os.path.abspath(text_of(path))
     return any(full == p or full.startswith(p.rstrip(os.sep) + os.sep) for p in pending)
 
 
@@ -140,7 +140,7 @@ def spoken(choices: Iterable[Any]) -> str:
 
 def _elsewhere(path: str | os.PathLike[str]) -> bool:
     """A URL (s3://, gs://...) or a brace pattern: checked when it is listed, before any work starts."""
-    text = os.fspath(path)
+    text = text_of(path)
     return "://" in text[:32] or ("{" in text and "}" in text)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from curate.core import validate as v
 from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
+from curate.core.location import Location, locations
 from curate.core.images import DEFAULT_MAX_PIXELS
 
 PathLike = str | os.PathLike[str]
@@ -26,23 +27,25 @@ MAX_NEAR_THRESHOLD = 11
 class DedupConfig:
     """Settings of ``curate dedup`` (see :func:`curate.dedup.stage.dedup`)."""
 
-    out: PathLike
+    out: Location | PathLike
     near: bool = True
     near_threshold: int = DEFAULT_NEAR_THRESHOLD
-    embeddings: PathLike | None = None
+    embeddings: Location | PathLike | None = None
     semantic_threshold: float = DEFAULT_SEMANTIC_THRESHOLD
     prefer: tuple[str, ...] = ()
-    against: tuple[PathLike, ...] = ()
-    against_embeddings: PathLike | None = None
+    against: tuple[Location | PathLike, ...] = ()
+    against_embeddings: Location | PathLike | None = None
     shard_size: int = DEFAULT_SHARD_SIZE
     search_block: int = DEFAULT_SEARCH_BLOCK
     decode_threads: int | None = None
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     write_records: bool = True
     seed: int = 0
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "embeddings": "--embeddings", "against": "--against",
+                         "against_embeddings": "--against-embeddings", "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         v.at_least("--near-threshold", self.near_threshold, 0)

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from curate.core.columns import first_occurrences
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
-from curate.core.remote import remote_out
+from curate.core.remote import local_file, writing
 from curate.core.shards import Shard, plan_hash, plan_shards
 from curate.core.stats import REJECT_SCHEMA, StageStats, finish_stage, run_header
 from curate.core.validate import configure
@@ -49,7 +49,6 @@ RECORDS_DIR = "records"
 DEDUP_REJECT_SCHEMA = pa.schema([*REJECT_SCHEMA, ("duplicate_of", pa.string()), ("distance", pa.float64())])
 
 
-@remote_out("out")
 def dedup(inputs: Sequence[str | os.PathLike[str]], config: DedupConfig | None = None, *, executor: Any = None,
           **settings: Any) -> dict[str, Any]:
     """Remove duplicate records (see the module docstring); returns the ``stats.json`` content.
@@ -63,8 +62,14 @@ def dedup(inputs: Sequence[str | os.PathLike[str]], config: DedupConfig | None =
         **settings: fields of :class:`DedupConfig`, instead of or over ``config``.
     """
     config = configure(DedupConfig, config, **settings)
-    with out_lock(config.out):  # the driver's steps between the sharded ones too
-        return _run(list(inputs), config, executor)
+    with writing(config.out) as out, out_lock(out):  # a bucket: shards stream there; the lock: the driver's steps too
+        return _run(list(inputs), config, out, executor)
+
+
+def _here(folder: Any, flag: str) -> str | None:
+    """An embeddings folder to read here: itself, or a copy of a bucket's prefix (None stays None)."""
+    local = local_file(folder, flag)
+    return None if local is None else str(local)
 
 
 def benchmark_name(path: str | os.PathLike[str]) -> str:
@@ -127,10 +132,9 @@ def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: 
     return nodes, (a, b, bits)
 
 
-def _run(inputs: list[Any], config: DedupConfig, executor: Any) -> dict[str, Any]:
+def _run(inputs: list[Any], config: DedupConfig, out: Path, executor: Any) -> dict[str, Any]:
     from curate.dedup.steps import decide
 
-    out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     task = HashTask(decode_threads=config.decode_threads, max_image_pixels=config.max_image_pixels)
@@ -139,7 +143,7 @@ def _run(inputs: list[Any], config: DedupConfig, executor: Any) -> dict[str, Any
     refs = ref_stats = None
     if config.against:
         ref_task = AgainstTask(decode_threads=config.decode_threads, max_image_pixels=config.max_image_pixels)
-        ref_stats, refs, _ = _hash_step(ref_task, list(config.against), config, out, executor, None,
+        ref_stats, refs, _ = _hash_step(ref_task, [str(p) for p in config.against], config, out, executor, None,
                                         "hash reference images", per_input=True)
     timings = {"hash": time.perf_counter() - t0}
 
@@ -153,9 +157,8 @@ def _run(inputs: list[Any], config: DedupConfig, executor: Any) -> dict[str, Any
     t1 = time.perf_counter()
     decision, pair_counts = decide(records, alive, prefer=tuple(config.prefer), near_pairs=near,
                                    threshold=config.near_threshold, refs=refs, nodes=nodes,
-                                   embeddings=None if config.embeddings is None else str(config.embeddings),
-                                   ref_embeddings=None if config.against_embeddings is None
-                                   else str(config.against_embeddings),
+                                   embeddings=_here(config.embeddings, "--embeddings"),
+                                   ref_embeddings=_here(config.against_embeddings, "--against-embeddings"),
                                    semantic_threshold=config.semantic_threshold, seed=config.seed)
     timings["decide"] = time.perf_counter() - t1
     stats, rejects = _accounting(records, first, decision, refs)
@@ -176,7 +179,7 @@ def _run(inputs: list[Any], config: DedupConfig, executor: Any) -> dict[str, Any
     settings = {"near": config.near, "near_threshold": config.near_threshold if config.near else None,
                 "embeddings": None if config.embeddings is None else str(config.embeddings),
                 "semantic_threshold": config.semantic_threshold if config.embeddings is not None else None,
-                "prefer": list(config.prefer), "against": [str(p) for p in config.against],
+                "prefer": list(config.prefer), "against": [str(p) for p in config.against],  # as given
                 "against_embeddings": None if config.against_embeddings is None else str(config.against_embeddings),
                 **hash_settings}
     from curate.dedup.summary import summary

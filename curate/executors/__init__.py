@@ -68,13 +68,14 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     reader never reuses old shards. The run holds the lock on
     ``out`` (:mod:`curate.core.lock`), so a second live run into it stops with one line.
 
-    With ``out`` the staging mirror of a bucket (:mod:`curate.core.remote`), the settings reach the
-    bucket before any shard's marker, the files of earlier steps that shards read
-    (``task.reads_out``) are fetched before they run, and of the finished shards' files only those
-    the driver reads (``task.driver_reads``) and their rejects are fetched, once.
+    With ``out`` the staging folder of a bucket (:mod:`curate.core.remote`), the settings reach the
+    bucket before any shard's marker, the files shards read (``task.reads_out``) are uploaded when the
+    driver wrote them and fetched when this machine lacks them, before they run (nodes that share
+    nothing but the bucket fetch them too), and of the finished shards' files only those the driver
+    reads (``task.driver_reads``) and their rejects are fetched, once.
     """
     from curate.core.lock import out_lock
-    from curate.core.remote_sync import ensure_local, pull_listed, push_files
+    from curate.core.remote_sync import ensure_local, pull_listed, push_files, push_missing
     from curate.core.records import READER_VERSION
     from curate.core.shards import (SHARDS_DIR, check_settings, clean_tmp, marker_path, merge_shards, plan_hash,
                                      read_marker)
@@ -95,6 +96,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
                 markers.append(content)
         if todo:
             push_files(out, [f"{SHARDS_DIR}/{task.stage}/settings.json"])  # a bucket: settings before any marker
+            push_missing(out, task.reads_out)  # what the driver wrote for the shards, for nodes that lack it
             ensure_local(out, task.reads_out)
             executor = executor or get_executor("local")
             markers += executor.run(task, todo, out, seed, desc or task.stage)

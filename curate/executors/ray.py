@@ -24,8 +24,11 @@ the actor and re-raised on the driver as the same exception, so the CLI prints
 the same one-line message as with the local executor.
 
 Every node must see the code (same ``curate`` install) and the files at the same
-paths (inputs, models, OUT: shared storage). Relative paths are resolved
-against the driver's working directory, which actors enter when it exists.
+paths (inputs, models, OUT: shared storage), or, with the inputs and OUT in a bucket,
+nothing but the bucket: an actor is given OUT's URL and works in its own node's staging
+folder for it (:mod:`curate.core.remote`), fetching what its shards read from the bucket.
+Relative paths are resolved against the driver's working directory, which actors enter
+when it exists.
 """
 
 from __future__ import annotations
@@ -48,14 +51,17 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.executors import Executor
 from curate.core.progress import StageProgress, console
+from curate.core.io import is_url
 from curate.core.remote_sync import ensure_local, fetch_marker
+from curate.core.staging import staging_folder, url_of
 from curate.core.shards import Shard, ShardTask, execute_shard, marker_path
 
-#: Environment variables forwarded to the actors (offline switches and caches), when set on the driver.
+#: Environment variables forwarded to the actors (offline switches, model caches), when set on the driver.
+#: ``CURATE_CACHE`` is not: each node keeps its own (its staging folders for outputs in a bucket).
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE",
-                 "TORCH_HOME", "CURATE_CACHE", "TOKENIZERS_PARALLELISM",
-                 # --out in a bucket (curate.core.remote) and the endpoint; credentials come from each node's config
-                 "CURATE_REMOTE_OUT", "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL", "AWS_DEFAULT_REGION",
+                 "TORCH_HOME", "TOKENIZERS_PARALLELISM",
+                 # object storage endpoints; credentials come from each node's own config
+                 "AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL", "AWS_DEFAULT_REGION",
                  "STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
 
 
@@ -64,7 +70,8 @@ class _ShardRunner:
 
     Args:
         task_blob: the pickled :class:`ShardTask` (heavy state excluded by its ``__getstate__``).
-        out: absolute output folder (shared storage).
+        out: the output folder's URL (in a bucket: this node works in its own staging folder for it), or its
+            absolute path (shared storage).
         seed: the run seed.
         cwd: the driver's working directory (entered if it exists here).
         threads: torch/OpenMP threads of the actor (its reserved CPUs by default; None leaves them).
@@ -79,7 +86,7 @@ class _ShardRunner:
         os.environ[CPUS_VAR] = str(max(1, int(cpus)))  # process pools inside the actor (e.g. math verifiers)
 
         self.born = time.time()
-        self.out, self.seed = Path(out), seed
+        self.out, self.seed = staging_folder(out) if is_url(out) else Path(out), seed
         self.error: bytes | None = None
         if os.path.isdir(cwd):
             os.chdir(cwd)
@@ -101,7 +108,7 @@ class _ShardRunner:
             start = time.time()
             try:
                 shard: Shard = pickle.loads(blob)
-                marker = execute_shard(self.task, shard, self.out, self.seed)
+                marker = execute_shard(self.task, shard, self.out, self.seed, away=True)
                 results.append(pickle.dumps({"marker": marker, "actor": f"{socket.gethostname()}:{os.getpid()}",
                                              "born": self.born, "ready": self.ready, "start": start,
                                              "end": time.time()}))
@@ -281,7 +288,7 @@ class RayExecutor(Executor):
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         ds = ds.map_batches(
             _ShardRunner, batch_size=1, batch_format="numpy", zero_copy_batch=True,
-            fn_constructor_args=(task_blob, str(out), seed, os.getcwd(),
+            fn_constructor_args=(task_blob, url_of(out) or str(out), seed, os.getcwd(),
                                  task_threads(task, default=max(1, int(resources.get("num_cpus") or 1))),
                                  resources.get("num_cpus") or 1.0),
             compute=ActorPoolStrategy(size=size, max_tasks_in_flight_per_actor=1),

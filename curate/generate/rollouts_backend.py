@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
+from curate.core.io import text_of
 from curate.core.formats.jsontext import JsonRefused, parse_json
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, error_result
 
@@ -93,7 +94,10 @@ class RolloutsBackend(GenerationBackend):
 
     def __init__(self, path: str | os.PathLike[str], *, version: str | None = None) -> None:
         super().__init__()
-        self.path = Path(path)
+        from curate.core.remote import local_file
+
+        self.given = text_of(path)  # as named (a bucket's URL); read from a local copy
+        self.path = Path(local_file(path, "--rollouts"))  # type: ignore[arg-type]
         if not self.path.is_file():
             raise UserError(f"--rollouts {path}: no such file")
         parquet = self.path.suffix.lower() in (".parquet", ".pq")
@@ -147,7 +151,7 @@ class RolloutsBackend(GenerationBackend):
         """Backend, file, chosen version and the versions present."""
         model = f"rollouts:{self.path.name}" + (f"@{self.version}" if self.version else "")
         return {"backend": self.name, "model": model,
-                "rollouts": str(self.path), "version": self.version or None,
+                "rollouts": self.given, "version": self.version or None,
                 "versions": [v for v in self.versions if v], "ids": len(self._answers),
                 "skipped_rows": self.skipped_rows}
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
+from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
 from curate.core.records import IMAGE_TOKEN
 from curate.generate.checks import check_backend, check_sampling
@@ -101,7 +102,7 @@ class RecaptionConfig(ImageReading):
             (:class:`curate.core.record_limits.ImageReading`).
     """
 
-    out: PathLike
+    out: Location | PathLike
     backend: Mapping[str, Any] = field(default_factory=dict)
     langs: list[str] | tuple[str, ...] | str | None = None
     mix: Mapping[str, float] | str | None = None
@@ -110,9 +111,10 @@ class RecaptionConfig(ImageReading):
     rules: CaptionRules | None = None
     seed: int = 0
     shard_size: int = 1000
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         self.check_image_reading()

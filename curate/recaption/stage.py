@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.formats.writeback import merge_record_lines
-from curate.core.remote import remote_out
+from curate.core.remote import writing
 from curate.core.io import write_parquet
 from curate.core.shards import UNANSWERED
 from curate.core.stats import finish_stage
@@ -64,7 +64,6 @@ from curate.recaption.report import caption_report
 from curate.recaption.task import CAPTION_SCHEMA, RecaptionTask
 
 
-@remote_out("out", position=1)
 def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RecaptionConfig | None = None, *,
               executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Caption the images of ``inputs`` into ``out``; returns the content of ``stats.json``.
@@ -79,6 +78,13 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
 
     Outputs in ``out``: ``captions.parquet``, ``records.jsonl``, ``rejects.parquet``, ``stats.json``.
     """
+    config = configure(RecaptionConfig, config, out=out, **settings)
+    with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
+        return _recaption(inputs, config, folder, executor)
+
+
+def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: Any) -> dict[str, Any]:
+    """:func:`recaption` into the local folder ``out``."""
     import pyarrow.parquet as pq
 
     from curate.executors import run_stage
@@ -86,8 +92,7 @@ def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
     from curate.core.stats import run_header
 
-    config = configure(RecaptionConfig, config, out=out, **settings)
-    out, seed, lang_list = Path(config.out), config.seed, list(config.langs or ())
+    seed, lang_list = config.seed, list(config.langs or ())
     task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts or {}),
                          sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules,
                          limits=config.image_limits, max_images=config.max_images)

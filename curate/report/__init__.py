@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.core.io import atomic_open, read_json
+from curate.core.io import RemotePath, atomic_open, is_url, read_json
 from curate.report.assets import Assets
 from curate.report.funnel import counts, funnel_html, settings_html
 from curate.report.html import Raw, esc, page, section, table
@@ -88,7 +88,7 @@ def _stats(path: Path) -> dict[str, Any]:
     return stats
 
 
-def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path:
+def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path | RemotePath:
     """Write ``OUT/report/`` and return the path of its ``index.html``.
 
     Args:
@@ -99,6 +99,8 @@ def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path:
     Raises:
         UserError: ``out`` holds no stage output.
     """
+    if is_url(out):
+        return _in_bucket(str(out).rstrip("/"), samples, seed)
     t0 = time.perf_counter()
     out = Path(out)
     if not out.is_dir():
@@ -127,3 +129,20 @@ def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path:
     shutil.rmtree(report, ignore_errors=True)
     tmp.rename(report)
     return report / "index.html"
+
+
+#: What a report reads of a stage folder (and of each step folder of a run): never the shards' data.
+READS = tuple(f"{step}{name}" for step in ("", "[0-9][0-9]-*/")
+              for name in ("stats.json", "rejects.parquet", "*.png", "tags.parquet", "selection.parquet",
+                           "captions.parquet", "plan.parquet", "lengths.parquet", "prompts.parquet",
+                           "rollouts.parquet", "scores.parquet")) + ("recipe.lock.yaml",)
+
+
+def _in_bucket(url: str, samples: int, seed: int) -> RemotePath:
+    """The report of a folder in a bucket: made from a temporary copy of what it reads, put at ``URL/report/``."""
+    from curate.core.remote import reading, upload
+
+    with reading(url, include=READS) as local:
+        write_report(local, samples=samples, seed=seed)
+        upload(local / "report", f"{url}/report")
+    return RemotePath(f"{url}/report/index.html")

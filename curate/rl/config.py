@@ -16,6 +16,7 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
+from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
 from curate.generate.checks import check_backend, check_sampling
 from curate.rewards.format import PROMPT_TYPES
@@ -61,13 +62,13 @@ class RlFilterConfig(ImageReading):
             (:class:`curate.core.record_limits.ImageReading`).
     """
 
-    out: PathLike
+    out: Location | PathLike
     backend: Mapping[str, Any] = field(default_factory=dict)
     n: int = 16
     sampling: Mapping[str, Any] | None = None
     prompt_style: str | None = None
-    templates: PathLike | None = None
-    thresholds: PathLike | None = None
+    templates: Location | PathLike | None = None
+    thresholds: Location | PathLike | None = None
     pass_threshold: float | None = None
     min_gap: float | None = None
     band: tuple[float, float] | None = None
@@ -75,11 +76,13 @@ class RlFilterConfig(ImageReading):
     seed: int = 0
     shard_size: int = 1000
     plot: bool = True
-    image_root: PathLike | None = None
+    image_root: Location | PathLike | None = None
     answer_type: str | None = None
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
+        locations(self, {"out": "--out", "templates": "--templates", "thresholds": "--thresholds",
+                         "image_root": "--image-root"})
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         self.check_image_reading()
@@ -113,9 +116,9 @@ class RlFilterConfig(ImageReading):
 class ScoreConfig:
     """Settings of ``curate score`` (see :func:`curate.rl.score.score`); ``code``: how programs run."""
 
-    records: Sequence[PathLike]
-    responses: PathLike
-    out: PathLike
+    records: Sequence[Location | PathLike]
+    responses: Location | PathLike
+    out: Location | PathLike
     progress: float | None = None
     seed: int = 0
     shard_size: int = 20_000
@@ -126,6 +129,7 @@ class ScoreConfig:
         _answer_type(self.answer_type)
         if isinstance(self.records, (str, os.PathLike)):
             object.__setattr__(self, "records", (self.records,))
+        locations(self, {"records": "--records", "responses": "--responses", "out": "--out"})
         if not self.records:
             raise UserError("--records: give at least one RL records file")
         for path in self.records:

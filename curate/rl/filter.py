@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.core.remote import remote_out
+from curate.core.remote import local_file, writing
 from curate.core.formats.writeback import dumps_record, loads_record, with_resolved_paths, write_records
 from curate.core.errors import UserError
 from curate.core.validate import configure
@@ -77,19 +77,20 @@ def load_templates(path: str | os.PathLike[str] | None) -> dict[str, str]:
     templates = dict(DEFAULT_TEMPLATES)
     if path is None:
         return templates
-    p = Path(path)
+    p = local_file(path, "--templates")  # a local file, or a bucket's object (a cached copy)
+    assert p is not None
     if not p.is_file():
-        raise UserError(f"--templates {p}: no such file")
+        raise UserError(f"--templates {path}: no such file")
     text = p.read_text(encoding="utf-8")
     try:
         data = json.loads(text) if p.suffix.lower() == ".json" else __import__("yaml").safe_load(text)
     except Exception as exc:  # JSON and YAML raise different types
-        raise UserError(f"--templates {p}: cannot parse ({exc})") from None
+        raise UserError(f"--templates {path}: cannot parse ({exc})") from None
     if not isinstance(data, dict) or not set(data) <= set(DEFAULT_TEMPLATES):
-        raise UserError(f"--templates {p}: expected a mapping with keys normal and/or think")
+        raise UserError(f"--templates {path}: expected a mapping with keys normal and/or think")
     for key, value in data.items():
         if not isinstance(value, str) or "{problem}" not in value:
-            raise UserError(f"--templates {p}: template {key!r} must be a string containing {{problem}}")
+            raise UserError(f"--templates {path}: template {key!r} must be a string containing {{problem}}")
         templates[key] = value
     return templates
 
@@ -300,7 +301,6 @@ def write_kept(out: Path, sizes: list[int], shard_ids: list[str], kept: np.ndarr
     return write_records(out, "kept", rows)  # kept.parquet (image structs) when images are bytes
 
 
-@remote_out("out", position=1)
 def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RlFilterConfig | None = None, *,
               executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Sample, score and select RL prompts into ``out``; returns the content of ``stats.json``.
@@ -316,6 +316,13 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
         executor: An executor (default: local, one worker).
         **settings: Fields of :class:`RlFilterConfig`, instead of or over ``config``.
     """
+    config = configure(RlFilterConfig, config, out=out, **settings)
+    with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
+        return _rl_filter(inputs, config, folder, executor)
+
+
+def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: Any) -> dict[str, Any]:
+    """:func:`rl_filter` into the local folder ``out``."""
     import pyarrow.parquet as pq
 
     from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
@@ -326,8 +333,7 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
     from curate.rl.decide import DECISIONS, KEPT, account, decide, mark_repeats, output_table, reports
     from curate.rl.selection import plot_pass_at_1
 
-    config = configure(RlFilterConfig, config, out=out, **settings)
-    out, seed, plot = Path(config.out), config.seed, config.plot
+    seed, plot = config.seed, config.plot
     default_th, per_source = config.selection()
     sampling = {"seed": seed, **(config.sampling or {})}
     task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,

@@ -40,7 +40,7 @@ from curate.executors import Executor, pending, run_stage
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.records import Part, iter_rows, split_file
-from curate.core.remote import remote_out
+from curate.core.remote import local_file, writing
 from curate.core.remote_sync import drop_files, push_files
 from curate.rl.golds import GOLDS_FILE, load_golds, write_golds
 from curate.core.shards import Shard, ShardContext, ShardTask
@@ -66,12 +66,14 @@ class ScoreTask(ShardTask):
         self.progress = progress
         self.code = code or CodeSandbox.from_env()  # how model-written programs run (limits, --trust-code)
         self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
-        self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver
+        self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver; a relative
+        # path is in OUT (with OUT in a bucket, a node that lacks it fetches it: reads_out)
         self._by_id: dict[str, dict[str, Any]] | None = None
         self._bad: dict[str, str] = {}
+        self._warm = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_by_id": None, "_bad": {}}
+        return {**self.__dict__, "_by_id": None, "_bad": {}, "_warm": False}
 
     def settings(self) -> dict[str, Any]:
         """Scores depend on the records, the training progress (dynamic IoU threshold), the default
@@ -80,13 +82,16 @@ class ScoreTask(ShardTask):
                 "code": self.code.identity()}
 
     def setup(self) -> None:
-        """Start the verifier pool (in the background) and load the golds, once per worker."""
-        if self._by_id is None:
+        """Start the verifier pool (in the background) and load the golds (those of OUT with the first shard),
+        once per worker."""
+        if not self._warm:
             from curate.rewards import warm_up
             from curate.rewards.runtime import sandbox
 
             sandbox.configure(self.code)
             warm_up()  # first: the pool's factory imports math-verify while the golds load
+            self._warm = True
+        if self._by_id is None and os.path.isabs(self.golds):
             self._by_id, self._bad = load_golds(self.golds)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
@@ -94,6 +99,8 @@ class ScoreTask(ShardTask):
         from curate.rewards import score_many
 
         self.setup()
+        if self._by_id is None:
+            self._by_id, self._bad = load_golds(ctx.local(self.golds))
         assert self._by_id is not None
         stats = StageStats()
         rows: list[dict[str, Any]] = []
@@ -230,7 +237,6 @@ def _summaries(table: pa.Table) -> dict[str, Any]:
             "per_verifier": grouped("verifier")}
 
 
-@remote_out("out")
 def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: str | os.PathLike[str] | None = None,
           out: str | os.PathLike[str] | None = None, config: ScoreConfig | None = None, *,
           executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
@@ -241,11 +247,17 @@ def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: st
     """
     config = configure(ScoreConfig, config, records=tuple(records) if records is not None else None,
                        responses=responses, out=out, **settings)
-    records, responses, out = config.records, config.responses, Path(config.out)
+    with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
+        return _score(config, folder, executor)
+
+
+def _score(config: ScoreConfig, out: Path, executor: Executor | None) -> dict[str, Any]:
+    """:func:`score` into the local folder ``out``."""
+    records, responses = config.records, config.responses
     progress, seed, shard_size = config.progress, config.seed, config.shard_size
-    shards = plan_response_shards(responses, shard_size)
-    task = ScoreTask([str(Path(p).resolve()) for p in records], str(out / GOLDS_FILE), progress=progress,
-                     answer_type=config.answer_type, code=config.code)
+    shards = plan_response_shards(local_file(responses, "--responses"), shard_size)  # type: ignore[arg-type]
+    task = ScoreTask([str(p) if p.is_remote else str(p.path.resolve()) for p in records], GOLDS_FILE,
+                     progress=progress, answer_type=config.answer_type, code=config.code)
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker

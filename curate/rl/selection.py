@@ -111,18 +111,21 @@ def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any]) ->
     base = Thresholds()
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
+        from curate.core.remote import local_file
+
+        p = local_file(path, "--thresholds")  # a local file, or a bucket's object (a cached copy)
+        assert p is not None
         if not p.is_file():
-            raise UserError(f"--thresholds {p}: no such file")
+            raise UserError(f"--thresholds {path}: no such file")
         text = p.read_text(encoding="utf-8")
         try:
             data = json.loads(text) if p.suffix.lower() == ".json" else __import__("yaml").safe_load(text) or {}
         except Exception as exc:  # JSON and YAML raise different types
-            raise UserError(f"--thresholds {p}: cannot parse ({exc})") from None
+            raise UserError(f"--thresholds {path}: cannot parse ({exc})") from None
         if not isinstance(data, dict) or not set(data) <= {"default", "sources"}:
-            raise UserError(f"--thresholds {p}: expected a mapping with keys default and/or sources")
+            raise UserError(f"--thresholds {path}: expected a mapping with keys default and/or sources")
         if "default" in data:
-            base = _parse(data["default"], f"{p}: default", base)
+            base = _parse(data["default"], f"{path}: default", base)
     given = {k: v for k, v in cli.items() if v is not None}
     if given:
         base = _parse(given, CLI, base)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from curate.balance.vocab.files import load_vocab
 from curate.core.errors import UserError
-from curate.core.io import file_sha256
+from curate.core.io import file_sha256, is_url
+from curate.core.remote import local_file
 
 VocabArg = str | os.PathLike[str] | Mapping[str, str | os.PathLike[str]]
 """A vocabulary file, or ``{language: file}``."""
@@ -80,12 +81,14 @@ def vocab_parts(vocab: VocabArg) -> tuple[list[VocabPart], list[list[str]]]:
         files = [(None, str(vocab))]
     parts, entries, offset = [], [], 0
     for lang, path in files:
-        if not Path(path).is_file():
+        local = local_file(path, "--vocab") if is_url(path) else Path(path)  # a bucket's object: a cached copy
+        assert local is not None
+        if not local.is_file():
             raise UserError(f"--vocab {path}: no such file; give a vocabulary, one entry per line")
-        lines = load_vocab(Path(path))
+        lines = load_vocab(local)
         if not lines:
             raise UserError(f"--vocab {path}: the vocabulary is empty; give a file with one entry per line")
-        parts.append(VocabPart(lang, path, offset, len(lines), file_sha256(path)))
+        parts.append(VocabPart(lang, path, offset, len(lines), file_sha256(local)))
         entries.append(lines)
         offset += len(lines)
     return parts, entries

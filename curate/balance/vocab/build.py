@@ -19,6 +19,7 @@ vocabulary and its stats and reads a vocabulary file back.
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -349,23 +350,32 @@ def build_vocab(
     )
 
 
-def build_vocab_file(
-    out: Path, *, stats_out: Path | None = None, command: str | None = None, **options: Any
-) -> VocabResult:
+def build_vocab_file(out: str | os.PathLike[str], *, stats_out: str | os.PathLike[str] | None = None,
+                     command: str | None = None, **options: Any) -> VocabResult:
     """Build a vocabulary, write it to ``out`` and its stats beside it.
 
     Args:
-        out: The vocabulary file to write.
+        out: The vocabulary file to write (a path, or a URL in a bucket).
         stats_out: The stats file; default ``NAME.stats.json`` beside ``out``.
         command: The command line, recorded in the stats.
-        **options: Keyword arguments of :func:`build_vocab`.
-
-    Returns:
-        The built vocabulary.
+        **options: Keyword arguments of :func:`build_vocab`; its input files may be objects in a bucket.
     """
+    from contextlib import ExitStack
+
+    from curate.core.location import Location
+    from curate.core.remote import local_file, writing
+
+    for key, flag in (("word_lists", "--word-list"), ("exclude", "--exclude"), ("metaclip_metadata",
+                      "--metaclip-metadata"), ("captions", "--captions")):
+        value = options.get(key)
+        if value is not None:
+            options[key] = [local_file(p, flag) for p in value] if isinstance(value, list) else local_file(value, flag)
     result = build_vocab(**options)
-    write_vocab(result, out)
-    write_stats(result, stats_out or default_stats_path(out), command=command)
+    target = Location(out)
+    stats = Location(stats_out) if stats_out is not None else target.parent / default_stats_path(Path(target.name)).name
+    with ExitStack() as stack:  # a bucket's files: written here, uploaded when the block ends
+        write_vocab(result, stack.enter_context(writing(target.parent)) / target.name)
+        write_stats(result, stack.enter_context(writing(stats.parent)) / stats.name, command=command)
     return result
 
 

@@ -44,6 +44,8 @@ from curate.models.encoders import Encoder, load_encoder
 from curate.core.errors import UserError
 from curate.balance.concepts import copy_concepts, sidecar_path
 from curate.core.io import atomic_open, curate_cache, file_sha256, read_json, write_json
+from curate.core.remote import local_file, writing
+from curate.core.staging import url_of
 from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
@@ -133,12 +135,23 @@ def embed_vocab(vocab: str | os.PathLike[str] | None = None, config: VocabEmbedC
         ``skipped`` (per script), ``cached`` (True when nothing was computed), ``key``, ...
     """
     config = configure(VocabEmbedConfig, config, vocab=vocab, **settings)
-    vocab, out, batch_size, threads = Path(config.vocab), config.out, config.batch_size, config.threads
+    if config.out is None:
+        return _embed_vocab(config, None, encoder, show_progress, executor)
+    with writing(config.out.parent) as folder:  # a bucket: the matrix and its sidecar uploaded at the end
+        return _embed_vocab(config, folder / config.out.name, encoder, show_progress, executor)
+
+
+def _embed_vocab(config: VocabEmbedConfig, out: Path | None, encoder: Encoder | None, show_progress: bool,
+                 executor: Any) -> dict[str, Any]:
+    """:func:`embed_vocab` writing ``out``, a local path (the file's own, or in the staging folder of a bucket)."""
+    vocab = local_file(config.vocab, "--vocab")
+    assert vocab is not None
+    batch_size, threads = config.batch_size, config.threads
     template, scripts, cache_dir = check_template(config.template), config.scripts, config.cache_dir
     model, precision, device = config.model, config.precision, config.device
     entries = read_vocab(vocab)
     if not entries:
-        raise UserError(f"{vocab}: the vocabulary is empty")
+        raise UserError(f"{config.vocab}: the vocabulary is empty")
     enc = encoder or load_encoder(model, precision=precision, device=device)
     allowed = resolve_scripts(scripts, enc)
     vhash = file_sha256(vocab)
@@ -154,19 +167,29 @@ def embed_vocab(vocab: str | os.PathLike[str] | None = None, config: VocabEmbedC
         if executor is None:
             meta = _compute(entries, enc, allowed, template, folder, batch_size, threads, show_progress)
         else:
-            meta = _compute_sharded(vocab, enc, allowed, template, folder, batch_size, threads, executor)
+            source = str(config.vocab) if config.vocab.is_remote else str(vocab.resolve())  # what every node reads
+            meta = _compute_sharded(source, enc, allowed, template, folder, batch_size, threads, executor,
+                                    _chunks_folder(out, key))
         meta.update({"model": enc.fingerprint, "model_spec": enc.spec, "precision": enc.precision,
-                     "vocab_sha256": vhash, "vocab_path": str(vocab.resolve()), "template": template,
-                     "scripts": list(allowed), "key": key})
+                     "vocab_sha256": vhash, "vocab_path": str(config.vocab if config.vocab.is_remote else
+                                                               vocab.resolve()),
+                     "template": template, "scripts": list(allowed), "key": key})
         write_json(meta_path, meta)
     result = {**meta, "path": str(final), "cached": cached, "cache_dir": str(folder),
               "seconds": round(time.perf_counter() - t0, 3)}
     if out is not None:
-        out = Path(out)
         copy_concepts(final, out)
         write_json(sidecar_path(out), {k: v for k, v in result.items() if k not in ("seconds", "cached")})
-        result["out"] = str(out)
+        result["out"] = str(config.out)
     return result
+
+
+def _chunks_folder(out: Path | None, key: str) -> Path | None:
+    """Where sharded chunks are written when the output is in a bucket: in its staging folder, so they reach the
+    driver through the bucket from nodes that share nothing else (None: in the cache folder)."""
+    if out is None or url_of(out.parent) is None:
+        return None
+    return out.parent / "_concepts" / key
 
 
 def _compute(entries: list[str], enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
@@ -261,7 +284,7 @@ class ConceptChunkTask(ShardTask):
 
     def settings(self) -> dict[str, Any]:
         """The chunks depend on the model, vocabulary, template, scripts and batch size."""
-        return {"model": self.model, "vocab": file_sha256(self.vocab), "template": self.template,
+        return {"model": self.model, "vocab": file_sha256(local_file(self.vocab)), "template": self.template,
                 "scripts": list(self.scripts), "batch_size": self.batch_size, "precision": self.precision}
 
     def setup(self) -> None:
@@ -272,7 +295,7 @@ class ConceptChunkTask(ShardTask):
             enc = load_encoder(self.model, precision=self.precision, device=self.device)
             if self.threads:
                 torch.set_num_threads(self.threads)
-            entries = read_vocab(self.vocab)
+            entries = read_vocab(local_file(self.vocab))  # a local path, or a bucket's object (a cached copy)
             self._state = (enc, entries, readable_mask(entries, self.scripts)[0])
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
@@ -294,18 +317,25 @@ class ConceptChunkTask(ShardTask):
         return stats
 
 
-def _compute_sharded(vocab: Path, enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
-                     batch_size: int, threads: int | None, executor: Any) -> dict[str, Any]:
-    """Embed the chunks as shards of a stage on ``executor``, then assemble as :func:`_compute` does."""
+def _compute_sharded(vocab: str, enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
+                     batch_size: int, threads: int | None, executor: Any, chunks: Path | None = None) -> dict[str, Any]:
+    """Embed the chunks as shards of a stage on ``executor`` (into ``chunks``, default ``folder``), then assemble as
+    :func:`_compute` does."""
+    from curate.core.remote_sync import drop_prefix
     from curate.executors import run_stage
 
-    entries = read_vocab(vocab)
+    entries = read_vocab(local_file(vocab))
     mask, skipped = readable_mask(entries, allowed)
     n_chunks = (len(entries) + CHUNK - 1) // CHUNK
     shards = [Shard(c, meta=Chunk(c), size=min(CHUNK, len(entries) - c * CHUNK)) for c in range(n_chunks)]
-    task = ConceptChunkTask(str(vocab.resolve()), enc.spec, precision=enc.precision, device=str(enc.device),
+    task = ConceptChunkTask(vocab, enc.spec, precision=enc.precision, device=str(enc.device),
                             template=template, scripts=allowed, batch_size=batch_size, threads=threads)
-    run_stage(task, shards, folder, executor=executor, seed=0, desc="embed concepts")
-    meta = _assemble(folder, folder / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
-    shutil.rmtree(folder / "_shards", ignore_errors=True)
+    where = chunks or folder
+    run_stage(task, shards, where, executor=executor, seed=0, desc="embed concepts")
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = _assemble(folder, where / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
+    if chunks is not None:  # in a bucket's staging folder: the bucket's copy is done with too
+        drop_prefix(chunks)
+        shutil.rmtree(chunks, ignore_errors=True)
+    shutil.rmtree(where / "_shards", ignore_errors=True)
     return meta

@@ -15,7 +15,7 @@ from curate.core.discovery import JSON_HEAD, json_records, keep_listed, record_s
 from curate.core.errors import UserError
 from curate.core.formats.registry import ACCEPTED
 from curate.core.formats.wds import expand_braces
-from curate.core.io import RemotePath, as_path, is_url, url_fs
+from curate.core.io import RemotePath, as_path, is_url, text_of, url_fs
 
 
 
@@ -88,7 +88,7 @@ def list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[
 
 
 def _list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | RemotePath]:
-    text = os.fspath(item) if not isinstance(item, RemotePath) else item.url
+    text = text_of(item)  # a path, a URL, a RemotePath or a Location
     expanded = expand_braces(text)
     if len(expanded) > 1:
         return [f for one in expanded for f in _list_inputs(one, suffixes)]

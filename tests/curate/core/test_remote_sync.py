@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from curate.core.remote import local_copy, staging
+from curate.core.remote import staging
 from curate.core.remote_sync import get_file
 from packer.pack import pack
 from tests._fixtures.formats import Layouts
@@ -55,19 +55,20 @@ def test_a_rerun_reads_markers_not_shard_data(s3_server: str, bucket: str, layou
               verify_fraction=0.0, plot=False)
 
     def run(machine: str) -> None:
-        monkeypatch.setenv("CURATE_CACHE", str(tmp_path / machine))  # a machine = its own local mirror
+        monkeypatch.setenv("CURATE_CACHE", str(tmp_path / machine))  # a machine = its own staging folder
         pack([f"{bucket}/in/hf.parquet"], out=out, **kw)
+        left = [p for p in staging(out).rglob("*") if p.is_file() and p.name not in (".url", ".curate.lock")]
+        assert not left, left  # the bucket holds the run: nothing of it stays on this machine
 
     run("a")
     first = _objects(out)
     assert sum(k.startswith("shards/") for k in first) >= 3 and any(k.startswith("_records/") for k in first)
-    for machine in ("b", "a"):  # another machine (an empty mirror), then the one that ran it
+    for machine in ("b", "a"):  # another machine, then the one that ran it (its staging folder emptied since)
         with recorded_requests(s3_server) as seen:
             run(machine)
         gets, puts = _split(seen, out)
         assert not [k for k in gets if k.startswith(DATA)], gets
         assert all(k.startswith(("_shards/", "lengths/")) for k in gets), gets  # markers, settings, what pack merges
-        assert machine == "b" or not gets, gets  # the mirror that ran it already holds what it needs
         assert puts == ["stats.json"], puts  # nothing the bucket holds already (stats.json has the timings)
     assert {k: v for k, v in _objects(out).items() if k != "stats.json"} == \
         {k: v for k, v in first.items() if k != "stats.json"}
@@ -86,15 +87,20 @@ def test_a_rerun_reads_markers_not_shard_data(s3_server: str, bucket: str, layou
     assert sorted(k for k in puts if k.startswith("shards/")) == tars[-2:]
     assert {k: v for k, v in _objects(out).items() if k != "stats.json"} == \
         {k: v for k, v in first.items() if k != "stats.json"}
-    # what verify reads is what the bucket holds: machine a's mirror still has a tar the bucket lost
-    fs.rm([f"{inner}/{tars[0]}", f"{inner}/_shards/write/{tars[0].rsplit('/', 1)[1].split('.')[0]}.json"])
+    # a download whose process died leaves a hidden partial file in the staging folder: the next run removes it
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "a"))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    part = staging(out) / "shards" / f".{Path(tars[1]).name}.{int(dead.stdout)}.0123abcd.part"
-    part.write_bytes(b"half")  # a download whose process died
-    mirror = local_copy(out)
-    assert mirror == staging(out) and not part.exists()
-    assert sorted(f"shards/{p.name}" for p in (mirror / "shards").iterdir()) == tars[1:]
+    part = staging(out) / "lengths" / f".000000.parquet.{int(dead.stdout)}.0123abcd.part"
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_bytes(b"half")
+    run("a")
+    assert not part.exists()
+    # what verify reads is what the bucket holds: a tar and its marker gone from the bucket are missed
+    fs.rm([f"{inner}/{tars[0]}", f"{inner}/_shards/write/{tars[0].rsplit('/', 1)[1].split('.')[0]}.json"])
+    from packer.verify import verify_pack
+
+    report = verify_pack(out)
+    assert report.shards == len(tars) - 1 and any("sequences in the shards" in p for p in report.problems)
 
 
 class _HalfServer(http.server.BaseHTTPRequestHandler):

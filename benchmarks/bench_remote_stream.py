@@ -1,0 +1,123 @@
+"""How much local disk ``curate pack --out s3://...`` uses, and what streaming to the bucket costs in time.
+
+The same pack of ``--n`` images (640×480, in 4 local tars) runs twice with ``--workers 2``: into a local
+folder (the baseline), then into ``s3://bench/out`` on a moto S3 server on 127.0.0.1. During the second
+run a thread polls the bytes under ``$CURATE_CACHE/remote`` (every staging folder) every 20 ms. Printed:
+the peak local staging bytes against the output's size and against 2 × workers × one shard's output
+(the largest tar), the bytes left on local disk after the run, and the wall time of the bucket run over
+the local one. Targets (issue 37): peak ≤ 2 × workers × one shard and ≤ 10% of the output; time ≤ 1.3×.
+
+    .venv/bin/python benchmarks/bench_remote_stream.py [--n 2000] [--workers 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_formats import start_moto, write_layouts  # noqa: E402
+from curate.fixtures.processor import build_tiny_processor  # noqa: E402
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder`` (files vanishing while it is walked count as gone)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class Poller:
+    """Samples the bytes under a folder every ``every`` seconds in a thread; keeps the peak."""
+
+    def __init__(self, folder: Path, every: float = 0.02) -> None:
+        self.folder, self.every, self.peak, self.samples = folder, every, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, folder_bytes(self.folder))
+            self.samples += 1
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> int:
+    """Pack locally, then into the bucket while polling the staging folder; print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000, help="images (640×480)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="240 images")
+    args = parser.parse_args()
+    if args.quick:
+        args.n = 240
+    import s3fs
+
+    from packer.pack import pack
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        t0 = time.perf_counter()
+        write_layouts(tmp / "data", args.n)
+        processor = str(build_tiny_processor(tmp / "processor"))
+        print(f"{args.n} images written in {time.perf_counter() - t0:.1f}s")
+        proc, endpoint = start_moto()
+        try:
+            fs = s3fs.S3FileSystem(endpoint_url=endpoint)
+            fs.mkdir("bench")
+            src = [str(tmp / "data" / "tars" / "{00000..00003}.tar")]
+            kw = dict(processor=processor, ctx=4096, shard_size=100, sequences_per_shard=max(1, args.n // 500),
+                      seed=0, verify_sample=0, plot=False, workers=args.workers)
+            os.environ["CURATE_CACHE"] = str(tmp / "cache")
+            t0 = time.perf_counter()
+            pack(src, out=tmp / "local", **kw)
+            local_s = time.perf_counter() - t0
+            os.environ["CURATE_CACHE"] = str(tmp / "cache-bucket")  # its own cache: no counts reused
+            with Poller(tmp / "cache-bucket" / "remote") as poll:
+                t0 = time.perf_counter()
+                pack(src, out="s3://bench/out", **kw)
+                bucket_s = time.perf_counter() - t0
+            left = folder_bytes(tmp / "cache-bucket" / "remote")
+            fs.invalidate_cache()
+            objects = {p: int(i["size"]) for p, i in fs.find("bench/out", detail=True).items()}
+            output = sum(objects.values())
+            tars = [size for p, size in objects.items() if p.endswith(".tar")]
+            shard = max(tars)
+            bound = 2 * args.workers * shard
+            print(f"output in the bucket: {output:,} bytes in {len(objects)} objects ({len(tars)} tars, the largest "
+                  f"{shard:,} bytes); local run {folder_bytes(tmp / 'local'):,} bytes")
+            print(f"peak local staging bytes: {poll.peak:,} ({poll.samples} samples) = {poll.peak / output:.1%} of "
+                  f"the output, {poll.peak / bound:.2f} × (2 × {args.workers} workers × one shard = {bound:,}); "
+                  f"left after the run: {left:,} bytes")
+            print(f"wall time: local {local_s:.1f}s, bucket {bucket_s:.1f}s, ratio {bucket_s / local_s:.2f}× "
+                  "(target ≤ 1.3×)")
+            ok = poll.peak <= bound and poll.peak <= 0.10 * output
+            print(f"local disk bound: {'met' if ok else 'NOT met'} "
+                  "(≤ 2 × workers × one shard and ≤ 10% of the output)")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
