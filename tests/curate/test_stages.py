@@ -28,3 +28,37 @@ def test_the_consumers_read_the_table() -> None:
             module, _, function = spec.view.partition(":")
             assert callable(getattr(importlib.import_module(f"curate.report.{module}"), function)), name
         assert not spec.plots or spec.report, name  # plots are shown by the report the verb writes
+
+
+def _config_class(path: str) -> type:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_each_setting_is_declared_once() -> None:
+    """A verb with a settings class offers each of its settings as an option made from the field (flag,
+    default, help), and no option of the verb repeats a field of that class by hand."""
+    import dataclasses
+
+    from curate.core.settings import settings_of
+
+    for info in pkgutil.iter_modules(curate.cli.__path__):
+        importlib.import_module(f"curate.cli.{info.name}")
+    for name, spec in STAGES.items():
+        if spec.config is None:
+            continue
+        cls = _config_class(spec.config)
+        options = {p.name: p for p in cli.commands[name].params}
+        settings = settings_of(cls)
+        assert settings, f"{name}: {spec.config} declares no setting"
+        for s in settings:
+            if s.name not in options:  # a verb may offer a subset (a two-mode config), never a copy
+                continue
+            option = options[s.name]
+            assert s.flag in option.opts, (name, s.name, option.opts)
+            assert option.help == s.help, (name, s.name)
+            assert s.required or option.default == s.default, (name, s.name, option.default, s.default)
+        declared = {f.name for f in dataclasses.fields(cls) if "help" in f.metadata}
+        fields = {f.name for f in dataclasses.fields(cls)}
+        copies = sorted(n for n in options if n in fields and n not in declared)
+        assert not copies, f"{name}: options {copies} repeat fields of {cls.__name__} without setting()"
