@@ -33,9 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
-from curate.core.validate import configure
 from curate.rewards.runtime.sandbox import CodeSandbox, announce
-from curate.rl.config import ScoreConfig
+from curate.rl.config import ScoreConfig, score_records
 from curate.executors import Executor, pending, run_stage
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
@@ -237,23 +236,24 @@ def _summaries(table: pa.Table) -> dict[str, Any]:
             "per_verifier": grouped("verifier")}
 
 
-def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: str | os.PathLike[str] | None = None,
-          out: str | os.PathLike[str] | None = None, config: ScoreConfig | None = None, *,
-          executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
-    """Score ``responses`` against ``records`` into ``out``; returns the stats written to ``stats.json``.
+def score(inputs: Sequence[str | os.PathLike[str]], config: ScoreConfig, *,
+          executor: Executor | None = None) -> dict[str, Any]:
+    """Score ``config.responses`` against the RL records of ``inputs`` into ``config.out``; returns the stats
+    written to ``stats.json``.
 
-    The positional arguments override the fields of ``config`` (see :class:`ScoreConfig`);
-    ``settings`` are further fields (``progress``, ``seed``, ``shard_size``).
+    Args:
+        inputs: The RL records files or folders (``--records``), checked by :func:`score_records`.
+        config: The settings (see :class:`ScoreConfig`).
+        executor: An executor (default: local, one worker).
     """
-    config = configure(ScoreConfig, config, records=tuple(records) if records is not None else None,
-                       responses=responses, out=out, **settings)
+    records = score_records(inputs)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
-        return _score(config, folder, executor)
+        return _score(records, config, folder, executor)
 
 
-def _score(config: ScoreConfig, out: Path, executor: Executor | None) -> dict[str, Any]:
+def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Executor | None) -> dict[str, Any]:
     """:func:`score` into the local folder ``out``."""
-    records, responses = config.records, config.responses
+    responses = config.responses
     progress, seed, shard_size = config.progress, config.seed, config.shard_size
     shards = plan_response_shards(local_file(responses, "--responses"), shard_size)  # type: ignore[arg-type]
     task = ScoreTask([str(p) if p.is_remote else str(p.path.resolve()) for p in records], GOLDS_FILE,
