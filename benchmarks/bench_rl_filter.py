@@ -103,7 +103,7 @@ def transformers_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:
             fp.write(json.dumps({**p, "images": [str(sample / "rl" / im) for im in images]}) + "\n")
     sampling = {"max_new_tokens": 24, "temperature": 1.0, "seed": 0}
     backend_args = {"model": str(model), "device": "cpu"}
-    task = RolloutTask(backend_args, n=n, sampling=sampling)
+    task = RolloutTask(RlFilterConfig(out=tmp / "task", backend=backend_args, n=n, **sampling))
     requests = [task.request(r) for r in read_records([src])]
     records = {r["id"]: r for r in read_records([src])}
     warm_up(wait=True)

@@ -84,12 +84,9 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
     from curate.executors import run_stage
     from curate.core.shards import plan_shards
     from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
-    from curate.generate.settings import sampling_of
 
     seed, lang_list = config.seed, list(config.langs or ())
-    task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts),
-                         sampling=sampling_of(config), rules=config.rules, limits=config.image_limits,
-                         max_images=config.max_images)
+    task = RecaptionTask(config)
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")

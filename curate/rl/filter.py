@@ -47,6 +47,7 @@ from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
+from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask
 
 #: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
@@ -124,23 +125,19 @@ class RolloutTask(GenerationTask):
     stage = "rl-filter"
     unit = "prompts"
 
-    def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
-                 prompt_style: str | None = None, templates: dict[str, str] | None = None,
-                 progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS,
-                 answer_type: str | None = None, code: Any = None, **reading: Any) -> None:
-        if n < 1:
-            raise UserError(f"--n must be at least 1, got {n}")
-        if prompt_style not in (None, "normal", "think"):
-            raise UserError(f"--prompt-style must be normal or think, got {prompt_style!r}")
-        super().__init__(backend, **reading)  # limits, max_images: what a prompt's images may cost
-        self.n = n
-        self.sampling = sampling or {}
-        self.prompt_style = prompt_style
-        self.templates = templates or dict(DEFAULT_TEMPLATES)
-        self.progress = progress
+    def __init__(self, config: RlFilterConfig, *, max_prompt_chars: int = MAX_PROMPT_CHARS) -> None:
+        """The task of the run ``config`` (checked when it was built): its backend, n, sampling (seeded with its
+        ``seed``), prompt style and templates, training progress, default answer type, code sandbox and image
+        limits; ``max_prompt_chars``: longer prompts are errored before they are asked."""
+        super().__init__(dict(config.backend), limits=config.image_limits, max_images=config.max_images)
+        self.n = config.n
+        self.sampling = sampling_of(config)
+        self.prompt_style = config.prompt_style
+        self.templates = load_templates(config.templates)
+        self.progress = config.progress
         self.max_prompt_chars = max_prompt_chars
-        self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
-        self.code = code  # how model-written programs run: a CodeSandbox (None: from the environment)
+        self.answer_type = config.answer_type  # the default of records that name no verifier (curate.rl.golds)
+        self.code = config.code  # how model-written programs run: a CodeSandbox
 
     def setup(self) -> None:
         """Open the backend (loads a local model once per worker) and start the verifier pool."""
@@ -324,16 +321,12 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
     from curate.core.progress import console
     from curate.core.shards import plan_shards
     from curate.executors import run_stage
-    from curate.generate.settings import sampling_of
     from curate.rl.decide import DECISIONS, KEPT, account, decide, mark_repeats, output_table, reports
     from curate.rl.selection import plot_pass_at_1
 
     seed, plot = config.seed, config.plot
     default_th, per_source = config.selection()
-    task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling_of(config), prompt_style=config.prompt_style,
-                       templates=load_templates(config.templates), progress=config.progress,
-                       answer_type=config.answer_type, code=config.code, limits=config.image_limits,
-                       max_images=config.max_images)
+    task = RolloutTask(config)
     from curate.rewards.runtime.sandbox import announce
 
     most = getattr(task.backend, "most_answers", None)  # a rollouts file: can it answer --n times at all?
