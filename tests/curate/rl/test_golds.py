@@ -54,7 +54,9 @@ def test_workers_load_the_golds_not_the_records(tmp_path) -> None:
     """A task given the golds never opens the records: scoring works with the record file gone."""
     records = _records(tmp_path)
     write_golds([records], tmp_path / GOLDS_FILE)
-    task = ScoreTask([str(tmp_path / "gone.jsonl")], str(tmp_path / GOLDS_FILE))
+    (tmp_path / "answers.jsonl").write_text("")
+    config = ScoreConfig(responses=tmp_path / "answers.jsonl", out=tmp_path / "o")
+    task = ScoreTask([str(tmp_path / "gone.jsonl")], str(tmp_path / GOLDS_FILE), config)
     task.setup()
     assert task._by_id == _read_directly([records])[0]
 
