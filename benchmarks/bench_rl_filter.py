@@ -51,7 +51,8 @@ def rollouts_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:
                 fa.write(json.dumps({"id": p["id"], "response": f"<answer>{text}</answer>"}) + "\n")
     warm_up(wait=True)
     t0 = time.perf_counter()
-    stats = rl_filter([str(src)], RlFilterConfig(out=tmp / "out", backend={"rollouts": str(answers)}, n=n, shard_size=1000, plot=True))
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp / "out", backend={"rollouts": str(answers)}, n=n,
+                                                 shard_size=1000, plot=True))
     whole = time.perf_counter() - t0
     records = {r["id"]: r for r in read_records([src])}
     pairs = []

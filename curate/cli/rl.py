@@ -136,7 +136,8 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, workers: int, executor: str
 
     backend = backend_from_flags(settings)
     config = RlFilterConfig(out=out, backend=backend, code=_code(settings), **settings, **image_limits_given())
-    r = from_stats(RlFilterResult, rl_filter(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
+    stats = rl_filter(list(inputs), config, executor=make_executor(executor, workers, ray_address))
+    r = from_stats(RlFilterResult, stats)
     o = r.overall
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     console.print(f"kept {r.kept:,} of {r.records_in:,} prompts; dropped {r.dropped or {}}; errored {r.errored or {}}")

@@ -42,7 +42,8 @@ class BackendSettings:
     rollouts_version: str | None = setting(
         None, metavar="V",
         help="Version to read from --rollouts when it holds several (default: the latest, natural order).")
-    device: str | None = setting(None, metavar="DEV", help="--model device: auto, cpu, cuda or cuda:N.  [default: auto]")
+    device: str | None = setting(None, metavar="DEV",
+                                 help="--model device: auto, cpu, cuda or cuda:N.  [default: auto]")
     dtype: str | None = setting(
         None, choices=DTYPES,
         help="--model weights dtype (auto: bfloat16 on CUDA, float32 on CPU; float64: answers independent of "

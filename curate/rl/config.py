@@ -111,7 +111,8 @@ class RlFilterConfig(ImageReading):
     thresholds: Location | PathLike | None = setting(
         None, help="YAML/JSON with per-source thresholds (band, min_gap, pass_threshold, metric, inclusive, filter).")
     prompt_style: str | None = setting(
-        None, choices=PROMPT_STYLES, help="Force a prompt style (default: each record's prompt_type; normal = answer-only).")
+        None, choices=PROMPT_STYLES,
+        help="Force a prompt style (default: each record's prompt_type; normal = answer-only).")
     templates: Location | PathLike | None = setting(
         None, help="YAML/JSON {normal: ..., think: ...} prompt templates containing {problem}.")
     progress: float | None = _progress_setting()

@@ -47,7 +47,8 @@ def test_flags_for_another_backend_are_refused(tmp_path: Path) -> None:
     path.write_text('{"id": "a", "response": "x"}\n')
     result = CliRunner().invoke(demo, ["--rollouts", str(path), "--batch-size", "4"])
     assert isinstance(result.exception, UserError) and "--batch-size cannot be used with --rollouts" in str(result.exception)
-    kwargs = BackendSettings(endpoint="http://127.0.0.1:1", api_key="k", trust_remote_code=False, concurrency=2).kwargs()
+    given = BackendSettings(endpoint="http://127.0.0.1:1", api_key="k", trust_remote_code=False, concurrency=2)
+    kwargs = given.kwargs()
     assert kwargs == {"endpoint": "http://127.0.0.1:1", "api_key": "k", "concurrency": 2}
     with pytest.raises(UserError, match="--top-p"):
         RecaptionConfig(out=tmp_path / "o", backend={"rollouts": str(path)}, top_p=0.0)

@@ -205,7 +205,8 @@ def test_greedy_skips_the_retry_and_duplicates_are_errored(designed: dict, tmp_p
         rec.pop("image", None)
         rec["images"] = [str(designed["images"][0])]
     src = jsonl(tmp_path / "dup.jsonl", [recs[0], recs[1], {**recs[1], "source": "other"}])
-    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "o", backend={"rollouts": str(designed["rollouts"])}, temperature=0.0))
+    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "o", backend={"rollouts": str(designed["rollouts"])},
+                                                  temperature=0.0))
     rows = caption_rows(tmp_path / "o")
     assert (rows[("r2", "en")]["error"], rows[("r2", "en")]["attempts"]) == ("refusal", 1)  # greedy: no retry
     assert generation(tmp_path / "o")["requests"] == 4
@@ -237,7 +238,8 @@ def test_mix_proportions_sharding_and_order(tmp_path: Path) -> None:
     assert stats["settings"]["mix"] == {"en": 0.76, "zh": 0.24}
 
     # the draw is keyed on the record id: other shards and reversed input give the same languages
-    recaption([str(rev)], RecaptionConfig(out=tmp_path / "b", backend=backend, mix={"en": 76, "zh": 24}, seed=3, shard_size=37))
+    recaption([str(rev)], RecaptionConfig(out=tmp_path / "b", backend=backend, mix={"en": 76, "zh": 24}, seed=3,
+                                          shard_size=37))
     langs_a = {r["id"]: r["lang"] for r in rows}
     langs_b = {r["id"]: r["lang"] for r in pq.read_table(tmp_path / "b" / "captions.parquet").to_pylist()}
     assert langs_a == langs_b
@@ -346,7 +348,8 @@ def test_tiny_vlm_served(tiny_vlm_server, small_records: tuple[Path, list[str]],
     src, ids = small_records
     backend = {"endpoint": tiny_vlm_server.url + "/v1", "served_model": tiny_vlm_server.model, "concurrency": 2,
                "max_retries": 1}
-    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "s", backend=backend, max_new_tokens=12, temperature=1.0, top_p=1.0))
+    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "s", backend=backend, max_new_tokens=12,
+                                                  temperature=1.0, top_p=1.0))
     check_accounting(tmp_path / "s", stats, ids, model=tiny_vlm_server.model)
     assert stats["settings"]["backend"]["backend"] == "openai"
     # the missing image is refused by the image gate before any request: nothing asked, nothing failed

@@ -56,12 +56,15 @@ def test_score_with_a_default_answer_type(tmp_path: Path) -> None:
 
 def test_rl_filter_with_a_default_answer_type(tmp_path: Path) -> None:
     records, answers = write_inputs(tmp_path)
-    plain = rl_filter([str(records)], RlFilterConfig(out=tmp_path / "plain", backend={"rollouts": str(answers)}, n=1, plot=False))
+    plain = rl_filter([str(records)], RlFilterConfig(out=tmp_path / "plain", backend={"rollouts": str(answers)}, n=1,
+                                                     plot=False))
     assert plain["errored"] == {"record_error": 2}
-    stats = rl_filter([str(records)], RlFilterConfig(out=tmp_path / "math", backend={"rollouts": str(answers)}, n=1, plot=False, answer_type="math"))
+    stats = rl_filter([str(records)], RlFilterConfig(out=tmp_path / "math", backend={"rollouts": str(answers)}, n=1,
+                                                     plot=False, answer_type="math"))
     assert not stats["errored"] and stats["records_in"] == 4
     prompts = {r["id"]: r for r in pq.read_table(tmp_path / "math" / "prompts.parquet").to_pylist()}
     assert prompts["p0"]["answer_type"] == "math" and prompts["p0"]["pass_at_1"] == 1.0
     assert prompts["p1"]["pass_at_1"] == 0.0 and prompts["p2"]["answer_type"] == "multiple-choice"
     with pytest.raises(UserError, match="other settings"):  # the default decides scores: not mixed on a rerun
-        rl_filter([str(records)], RlFilterConfig(out=tmp_path / "math", backend={"rollouts": str(answers)}, n=1, plot=False, answer_type="number"))
+        rl_filter([str(records)], RlFilterConfig(out=tmp_path / "math", backend={"rollouts": str(answers)}, n=1,
+                                                 plot=False, answer_type="number"))

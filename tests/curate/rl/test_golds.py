@@ -70,7 +70,8 @@ def test_score_with_two_workers_equals_one_and_cleans_up(sample_data, tmp_path) 
     responses = tmp_path / "responses.jsonl"
     responses.write_text("\n".join(json.dumps({"id": r["id"], "response": "<answer>0</answer>"}) for r in rec) + "\n")
     one = score([prompts], ScoreConfig(responses=responses, out=tmp_path / "one", shard_size=4))
-    two = score([prompts], ScoreConfig(responses=responses, out=tmp_path / "two", shard_size=4), executor=get_executor("local", workers=2))
+    two = score([prompts], ScoreConfig(responses=responses, out=tmp_path / "two",
+                                       shard_size=4), executor=get_executor("local", workers=2))
     assert one["scored"] == two["scored"] == len(rec)
     assert pq.read_table(tmp_path / "one" / "scores.parquet").equals(pq.read_table(tmp_path / "two" / "scores.parquet"))
     assert not (tmp_path / "one" / GOLDS_FILE).exists() and not (tmp_path / "two" / GOLDS_FILE).exists()

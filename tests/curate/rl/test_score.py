@@ -36,7 +36,8 @@ def responses(sample_data, tmp_path_factory) -> tuple[Path, list[dict]]:
 
 def test_scores_equal_the_library_and_every_row_is_accounted(sample_data, responses, tmp_path) -> None:
     path, records = responses
-    stats = score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=path, out=tmp_path / "o", shard_size=37))
+    stats = score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=path, out=tmp_path / "o",
+                                                                      shard_size=37))
     table = pq.read_table(tmp_path / "o" / "scores.parquet").to_pylist()
     n_rows = 2 * len(records) + 3
     assert len(table) == n_rows and stats["responses_in"] == n_rows
@@ -69,7 +70,8 @@ def test_rerun_is_skipped_and_identical(sample_data, responses, tmp_path) -> Non
 
 def test_user_errors(sample_data, tmp_path) -> None:
     with pytest.raises(UserError, match="--responses .*: no such file"):
-        score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=tmp_path / "none.jsonl", out=tmp_path / "o"))
+        score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=tmp_path / "none.jsonl",
+                                                                  out=tmp_path / "o"))
     (tmp_path / "r.csv").write_text("id,response\n")
     with pytest.raises(UserError, match="jsonl or .parquet"):
         score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=tmp_path / "r.csv", out=tmp_path / "o"))

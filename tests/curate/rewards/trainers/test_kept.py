@@ -39,7 +39,8 @@ def filtered(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
         for im in p.get("images") or [p.get("image")]:
             (tmp / im).parent.mkdir(parents=True, exist_ok=True)
             (tmp / im).write_bytes((src.parent / im).read_bytes())
-    rl_filter([str(picked)], RlFilterConfig(out=tmp / "out", backend={"rollouts": str(tmp / "answers.jsonl")}, n=4, plot=False))
+    rl_filter([str(picked)], RlFilterConfig(out=tmp / "out", backend={"rollouts": str(tmp / "answers.jsonl")}, n=4,
+                                            plot=False))
     return tmp, chosen
 
 
