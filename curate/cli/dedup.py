@@ -12,9 +12,14 @@ from curate.cli.options import config_options, executor_options, image_root_opti
 from curate.dedup.config import DedupConfig
 
 
+def _sources(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    return tuple(s.strip() for s in value.split(",")) if value else ()
+
+
 @cli.command("dedup")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@config_options(DedupConfig, "out", "near", "near_threshold", "embeddings", "semantic_threshold", "prefer")
+@config_options(DedupConfig, "out", "near", "near_threshold", "embeddings", "semantic_threshold")
+@setting_option(DedupConfig, "prefer", default=None, callback=_sources)
 @setting_option(DedupConfig, "against", multiple=True, type=click.Path(path_type=str))
 @config_options(DedupConfig, "against_embeddings", "shard_size", "search_block", "decode_threads")
 @click.option("--no-records", is_flag=True, help="Write rejects.parquet and stats.json only, not the kept records.")

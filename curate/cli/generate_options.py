@@ -9,7 +9,7 @@ Usage in a verb::
         config = RecaptionConfig(backend=backend_from_flags(flags), ...)
 
 The backend flags are the fields of :class:`curate.generate.settings.BackendSettings` (where their help is written),
-plus ``--api-key``, which also reads ``CURATE_API_KEY``. :func:`setting_option` offers a setting that
+plus ``--api-key``, which also reads ``CURATE_API_KEY``, and ``--trust-remote-code``, a flag left None when not given. :func:`setting_option` offers a setting that
 :func:`curate.cli.options.config_options` cannot make (a repeatable option, an environment variable) with the
 flag and help of its field.
 """
@@ -40,7 +40,10 @@ def setting_option(cls: type, name: str, **click_kwargs: Any) -> Callable[[Calla
 def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add the backend flags (``--model``/``--endpoint``/``--rollouts`` and their settings)."""
     fn = setting_option(BackendSettings, "api_key", default=None, envvar=API_KEY_VAR, show_envvar=True)(fn)
-    return config_options(BackendSettings)(fn)
+    fn = config_options(BackendSettings, "concurrency", "timeout", "max_retries", "max_consecutive_failures")(fn)
+    fn = setting_option(BackendSettings, "trust_remote_code", is_flag=True, default=None)(fn)
+    return config_options(BackendSettings, "model", "endpoint", "served_model", "rollouts", "rollouts_version",
+                          "device", "dtype", "batch_size")(fn)
 
 
 def backend_from_flags(flags: dict[str, Any]) -> BackendSettings:

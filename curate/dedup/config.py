@@ -38,8 +38,9 @@ class DedupConfig:
         None, help="curate embed's output for these records: also remove semantic duplicates (cosine).")
     semantic_threshold: float = setting(
         DEFAULT_SEMANTIC_THRESHOLD, help="With --embeddings: cosine similarity from which two records are duplicates.")
-    prefer: tuple[str, ...] | str | None = setting(
-        None, metavar="SRC,SRC",
+    #: Offered by hand (``SRC,SRC`` split into a tuple): :func:`curate.cli.generate_options.setting_option`.
+    prefer: tuple[str, ...] = setting(
+        (), cli=False, metavar="SRC,SRC",
         help="Sources to keep first when copies are found, best first (then the largest image, then the id).")
     #: Offered by hand (a repeatable option): :func:`curate.cli.generate_options.setting_option`.
     against: tuple[Location | PathLike, ...] = setting(
@@ -60,8 +61,6 @@ class DedupConfig:
                               "file's own; the verb's --image-root).")
 
     def __post_init__(self) -> None:
-        prefer = self.prefer.split(",") if isinstance(self.prefer, str) else self.prefer or ()
-        object.__setattr__(self, "prefer", tuple(s.strip() for s in prefer))
         locations(self, {"out": "--out", "embeddings": "--embeddings", "against": "--against",
                          "against_embeddings": "--against-embeddings", "image_root": "--image-root"})
         v.out_dir("--out", self.out)

@@ -50,7 +50,9 @@ class BackendSettings:
              "the batch).  [default: auto]")
     batch_size: int | None = setting(
         None, help="--model: prompts per generate call (rows = prompts x samples).  [default: 8]")
-    trust_remote_code: bool = setting(False, help="--model: allow checkpoints that ship their own modelling code.")
+    #: Offered by hand: a flag whose unset value is None (so a recipe records ``null``, as it always has).
+    trust_remote_code: bool | None = setting(None, cli=False,
+                                             help="--model: allow checkpoints that ship their own modelling code.")
     concurrency: int | None = setting(None, help="--endpoint: calls in flight at once.  [default: 8]")
     timeout: float | None = setting(
         None, help="--endpoint: seconds per call before it counts as a timeout.  [default: 600]")
