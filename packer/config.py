@@ -18,7 +18,7 @@ from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
-from packer.balance import balance_options
+from packer.compute_balance import balance_options
 from packer.lengths import DEFAULT_VERIFY_SAMPLE
 from packer.plan import MAX_CTX
 
@@ -63,7 +63,7 @@ class PackConfig(ImageReading):
         trust_remote_code: Allow processors that ship their own code.
         plot: Write ``packing.png``.
         balance_compute, dp, micro_batches, cost_model, step_mix: Compute-balanced layout
-            (:mod:`packer.balance`); ``cost_model`` is a YAML of the model's fields or a timing log to fit
+            (:mod:`packer.compute_balance`); ``cost_model`` is a YAML of the model's fields or a timing log to fit
             (:mod:`packer.timing`), ``step_mix`` the groups of similar sequences per step.
         energon: Also make ``out`` an Energon dataset with this train,val,test split (the CLI's ``--energon``).
         max_image_bytes, max_image_pixels, max_images: What one record may cost in images
@@ -119,7 +119,7 @@ class PackConfig(ImageReading):
         if self.energon is not None:
             parse_split_ratio(self.energon)
             energon_here("--energon", self.out)
-        v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before packer.balance sizes
+        v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before packer.compute_balance sizes
         v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # its arrays by them
         balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model, self.step_mix)
 

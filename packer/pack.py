@@ -48,7 +48,7 @@ from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 
 from packer.lengths import LengthsTask
 from packer.lengths_file import LENGTHS_FILE, LENGTHS_SHA, load_lengths, processor_of, vouched
 from packer.reuse import INDEX_DIR, index_text_counts, reuse_report
-from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
+from packer.compute_balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
 from packer.padding import batch_padding_tokens, reduction_ratio
 from packer.plan import plan_bins
 from packer.report import plot_packing
@@ -120,7 +120,7 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
 
     Works on columns (source codes, numpy masks, Arrow takes): no Python object is
     made per record, rejected ones included. With ``balance``, the bins are laid out in
-    compute-balanced steps (:mod:`packer.balance`). ``sources``: the table's
+    compute-balanced steps (:mod:`packer.compute_balance`). ``sources``: the table's
     :func:`source_codes` when the caller has them already. ``background``: a thread that
     computes the padding baseline while the planner runs and writes ``plan.parquet``
     while the caller draws the plot (wait for ``_pending`` of the result before the marker).
@@ -229,7 +229,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         inputs: record files or folders (none with ``lengths`` and ``plan_only``).
         config: the settings (see :class:`PackConfig`), checked before anything is read; its
             ``balance_compute`` (with ``dp``, optional ``micro_batches`` and ``cost_model``) lays
-            the bins out in steps of equal compute per rank (:mod:`packer.balance`). ``out`` and
+            the bins out in steps of equal compute per rank (:mod:`packer.compute_balance`). ``out`` and
             ``lengths`` may be in a bucket (:mod:`curate.core.remote`).
         executor: an executor (default: local, ``config.workers`` processes).
         **settings: fields of :class:`PackConfig` (``out=``, ``ctx=``...), instead of or over ``config``.
