@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.defaults import DEFAULT_MAX_IMAGES
+from packer.config import DEFAULT_VERIFY_SAMPLE
 from curate.core.errors import UserError
 from curate.core.formats.refs import ImageAt
 from curate.core.gcpause import paused_gc
@@ -95,7 +96,7 @@ RECORDS_SCHEMA = pa.schema([
     ("image_spans", pa.list_(pa.list_(pa.int64()))),
 ])
 _BATCH = 256
-DEFAULT_VERIFY_SAMPLE = 1000
+
 _VERIFY_SALT = 0x7E51F
 
 

@@ -48,7 +48,7 @@ from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 
 from packer.lengths import LengthsTask
 from packer.lengths_file import LENGTHS_FILE, LENGTHS_SHA, load_lengths, processor_of, vouched
 from packer.reuse import INDEX_DIR, index_text_counts, reuse_report
-from packer.compute_balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
+from packer.compute_balance import BalanceOptions, balance_table, plan_arrays, plan_columns
 from packer.padding import batch_padding_tokens, reduction_ratio
 from packer.plan import plan_bins
 from packer.report import plot_packing
@@ -262,8 +262,7 @@ def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Pat
     verify_fraction, trust_remote_code, plot = config.verify_fraction, config.trust_remote_code, config.plot
     verify_sample = config.verify_sample
     check_request(inputs, config)
-    balance = balance_options(config.balance_compute, config.dp, config.micro_batches, config.cost_model,
-                              config.step_mix)
+    balance = config.balance
     out.mkdir(parents=True, exist_ok=True)
     _check_ctx(out, ctx)
     executor = executor or get_executor("local", workers=workers)
