@@ -95,7 +95,6 @@ RECORDS_SCHEMA = pa.schema([
     ("image_spans", pa.list_(pa.list_(pa.int64()))),
 ])
 _BATCH = 256
-
 _VERIFY_SALT = 0x7E51F
 
 
