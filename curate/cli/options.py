@@ -186,14 +186,19 @@ def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # no
     return decorate
 
 
+class SettingOption(click.Option):
+    """An option made by :func:`config_options` from a config field (a test tells it from one written by hand)."""
+
+
 def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
     import os
 
     if info.type is bool:
         if info.default:
             return click.option(f"{info.flag}/--no-{info.flag[2:]}", info.name, default=True, show_default=True,
-                                help=info.help)
-        return click.option(info.flag, info.name, is_flag=True, help=info.help)
+                                help=info.help, cls=SettingOption)
+        return click.option(info.flag, info.name, is_flag=True, default=False, help=info.help,  # click 8.3: UNSET
+                            cls=SettingOption)
     if info.choices:
         kind = click.Choice(info.choices)
     elif info.type is os.PathLike:
@@ -203,7 +208,7 @@ def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
     shown = info.show_default and info.default not in (None, "")
     given = {"required": True} if info.required else {"default": info.default}  # click: a default None is a value
     return click.option(info.flag, info.name, type=kind, metavar=info.metavar, show_default=shown, help=info.help,
-                        **given)
+                        cls=SettingOption, **given)
 
 
 def print_rejects(counts: Counts, out: str) -> None:

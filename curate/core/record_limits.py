@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from curate.core import validate as v
 from curate.core.defaults import DEFAULT_MAX_IMAGES
+from curate.core.settings import setting
 
 if TYPE_CHECKING:  # the image package loads Pillow and numpy: settings are checked without them
     from curate.core.images import ImageLimits
@@ -35,17 +36,17 @@ def image_limits(max_bytes: int | None = None, max_pixels: int | None = None) ->
 class ImageReading:
     """The image limits of a stage's settings (a base class of its config; keyword-only fields).
 
-    Attributes:
-        max_image_bytes: Image files or cells larger than this are errored ``too_large`` before they are read
-            (None: the gate's :data:`~curate.core.images.DEFAULT_MAX_BYTES`).
-        max_image_pixels: Images with more pixels are errored ``decompression_bomb`` before they are decoded
-            (None: the gate's :data:`~curate.core.images.DEFAULT_MAX_PIXELS`).
-        max_images: Records holding more images are errored ``too_many_images`` before any is read.
+    Each field is a setting (:func:`curate.core.settings.setting`) whose flag is one of the shared image limit
+    flags (``curate.cli.options.image_limit_options``), hence ``cli=False``. A limit left None is the gate's
+    (:data:`~curate.core.images.DEFAULT_MAX_BYTES`, :data:`~curate.core.images.DEFAULT_MAX_PIXELS`).
     """
 
-    max_image_bytes: int | None = None
-    max_image_pixels: int | None = None
-    max_images: int = DEFAULT_MAX_IMAGES
+    max_image_bytes: int | None = setting(None, cli=False, help="Image files or cells larger than this are errored "
+                                          "too_large before they are read; the shared --max-image-bytes.")
+    max_image_pixels: int | None = setting(None, cli=False, help="Images with more pixels are errored "
+                                           "decompression_bomb before they are decoded; the shared --max-image-pixels.")
+    max_images: int = setting(DEFAULT_MAX_IMAGES, cli=False, help="Records holding more images are errored "
+                              "too_many_images before any is read; the shared --max-images-per-record.")
 
     @property
     def image_limits(self) -> ImageLimits:

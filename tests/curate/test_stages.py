@@ -40,6 +40,7 @@ def test_each_setting_is_declared_once() -> None:
     default, help), and no option of the verb repeats a field of that class by hand."""
     import dataclasses
 
+    from curate.cli.options import SettingOption
     from curate.core.settings import settings_of
 
     for info in pkgutil.iter_modules(curate.cli.__path__):
@@ -55,6 +56,7 @@ def test_each_setting_is_declared_once() -> None:
             if s.name not in options:  # a verb may offer a subset (a two-mode config), never a copy
                 continue
             option = options[s.name]
+            assert isinstance(option, SettingOption), f"{name}: {s.flag} written by hand, not made by config_options"
             assert s.flag in option.opts, (name, s.name, option.opts)
             assert option.help == s.help, (name, s.name)
             assert s.required or option.default == s.default, (name, s.name, option.default, s.default)
