@@ -41,7 +41,8 @@ from curate.core.remote import writing
 from curate.core.malloc import keep_freed_memory
 from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
                                 readable_records)
-from curate.core.stats import StageStats, finish_stage, run_header
+from curate.balance.results import wall_timings
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 
 EMBED_DIR = "embeddings"
@@ -187,54 +188,39 @@ class EmbedTask(ShardTask):
 
 
 def embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
-          write_stats: bool = True, **settings: Any) -> dict[str, Any]:
-    """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; see :func:`run_embed`."""
-    return run_embed(inputs, config, executor=executor, write_stats=write_stats, **settings)[0]
-
-
-def run_embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
-              write_stats: bool = True, **settings: Any) -> tuple[dict[str, Any], StageStats]:
+          **settings: Any) -> dict[str, Any]:
     """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; resumable.
 
     Args:
         inputs: record files or folders (JSONL, JSON, Parquet).
         config: the settings (output folder, model, batch and shard sizes...; see :class:`EmbedConfig`).
         executor: a :class:`curate.executors.Executor` (default: local, one worker).
-        write_stats: write ``OUT/stats.json`` and ``OUT/rejects.parquet``.
         **settings: fields of :class:`EmbedConfig` (``out=...``), instead of or over ``config``.
 
     Returns:
-        The ``stats.json`` content and the merged stats (with the rejects).
+        The ``stats.json`` content (also written, with ``OUT/rejects.parquet``).
     """
     config = configure(EmbedConfig, config, **settings)
     with writing(config.out) as out:  # a bucket: shards stream there (curate.core.remote)
-        return _embed(inputs, config, out, executor, write_stats)
+        result, stats = embed_step(inputs, config, out, executor=executor)
+        return finish_stage(out, result, stats)
 
 
-def _embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig, out: Path, executor: Any,
-           write_stats: bool) -> tuple[dict[str, Any], StageStats]:
-    """:func:`run_embed` into the local folder ``out``."""
+def embed_step(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig, out: Path, *,
+               executor: Any = None) -> tuple[dict[str, Any], StageStats]:
+    """The work of :func:`embed` into the local folder ``out``, for a pipeline that writes its own
+    ``stats.json`` (``curate balance``): the step's ``stats.json`` content and its stats (with the rejects)."""
     from curate.executors import run_stage
 
-    shard_size, seed = config.shard_size, config.seed
-    model, precision, device, batch_size = config.model, config.precision, config.device, config.batch_size
-    decode_threads, threads = config.decode_threads, config.threads
-    shards = plan_shards(inputs, shard_size, image_root=config.image_root)
-    task = EmbedTask(model, precision=precision, device=device, batch_size=batch_size,
-                     decode_threads=decode_threads, threads=threads, limits=config.image_limits,
+    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
+    task = EmbedTask(config.model, precision=config.precision, device=config.device, batch_size=config.batch_size,
+                     decode_threads=config.decode_threads, threads=config.threads, limits=config.image_limits,
                      max_images=config.max_images)
-    settings = {**task.settings(), "shard_size": shard_size, "plan": plan_hash(shards)}
+    settings = {**task.settings(), "shard_size": config.shard_size, "plan": plan_hash(shards)}
     t0 = time.perf_counter()
-    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="embed images", settings=settings)
-    counts = stats.to_dict()
-    result = {
-        **run_header("embed", seed=seed, settings=settings),
-        "records_in": counts["records_in"], "records_embedded": counts["records_out"],
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        "images_embedded": int(stats.extra.get("images_embedded", 0)), "dim": settings["dim"],
-        "shards": len(shards), "timings": {**counts["timings"], "wall": round(time.perf_counter() - t0, 3)},
-        "outputs": {"embeddings": f"{EMBED_DIR}/", "rejects": "rejects.parquet"},
-    }
-    if write_stats:
-        finish_stage(out, result, stats)
+    stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc="embed images", settings=settings)
+    result = stage_result("embed", stats, seed=config.seed, settings=settings, out_key="records_embedded",
+                          images_embedded=int(stats.extra.get("images_embedded", 0)), dim=settings["dim"],
+                          shards=len(shards), timings=wall_timings(stats, t0),
+                          outputs={"embeddings": f"{EMBED_DIR}/", "rejects": "rejects.parquet"})
     return result, stats

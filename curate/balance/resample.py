@@ -76,7 +76,7 @@ from curate.core.lock import out_lock
 from curate.core.malloc import keep_freed_memory, small_numpy_pages
 from curate.core.location import shown
 from curate.core.remote import local_file, writing
-from curate.core.stats import StageStats, finish_stage, run_header
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 
 SELECTION_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("copies", pa.int32()),
@@ -111,18 +111,11 @@ def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copie
     return stats
 
 
-def resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, *, write_stats: bool = True,
-             **settings: Any) -> dict[str, Any]:
-    """Select a concept-balanced subset; returns the ``stats.json`` content (see :func:`run_resample`)."""
-    return run_resample(tags, config, write_stats=write_stats, **settings)[0]
-
-
-def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, *, write_stats: bool = True,
-                 **settings: Any) -> tuple[dict[str, Any], StageStats]:
+def resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, **settings: Any) -> dict[str, Any]:
     """Select a concept-balanced subset (see the module docstring).
 
     Args:
-        tags: ``tags.parquet`` from ``curate tag``.
+        tags: ``tags.parquet`` from ``curate tag`` or ``curate match``.
         config: the settings (see :class:`ResampleConfig`): ``out``, ``target`` (records or copies
             to draw, ``inverse`` mode) or ``fraction`` (of the tagged pool; > 1 draws with
             replacement), ``seed``, ``mode`` (``inverse`` or ``metaclip``), ``t`` (MetaCLIP's
@@ -130,25 +123,32 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
             each record's best tags), ``records`` (input record files: the selected ones are
             written to ``OUT/records/``), ``image_root`` (the folder their relative image paths start from),
             ``vocab`` (to name the top concepts), ``plot``.
-        write_stats: write ``stats.json`` and ``rejects.parquet``.
         **settings: fields of :class:`ResampleConfig`, instead of or over ``config``.
 
     Returns:
-        The ``stats.json`` content and the stats (with the rejects).
+        The ``stats.json`` content (also written, with ``OUT/rejects.parquet``).
     """
     config = configure(ResampleConfig, config, **settings)
+    with writing(config.out) as out:
+        result, stats = resample_step(tags, config, out)
+        return finish_stage(out, result, stats)
+
+
+def resample_step(tags: str | os.PathLike[str], config: ResampleConfig, out: Path) -> tuple[dict[str, Any], StageStats]:
+    """The work of :func:`resample` into the local folder ``out``, for a pipeline that writes its own
+    ``stats.json`` (``curate balance``): the step's ``stats.json`` content and its stats (with the rejects)."""
     keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
     # paused_gc: collections would only walk the loaded modules' objects.
-    # writing: OUT in a bucket is written through a staging folder (curate.core.remote); --tags read from a local copy.
-    with writing(config.out) as out, out_lock(out), paused_gc(), small_numpy_pages():
+    # --tags in a bucket: read from a local copy.
+    with out_lock(out), paused_gc(), small_numpy_pages():
         here = local_file(tags, "--tags")
         assert here is not None
-        return _run_resample(here, config, out, write_stats, named=shown(tags))  # a bucket's URL, as given
+        return _run_resample(here, config, out, named=shown(tags))  # a bucket's URL, as given
 
 
 def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Path,
-                  write_stats: bool, named: str | None = None) -> tuple[dict[str, Any], StageStats]:
+                  named: str | None = None) -> tuple[dict[str, Any], StageStats]:
     fraction, seed, mode, t, use_k = config.fraction, config.seed, config.mode, config.t, config.use_k
     records = [str(r) for r in config.records] if config.records else None
     out.mkdir(parents=True, exist_ok=True)
@@ -237,28 +237,22 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Pat
         if selection.num_rows and not written.get("records"):  # unrelated files: nothing to write is not a result
             raise UserError(f"--records {' '.join(map(str, records))}: none of the {selection.num_rows:,} selected "
                             "records is in them; give the record files that were tagged")
-    counts = stats.to_dict()
     n_target, pool = chosen.target, chosen.pool
     inverse = mode == "inverse"
     settings = {"mode": mode, "target": n_target, "fraction": fraction,
                 "weighting": config.weighting if inverse else None, "temperature": config.temperature if inverse
                 else None, "t": t if mode != "inverse" else None,
                 "tail_share": config.tail_share, "per": per, "use_k": use_k, "tags": named or str(tags)}
-    result: dict[str, Any] = {
-        **run_header("resample", seed=seed, settings=settings),
-        "records_in": counts["records_in"], "pool": pool, "records_selected": counts["records_out"],
-        "copies_total": int(copies.sum()), "with_replacement": bool(n_target is not None and n_target > pool),
-        "max_copies": int(copies.max()) if copies.size else 0,
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
+    result = stage_result(
+        "resample", stats, seed=seed, settings=settings, out_key="records_selected", pool=pool,
+        copies_total=int(copies.sum()), with_replacement=bool(n_target is not None and n_target > pool),
+        max_copies=int(copies.max()) if copies.size else 0,
         **({"texts": len(arrays), "pairs_selected": int(kept_rows.sum())} if text_rows is not None else {}),
-        "balance": report, **({"languages": languages} if languages is not None else {}),
+        balance=report, **({"languages": languages} if languages is not None else {}),
         **({"records_written": written} if written is not None else {}),
-        "timings": {k: round(v, 4) for k, v in {**timings, "wall": time.perf_counter() - t0}.items()},
-        "outputs": {"selection": "selection.parquet", "rejects": "rejects.parquet",
-                    **({"records": f"{RECORDS_DIR}/"} if records else {}), **({"plot": "balance.png"} if config.plot else {})},
-    }
-    if write_stats:
-        finish_stage(out, result, stats)
+        timings={k: round(v, 4) for k, v in {**timings, "wall": time.perf_counter() - t0}.items()},
+        outputs={"selection": "selection.parquet", "rejects": "rejects.parquet",
+                 **({"records": f"{RECORDS_DIR}/"} if records else {}), **({"plot": "balance.png"} if config.plot else {})})
     return result, stats
 
 

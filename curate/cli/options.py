@@ -193,7 +193,7 @@ def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
         if info.default:
             return click.option(f"{info.flag}/--no-{info.flag[2:]}", info.name, default=True, show_default=True,
                                 help=info.help)
-        return click.option(info.flag, info.name, is_flag=True, help=info.help)
+        return click.option(info.flag, info.name, is_flag=True, default=False, help=info.help)
     if info.choices:
         kind = click.Choice(info.choices)
     elif info.type is os.PathLike:

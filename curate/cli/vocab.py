@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from curate.balance.config import SCRIPT_CHOICES
+from curate.balance.config import VocabEmbedConfig
 from curate.balance.results import VocabEmbedResult
 from curate.balance.vocab.sources import WORDFREQ_SCRIPTS
 from curate.core.results import from_stats
 from curate.cli.group import cli
-from curate.cli.options import executor_options, make_executor, model_options
+from curate.cli.options import config_options, executor_options, make_executor
 
 
 @cli.group("vocab")
@@ -93,22 +93,9 @@ def vocab_build_cmd(out: str, size: int | None, word_lists: tuple[str, ...], met
 
 
 @vocab_group.command("embed")
-@click.option("--vocab", required=True, type=click.Path(path_type=str), help="Vocabulary file (one concept per line).")
-@click.option("--out", required=True, type=click.Path(path_type=str),
-              help="Output .npy (V×D float16, vocabulary line order); a .json beside it says what it holds.")
-@model_options
-@click.option("--template", default=None, metavar="TEXT",
-              help="Prompt template with {} for the concept, e.g. 'a photo of {}' (default: the bare concept).")
-@click.option("--scripts", type=click.Choice(SCRIPT_CHOICES), default="auto",
-              show_default=True,
-              help="Entries to embed by script; auto = what the tokenizer reads (CLIP's BPE: latin only). "
-                   "The others get zero rows and are never tagged.")
-@click.option("--batch-size", type=int, default=1024, show_default=True, help="Texts per forward pass.")
-@click.option("--cache-dir", type=click.Path(path_type=str), default=None,
-              help="Cache folder (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
+@config_options(VocabEmbedConfig)
 @executor_options
-def vocab_embed_cmd(out: str, seed: int, workers: int, executor: str, ray_address: str | None,
-                    **settings: object) -> None:
+def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Embed a concept vocabulary with the model's text tower (cached, resumable).
 
     The cache key is the model fingerprint + the vocabulary's hash + template +
@@ -120,12 +107,14 @@ def vocab_embed_cmd(out: str, seed: int, workers: int, executor: str, ray_addres
       curate vocab embed --vocab vocab/500k.txt --template 'a photo of {}' --out concepts.npy
     """
     from curate.balance.concepts import sidecar_path
-    from curate.balance.config import VocabEmbedConfig
     from curate.core.location import Location
     from curate.balance.vocab.embed import embed_vocab
     from curate.core.progress import console
 
-    config = VocabEmbedConfig(out=out, **settings)  # type: ignore[arg-type]  (the flags are the config's fields)
+    if settings["out"] is None:
+        raise click.UsageError("Missing option '--out'.")
+    out = str(settings["out"])
+    config = VocabEmbedConfig(**settings)  # type: ignore[arg-type]
     sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
     r = from_stats(VocabEmbedResult, embed_vocab(None, config, executor=make_executor(executor, workers, ray_address)
                                                  if sharded else None))

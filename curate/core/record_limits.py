@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from curate.core import validate as v
 from curate.core.defaults import DEFAULT_MAX_IMAGES
+from curate.core.settings import setting
 
 if TYPE_CHECKING:  # the image package loads Pillow and numpy: settings are checked without them
     from curate.core.images import ImageLimits
@@ -43,9 +44,13 @@ class ImageReading:
         max_images: Records holding more images are errored ``too_many_images`` before any is read.
     """
 
-    max_image_bytes: int | None = None
-    max_image_pixels: int | None = None
-    max_images: int = DEFAULT_MAX_IMAGES
+    # declared here, offered by curate.cli.options.image_limit_options (the same three flags for every verb)
+    max_image_bytes: int | None = setting(None, cli=False, flag="--max-image-bytes",
+                                          help="Image files or cells larger than this are errored too_large.")
+    max_image_pixels: int | None = setting(None, cli=False, flag="--max-image-pixels",
+                                           help="Images with more pixels are errored decompression_bomb.")
+    max_images: int = setting(DEFAULT_MAX_IMAGES, cli=False, flag="--max-images-per-record",
+                              help="Records with more images are errored too_many_images.")
 
     @property
     def image_limits(self) -> ImageLimits:
