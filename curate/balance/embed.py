@@ -108,48 +108,40 @@ class EmbedTask(ShardTask):
         self.setup()
         assert self.encoder is not None
         stats = StageStats()
+        batch = _Batch(self.encoder, self.batch_size, stats, ctx)
+        for item, tensors in self._decoded(self._items(shard, stats, ctx), stats, ctx):
+            batch.add(item, tensors)
+        batch.flush()
+        out_dir = work / EMBED_DIR
+        out_dir.mkdir(parents=True, exist_ok=True)
+        np.save(out_dir / f"{shard.id}.npy", np.ascontiguousarray(batch.matrix(), dtype=np.float16))
+        write_parquet(out_dir / f"{shard.id}.ids.parquet",
+                      pa.table({"id": [i.rid for i in batch.kept], "source": [i.source for i in batch.kept]},
+                               schema=IDS_SCHEMA))
+        stats.extra["images_embedded"] = batch.images
+        return stats
 
-        def records() -> Iterator[_Item]:
-            # streamed: only the records being decoded hold their image bytes (Parquet cells, tar members)
-            for rec in readable_records(shard, stats, ctx, views=True, max_images=self.max_images):  # Parquet cells decode in place
-                if not rec["images"]:
-                    stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
-                    ctx.progress(1)
-                else:
-                    yield _Item(rec["id"], rec["source"], tuple(rec["images"]))
+    def _items(self, shard: Shard, stats: StageStats, ctx: ShardContext) -> Iterator[_Item]:
+        """The shard's records with images, streamed: only the records being decoded hold their image bytes
+        (Parquet cells, tar members; Parquet cells decode in place); a record without any is dropped ``no_image``."""
+        for rec in readable_records(shard, stats, ctx, views=True, max_images=self.max_images):
+            if not rec["images"]:
+                stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
+                ctx.progress(1)
+            else:
+                yield _Item(rec["id"], rec["source"], tuple(rec["images"]))
 
-        rows: list[np.ndarray] = []
-        kept: list[_Item] = []
-        batch: list[tuple[_Item, list[Any]]] = []
-        n_images = 0
-
-        def flush() -> None:
-            if not batch:
-                return
-            pixels = self.encoder.to_pixels([t for _, ts in batch for t in ts])
-            with stats.timer("model"):
-                feats = self.encoder.encode_images(pixels)
-            start = 0
-            for item, ts in batch:
-                vec = feats[start:start + len(ts)]
-                start += len(ts)
-                if len(ts) > 1:
-                    vec = vec.mean(axis=0, keepdims=True)
-                    vec /= max(float(np.linalg.norm(vec)), 1e-12)
-                rows.append(vec.astype(np.float16))
-                kept.append(item)
-                stats.kept(item.source)
-            ctx.progress(len(batch))
-            batch.clear()
-
+    def _decoded(self, items: Iterator[_Item], stats: StageStats,
+                 ctx: ShardContext) -> Iterator[tuple[_Item, list[Any]]]:
+        """Each item with its images decoded and preprocessed, in order, by a thread pool kept two batches ahead of
+        the model; an image that fails errors its record with the gate's reason (or ``preprocess_failed``)."""
         ahead = 2 * self.batch_size
         with ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="decode") as pool:
             pending: deque[tuple[_Item, Future]] = deque()
-            queue = records()
 
             def fill() -> None:
                 while len(pending) < ahead:
-                    item = next(queue, None)
+                    item = next(items, None)
                     if item is None:
                         return
                     pending.append((item, pool.submit(self._load, item)))
@@ -171,20 +163,50 @@ class EmbedTask(ShardTask):
                     continue
                 finally:
                     stats.timings["wait_decode"] = stats.timings.get("wait_decode", 0.0) + time.perf_counter() - t0
-                batch.append((item, tensors))
-                n_images += len(tensors)
-                if sum(len(ts) for _, ts in batch) >= self.batch_size:
-                    flush()
-            flush()
+                yield item, tensors
 
-        matrix = np.concatenate(rows) if rows else np.zeros((0, self.encoder.dim), np.float16)
-        out_dir = work / EMBED_DIR
-        out_dir.mkdir(parents=True, exist_ok=True)
-        np.save(out_dir / f"{shard.id}.npy", np.ascontiguousarray(matrix, dtype=np.float16))
-        write_parquet(out_dir / f"{shard.id}.ids.parquet",
-                      pa.table({"id": [i.rid for i in kept], "source": [i.source for i in kept]}, schema=IDS_SCHEMA))
-        stats.extra["images_embedded"] = n_images
-        return stats
+
+class _Batch:
+    """The images of one shard on their way through the model: gathered until a batch is full, then embedded; a
+    record's rows (the mean of its images', normalised again, when it has several) kept in order."""
+
+    def __init__(self, encoder: Encoder, size: int, stats: StageStats, ctx: ShardContext) -> None:
+        self.encoder, self.size, self.stats, self.ctx = encoder, size, stats, ctx
+        self.waiting: list[tuple[_Item, list[Any]]] = []
+        self.rows: list[np.ndarray] = []
+        self.kept: list[_Item] = []
+        self.images = 0
+
+    def add(self, item: _Item, tensors: list[Any]) -> None:
+        """One record's preprocessed images; the batch runs once it holds ``size`` images."""
+        self.waiting.append((item, tensors))
+        self.images += len(tensors)
+        if sum(len(ts) for _, ts in self.waiting) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Embed the waiting images, one row per record."""
+        if not self.waiting:
+            return
+        pixels = self.encoder.to_pixels([t for _, ts in self.waiting for t in ts])
+        with self.stats.timer("model"):
+            feats = self.encoder.encode_images(pixels)
+        start = 0
+        for item, ts in self.waiting:
+            vec = feats[start:start + len(ts)]
+            start += len(ts)
+            if len(ts) > 1:
+                vec = vec.mean(axis=0, keepdims=True)
+                vec /= max(float(np.linalg.norm(vec)), 1e-12)
+            self.rows.append(vec.astype(np.float16))
+            self.kept.append(item)
+            self.stats.kept(item.source)
+        self.ctx.progress(len(self.waiting))
+        self.waiting.clear()
+
+    def matrix(self) -> np.ndarray:
+        """The shard's ``N×D`` float16 rows."""
+        return np.concatenate(self.rows) if self.rows else np.zeros((0, self.encoder.dim), np.float16)
 
 
 def embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
