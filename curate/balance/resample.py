@@ -33,7 +33,7 @@ with probability ``p(c) = t / max(f(c), t)`` (an independent draw per record and
 concept), and a record is kept (once) when any of its concepts passes; its
 ``weight`` is then its keep probability ``1 - Π_c (1 - p(c))``. ``mode="worldwide"``
 is MetaCLIP 2's: a t per language (:mod:`curate.balance.thresholds`). On tags with a
-row per text (``tag --per text``) they count per text and draw image-text pairs
+row per text (``curate match --per text``) they count per text and draw image-text pairs
 (:mod:`curate.balance.metaclip`, :mod:`curate.balance.pairs`; docs/metaclip.md).
 
 Records with a repeated id keep their first occurrence (later ones are

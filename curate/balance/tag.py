@@ -165,7 +165,7 @@ class TagTask(ShardTask):
 
 def tags_table(ids: pa.Array | Sequence[str], sources: pa.Array | Sequence[str], lengths: np.ndarray,
                concepts: np.ndarray, scores: np.ndarray) -> pa.Table:
-    """The ``tags.parquet`` rows of one shard, built from columns (the one builder of ``tag`` and ``tag --match``).
+    """The ``tags.parquet`` rows of one shard, built from columns (the one builder of ``tag`` and ``match``).
 
     Args:
         ids: record ids.
@@ -187,7 +187,7 @@ def tags_table(ids: pa.Array | Sequence[str], sources: pa.Array | Sequence[str],
 def merge_tags(out: Path, n_shards: int, metadata: dict[str, str], *, schema: pa.Schema = TAGS_SCHEMA) -> int:
     """Concatenate ``tags/<shard>.parquet`` in shard order into ``OUT/tags.parquet``; return rows.
 
-    ``schema``: the columns (``tag --match text`` may add ``text`` and ``lang``)."""
+    ``schema``: the columns (``curate match`` may add ``text`` and ``lang``)."""
     schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
     rows = 0
     with atomic_open(out / "tags.parquet", "wb") as fh, \

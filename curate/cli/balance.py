@@ -123,7 +123,7 @@ def tag_cmd(embeddings: str, concepts: str, seed: int, workers: int, executor: s
 
 
 @cli.command("match")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.argument("inputs", nargs=-1, required=True, metavar="RECORDS...", type=click.Path(path_type=str))
 @_vocab_option(required=True)
 @config_options(MatchConfig)
 @executor_options

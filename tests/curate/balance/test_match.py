@@ -107,7 +107,7 @@ def test_cli_match_text(tmp_path: Path) -> None:
     assert "errored {'malformed_json': 1, 'unknown_layout': 1}" in done.stderr and "rejects.parquet" in done.stderr
     assert max(len(c) for c in pq.read_table(tmp_path / "o" / "tags.parquet").column("concepts").to_pylist()) == 2
     bad = subprocess.run(run[:4] + ["--vocab", str(vocab), "--out", str(tmp_path / "p")], capture_output=True, text=True)
-    assert bad.returncode == 2 and "INPUTS" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "RECORDS" in bad.stderr and "Traceback" not in bad.stderr
     old = subprocess.run(run[:3] + ["tag", "--match", "text", "--records", str(data), "--vocab", str(vocab), "--out",
                                     str(tmp_path / "q")], capture_output=True, text=True)
     assert old.returncode == 2 and "curate match" in old.stderr and "Traceback" not in old.stderr
