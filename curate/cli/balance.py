@@ -40,10 +40,10 @@ def _refuse_other_modes(match: str, index: str | None = None, mode: str | None =
         refuse_given(_INVERSE, f"is for --mode inverse, not --mode {mode}")
 
 
-def _vocab_option(required: bool):  # noqa: ANN202 - click decorator
+def _vocab_option(help: str = _VOCAB_HELP):  # noqa: A002, ANN202 - click decorator
     """``--vocab FILE|LANG=FILE`` of ``match`` and ``balance`` (an input: repeatable, one file per language)."""
-    return click.option("--vocab", "vocab_values", required=required, multiple=True, type=click.Path(path_type=str),
-                        metavar="FILE|LANG=FILE", help=_VOCAB_HELP)
+    return click.option("--vocab", "vocab_values", required=True, multiple=True, type=click.Path(path_type=str),
+                        metavar="FILE|LANG=FILE", help=help)
 
 
 @cli.command("embed")
@@ -124,7 +124,7 @@ def tag_cmd(embeddings: str, concepts: str, seed: int, workers: int, executor: s
 
 @cli.command("match")
 @click.argument("inputs", nargs=-1, required=True, metavar="RECORDS...", type=click.Path(path_type=str))
-@_vocab_option(required=True)
+@_vocab_option()
 @config_options(MatchConfig)
 @executor_options
 def match_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], seed: int, workers: int, executor: str,
@@ -207,7 +207,8 @@ def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> Non
 
 @cli.command("balance")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@_vocab_option(required=True)
+@_vocab_option("Concept vocabulary (e.g. vocab/500k.txt); with --match text also one per language, repeated "
+               "(--vocab en=en.txt --vocab zh=zh.txt).")
 @config_options(EmbedConfig, "out", "model", "precision", "device", "threads", "batch_size")
 @config_options(VocabEmbedConfig, "template", "scripts", "cache_dir")
 @config_options(BalanceConfig, "match")
