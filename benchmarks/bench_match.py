@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         rates = {}
         for workers in (1, 2):
             out = tmp / f"out{workers}"
-            cmd = [sys.executable, "-m", "curate", "match", str(data), "--vocab", str(vocab), "--out", str(out), "--workers", str(workers), "--shard-size", str(args.e2e // 8)]
+            cmd = [sys.executable, "-m", "curate", "match", str(data), "--vocab", str(vocab), "--out", str(out),
+                   "--workers", str(workers), "--shard-size", str(args.e2e // 8)]
             t0 = time.perf_counter()
             subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
                            stdout=subprocess.DEVNULL)

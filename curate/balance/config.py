@@ -77,8 +77,8 @@ class ModelSettings:
                          help="open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
                               "(ARCH an open_clip name or an ARCH.json beside the file), local-dir:FOLDER or "
                               "hf-hub:ORG/REPO.")
-    precision: str = setting("fp32", choices=PRECISIONS,
-                             help="Model precision; fp16 needs a GPU, bf16 is about 2× faster than fp32 on recent CPUs.")
+    precision: str = setting("fp32", choices=PRECISIONS, help="Model precision; fp16 needs a GPU, bf16 is about 2× "
+                                                              "faster than fp32 on recent CPUs.")
     device: str = setting("auto", help="auto, cpu, cuda, cuda:N or mps.")
     threads: int | None = setting(None, help="torch CPU threads per worker (default: cores ÷ workers; while "
                                              "embedding the vocabulary, cores − 1 beside the tokenizer thread).")

@@ -167,7 +167,8 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Pat
     copies, pairs = chosen.copies, read.text_rows is not None
     result = stage_result(
         "resample", stats, seed=config.seed, settings=settings, out_key="records_selected", pool=chosen.pool,
-        copies_total=int(copies.sum()), with_replacement=bool(chosen.target is not None and chosen.target > chosen.pool),
+        copies_total=int(copies.sum()),
+        with_replacement=bool(chosen.target is not None and chosen.target > chosen.pool),
         max_copies=int(copies.max()) if copies.size else 0,
         **({"texts": len(read.arrays), "pairs_selected": int(drawn.kept_rows.sum())} if pairs else {}),
         balance=report, **({"languages": languages} if languages is not None else {}),

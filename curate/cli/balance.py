@@ -69,7 +69,8 @@ def embed_cmd(inputs: tuple[str, ...], threads: int | None, workers: int, execut
     from curate.core.progress import console
 
     out = str(settings["out"])
-    config = EmbedConfig(threads=threads_for(threads, workers), **settings, **image_limits_given())  # type: ignore[arg-type]
+    config = EmbedConfig(threads=threads_for(threads, workers), **settings,  # type: ignore[arg-type]
+                         **image_limits_given())
     r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
                   f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")

@@ -76,7 +76,8 @@ class VocabBuildConfig:
         langs = list(self.languages)
         for lang in langs:
             if lang not in WORDFREQ_SCRIPTS:
-                raise UserError(f"--wordfreq-lang {lang}: not supported; use one of {', '.join(sorted(WORDFREQ_SCRIPTS))}")
+                raise UserError(f"--wordfreq-lang {lang}: not supported; use one of "
+                                f"{', '.join(sorted(WORDFREQ_SCRIPTS))}")
         if len(set(langs)) != len(langs):
             raise UserError(f"--wordfreq-lang {' '.join(langs)}: a language is given twice")
         if not math.isfinite(self.pmi_threshold):
