@@ -1,4 +1,4 @@
-"""Flags and helpers shared by the verbs: executor flags, the executor they make, open_clip model flags."""
+"""Flags and helpers shared by the verbs: executor flags, the executor they make, options made from a config."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import click
 from curate.core import validate as v
 from curate.core.defaults import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
 from curate.executors import EXECUTORS
-from curate.models.specs import PRECISIONS  # not .encoders: that loads numpy for a flag's choices
 
 if TYPE_CHECKING:
     from curate.core.results import Counts
@@ -147,23 +146,6 @@ def image_limits_given() -> dict[str, int]:
     ctx = click.get_current_context()
     given = {field: ctx.meta.get(f"curate.{flag}") for flag, field in IMAGE_LIMIT_FLAGS.items()}
     return {k: val for k, val in given.items() if val is not None}
-
-
-_MODEL_HELP = ("open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
-               "(ARCH an open_clip name or an ARCH.json beside the file), local-dir:FOLDER or hf-hub:ORG/REPO.")
-
-
-def model_options(fn):  # noqa: ANN001, ANN202 - click decorator
-    """Flags shared by the verbs that run an open_clip model."""
-    fn = click.option("--threads", type=int, default=None,
-                      help="torch CPU threads per worker (default: cores ÷ workers; while embedding "
-                           "the vocabulary, cores − 1 beside the tokenizer thread).")(fn)
-    fn = click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")(fn)
-    fn = click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-                      help="Model precision; fp16 needs a GPU, bf16 is about 2× faster than fp32 on recent CPUs.")(fn)
-    fn = click.option("--model", default="ViT-B-32-quickgelu:metaclip_400m", show_default=True, metavar="SPEC",
-                      help=_MODEL_HELP)(fn)
-    return fn
 
 
 def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # noqa: ANN201 - click decorator

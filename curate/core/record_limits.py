@@ -41,12 +41,15 @@ class ImageReading:
     (:data:`~curate.core.images.DEFAULT_MAX_BYTES`, :data:`~curate.core.images.DEFAULT_MAX_PIXELS`).
     """
 
-    max_image_bytes: int | None = setting(None, cli=False, help="Image files or cells larger than this are errored "
-                                          "too_large before they are read; the shared --max-image-bytes.")
-    max_image_pixels: int | None = setting(None, cli=False, help="Images with more pixels are errored "
-                                           "decompression_bomb before they are decoded; the shared --max-image-pixels.")
-    max_images: int = setting(DEFAULT_MAX_IMAGES, cli=False, help="Records holding more images are errored "
-                              "too_many_images before any is read; the shared --max-images-per-record.")
+    max_image_bytes: int | None = setting(
+        None, cli=False, flag="--max-image-bytes",
+        help="Image files or cells larger than this are errored too_large before they are read.")
+    max_image_pixels: int | None = setting(
+        None, cli=False, flag="--max-image-pixels",
+        help="Images with more pixels are errored decompression_bomb before they are decoded.")
+    max_images: int = setting(
+        DEFAULT_MAX_IMAGES, cli=False, flag="--max-images-per-record",
+        help="Records holding more images are errored too_many_images before any is read.")
 
     @property
     def image_limits(self) -> ImageLimits:

@@ -120,7 +120,7 @@ def _run_tag(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict[s
     from curate.balance.tag import tag
 
     embeddings, concepts = fx["tag_inputs"]
-    return tag(embeddings, concepts, out=out, top_k=5, executor=executor, quiet=True)
+    return tag(embeddings, concepts, out=out, top_k=5, executor=executor)
 
 
 def _tag_argv(fx: dict[str, Any]) -> list[str]:
