@@ -49,7 +49,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from packer.balance import balance_bins  # noqa: E402
+from packer.compute_balance import balance_bins  # noqa: E402
 from packer.cost import CostModel, sample_components  # noqa: E402
 from packer.plan import plan_bins  # noqa: E402
 from packer.steps import StepLayout, balanced_layout, imbalance_stats, rank_loads, token_layout  # noqa: E402

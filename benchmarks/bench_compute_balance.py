@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from packer.balance import balance_bins, segment_sums  # noqa: E402
+from packer.compute_balance import balance_bins, segment_sums  # noqa: E402
 from packer.cost import CostModel, sample_components  # noqa: E402
 from packer.plan import plan_bins  # noqa: E402
 from packer.steps import StepLayout, rank_loads, step_ratios, token_layout  # noqa: E402

@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from curate.core.images import decode  # noqa: E402
 from curate.core.shards import ShardContext, plan_shards  # noqa: E402
 from curate.fixtures.processor import build_tiny_processor  # noqa: E402
+from packer.config import PackConfig  # noqa: E402
 from packer.lengths import LengthsTask  # noqa: E402
 
 
@@ -260,7 +261,7 @@ def main() -> None:
             (data / "done").write_text(json.dumps(inputs))
             print(f"wrote {n} images (640×480, 1 in 5 PNG) as files, Parquet and 4 tars in {time.perf_counter() - t0:.1f}s")
         processor = str(build_tiny_processor(tmp / "proc"))
-        task = LengthsTask(processor, verify_fraction=0.0)
+        task = LengthsTask(PackConfig(out=tmp / "packed", verify_fraction=0.0), processor)
         task.setup()
         ok = report("local", measure(task, processor, inputs, n, repeats, tmp / "work", steps))
         started = None if args.no_s3 else start_s3(data, inputs)

@@ -1,4 +1,4 @@
-"""``curate tag --match text``: captions/s per core against the 500K vocabulary, and agreement with brute force.
+"""``curate match``: captions/s per core against the 500K vocabulary, and agreement with brute force.
 
 Usage:
     python benchmarks/bench_match.py            # 1M captions x vocab/500k.txt; end to end on 200K records
@@ -12,7 +12,7 @@ together without spaces). Prints:
 * matcher captions/s in one process (one core; target >= 20K/s);
 * agreement with the brute-force reference matcher (every entry searched with
   ``str.find``) on a seeded sample of captions (target 100%);
-* end to end ``curate tag --match text`` (JSONL records read, matched, tags written)
+* end to end ``curate match`` (JSONL records read, matched, tags written)
   records/s with --workers 1 and 2.
 """
 
@@ -104,13 +104,13 @@ def main(argv: list[str] | None = None) -> None:
         rates = {}
         for workers in (1, 2):
             out = tmp / f"out{workers}"
-            cmd = [sys.executable, "-m", "curate", "tag", "--match", "text", "--records", str(data), "--vocab",
-                   str(vocab), "--out", str(out), "--workers", str(workers), "--shard-size", str(args.e2e // 8)]
+            cmd = [sys.executable, "-m", "curate", "match", str(data), "--vocab", str(vocab), "--out", str(out),
+                   "--workers", str(workers), "--shard-size", str(args.e2e // 8)]
             t0 = time.perf_counter()
             subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
                            stdout=subprocess.DEVNULL)
             rates[workers] = args.e2e / (time.perf_counter() - t0)
-            print(f"  curate tag --match text --workers {workers}: {rates[workers]:,.0f} records/s end to end "
+            print(f"  curate match --workers {workers}: {rates[workers]:,.0f} records/s end to end "
                   f"({args.e2e:,} JSONL records, process start and automaton included)")
         same = (tmp / "out1" / "tags.parquet").read_bytes() == (tmp / "out2" / "tags.parquet").read_bytes()
         print(f"  --workers 2 / 1: {rates[2] / rates[1]:.2f}x; same tags.parquet bytes: {'yes' if same else 'NO'}")

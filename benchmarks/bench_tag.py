@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(tmp / "out", ignore_errors=True)
             _LOADED_CONCEPTS.clear()  # curate tag loads the concepts from disk every run
             t0 = time.perf_counter()
-            tag(emb, tmp / "concepts.npy", out=tmp / "out", top_k=args.top_k, quiet=True)
+            tag(emb, tmp / "concepts.npy", out=tmp / "out", top_k=args.top_k)
             tag_times.append(time.perf_counter() - t0)
         t_bare, t_tag = min(bare_times), min(tag_times)
         got = np.array(pq.read_table(tmp / "out" / "tags.parquet").column("concepts").to_pylist())

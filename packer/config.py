@@ -11,23 +11,31 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
-from packer.balance import balance_options
-from packer.lengths import DEFAULT_VERIFY_SAMPLE
-from packer.plan import MAX_CTX
+from curate.core.settings import setting
+
+if TYPE_CHECKING:  # the compute balance loads numpy and pyarrow: settings (and --help) are made without them
+    from packer.compute_balance import BalanceOptions
 
 PathLike = str | os.PathLike[str]
 
 DEFAULT_SEQUENCES_PER_SHARD = 256
+DEFAULT_VERIFY_SAMPLE = 1000
+#: Largest supported ``--ctx`` (the planner's length histogram has ``ctx + 1`` entries).
+MAX_CTX = 1 << 24
 #: ``--balance-compute`` bounds: data-parallel ranks and micro-batches per rank (the layout's arrays grow with both).
 MAX_DP, MAX_MICRO_BATCHES = 1 << 16, 1 << 10
 SPLITS = ("train", "val", "test")
+#: ``curate verify``'s default sample (``--recount-all`` refuses another one).
+DEFAULT_VERIFY_RECOUNT = 64
 
 
 def parse_split_ratio(ratio: str | Sequence[float]) -> tuple[float, float, float]:
@@ -41,58 +49,58 @@ def parse_split_ratio(ratio: str | Sequence[float]) -> tuple[float, float, float
     return parts[0], parts[1], parts[2]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PackConfig(ImageReading):
-    """Settings of ``curate pack`` (see :func:`packer.pack.pack`).
+    """Settings of ``curate pack`` (see :func:`packer.pack.pack`); each field's help says what it does.
 
-    Attributes:
-        out: Output folder.
-        ctx: Tokens per packed sequence.
-        processor: Processor folder or hub id (needed unless ``lengths`` is given).
-        min_pixels, max_pixels: Overrides of the image processor's pixel bounds.
-        workers: Worker processes of the default executor and of the planner.
-        seed: Seed of the verification sample and of the plan.
-        shard_size: Input records per counting shard.
-        image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
-        sequences_per_shard: Packed sequences per output tar.
-        verify_fraction: Older form: a share of every shard also run through the full processor.
-        verify_sample: Records (seeded, spread over the shards) also run through the full processor.
-        exact: Run the full processor on every record.
-        lengths: Reuse a ``lengths.parquet`` instead of counting.
-        plan_only: Write the plan only, no shards.
-        trust_remote_code: Allow processors that ship their own code.
-        plot: Write ``packing.png``.
-        balance_compute, dp, micro_batches, cost_model, step_mix: Compute-balanced layout
-            (:mod:`packer.balance`); ``cost_model`` is a YAML of the model's fields or a timing log to fit
-            (:mod:`packer.timing`), ``step_mix`` the groups of similar sequences per step.
-        energon: Also make ``out`` an Energon dataset with this train,val,test split (the CLI's ``--energon``).
-        max_image_bytes, max_image_pixels, max_images: What one record may cost in images
-            (:class:`curate.core.record_limits.ImageReading`).
+    Keyword-only fields, in the order ``curate pack --help`` lists them. ``workers``
+    and ``seed`` are the shared executor flags, ``image_root`` the shared ``--image-root``, the image limits
+    (:class:`curate.core.record_limits.ImageReading`) the shared image limit flags; ``plot`` is for Python
+    callers only. ``balance_compute``, ``dp``, ``micro_batches``, ``cost_model``, ``step_mix``: the
+    compute-balanced layout (:mod:`packer.compute_balance`; ``cost_model`` is a YAML of the model's fields or a
+    timing log to fit, :mod:`packer.timing`), checked once into :attr:`balance`.
     """
 
-    out: Location | PathLike
-    ctx: int = 8192
-    processor: str | None = None
-    min_pixels: int | None = None
-    max_pixels: int | None = None
-    workers: int = 1
-    seed: int = 0
-    shard_size: int = DEFAULT_SHARD_SIZE
-    sequences_per_shard: int = DEFAULT_SEQUENCES_PER_SHARD
-    verify_fraction: float | None = None
-    verify_sample: int | None = DEFAULT_VERIFY_SAMPLE
-    exact: bool = False
-    lengths: Location | PathLike | None = None
-    plan_only: bool = False
-    trust_remote_code: bool = False
-    plot: bool = True
-    balance_compute: bool = False
-    dp: int | None = None
-    micro_batches: int | None = None
-    cost_model: Location | PathLike | None = None
-    step_mix: int | None = None
-    energon: str | None = None
-    image_root: Location | PathLike | None = None
+    processor: str | None = setting(None, metavar="PROC",
+                                    help="Processor folder or hub id used by the trainer (AutoProcessor).")
+    ctx: int = setting(8192, help="Tokens per packed sequence.")
+    out: Location | PathLike = setting(help="Output folder.")
+    min_pixels: int | None = setting(None, help="Override the image processor's min_pixels.")
+    max_pixels: int | None = setting(None, help="Override the image processor's max_pixels.")
+    verify_sample: int | None = setting(
+        DEFAULT_VERIFY_SAMPLE, help="Records (seeded, spread over shards) also run through the full processor; any "
+                                    "mismatch stops the run. 0 turns the check off.")
+    verify_fraction: float | None = setting(
+        None, help="Older form: a share of every shard checked instead of --verify-sample (1% of 85M records is "
+                   "850K processor runs); prefer --verify-sample.")
+    exact: bool = setting(False, help="Run the full processor on every record (decodes every image; slow).")
+    lengths: Location | PathLike | None = setting(
+        None, help="Earlier token lengths (a lengths.parquet). With INPUT: text counts of unchanged records "
+                   "reused, images and new records counted, its other records ignored; without: plan them as they are.")
+    plan_only: bool = setting(False, help="Write plan.parquet and stats.json only, no shards.")
+    shard_size: int = setting(DEFAULT_SHARD_SIZE, help="Input records per counting shard.")
+    sequences_per_shard: int = setting(DEFAULT_SEQUENCES_PER_SHARD, help="Packed sequences per output tar.")
+    trust_remote_code: bool = setting(False, help="Allow processors that ship their own code.")
+    energon: str | None = setting(None, metavar="TRAIN,VAL,TEST",
+                                  help="Also make OUT a Megatron-Energon dataset with this split of the shards, e.g. "
+                                       "1,0,0 (see curate energon-prepare).")
+    balance_compute: bool = setting(
+        False, help="Lay the bins out in training steps of equal compute per data-parallel rank (needs --dp).")
+    dp: int | None = setting(None, metavar="N", help="Data-parallel ranks that train on the pack.")
+    micro_batches: int | None = setting(None, metavar="M", help="Packed sequences per rank per step (default 1).")
+    cost_model: Location | PathLike | None = setting(
+        None, metavar="FILE",
+        help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B), or a timing "
+             "log (.csv/.parquet of measured sequences) to fit the cost to (docs/compute-balance.md).")
+    step_mix: int | None = setting(
+        None, metavar="K", help="Groups of similar sequences per step (default: one per micro-batch). More groups mix "
+                                "what a step holds at the price of balance; must divide dp x micro-batches.")
+    image_root: Location | PathLike | None = setting(
+        None, cli=False, help="Folder (or bucket prefix) relative image paths start from (default: each input "
+                              "file's own); the shared --image-root.")
+    workers: int = setting(1, cli=False, help="Worker processes of the default executor and of the planner.")
+    seed: int = setting(0, cli=False, help="Seed of the verification sample and of the plan.")
+    plot: bool = setting(True, cli=False, help="Write packing.png.")
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "lengths": "--lengths", "cost_model": "--cost-model",
@@ -119,25 +127,41 @@ class PackConfig(ImageReading):
         if self.energon is not None:
             parse_split_ratio(self.energon)
             energon_here("--energon", self.out)
-        v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before packer.balance sizes
-        v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # its arrays by them
-        balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model, self.step_mix)
+        v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before the compute
+        v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # balance sizes its arrays by them
+        _ = self.balance  # the --balance-compute flags checked (and the cost model read) once, here
+
+    @cached_property
+    def balance(self) -> BalanceOptions | None:
+        """The compute-balanced layout asked for (:func:`packer.compute_balance.balance_options`), None when off."""
+        from packer.compute_balance import balance_options
+
+        return balance_options(self.balance_compute, self.dp, self.micro_batches, self.cost_model, self.step_mix)
+
+    @property
+    def checked_sample(self) -> int | None:
+        """Records the count step checks with the full processor: ``verify_sample``, or None when the older
+        ``verify_fraction`` (a share of every shard) is given."""
+        return None if self.verify_fraction is not None else self.verify_sample
 
 
 @dataclass(frozen=True)
 class VerifyConfig:
     """Settings of ``curate verify`` (see :func:`packer.verify.verify_pack`)."""
 
-    out: Location | PathLike
-    processor: str | None = None
-    sample: int = 64
-    seed: int = 0
-    recount_all: bool = False
+    out: Location | PathLike = setting(cli=False, help="A curate pack output folder (the verb's OUT).")
+    processor: str | None = setting(
+        None, metavar="PROC", help="Processor to recount tokens with (default: the one recorded in OUT/stats.json).")
+    sample: int = setting(DEFAULT_VERIFY_RECOUNT, help="Records re-tokenized (seeded sample).")
+    seed: int = setting(0, cli=False, help="Seed of the sample; the shared --seed.")
+    recount_all: bool = setting(
+        False, help="Re-tokenize every record instead of a sample, in the shards (each worker loads the processor): "
+                    "the proof that every stored count is right, at about the cost of counting again.")
 
     def __post_init__(self) -> None:
         locations(self, {"out": "OUT"})
         v.integer("--sample", self.sample, 0)
-        if self.recount_all and self.sample != 64:
+        if self.recount_all and self.sample != DEFAULT_VERIFY_RECOUNT:
             raise UserError("--recount-all re-tokenizes every record: drop --sample")
         v.integer("--seed", self.seed, 0)
         if self.out.is_remote or v.later(self.out):

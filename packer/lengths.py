@@ -50,16 +50,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.core.defaults import DEFAULT_MAX_IMAGES
 from curate.core.errors import UserError
 from curate.core.formats.refs import ImageAt
 from curate.core.gcpause import paused_gc
-from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, check, decode, file_extension, image_label
+from curate.core.images import ImageError, check, decode, file_extension, image_label
 from curate.core.io import write_parquet
 from curate.core.malloc import keep_freed_memory
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
+from packer.config import PackConfig
 from packer.reserved import SPECIAL_TOKEN
 from packer.reuse import TextCounts, reusable_text_counts  # noqa: F401 (re-exported)
 from packer.tokens import TokenCounter
@@ -95,7 +95,6 @@ RECORDS_SCHEMA = pa.schema([
     ("image_spans", pa.list_(pa.list_(pa.int64()))),
 ])
 _BATCH = 256
-DEFAULT_VERIFY_SAMPLE = 1000
 _VERIFY_SALT = 0x7E51F
 
 
@@ -122,26 +121,18 @@ class LengthsTask(ShardTask):
     driver_reads = ("lengths/*.parquet",)  # merged by pack
     kept_local = ("_records/*.arrow",)  # read by the shard writer (with --out in a bucket: kept on this disk)
 
-    def __init__(self, processor: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
-                 exact: bool = False, verify_fraction: float | None = None,
-                 limits: ImageLimits = DEFAULT_LIMITS, trust_remote_code: bool = False,
-                 verify_sample: int | None = DEFAULT_VERIFY_SAMPLE, max_chars: int = MAX_RECORD_CHARS,
-                 reuse_from: str | None = None, max_images: int = DEFAULT_MAX_IMAGES) -> None:
-        if verify_fraction is not None and not 0.0 <= verify_fraction <= 1.0:
-            raise UserError(f"--verify-fraction must be within [0, 1], got {verify_fraction}")
-        if verify_sample is not None and verify_sample < 0:
-            raise UserError(f"--verify-sample must be 0 or more records, got {verify_sample}")
-        if verify_fraction is not None:
-            verify_sample = None  # the older share-of-every-shard check, as asked
-        self.verify_sample = verify_sample
-        self.verified_rows: dict[str, tuple[int, ...]] = {}
+    def __init__(self, config: PackConfig, processor: str, *, reuse_from: str | None = None,
+                 max_chars: int = MAX_RECORD_CHARS) -> None:
+        """Count with ``processor`` (the run's, or the one its earlier counts name) under ``config``'s settings;
+        ``reuse_from``: an earlier lengths.parquet whose text counts may be reused, by ``text_key``; ``max_chars``:
+        text beyond it is never rendered nor tokenized (:mod:`curate.core.textlimits`)."""
+        self.config = config
         self.processor_spec = processor
-        self.min_pixels, self.max_pixels = min_pixels, max_pixels
-        self.exact, self.verify_fraction = exact, verify_fraction
-        self.limits, self.max_images = limits, max_images
-        self.trust_remote_code = trust_remote_code
-        self.max_chars = max_chars  # text beyond it is never rendered nor tokenized (curate.core.textlimits)
-        self.reuse_from = reuse_from  # an earlier lengths.parquet whose text counts may be reused, by text_key
+        self.verify_sample = config.checked_sample
+        self.verified_rows: dict[str, tuple[int, ...]] = {}
+        self.limits = config.image_limits  # the gate's limits, made once
+        self.max_chars = max_chars
+        self.reuse_from = reuse_from
         self._reused: TextCounts | dict[str, int] | None = None  # sorted arrays, not a dict per worker
         self.counter: TokenCounter | None = None
 
@@ -153,7 +144,7 @@ class LengthsTask(ShardTask):
         proportion to its size; shard ``s`` checks its rows ``verified_rows[s.id]``.
         """
         self.verified_rows = {}
-        if self.verify_sample is None or self.exact:
+        if self.verify_sample is None or self.config.exact:
             return 0
         sizes = np.array([len(s) for s in shards], dtype=np.int64)
         total = int(sizes.sum())
@@ -171,8 +162,9 @@ class LengthsTask(ShardTask):
         """Load the processor once per worker."""
         keep_freed_memory()  # the check's image buffers are reused, not faulted in again for every record
         if self.counter is None:
-            self.counter = TokenCounter(self.processor_spec, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
-                                        trust_remote_code=self.trust_remote_code)
+            c = self.config
+            self.counter = TokenCounter(self.processor_spec, min_pixels=c.min_pixels, max_pixels=c.max_pixels,
+                                        trust_remote_code=c.trust_remote_code)
         if self._reused is None:
             self._reused = reusable_text_counts(self.reuse_from)
 
@@ -180,9 +172,10 @@ class LengthsTask(ShardTask):
         """Outputs depend on the processor and the pixel bounds (not on ctx)."""
         self.setup()
         assert self.counter is not None
-        return {"processor": self.counter.fingerprint, "min_pixels": self.min_pixels, "max_pixels": self.max_pixels,
-                "exact": self.exact, "image_limits": self.limits.settings(), "max_chars": self.max_chars,
-                "max_images": self.max_images}
+        c = self.config
+        return {"processor": self.counter.fingerprint, "min_pixels": c.min_pixels, "max_pixels": c.max_pixels,
+                "exact": c.exact, "image_limits": self.limits.settings(), "max_chars": self.max_chars,
+                "max_images": c.max_images}
 
     # -------------------------------------------------------------------------------------
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
@@ -190,72 +183,34 @@ class LengthsTask(ShardTask):
         self.setup()
         assert self.counter is not None
         stats = StageStats()
-        rng = ctx.rng(shard)
-        chosen = frozenset(self.verified_rows.get(shard.id, ()))
-        rows: list[dict[str, Any]] = []
-        pending: list[dict[str, Any]] = []
-        batch: list[dict[str, Any]] = []
         store_path = work / "_records" / f"{shard.id}.arrow"
         store_path.parent.mkdir(parents=True, exist_ok=True)
         sink = pa.OSFile(str(store_path), "wb")
-        store = pa.ipc.new_file(sink, RECORDS_SCHEMA)
-
-        def flush() -> None:
-            if not pending:
-                return
-            known = self._reused or {}
-            fresh = [p for p in pending if p["text_key"] not in known]
-            with stats.timer("tokenize"):
-                lengths = self.counter.text_lengths([p["text"] for p in fresh]) if fresh else []
-                counted = {id(p): n for p, n in zip(fresh, lengths)}
-            stats.extra["text_counts_reused"] = stats.extra.get("text_counts_reused", 0) + len(pending) - len(fresh)
-            stats.extra["text_counts_made"] = stats.extra.get("text_counts_made", 0) + len(fresh)
-            for item in pending:
-                n_text = counted[id(item)] if id(item) in counted else known[item["text_key"]]
-                item["text_tokens"] = n_text
-                item["tokens"] = self.counter.count(n_text, item["image_tokens"])
-                if item.pop("verify"):
-                    self._verify(item, stats)
-                    if item.get("error"):
-                        continue
-                # a tar member keeps its address, a Parquet cell its bytes (the row group is freed)
-                item["images"] = [_kept(p) for p in item["images"]]
-                item["text"] = ""
-                batch.append(item)
-                stats.kept(item["source"])
-            ctx.progress(len(pending))
-            pending.clear()
-            if batch:  # the batch's image bytes go to the store now; the shard keeps only counts
-                store.write_table(self._store_table(batch), max_chunksize=4096)
-                for item in batch:
-                    item["n_images"], item["images"], item["messages"] = len(item["images"]), (), ()
-                rows.extend(batch)
-                batch.clear()
-
         # No automatic collection during the shard: its records are dicts and lists without cycles (a shard of
         # 5,000 with 100 checked left 0 objects for the collector), and each collection walked them all again.
-        with sink, store, paused_gc():
-            self._count_shard(shard, stats, ctx, rng, chosen, pending, flush)
-        stats.extra["verified"] = sum(1 for r in rows if r.get("verified"))
-        self._write_lengths(rows, work, shard.id)
+        with sink, pa.ipc.new_file(sink, RECORDS_SCHEMA) as store, paused_gc():
+            counts = _ShardCounts(self, stats, ctx, store)
+            self._count_shard(shard, stats, ctx, counts)
+        stats.extra["verified"] = sum(1 for r in counts.rows if r.get("verified"))
+        self._write_lengths(counts.rows, work, shard.id)
         return stats
 
-    def _count_shard(self, shard: Shard, stats: StageStats, ctx: ShardContext, rng: Any,
-                     chosen: frozenset[int], pending: list[dict[str, Any]], flush: Any) -> None:
+    def _count_shard(self, shard: Shard, stats: StageStats, ctx: ShardContext, counts: _ShardCounts) -> None:
+        rng = ctx.rng(shard)
+        chosen = frozenset(self.verified_rows.get(shard.id, ()))
+        exact, fraction = self.config.exact, self.config.verify_fraction
         for position, rec in readable_records(shard, stats, ctx, numbered=True, heads=True,
-                                                   max_images=self.max_images):
+                                              max_images=self.config.max_images):
             item = self._prepare(rec, stats)
             if item is None:
                 ctx.progress(1)
                 continue
-            if self.verify_fraction is not None:
-                item["verify"] = self.exact or (self.verify_fraction > 0 and rng.random() < self.verify_fraction)
+            if fraction is not None:
+                item["verify"] = exact or (fraction > 0 and rng.random() < fraction)
             else:
-                item["verify"] = self.exact or position in chosen
-            pending.append(item)
-            if len(pending) >= _BATCH:
-                flush()
-        flush()
+                item["verify"] = exact or position in chosen
+            counts.add(item)
+        counts.flush()
 
     def _prepare(self, rec: dict[str, Any], stats: StageStats) -> dict[str, Any] | None:
         assert self.counter is not None
@@ -306,7 +261,7 @@ class LengthsTask(ShardTask):
         if self.counter.render(item["messages"]) != self.counter.render_reference(item["messages"]):
             raise VerifyMismatch(f"record {item['id']!r}: the chat template renders differently through the "
                                  "processor than through the template renderer; please report this processor")
-        if self.exact:
+        if self.config.exact:
             item["tokens"], item["image_grids"] = exact, grids
             item["image_tokens"] = [g[0] * g[1] * g[2] // (self.counter.image_rule.merge_size ** 2)
                                     if self.counter.image_rule else 0 for g in grids]
@@ -349,3 +304,55 @@ class LengthsTask(ShardTask):
             "image_grids": [r["image_grids"] for r in rows], "image_tokens": [r["image_tokens"] for r in rows],
             "tokens": [r["tokens"] for r in rows],
         }, schema=RECORDS_SCHEMA)
+
+
+class _ShardCounts:
+    """One shard's records on their way from the reader to the record store: a batch is tokenized at once (its
+    texts not counted before), checked where chosen, and written to the store; each shard keeps only the rows of
+    its lengths table."""
+
+    def __init__(self, task: LengthsTask, stats: StageStats, ctx: ShardContext, store: Any) -> None:
+        self.task, self.stats, self.ctx, self.store = task, stats, ctx, store
+        self.pending: list[dict[str, Any]] = []  # prepared, not yet counted
+        self.rows: list[dict[str, Any]] = []  # counted and stored: the shard's lengths
+
+    def add(self, item: dict[str, Any]) -> None:
+        """A prepared record; the batch is counted when it is full."""
+        self.pending.append(item)
+        if len(self.pending) >= _BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Count the pending records' texts (those not reused), check the chosen ones, store the batch."""
+        if not self.pending:
+            return
+        task, stats, counter = self.task, self.stats, self.task.counter
+        assert counter is not None
+        known = task._reused or {}
+        fresh = [p for p in self.pending if p["text_key"] not in known]
+        with stats.timer("tokenize"):
+            lengths = counter.text_lengths([p["text"] for p in fresh]) if fresh else []
+            counted = {id(p): n for p, n in zip(fresh, lengths)}
+        stats.extra["text_counts_reused"] = stats.extra.get("text_counts_reused", 0) + len(self.pending) - len(fresh)
+        stats.extra["text_counts_made"] = stats.extra.get("text_counts_made", 0) + len(fresh)
+        batch = []
+        for item in self.pending:
+            n_text = counted[id(item)] if id(item) in counted else known[item["text_key"]]
+            item["text_tokens"] = n_text
+            item["tokens"] = counter.count(n_text, item["image_tokens"])
+            if item.pop("verify"):
+                task._verify(item, stats)
+                if item.get("error"):
+                    continue
+            # a tar member keeps its address, a Parquet cell its bytes (the row group is freed)
+            item["images"] = [_kept(p) for p in item["images"]]
+            item["text"] = ""
+            batch.append(item)
+            stats.kept(item["source"])
+        self.ctx.progress(len(self.pending))
+        self.pending.clear()
+        if batch:  # the batch's image bytes go to the store now; the shard keeps only counts
+            self.store.write_table(task._store_table(batch), max_chunksize=4096)
+            for item in batch:
+                item["n_images"], item["images"], item["messages"] = len(item["images"]), (), ()
+            self.rows.extend(batch)

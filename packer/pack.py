@@ -3,7 +3,7 @@
 Steps (each resumable; see ``curate.core.shards`` for the contract):
 
 1. **lengths** (per input shard, parallel): :class:`packer.lengths.LengthsTask`,
-   merged into ``OUT/lengths.parquet``. Earlier counts are reused, at any ctx, only
+   merged into ``OUT/lengths.parquet`` (:func:`packer.lengths_step.count_lengths`). Earlier counts are reused, at any ctx, only
    where they still hold: pass ``--lengths OLD_OUT/lengths.parquet``, or let the
    lengths index find a folder that counted the same inputs; the text counts of the
    input's records whose key (processor fingerprint + messages) matches are reused,
@@ -13,93 +13,45 @@ Steps (each resumable; see ``curate.core.shards`` for the contract):
 2. **plan** (driver, global): duplicates and records longer than ctx are dropped
    with their reason; :func:`packer.plan.plan_bins` packs the rest; ``OUT/plan.parquet``.
 3. **write** (per output shard, parallel): :class:`packer.writer.ShardWriteTask`.
+4. **finish** (driver): ``stats.json`` from :func:`curate.core.stats.stage_result`, ``packing.png``.
+
+:func:`pack` runs them in that order (``_pack``), one short function each (``count_lengths``, ``_plan``,
+``_write``, ``_finish``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from curate.core.columns import counts_by_source, first_occurrences, source_codes
+from curate.core.columns import first_occurrences
 from curate.core.errors import UserError
-from curate.executors import Executor, get_executor, run_stage
-from curate.core.io import atomic_open, curate_cache, dumps_json, file_sha256, read_json, write_json, write_parquet
-from curate.core.progress import console
+from curate.core.io import atomic_open, file_sha256, read_json, write_parquet
 from curate.core.location import Location, shown
 from curate.core.remote import reading, writing
-from curate.core.staging import url_of
-from curate.core.shards import SHARDS_DIR, Shard, inputs_fingerprint, plan_shards
-from curate.core.stats import StageStats, finish_stage, run_header
+from curate.core.shards import SHARDS_DIR, Shard
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
+from curate.executors import Executor, get_executor, run_stage
+from packer.compute_balance import BalancedBins, BalanceOptions, balance_table, plan_arrays, plan_columns
 from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
-from packer.lengths import LengthsTask
-from packer.lengths_file import LENGTHS_FILE, LENGTHS_SHA, load_lengths, processor_of, vouched
-from packer.reuse import INDEX_DIR, index_text_counts, reuse_report
-from packer.balance import BalanceOptions, balance_options, balance_table, plan_arrays, plan_columns
+from packer.lengths_file import LENGTHS_FILE, LENGTHS_SHA
+from packer.lengths_step import Counted, count_lengths, table_sources
 from packer.padding import batch_padding_tokens, reduction_ratio
 from packer.plan import plan_bins
 from packer.report import plot_packing
 from packer.writer import PLAN_ARRAYS, BinRange, ShardWriteTask
-
-
-PLAN_COLUMNS = ("id", "source", "tokens")
-"""What a plan from lengths alone reads (a compute-balanced plan reads every column)."""
-
-
-def _lengths_index() -> Path:
-    return curate_cache("lengths-index.json")
-
-
-def _lengths_key(shards: Sequence[Shard], settings: dict[str, Any]) -> str:
-    return hashlib.sha256((inputs_fingerprint(shards) + dumps_json(settings)).encode()).hexdigest()[:24]
-
-
-def _find_counted(key: str, out: Path) -> Path | None:
-    """A folder (other than ``out``) whose lengths step finished for the same key."""
-    index = _lengths_index()
-    if not index.exists():
-        return None
-    try:
-        folder = Path(read_json(index).get(key, ""))
-    except (OSError, ValueError):
-        return None
-    if folder and folder != out and (folder / "_records").is_dir() and (folder / LENGTHS_FILE).exists() \
-            and vouched(folder / LENGTHS_FILE):  # counts reused only from a file its pack vouches for
-        return folder
-    return None
-
-
-def _remember_counted(key: str, out: Path) -> None:
-    if url_of(out) is not None:
-        return  # a bucket's staging folder does not keep the counts: nothing to find here later
-    index = _lengths_index()
-    try:
-        data = read_json(index) if index.exists() else {}
-        data[key] = str(out.resolve())
-        write_json(index, data)
-    except OSError:
-        pass  # the index is a convenience; never fail a run for it
-
-
-def _merge_lengths(out: Path) -> pa.Table:
-    tables = [pq.read_table(p) for p in sorted((out / "lengths").glob("*.parquet"))]
-    from packer.lengths import LENGTHS_SCHEMA
-    table = pa.concat_tables(tables) if tables else LENGTHS_SCHEMA.empty_table()
-    write_parquet(out / "lengths.parquet", table)
-    return table
 
 
 def _reject(stats: StageStats, kind: str, reason: str, index: np.ndarray, ids: pa.ChunkedArray | pa.Array,
@@ -120,13 +72,13 @@ def plan_step(table: pa.Table, ctx: int, out: Path, *, seed: int, workers: int, 
 
     Works on columns (source codes, numpy masks, Arrow takes): no Python object is
     made per record, rejected ones included. With ``balance``, the bins are laid out in
-    compute-balanced steps (:mod:`packer.balance`). ``sources``: the table's
+    compute-balanced steps (:mod:`packer.compute_balance`). ``sources``: the table's
     :func:`source_codes` when the caller has them already. ``background``: a thread that
     computes the padding baseline while the planner runs and writes ``plan.parquet``
     while the caller draws the plot (wait for ``_pending`` of the result before the marker).
     """
     ids = table.column("id").cast(pa.string())  # chunked as read: no combined copy
-    codes, names = sources if sources is not None else _source_codes(table)
+    codes, names = sources if sources is not None else table_sources(table)
     tokens = table.column("tokens").to_numpy()  # as stored (int32): the planner takes int64 of the candidates only
     if tokens.dtype.kind not in "iu":
         tokens = tokens.astype(np.int64)
@@ -229,7 +181,7 @@ def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = N
         inputs: record files or folders (none with ``lengths`` and ``plan_only``).
         config: the settings (see :class:`PackConfig`), checked before anything is read; its
             ``balance_compute`` (with ``dp``, optional ``micro_batches`` and ``cost_model``) lays
-            the bins out in steps of equal compute per rank (:mod:`packer.balance`). ``out`` and
+            the bins out in steps of equal compute per rank (:mod:`packer.compute_balance`). ``out`` and
             ``lengths`` may be in a bucket (:mod:`curate.core.remote`).
         executor: an executor (default: local, ``config.workers`` processes).
         **settings: fields of :class:`PackConfig` (``out=``, ``ctx=``...), instead of or over ``config``.
@@ -253,120 +205,105 @@ def _lengths_here(lengths: Location | None) -> Iterator[Path | None]:
         yield folder / lengths.name
 
 
+@dataclass
+class _Planned:
+    """What the plan step leaves: its figures for ``stats.json`` and what the plot, the writer and the end read."""
+
+    figures: dict[str, Any]
+    stats: StageStats  # the plan's drops (duplicates, too long, empty)
+    bin_tokens: np.ndarray
+    lengths: np.ndarray
+    balanced: BalancedBins | None
+    pending: Future  # plan.parquet being written
+    background: ThreadPoolExecutor | None
+
+
 def _pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig, out: Path, lengths: Path | None,
           executor: Executor | None) -> dict[str, Any]:
     """:func:`pack` in ``out``, a local folder (the run's own, or the staging folder of a bucket)."""
-    ctx, processor, seed, workers = config.ctx, config.processor, config.seed, config.workers
-    min_pixels, max_pixels, exact = config.min_pixels, config.max_pixels, config.exact
-    shard_size, sequences_per_shard, plan_only = config.shard_size, config.sequences_per_shard, config.plan_only
-    verify_fraction, trust_remote_code, plot = config.verify_fraction, config.trust_remote_code, config.plot
-    verify_sample = config.verify_sample
     check_request(inputs, config)
-    balance = balance_options(config.balance_compute, config.dp, config.micro_batches, config.cost_model,
-                              config.step_mix)
     out.mkdir(parents=True, exist_ok=True)
-    _check_ctx(out, ctx)
-    executor = executor or get_executor("local", workers=workers)
+    _check_ctx(out, config.ctx)
+    executor = executor or get_executor("local", workers=config.workers)
     timings: dict[str, float] = {}
-    total = StageStats()
-    store_dir = out
-    fingerprint = None
+    with _timed(timings, "lengths"):
+        counted = count_lengths(inputs, config, out, lengths, executor)
+    with _timed(timings, "plan"):
+        planned = _plan(counted, config, out)
+        total = counted.stats.then(planned.stats)
+    sequences = None
+    if not config.plan_only:
+        with _timed(timings, "write"):
+            written = _write(planned, counted, config, out, executor)
+            sequences = int(written.extra.get("sequences", 0))
+            total = total.then(written)
+    return _finish(config, out, counted, planned, total, sequences, timings, explicit=lengths is not None)
 
+
+@contextmanager
+def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    """Wall time of a step of the driver into ``timings[step]``."""
     t0 = time.perf_counter()
-    reuse: dict[str, Any] | None = None
-    sources: tuple[np.ndarray, list[str]] | None = None  # the source codes, when the lengths-only path made them
-    if lengths is not None and not inputs:  # a plan from counts alone: no records to check them against
-        table, store_dir, fingerprint = load_lengths(Path(lengths), need_store=False,
-                                                      columns=None if balance is not None else PLAN_COLUMNS)
-        sources = _source_codes(table)
-        by_source = counts_by_source(*sources)
-        total.seen_many(by_source)
-        total.kept_many(by_source)
-    else:
-        if lengths is not None:
-            # one line for an unreadable file, or one whose counts nothing vouches for, before any work
-            load_lengths(Path(lengths), need_store=False, reuse=True, columns=("id", "tokens"))
-            processor = processor or processor_of(Path(lengths))
-        shards = plan_shards(inputs, shard_size, image_root=config.image_root)
-        key = _lengths_key(shards, {})  # finds a folder that counted these inputs; record keys decide what is reused
-        earlier = Path(lengths) if lengths is not None else _find_counted(key, out.resolve())
-        if earlier is not None and earlier.is_dir():
-            earlier = earlier / "lengths.parquet"
-        task = LengthsTask(processor, min_pixels=min_pixels, max_pixels=max_pixels, exact=exact,
-                           verify_fraction=verify_fraction, trust_remote_code=trust_remote_code,
-                           verify_sample=verify_sample, limits=config.image_limits, max_images=config.max_images,
-                           # text counts reused by key; every image goes through the gate again
-                           reuse_from=index_text_counts(earlier, out) if earlier is not None else None)
-        task.choose_verified(shards, seed)
-        settings = task.settings()
-        check = {"verify_fraction": verify_fraction, "verify_sample": task.verify_sample}
-        fingerprint = settings["processor"]
-        total = run_stage(task, shards, out, executor=executor, seed=seed, desc="count tokens",
-                          settings={**settings, **check})
-        shutil.rmtree(out / INDEX_DIR, ignore_errors=True)  # the workers' shared index of earlier keys is done
-        table = _merge_lengths(out)
-        _remember_counted(key, out)
-        if earlier is not None:
-            reuse = reuse_report(earlier, table, total, explicit=lengths is not None)
-    timings["lengths"] = time.perf_counter() - t0
+    yield
+    timings[step] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    planned = StageStats()
-    background = ThreadPoolExecutor(1) if workers > 1 else None  # a second core: baseline and plan writing
-    plan_stats = plan_step(table, ctx, out, seed=seed, workers=workers, stats=planned, balance=balance,
-                           sources=sources, background=background)
-    del table, sources
-    balanced, pending = plan_stats.pop("_balanced"), plan_stats.pop("_pending")
-    total = total.then(planned)
-    timings["plan"] = time.perf_counter() - t0
 
-    sequences = 0
-    if not plan_only:
-        t0 = time.perf_counter()
-        bins = plan_stats["bins"]
-        bounds = [0, bins] if balanced is None else balanced.layout.rank_starts().tolist()  # a tar holds one rank
-        ranges = [(lo, min(lo + sequences_per_shard, hi)) for lo_r, hi in zip(bounds[:-1], bounds[1:])
-                  for lo in range(lo_r, hi, sequences_per_shard)]
-        out_shards = [Shard(k, meta=BinRange(*r), size=r[1] - r[0]) for k, r in enumerate(ranges)]
-        writer = ShardWriteTask(ctx=ctx, processor=fingerprint or "",
-                                store_dir=None if store_dir == out else str(store_dir))
-        write_stats = run_stage(writer, out_shards, out, executor=executor, seed=seed, desc="write shards",
-                                settings={**writer.settings(), "plan": file_sha256(out / PLAN_ARRAYS)[:16]})
-        sequences = int(write_stats.extra.get("sequences", 0))
-        total = total.then(write_stats)
-        timings["write"] = time.perf_counter() - t0
+def _plan(counted: Counted, config: PackConfig, out: Path) -> _Planned:
+    """Step 2, the plan (:func:`plan_step`); the lengths table is let go of once it is made."""
+    stats = StageStats()
+    background = ThreadPoolExecutor(1) if config.workers > 1 else None  # a second core: baseline and plan writing
+    assert counted.table is not None
+    figures = plan_step(counted.table, config.ctx, out, seed=config.seed, workers=config.workers, stats=stats,
+                        balance=config.balance, sources=counted.sources, background=background)
+    counted.table = counted.sources = None
+    return _Planned(figures, stats, figures.pop("_bin_tokens"), figures.pop("_lengths"), figures.pop("_balanced"),
+                    figures.pop("_pending"), background)
 
+
+def _write(planned: _Planned, counted: Counted, config: PackConfig, out: Path, executor: Executor) -> StageStats:
+    """Step 3, the tar shards: ``sequences_per_shard`` bins each (with compute balance a tar holds one rank's)."""
+    bins, per = planned.figures["bins"], config.sequences_per_shard
+    bounds = [0, bins] if planned.balanced is None else planned.balanced.layout.rank_starts().tolist()
+    ranges = [(lo, min(lo + per, hi)) for lo_r, hi in zip(bounds[:-1], bounds[1:]) for lo in range(lo_r, hi, per)]
+    shards = [Shard(k, meta=BinRange(*r), size=r[1] - r[0]) for k, r in enumerate(ranges)]
+    writer = ShardWriteTask(ctx=config.ctx, processor=counted.fingerprint or "",
+                            store_dir=None if counted.store_dir == out else str(counted.store_dir))
+    return run_stage(writer, shards, out, executor=executor, seed=config.seed, desc="write shards",
+                     settings={**writer.settings(), "plan": file_sha256(out / PLAN_ARRAYS)[:16]})
+
+
+def _finish(config: PackConfig, out: Path, counted: Counted, planned: _Planned, total: StageStats,
+            sequences: int | None, timings: dict[str, float], *, explicit: bool) -> dict[str, Any]:
+    """Step 4: ``stats.json`` (:func:`stage_result`) and the plot, then the stage's end (:func:`finish_stage`).
+
+    ``explicit``: the earlier counts were given (``--lengths``), so their reuse report is recorded."""
     total.check()
-    bin_tokens, counted_lengths = plan_stats.pop("_bin_tokens"), plan_stats.pop("_lengths")
-    counts = total.to_dict()
-    result: dict[str, Any] = {
-        **run_header("pack", seed=seed, settings={"ctx": ctx, "processor": fingerprint, "processor_path": processor,
-                                                  "min_pixels": min_pixels,
-                                                  "max_pixels": max_pixels, "exact": exact,
-                                                  "verify_fraction": verify_fraction,
-                                                  "verify_sample": None if verify_fraction is not None else verify_sample,
-                                                  "plan_only": plan_only,
-                                                  "balance": balance.settings() if balance else None,
-                                                  **config.reading_settings()}),
-        "records_in": counts["records_in"], "records_packed": counts["records_out"],
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        **plan_stats, "sequences": sequences if not plan_only else None,
-        "verified_records": int(total.extra.get("verified", 0)),
-        **({"lengths_reuse": reuse} if reuse is not None and lengths is not None else {}),
+    reuse = counted.reuse if explicit else None
+    step_timings = total.to_dict()["timings"]
+    result = stage_result(
+        "pack", total, seed=config.seed, settings=_settings(config, counted), out_key="records_packed",
+        **planned.figures, sequences=sequences, verified_records=int(total.extra.get("verified", 0)),
+        **({"lengths_reuse": reuse} if reuse is not None else {}),
         **({LENGTHS_SHA: file_sha256(out / LENGTHS_FILE)} if (out / LENGTHS_FILE).exists() else {}),
-        "timings": {**{f"{k}_steps": v for k, v in counts["timings"].items()}, **timings},
-        "outputs": {"lengths": "lengths.parquet", "plan": "plan.parquet", "rejects": "rejects.parquet",
-                    **({} if plan_only else {"shards": "shards/"}), **({"plot": "packing.png"} if plot else {})},
-    }
-    if plot:  # drawn while the background thread may still be writing plan.parquet
-        plot_packing(out / "packing.png", counted_lengths, bin_tokens, ctx,
+        timings={**{f"{k}_steps": v for k, v in step_timings.items()}, **timings},
+        outputs={"lengths": "lengths.parquet", "plan": "plan.parquet", "rejects": "rejects.parquet",
+                 **({} if config.plan_only else {"shards": "shards/"}), **({"plot": "packing.png"} if config.plot else {})})
+    if config.plot:  # drawn while the background thread may still be writing plan.parquet
+        ctx, balanced = config.ctx, planned.balanced
+        plot_packing(out / "packing.png", planned.lengths, planned.bin_tokens, ctx,
                      step_ratio=None if balanced is None else balanced.step_ratio,
-                     title=f"{counts['records_out']:,} samples → {plan_stats['bins']:,} sequences of ≤{ctx} tokens")
-    pending.result()  # plan.parquet complete before stats.json, the marker
-    if background is not None:
-        background.shutdown()
+                     title=f"{total.records_out:,} samples → {planned.figures['bins']:,} sequences of ≤{ctx} tokens")
+    planned.pending.result()  # plan.parquet complete before stats.json, the marker
+    if planned.background is not None:
+        planned.background.shutdown()
     return finish_stage(out, result, total)
 
 
-def _source_codes(table: pa.Table) -> tuple[np.ndarray, list[str]]:
-    return source_codes(table.column("source") if "source" in table.column_names else None, table.num_rows)
+def _settings(config: PackConfig, counted: Counted) -> dict[str, Any]:
+    """The settings ``stats.json`` records: what decides the counts, the plan and the shards."""
+    balance = config.balance
+    return {"ctx": config.ctx, "processor": counted.fingerprint, "processor_path": counted.processor,
+            "min_pixels": config.min_pixels, "max_pixels": config.max_pixels, "exact": config.exact,
+            "verify_fraction": config.verify_fraction, "verify_sample": config.checked_sample,
+            "plan_only": config.plan_only, "balance": balance.settings() if balance else None,
+            **config.reading_settings()}

@@ -63,6 +63,7 @@ from packer.buckets import (
     shuffle_groups,
     stable_group_order,
 )
+from packer.config import MAX_CTX
 from packer.padding import batch_padding_tokens, padding_reduction  # noqa: F401  (re-exported)
 
 TOO_LONG = -1
@@ -70,8 +71,6 @@ TOO_LONG = -1
 EMPTY = -2
 """``bin_of`` value of a record of 0 tokens."""
 
-MAX_CTX = 1 << 24
-"""Largest supported ``ctx`` (the length histogram has ``ctx + 1`` entries)."""
 
 _PARALLEL_MIN = 1 << 20
 _PIECE = 1 << 14

@@ -20,12 +20,14 @@ from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE, MAX_THREADS
 from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
+from curate.core.settings import setting
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS
 
 PathLike = str | os.PathLike[str]
 
 DEFAULT_BATCH = 64  # images per forward pass
 DEFAULT_TEXT_BATCH = 1024  # texts per forward pass
+DEFAULT_TEXT_SHARD_SIZE = 50000  # records per shard of curate match
 DEFAULT_TOP_K = 5
 #: Bounds of flags whose cost grows with their value (checked before any work): concepts kept per record, IVF
 #: lists, records searched exactly to measure recall, images and texts per forward pass.
@@ -37,7 +39,7 @@ WEIGHTINGS = ("mean", "max", "sum")
 MODES = ("inverse", "metaclip", "worldwide")
 INDEXES = ("flat", "ivf")
 SCRIPT_CHOICES = ("auto", "latin", "latin,cjk", "all")
-MATCHES = ("embeddings", "text")  # curate tag --match: nearest concept embeddings, or MetaCLIP's substring match
+MATCHES = ("embeddings", "text")  # curate balance --match: nearest concept embeddings, or MetaCLIP's substring match
 RULES = ("curate", "metaclip")  # --rules of text matching (curate.balance.matching.rules)
 PER = ("record", "text")  # --per: a record's texts matched and counted together, or each text (MetaCLIP)
 DEFAULT_T = 20000  # MetaCLIP 1's t at 400M pairs (--mode metaclip)
@@ -61,21 +63,39 @@ def _model(model: str, precision: str, threads: int | None) -> None:
     v.at_least("--threads", threads, 1)
 
 
-@dataclass(frozen=True)
-class EmbedConfig(ImageReading):
+#: ``--seed`` is every sharded verb's (curate.cli.options.executor_options); the configs record it.
+_SEED_HELP = "Seed of every random choice; the same seed gives the same outputs."
+_IMAGE_ROOT_HELP = ("Folder (or bucket prefix) the records' relative image paths start from, for annotations kept "
+                    "apart from their images (LLaVA's --image-folder); default: each input file's own folder.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """The open_clip model of the verbs that run one (``embed``, ``vocab embed``, ``balance``)."""
+
+    model: str = setting(DEFAULT_MODEL, metavar="SPEC",
+                         help="open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
+                              "(ARCH an open_clip name or an ARCH.json beside the file), local-dir:FOLDER or "
+                              "hf-hub:ORG/REPO.")
+    precision: str = setting("fp32", choices=PRECISIONS, help="Model precision; fp16 needs a GPU, bf16 is about 2× "
+                                                              "faster than fp32 on recent CPUs.")
+    device: str = setting("auto", help="auto, cpu, cuda, cuda:N or mps.")
+    threads: int | None = setting(None, help="torch CPU threads per worker (default: cores ÷ workers; while "
+                                             "embedding the vocabulary, cores − 1 beside the tokenizer thread).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbedConfig(ImageReading, ModelSettings):
     """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`); the image limits:
     :class:`~curate.core.record_limits.ImageReading`."""
 
-    out: Location | PathLike
-    model: str = DEFAULT_MODEL
-    precision: str = "fp32"
-    device: str = "auto"
-    batch_size: int = DEFAULT_BATCH
-    shard_size: int = DEFAULT_SHARD_SIZE
-    decode_threads: int | None = None
-    threads: int | None = None
-    seed: int = 0
-    image_root: Location | PathLike | None = None
+    out: Location | PathLike = setting(help="Output folder.")
+    batch_size: int = setting(DEFAULT_BATCH, help="Images per forward pass.")
+    shard_size: int = setting(DEFAULT_SHARD_SIZE, help="Records per shard (one .npy each).")
+    decode_threads: int | None = setting(None, help="Threads decoding images while the model runs (default: cores, "
+                                                    "at most 8).")
+    seed: int = setting(0, help=_SEED_HELP, cli=False)
+    image_root: Location | PathLike | None = setting(None, flag="--image-root", metavar="DIR", help=_IMAGE_ROOT_HELP)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "image_root": "--image-root"})
@@ -90,24 +110,25 @@ class EmbedConfig(ImageReading):
         v.at_most("--decode-threads", self.decode_threads, MAX_THREADS)
 
 
-@dataclass(frozen=True)
-class VocabEmbedConfig:
+@dataclass(frozen=True, kw_only=True)
+class VocabEmbedConfig(ModelSettings):
     """Settings of ``curate vocab embed`` (see :func:`curate.balance.vocab.embed.embed_vocab`).
 
     The vocabulary is read and checked here (it must exist and hold at least one
     entry), so an unusable one is refused before anything is embedded.
     """
 
-    vocab: Location | PathLike
-    out: Location | PathLike | None = None
-    model: str = DEFAULT_MODEL
-    template: str | None = None
-    precision: str = "fp32"
-    device: str = "auto"
-    batch_size: int = DEFAULT_TEXT_BATCH
-    scripts: str = "auto"
-    cache_dir: Location | PathLike | None = None
-    threads: int | None = None
+    vocab: Location | PathLike = setting(help="Vocabulary file (one concept per line).")
+    out: Location | PathLike | None = setting(None, help="Output .npy (V×D float16, vocabulary line order); a .json "
+                                                         "beside it says what it holds.")
+    template: str | None = setting(None, metavar="TEXT", help="Prompt template with {} for the concept, e.g. 'a photo "
+                                                              "of {}' (default: the bare concept).")
+    batch_size: int = setting(DEFAULT_TEXT_BATCH, help="Texts per forward pass.")
+    scripts: str = setting("auto", choices=SCRIPT_CHOICES,
+                           help="Entries to embed by script; auto = what the tokenizer reads (CLIP's BPE: latin only). "
+                                "The others get zero rows and are never tagged.")
+    cache_dir: Location | PathLike | None = setting(None, help="Concept embedding cache (default: "
+                                                               "$CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
 
     def __post_init__(self) -> None:
         locations(self, {"vocab": "--vocab", "out": "--out"}, local={"cache_dir": "--cache-dir"})
@@ -126,18 +147,21 @@ class VocabEmbedConfig:
         check_template(self.template)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TagConfig:
     """Settings of ``curate tag`` (see :func:`curate.balance.tag.tag`)."""
 
-    out: Location | PathLike
-    top_k: int = DEFAULT_TOP_K
-    index: str = "flat"
-    nlist: int | None = DEFAULT_NLIST
-    nprobe: int = DEFAULT_NPROBE
-    recall_sample: int = 1000
-    id_column: str | None = None
-    seed: int = 0
+    out: Location | PathLike = setting(help="Output folder.")
+    top_k: int = setting(DEFAULT_TOP_K, help="Concepts per record.")
+    index: str = setting("flat", choices=INDEXES,
+                         help="flat = exact inner product; ivf = FAISS IVF (prints recall@K against exact search).")
+    nlist: int | None = setting(DEFAULT_NLIST, help="IVF lists (default: 4·√V rounded to a power of 2, e.g. 2,048 "
+                                                    "for 500K concepts).")
+    nprobe: int = setting(DEFAULT_NPROBE, help="IVF lists searched per query.")
+    recall_sample: int = setting(1000, help="Embeddings (seeded sample) used to measure IVF recall@K.")
+    id_column: str | None = setting(None, help="Id column of clip-retrieval metadata (default: id, key, image_path "
+                                               "or url).")
+    seed: int = setting(0, help=_SEED_HELP, cli=False)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out"})
@@ -153,25 +177,36 @@ class TagConfig:
         v.at_most("--recall-sample", self.recall_sample, MAX_RECALL_SAMPLE, "exact searches to measure recall")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ResampleConfig:
     """Settings of ``curate resample`` (see :func:`curate.balance.resample.resample`)."""
 
-    out: Location | PathLike
-    target: int | None = None
-    fraction: float | None = None
-    seed: int = 0
-    mode: str = "inverse"
-    t: int | None = None
-    tail_share: float | None = None
-    per: str | None = None
-    weighting: str = "mean"
-    temperature: float = 1.0
-    use_k: int | None = None
-    vocab: Location | PathLike | None = None
-    records: tuple[Location | PathLike, ...] | list[PathLike] | None = None
-    plot: bool = True
-    image_root: Location | PathLike | None = None
+    out: Location | PathLike = setting(help="Output folder.")
+    target: int | None = setting(None, help="Records to draw (with replacement beyond the pool).")
+    fraction: float | None = setting(None, help="Target as a fraction of the tagged records (>1: copies).")
+    seed: int = setting(0, help="Seed of the draw.")
+    mode: str = setting("inverse", choices=MODES,
+                        help="inverse = weights from inverse concept frequency; metaclip = keep with p = t / "
+                             "max(count, t); worldwide = MetaCLIP 2's, a t per language set from English's tail share.")
+    t: int | None = setting(None, help="MetaCLIP's threshold (default 20,000 with --mode metaclip; with --mode "
+                                       "worldwide English's, default 170,000, which sets every language's).")
+    tail_share: float | None = setting(None, help="--mode worldwide: every language's tail share, instead of "
+                                                  "English's at --t.")
+    per: str | None = setting(None, choices=PER,
+                              help="On tags with a row per text (match --per text): count per text and draw "
+                                   "image-text pairs as MetaCLIP 2 does (default in MetaCLIP's modes), or merge each "
+                                   "record's texts.")
+    weighting: str = setting("mean", choices=WEIGHTINGS,
+                             help="How a record's K inverse frequencies combine into its weight.")
+    temperature: float = setting(1.0, help="Exponent τ in freq^-τ: 1 fully inverse, 0 uniform.")
+    use_k: int | None = setting(None, help="Use only each record's J best tags for frequencies and weights "
+                                           "(default: all K).")
+    vocab: Location | PathLike | None = setting(None, help="Vocabulary, to name the top concepts in stats.json.")
+    records: tuple[Location | PathLike, ...] | list[PathLike] | None = setting(
+        None, cli=False, help="Input record files/folders; the selected records are written to OUT/records/ in "
+                              "their layout. Repeatable.")
+    plot: bool = setting(True, cli=False, help="Draw OUT/balance.png.")
+    image_root: Location | PathLike | None = setting(None, flag="--image-root", metavar="DIR", help=_IMAGE_ROOT_HELP)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "vocab": "--vocab", "records": "--records", "image_root": "--image-root"})
@@ -204,24 +239,33 @@ class ResampleConfig:
         v.in_file("--vocab", self.vocab)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MatchConfig:
-    """Settings of ``curate tag --match text`` (see :func:`curate.balance.match.match_text`).
+    """Settings of ``curate match`` (see :func:`curate.balance.match.match`).
 
-    The vocabulary and the records are the step's inputs, passed beside the config
+    The records and the vocabulary are the step's inputs, passed beside the config
     (as ``tag`` takes its embeddings and concepts).
     """
 
-    out: Location | PathLike
-    text_field: str | None = None
-    rules: str = "curate"
-    case_sensitive: bool = False
-    per: str | None = None
-    lang_id: bool = False
-    top_k: int | None = None
-    shard_size: int = DEFAULT_SHARD_SIZE
-    seed: int = 0
-    image_root: Location | PathLike | None = None
+    out: Location | PathLike = setting(help="Output folder.")
+    text_field: str | None = setting(None, help="Match this raw field (e.g. alt_text, or a caption beside a "
+                                                "conversation) instead of the assistant messages; a row with no "
+                                                "conversation, caption, text, problem or question is read as a caption "
+                                                "record from this field (resample --records then finds it too).")
+    rules: str = setting("curate", choices=RULES,
+                         help="metaclip = MetaCLIP 2's rules exactly (case as written, entries as given, counted per "
+                              "text); curate folds case and strips entries (docs/metaclip.md).")
+    case_sensitive: bool = setting(False, help="curate's rules but case compared as written.")
+    per: str | None = setting(None, choices=PER,
+                              help="Match and count each text of a record (its captions or turns) on its own, as "
+                                   "MetaCLIP does, or the record's texts joined (default: text with --rules metaclip, "
+                                   "else record).")
+    lang_id: bool = setting(False, help="Identify each text's language (py3langid, offline) and count per language, "
+                                        "for --mode worldwide (implied by --vocab LANG=FILE).")
+    top_k: int | None = setting(None, help="Concepts kept per record (default: every match).")
+    shard_size: int = setting(DEFAULT_TEXT_SHARD_SIZE, help="Records per shard.")
+    seed: int = setting(0, help=_SEED_HELP, cli=False)
+    image_root: Location | PathLike | None = setting(None, cli=False, help=_IMAGE_ROOT_HELP)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "image_root": "--image-root"})
@@ -252,7 +296,12 @@ class BalanceConfig:
     tag: TagConfig
     resample: ResampleConfig
     write_records: bool = True
-    match: str = "embeddings"
+    match: str = setting("embeddings", choices=MATCHES,
+                         help="How records get their concepts: nearest concept embeddings, or MetaCLIP's substring "
+                              "matching of each record's text against --vocab (no model; no embeddings/ or "
+                              "concepts.npy; the steps of curate match).")
+    top_k: int | None = setting(None, help="Concepts per record (default: 5 with --match embeddings, every match "
+                                           "with --match text).")
     text: MatchConfig | None = None  # the text match's settings, when match == "text"
     vocabularies: tuple[tuple[str, str], ...] | None = None  # (language, file) with --match text, one per language
 
@@ -308,7 +357,7 @@ class BalanceConfig:
             text = MatchConfig(out=out, text_field=text_field, rules=rules, case_sensitive=case_sensitive, per=per,
                                lang_id=lang_id or vocabularies is not None, top_k=settings.get("top_k"),
                                seed=settings.get("seed") or 0, image_root=settings.get("image_root"),
-                               **({"shard_size": settings["shard_size"]} if settings.get("shard_size") else {}))
+                               shard_size=settings.get("shard_size") or DEFAULT_SHARD_SIZE)
         if settings.get("mode", "inverse") == "inverse" and settings.get("target") is None \
                 and settings.get("fraction") is None:
             settings["fraction"] = DEFAULT_FRACTION
@@ -331,7 +380,8 @@ class BalanceConfig:
         return cls(embed=EmbedConfig(out=out, batch_size=image_batch, **parts["embed"]), vocab=vocab_cfg,
                    tag=TagConfig(out=out, **parts["tag"]),
                    resample=ResampleConfig(out=out, vocab=None if vocabularies else vocab, **parts["resample"]),
-                   write_records=write_records, match=match, text=text, vocabularies=vocabularies)
+                   write_records=write_records, match=match, top_k=settings.get("top_k"), text=text,
+                   vocabularies=vocabularies)
 
 
 __all__ = ["BalanceConfig", "EmbedConfig", "MatchConfig", "ResampleConfig", "TagConfig", "VocabEmbedConfig"]

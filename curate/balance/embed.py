@@ -41,7 +41,8 @@ from curate.core.remote import writing
 from curate.core.malloc import keep_freed_memory
 from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
                                 readable_records)
-from curate.core.stats import StageStats, finish_stage, run_header
+from curate.balance.results import wall_timings
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 
 EMBED_DIR = "embeddings"
@@ -107,48 +108,40 @@ class EmbedTask(ShardTask):
         self.setup()
         assert self.encoder is not None
         stats = StageStats()
+        batch = _Batch(self.encoder, self.batch_size, stats, ctx)
+        for item, tensors in self._decoded(self._items(shard, stats, ctx), stats, ctx):
+            batch.add(item, tensors)
+        batch.flush()
+        out_dir = work / EMBED_DIR
+        out_dir.mkdir(parents=True, exist_ok=True)
+        np.save(out_dir / f"{shard.id}.npy", np.ascontiguousarray(batch.matrix(), dtype=np.float16))
+        write_parquet(out_dir / f"{shard.id}.ids.parquet",
+                      pa.table({"id": [i.rid for i in batch.kept], "source": [i.source for i in batch.kept]},
+                               schema=IDS_SCHEMA))
+        stats.extra["images_embedded"] = batch.images
+        return stats
 
-        def records() -> Iterator[_Item]:
-            # streamed: only the records being decoded hold their image bytes (Parquet cells, tar members)
-            for rec in readable_records(shard, stats, ctx, views=True, max_images=self.max_images):  # Parquet cells decode in place
-                if not rec["images"]:
-                    stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
-                    ctx.progress(1)
-                else:
-                    yield _Item(rec["id"], rec["source"], tuple(rec["images"]))
+    def _items(self, shard: Shard, stats: StageStats, ctx: ShardContext) -> Iterator[_Item]:
+        """The shard's records with images, streamed: only the records being decoded hold their image bytes
+        (Parquet cells, tar members; Parquet cells decode in place); a record without any is dropped ``no_image``."""
+        for rec in readable_records(shard, stats, ctx, views=True, max_images=self.max_images):
+            if not rec["images"]:
+                stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
+                ctx.progress(1)
+            else:
+                yield _Item(rec["id"], rec["source"], tuple(rec["images"]))
 
-        rows: list[np.ndarray] = []
-        kept: list[_Item] = []
-        batch: list[tuple[_Item, list[Any]]] = []
-        n_images = 0
-
-        def flush() -> None:
-            if not batch:
-                return
-            pixels = self.encoder.to_pixels([t for _, ts in batch for t in ts])
-            with stats.timer("model"):
-                feats = self.encoder.encode_images(pixels)
-            start = 0
-            for item, ts in batch:
-                vec = feats[start:start + len(ts)]
-                start += len(ts)
-                if len(ts) > 1:
-                    vec = vec.mean(axis=0, keepdims=True)
-                    vec /= max(float(np.linalg.norm(vec)), 1e-12)
-                rows.append(vec.astype(np.float16))
-                kept.append(item)
-                stats.kept(item.source)
-            ctx.progress(len(batch))
-            batch.clear()
-
+    def _decoded(self, items: Iterator[_Item], stats: StageStats,
+                 ctx: ShardContext) -> Iterator[tuple[_Item, list[Any]]]:
+        """Each item with its images decoded and preprocessed, in order, by a thread pool kept two batches ahead of
+        the model; an image that fails errors its record with the gate's reason (or ``preprocess_failed``)."""
         ahead = 2 * self.batch_size
         with ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="decode") as pool:
             pending: deque[tuple[_Item, Future]] = deque()
-            queue = records()
 
             def fill() -> None:
                 while len(pending) < ahead:
-                    item = next(queue, None)
+                    item = next(items, None)
                     if item is None:
                         return
                     pending.append((item, pool.submit(self._load, item)))
@@ -170,71 +163,86 @@ class EmbedTask(ShardTask):
                     continue
                 finally:
                     stats.timings["wait_decode"] = stats.timings.get("wait_decode", 0.0) + time.perf_counter() - t0
-                batch.append((item, tensors))
-                n_images += len(tensors)
-                if sum(len(ts) for _, ts in batch) >= self.batch_size:
-                    flush()
-            flush()
+                yield item, tensors
 
-        matrix = np.concatenate(rows) if rows else np.zeros((0, self.encoder.dim), np.float16)
-        out_dir = work / EMBED_DIR
-        out_dir.mkdir(parents=True, exist_ok=True)
-        np.save(out_dir / f"{shard.id}.npy", np.ascontiguousarray(matrix, dtype=np.float16))
-        write_parquet(out_dir / f"{shard.id}.ids.parquet",
-                      pa.table({"id": [i.rid for i in kept], "source": [i.source for i in kept]}, schema=IDS_SCHEMA))
-        stats.extra["images_embedded"] = n_images
-        return stats
+
+class _Batch:
+    """The images of one shard on their way through the model: gathered until a batch is full, then embedded; a
+    record's rows (the mean of its images', normalised again, when it has several) kept in order."""
+
+    def __init__(self, encoder: Encoder, size: int, stats: StageStats, ctx: ShardContext) -> None:
+        self.encoder, self.size, self.stats, self.ctx = encoder, size, stats, ctx
+        self.waiting: list[tuple[_Item, list[Any]]] = []
+        self.rows: list[np.ndarray] = []
+        self.kept: list[_Item] = []
+        self.images = 0
+
+    def add(self, item: _Item, tensors: list[Any]) -> None:
+        """One record's preprocessed images; the batch runs once it holds ``size`` images."""
+        self.waiting.append((item, tensors))
+        self.images += len(tensors)
+        if sum(len(ts) for _, ts in self.waiting) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Embed the waiting images, one row per record."""
+        if not self.waiting:
+            return
+        pixels = self.encoder.to_pixels([t for _, ts in self.waiting for t in ts])
+        with self.stats.timer("model"):
+            feats = self.encoder.encode_images(pixels)
+        start = 0
+        for item, ts in self.waiting:
+            vec = feats[start:start + len(ts)]
+            start += len(ts)
+            if len(ts) > 1:
+                vec = vec.mean(axis=0, keepdims=True)
+                vec /= max(float(np.linalg.norm(vec)), 1e-12)
+            self.rows.append(vec.astype(np.float16))
+            self.kept.append(item)
+            self.stats.kept(item.source)
+        self.ctx.progress(len(self.waiting))
+        self.waiting.clear()
+
+    def matrix(self) -> np.ndarray:
+        """The shard's ``N×D`` float16 rows."""
+        return np.concatenate(self.rows) if self.rows else np.zeros((0, self.encoder.dim), np.float16)
 
 
 def embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
-          write_stats: bool = True, **settings: Any) -> dict[str, Any]:
-    """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; see :func:`run_embed`."""
-    return run_embed(inputs, config, executor=executor, write_stats=write_stats, **settings)[0]
-
-
-def run_embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None = None, *, executor: Any = None,
-              write_stats: bool = True, **settings: Any) -> tuple[dict[str, Any], StageStats]:
+          **settings: Any) -> dict[str, Any]:
     """Embed the images of the records in ``inputs`` into ``OUT/embeddings/``; resumable.
 
     Args:
         inputs: record files or folders (JSONL, JSON, Parquet).
         config: the settings (output folder, model, batch and shard sizes...; see :class:`EmbedConfig`).
         executor: a :class:`curate.executors.Executor` (default: local, one worker).
-        write_stats: write ``OUT/stats.json`` and ``OUT/rejects.parquet``.
         **settings: fields of :class:`EmbedConfig` (``out=...``), instead of or over ``config``.
 
     Returns:
-        The ``stats.json`` content and the merged stats (with the rejects).
+        The ``stats.json`` content (also written, with ``OUT/rejects.parquet``).
     """
     config = configure(EmbedConfig, config, **settings)
     with writing(config.out) as out:  # a bucket: shards stream there (curate.core.remote)
-        return _embed(inputs, config, out, executor, write_stats)
+        result, stats = embed_step(inputs, config, out, executor=executor)
+        return finish_stage(out, result, stats)
 
 
-def _embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig, out: Path, executor: Any,
-           write_stats: bool) -> tuple[dict[str, Any], StageStats]:
-    """:func:`run_embed` into the local folder ``out``."""
+def embed_step(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig, out: Path, *,
+               executor: Any = None) -> tuple[dict[str, Any], StageStats]:
+    """The work of :func:`embed` into the local folder ``out``, for a pipeline that writes its own
+    ``stats.json`` (``curate balance``): the step's ``stats.json`` content and its stats (with the rejects)."""
     from curate.executors import run_stage
 
-    shard_size, seed = config.shard_size, config.seed
-    model, precision, device, batch_size = config.model, config.precision, config.device, config.batch_size
-    decode_threads, threads = config.decode_threads, config.threads
-    shards = plan_shards(inputs, shard_size, image_root=config.image_root)
-    task = EmbedTask(model, precision=precision, device=device, batch_size=batch_size,
-                     decode_threads=decode_threads, threads=threads, limits=config.image_limits,
+    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
+    task = EmbedTask(config.model, precision=config.precision, device=config.device, batch_size=config.batch_size,
+                     decode_threads=config.decode_threads, threads=config.threads, limits=config.image_limits,
                      max_images=config.max_images)
-    settings = {**task.settings(), "shard_size": shard_size, "plan": plan_hash(shards)}
+    settings = {**task.settings(), "shard_size": config.shard_size, "plan": plan_hash(shards)}
     t0 = time.perf_counter()
-    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="embed images", settings=settings)
-    counts = stats.to_dict()
-    result = {
-        **run_header("embed", seed=seed, settings=settings),
-        "records_in": counts["records_in"], "records_embedded": counts["records_out"],
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        "images_embedded": int(stats.extra.get("images_embedded", 0)), "dim": settings["dim"],
-        "shards": len(shards), "timings": {**counts["timings"], "wall": round(time.perf_counter() - t0, 3)},
-        "outputs": {"embeddings": f"{EMBED_DIR}/", "rejects": "rejects.parquet"},
-    }
-    if write_stats:
-        finish_stage(out, result, stats)
+    stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc="embed images", settings=settings)
+    result = stage_result("embed", stats, seed=config.seed, settings=settings, out_key="records_embedded",
+                          images_embedded=int(stats.extra.get("images_embedded", 0)), dim=settings["dim"],
+                          shards=len(shards), timings=wall_timings(stats, t0),
+                          outputs={"embeddings": f"{EMBED_DIR}/", "rejects": "rejects.parquet"})
     return result, stats

@@ -1,4 +1,4 @@
-"""``curate tag --match text``: MetaCLIP's substring matching of captions against the vocabulary (no embeddings).
+"""``curate match``: MetaCLIP's substring matching of captions against the vocabulary (no embeddings).
 
 MetaCLIP curates by matching each alt-text against its metadata entries as substrings (Xu et al.,
 "Demystifying CLIP Data"; MetaCLIP 2 for worldwide text). The rules (spacing, word boundaries, case; ``--rules
@@ -34,7 +34,8 @@ from curate.core.io import write_parquet
 from curate.core.remote import writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask, plan_shards, readable_records
-from curate.core.stats import StageStats, finish_stage, run_header
+from curate.balance.results import wall_timings
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 
 #: ``text_field`` in ``tags.parquet``'s metadata when the assistant turns were matched (no field named).
@@ -42,7 +43,7 @@ _ASSISTANT = "assistant"
 
 
 def matched_text_field(tags: str | os.PathLike[str]) -> str | None:
-    """The raw field a ``tag --match text`` run read its rows' text from (``--text-field``), from its
+    """The raw field a ``curate match`` run read its rows' text from (``--text-field``), from its
     ``tags.parquet``; None for the assistant turns or tags made from embeddings. ``resample --records``
     reads the records with it, so that rows in no known layout are found again."""
     from curate.balance.tag import tags_metadata
@@ -148,18 +149,8 @@ class MatchTask(ShardTask):
         return stats
 
 
-def match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, config: MatchConfig | None = None, *,
-               executor: Any = None, write_stats: bool = True, **settings: Any) -> dict[str, Any]:
-    """Tag records by substring matching of their text against ``vocab`` into ``OUT/tags.parquet``; resumable.
-
-    Same arguments as :func:`run_match_text`; returns only the ``stats.json`` content.
-    """
-    return run_match_text(inputs, vocab, config, executor=executor, write_stats=write_stats, **settings)[0]
-
-
-def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, config: MatchConfig | None = None, *,
-                   executor: Any = None, write_stats: bool = True,
-                   **settings: Any) -> tuple[dict[str, Any], StageStats]:
+def match(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, config: MatchConfig | None = None, *,
+          executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Tag records by substring matching of their text against ``vocab`` into ``OUT/tags.parquet``; resumable.
 
     Args:
@@ -175,23 +166,34 @@ def run_match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, co
             (keep at most this many concepts per text; default every match), ``shard_size`` and ``seed``
             (recorded only: matching is deterministic).
         executor: a :class:`curate.executors.Executor` (default: local, one worker).
-        write_stats: write ``OUT/stats.json``.
         **settings: fields of :class:`MatchConfig`, instead of or over ``config``.
 
     Returns:
-        The ``stats.json`` content and the merged stats (with the rejects).
+        The ``stats.json`` content (also written, with ``OUT/rejects.parquet``).
     """
-    from curate.balance.tag import merge_tags
-    from curate.executors import run_stage
-
     config = configure(MatchConfig, config, **settings)
     with writing(config.out) as out:  # a bucket: shards stream there (curate.core.remote)
-        return _match_text(inputs, vocab, config, out, executor, write_stats)
+        result, stats = match_step(inputs, vocab, config, out, executor=executor)
+        return finish_stage(out, result, stats)
 
 
-def _match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, config: MatchConfig, out: Path,
-                executor: Any, write_stats: bool) -> tuple[dict[str, Any], StageStats]:
-    """:func:`run_match_text` into the local folder ``out``."""
+def _automatons(parts: Sequence[VocabPart], entries: Sequence[list[str]], rules: Any, out: Path) -> list[str]:
+    """Each vocabulary's automaton, built once into ``OUT/_match/`` (kept across reruns: keyed by the vocabulary's
+    hash, its first concept and the rules), named relative to OUT so that any node finds it."""
+    flavour = "-".join(str(v) for v in (rules.name, int(rules.fold_case), int(rules.strip_entries)))
+    automatons = []
+    for part, lines in zip(parts, entries):
+        automaton = out / "_match" / f"automaton-{part.sha256[:16]}-{part.offset}-{flavour}.bin"
+        if not Path(str(automaton) + GROUPS).exists():
+            TextMatcher(lines, rules=rules, offset=part.offset).save(automaton)
+        automatons.append(automaton.relative_to(out).as_posix())
+    return automatons
+
+
+def match_step(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, config: MatchConfig, out: Path, *,
+               executor: Any = None) -> tuple[dict[str, Any], StageStats]:
+    """The work of :func:`match` into the local folder ``out``, for a pipeline that writes its own ``stats.json``
+    (``curate balance --match text``): the step's ``stats.json`` content and its stats (with the rejects)."""
     from curate.balance.tag import merge_tags
     from curate.executors import run_stage
 
@@ -204,13 +206,7 @@ def _match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, confi
     t0 = time.perf_counter()
     shards = plan_shards(inputs, config.shard_size, text_field=config.text_field, image_root=config.image_root,
                          text_only=True)
-    flavour = "-".join(str(v) for v in (rules.name, int(rules.fold_case), int(rules.strip_entries)))
-    automatons = []
-    for part, lines in zip(parts, entries):
-        automaton = out / "_match" / f"automaton-{part.sha256[:16]}-{part.offset}-{flavour}.bin"
-        if not Path(str(automaton) + GROUPS).exists():
-            TextMatcher(lines, rules=rules, offset=part.offset).save(automaton)
-        automatons.append(automaton.relative_to(out).as_posix())  # found in OUT by any node
+    automatons = _automatons(parts, entries, rules, out)
     n_entries = sum(p.size for p in parts)
     console.print(f"match text: {n_entries:,} vocabulary entries in {len(parts)} automaton(s) "
                   f"({time.perf_counter() - t0:.1f} s)")
@@ -226,23 +222,16 @@ def _match_text(inputs: Sequence[str | os.PathLike[str]], vocab: VocabArg, confi
             "lang_id": lid or "", "text_field": config.text_field or _ASSISTANT,
             **({"vocabularies": parts_metadata(parts)} if per_language else {})}
     rows = merge_tags(out, len(shards), meta, schema=tags_schema(config.per == "text", config.lang_id))
-    counts = stats.to_dict()
     extra = stats.extra
     texts_per_language = {k.split(":", 1)[1]: int(v) for k, v in sorted(extra.items()) if k.startswith("texts:")}
-    result = {
-        **run_header("tag", seed=config.seed, settings=settings),
-        "records_in": counts["records_in"], "records_tagged": counts["records_out"], "rows": rows,
-        "texts": int(extra.get("texts", 0)), "rows_without_concept": int(extra.get("rows_without_concept", 0)),
-        "rows_without_text": int(extra.get("rows_without_text", 0)), "matches": int(extra.get("matches", 0)),
-        **({"texts_per_language": texts_per_language,
-            "texts_without_vocabulary": int(extra.get("texts_without_vocabulary", 0))} if config.lang_id else {}),
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        "concept_rows": n_entries, "concepts_embedded": n_entries, "shards": len(shards),
-        **({"vocabularies": {p.lang: {"path": p.path, "entries": p.size, "first_concept": p.offset}
-                             for p in parts}} if per_language else {}),
-        "timings": {**counts["timings"], "wall": round(time.perf_counter() - t0, 3)},
-        "outputs": {"tags": "tags.parquet", "rejects": "rejects.parquet"},
-    }
-    if write_stats:
-        finish_stage(out, result, stats)
+    languages = {"texts_per_language": texts_per_language,
+                 "texts_without_vocabulary": int(extra.get("texts_without_vocabulary", 0))} if config.lang_id else {}
+    vocabularies = {"vocabularies": {p.lang: {"path": p.path, "entries": p.size, "first_concept": p.offset}
+                                     for p in parts}} if per_language else {}
+    result = stage_result(
+        "match", stats, seed=config.seed, settings=settings, out_key="records_tagged", rows=rows,
+        texts=int(extra.get("texts", 0)), rows_without_concept=int(extra.get("rows_without_concept", 0)),
+        rows_without_text=int(extra.get("rows_without_text", 0)), matches=int(extra.get("matches", 0)), **languages,
+        concept_rows=n_entries, concepts_embedded=n_entries, shards=len(shards), **vocabularies,
+        timings=wall_timings(stats, t0), outputs={"tags": "tags.parquet", "rejects": "rejects.parquet"})
     return result, stats

@@ -84,7 +84,7 @@ def resolve_per(config: ResampleConfig, per_text: bool) -> str:
     """
     if not per_text:
         if config.per == "text":
-            raise UserError("--per text: these tags have one row per record; make them with tag --match text "
+            raise UserError("--per text: these tags have one row per record; make them with curate match "
                             "--per text (or --rules metaclip)")
         return "record"
     if config.mode == "inverse":

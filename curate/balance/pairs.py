@@ -1,4 +1,4 @@
-"""Records with several texts (``tag --match text --per text``: one row of tags per caption or turn).
+"""Records with several texts (``curate match --per text``: one row of tags per caption or turn).
 
 MetaCLIP counts per text and selects image–text *pairs* (``metaclip/curation/curate.py``, learned from its
 public code): each text's matched entries count once for that text; then, for each image, one of its texts
@@ -41,7 +41,7 @@ class TextRows:
         starts = np.flatnonzero(tags.text == 0)
         if len(tags) and (not starts.size or starts[0] != 0):
             raise UserError("tags.parquet: the first row is not the first text of a record (text 0); "
-                            "use the tags.parquet that tag --match text --per text wrote")
+                            "use the tags.parquet that curate match --per text wrote")
         record = np.repeat(np.arange(starts.size), np.diff(np.append(starts, len(tags))))
         return cls(starts, record)
 

@@ -25,27 +25,38 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass, replace
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
-from curate.balance.embed import EMBED_DIR, run_embed
-from curate.balance.match import run_match_text
+from curate.balance.embed import EMBED_DIR, embed_step
+from curate.balance.match import match_step
 from curate.balance.results import BalanceResult, language_lines, records_lines
 from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
 from curate.core.progress import console
 from curate.core.remote import writing
-from curate.balance.resample import RECORDS_DIR, run_resample
-from curate.core.stats import StageStats, finish_stage, run_header
-from curate.balance.tag import run_tag
+from curate.balance.resample import RECORDS_DIR, resample_step
+from curate.core.stats import StageStats, finish_stage, stage_result
+from curate.balance.tag import tag_step
 from curate.balance.vocab.embed import embed_vocab
 
 
-def _compose(embed_stats: StageStats, tag_stats: StageStats, resample_stats: StageStats) -> StageStats:
-    """One run's counts: records in = selected + dropped + errored across the three steps."""
-    return embed_stats.then(tag_stats).then(resample_stats)
+@dataclass
+class _Tagged:
+    """What the first steps of a run leave for the resampling: their stats (one run's counts from the
+    records in to the records tagged), the settings that made the tags, what ``stats.json`` says of the
+    concepts, the steps' own results, the files made, and the records embedded."""
+
+    stats: StageStats
+    matching: dict[str, Any]
+    concepts: dict[str, Any]
+    steps: dict[str, dict[str, Any]]
+    made: dict[str, str]
+    embedded: int = 0
+    ivf: dict[str, Any] | None = None
 
 
 def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | None = None, *, executor: Any = None,
@@ -68,100 +79,94 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
     elif settings:
         raise TypeError("balance(): give either a BalanceConfig or settings, not both")
     with writing(config.out) as out:  # a bucket: every step's shards stream there (curate.core.remote)
-        return _balance(inputs, config, out, executor)
+        out.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+        first = _match_texts if config.match == "text" else _embed_and_tag
+        tagged = first(inputs, config, out, executor, timings)
+        return _resample(inputs, config, out, tagged, timings, t0)
 
 
-def _balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, out: Path,
-             executor: Any) -> dict[str, Any]:
-    """:func:`balance` into the local folder ``out``."""
-    vocab, seed = config.vocab.vocab, config.embed.seed
-    e, r = config.embed, config.resample
-    model, precision, batch_size, shard_size = e.model, e.precision, e.batch_size, e.shard_size
-    mode, t, fraction, weighting, temperature, use_k = r.mode, r.t, r.fraction, r.weighting, r.temperature, r.use_k
-    top_k, index, template = config.tag.top_k, config.tag.index, config.vocab.template
-    write_records = config.write_records
-    out.mkdir(parents=True, exist_ok=True)
+def _match_texts(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, out: Path, executor: Any,
+                 timings: dict[str, float]) -> _Tagged:
+    """Step 1 of 2 with ``--match text``: each record's text matched against the vocabulary (``curate match``)."""
+    assert config.text is not None
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
+    console.print("[bold]1/2[/bold] match the records' text against the vocabulary")
+    result, stats = match_step(inputs, config.text_vocab, config.text, out, executor=executor)
+    timings["match"] = time.perf_counter() - t0
+    keys = ("texts", "matches", "rows_without_concept", "rows_without_text", "texts_per_language", "vocabularies")
+    concepts = {"rows": result["concept_rows"], "entries": result["concepts_embedded"],
+                **{k: result[k] for k in keys if k in result}}
+    matching = {k: result["settings"][k] for k in ("match", "text_field", "rules", "case_sensitive", "per",
+                                                   "lang_id", "top_k")}
+    return _Tagged(stats, matching, concepts, {"match": _step(result)}, {"tags": "tags.parquet"})
 
-    text = config.match == "text"
-    concepts: dict[str, Any] | None = None
-    if text:
-        console.print("[bold]1/2[/bold] match the records' text against the vocabulary")
-        tag_result, tag_stats = run_match_text(inputs, config.text_vocab, config.text, executor=executor,
-                                               write_stats=False)
-        embed_result, embed_stats = {"records_embedded": 0}, None
-        timings["match"] = time.perf_counter() - t0
-    else:
-        console.print("[bold]1/4[/bold] embed images")
-        embed_result, embed_stats = run_embed(inputs, config.embed, executor=executor, write_stats=False)
-        timings["embed"] = time.perf_counter() - t0
 
-        t1 = time.perf_counter()
-        console.print("[bold]2/4[/bold] embed the vocabulary")
-        encoder = load_encoder(model, precision=precision, device=e.device)
-        sharded = executor is not None and not executor.in_process
-        concepts = embed_vocab(None, config.vocab, encoder=encoder, executor=executor if sharded else None)
-        if concepts["cached"]:
-            console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
-        timings["vocab_embed"] = time.perf_counter() - t1
-
-        t1 = time.perf_counter()
-        console.print("[bold]3/4[/bold] tag")
-        tag_result, tag_stats = run_tag(out / EMBED_DIR, out / "concepts.npy", config.tag, executor=executor,
-                                        write_stats=False)
-        timings["tag"] = time.perf_counter() - t1
+def _embed_and_tag(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, out: Path, executor: Any,
+                   timings: dict[str, float]) -> _Tagged:
+    """Steps 1 to 3 of 4: the images embedded (``curate embed``), the vocabulary embedded (``curate vocab
+    embed``; cached), every record tagged with its nearest concepts (``curate tag``)."""
+    t0 = time.perf_counter()
+    console.print("[bold]1/4[/bold] embed images")
+    embedded, embed_stats = embed_step(inputs, config.embed, out, executor=executor)
+    timings["embed"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    console.print("[bold]2/2[/bold] resample and report" if text else "[bold]4/4[/bold] resample and report")
-    with console.status("resampling"):
-        res_result, res_stats = run_resample(out / "tags.parquet", config.resample, write_stats=False,
-                                             records=tuple(inputs) if write_records else None)
-    timings["resample"] = time.perf_counter() - t1
+    console.print("[bold]2/4[/bold] embed the vocabulary")
+    e = config.embed
+    encoder = load_encoder(e.model, precision=e.precision, device=e.device)
+    sharded = executor is not None and not executor.in_process
+    concepts = embed_vocab(None, config.vocab, encoder=encoder, executor=executor if sharded else None)
+    if concepts["cached"]:
+        console.print(f"  concept embeddings reused from the cache {concepts['cache_dir']}")
+    timings["vocab_embed"] = time.perf_counter() - t1
 
-    total = tag_stats.then(res_stats) if embed_stats is None else _compose(embed_stats, tag_stats, res_stats)
-    counts = total.to_dict()
-    if text:
-        m = config.text
-        assert m is not None
-        matching = {k: tag_result["settings"][k] for k in ("match", "text_field", "rules", "case_sensitive", "per",
-                                                            "lang_id", "top_k")}
-    else:
-        assert concepts is not None
-        matching = {"match": "embeddings", "model": model, "precision": precision, "template": template,
-                    "scripts": concepts["scripts"], "top_k": top_k, "index": index}
-    settings = {**matching, "vocab": str(vocab) if not config.vocabularies else dict(config.vocabularies),
-                "mode": mode,
-                "target": res_result["settings"]["target"], "fraction": fraction,
-                "weighting": weighting, "temperature": temperature, "use_k": use_k,
-                "t": t if mode != "inverse" else None, "tail_share": r.tail_share, "per": res_result["settings"]["per"],
-                "batch_size": batch_size, "shard_size": shard_size}
-    if concepts is not None:
-        concept_info = {k: concepts[k] for k in ("rows", "dim", "embedded", "skipped", "model", "vocab_sha256",
-                                                  "template", "scripts", "cache_dir")}  # not "cached": history
-    else:
-        concept_info = {"rows": tag_result["concept_rows"], "entries": tag_result["concepts_embedded"],
-                        **{k: tag_result[k] for k in ("texts", "matches", "rows_without_concept", "rows_without_text",
-                                                      "texts_per_language", "vocabularies") if k in tag_result}}
-    first = {"match": _step(tag_result)} if text else {"embed": _step(embed_result), "tag": _step(tag_result)}
-    made = {"tags": "tags.parquet"} if text else {"embeddings": f"{EMBED_DIR}/", "concepts": "concepts.npy",
-                                                  "tags": "tags.parquet"}
-    result: dict[str, Any] = {
-        **run_header("balance", seed=seed, settings=settings),
-        "records_in": counts["records_in"], "records_embedded": embed_result["records_embedded"],
-        "records_tagged": tag_result["records_tagged"], "pool": res_result["pool"],
-        "records_selected": counts["records_out"], "copies_total": res_result["copies_total"],
-        "with_replacement": res_result["with_replacement"],
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        "concepts": concept_info, "balance": res_result["balance"],
+    t1 = time.perf_counter()
+    console.print("[bold]3/4[/bold] tag")
+    tagged, tag_stats = tag_step(out / EMBED_DIR, out / "concepts.npy", config.tag, out, executor=executor)
+    timings["tag"] = time.perf_counter() - t1
+    matching = {"match": "embeddings", "model": e.model, "precision": e.precision, "template": config.vocab.template,
+                "scripts": concepts["scripts"], "top_k": config.tag.top_k, "index": config.tag.index}
+    info = {k: concepts[k] for k in ("rows", "dim", "embedded", "skipped", "model", "vocab_sha256", "template",
+                                     "scripts", "cache_dir")}  # not "cached": history
+    made = {"embeddings": f"{EMBED_DIR}/", "concepts": "concepts.npy", "tags": "tags.parquet"}
+    return _Tagged(embed_stats.then(tag_stats), matching, info, {"embed": _step(embedded), "tag": _step(tagged)},
+                   made, embedded=embedded["records_embedded"], ivf=tagged.get("ivf"))
+
+
+def _resample(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, out: Path, tagged: _Tagged,
+              timings: dict[str, float], t0: float) -> dict[str, Any]:
+    """The last step (``curate resample``, the selected records written unless ``--no-records``), then the
+    run's ``stats.json``: records in = selected + dropped + errored across every step."""
+    t1 = time.perf_counter()
+    text = config.match == "text"
+    console.print("[bold]2/2[/bold] resample and report" if text else "[bold]4/4[/bold] resample and report")
+    step = replace(config.resample, records=tuple(inputs) if config.write_records else None)
+    with console.status("resampling"):
+        res_result, res_stats = resample_step(out / "tags.parquet", step, out)
+    timings["resample"] = time.perf_counter() - t1
+    total = tagged.stats.then(res_stats)
+    r = config.resample
+    settings = {**tagged.matching,
+                "vocab": str(config.vocab.vocab) if not config.vocabularies else dict(config.vocabularies),
+                "mode": r.mode, "target": res_result["settings"]["target"], "fraction": r.fraction,
+                "weighting": r.weighting, "temperature": r.temperature, "use_k": r.use_k,
+                "t": r.t if r.mode != "inverse" else None, "tail_share": r.tail_share,
+                "per": res_result["settings"]["per"], "batch_size": config.embed.batch_size,
+                "shard_size": config.embed.shard_size}
+    written = {"records_written": res_result["records_written"]} if "records_written" in res_result else {}
+    result = stage_result(
+        "balance", total, seed=config.embed.seed, settings=settings, out_key="records_selected",
+        records_embedded=tagged.embedded, records_tagged=tagged.stats.records_out, pool=res_result["pool"],
+        copies_total=res_result["copies_total"], with_replacement=res_result["with_replacement"],
+        concepts=tagged.concepts, balance=res_result["balance"],
         **({"languages": res_result["languages"]} if "languages" in res_result else {}),
-        **({"ivf": tag_result["ivf"]} if "ivf" in tag_result else {}),
-        **({"records_written": res_result["records_written"]} if "records_written" in res_result else {}),
-        "steps": {**first, "resample": _step(res_result)},
-        "timings": {**{k: round(v, 3) for k, v in timings.items()}, "wall": round(time.perf_counter() - t0, 3)},
-        "outputs": {**made, "selection": "selection.parquet", "plot": "balance.png", "rejects": "rejects.parquet",
-                    **({"records": f"{RECORDS_DIR}/"} if write_records else {})},
-    }
+        **({"ivf": tagged.ivf} if tagged.ivf else {}), **written,
+        steps={**tagged.steps, "resample": _step(res_result)},
+        timings={**{k: round(v, 3) for k, v in timings.items()}, "wall": round(time.perf_counter() - t0, 3)},
+        outputs={**tagged.made, "selection": "selection.parquet", "plot": "balance.png", "rejects": "rejects.parquet",
+                 **({"records": f"{RECORDS_DIR}/"} if config.write_records else {})})
     return finish_stage(out, result, total)
 
 

@@ -33,7 +33,7 @@ with probability ``p(c) = t / max(f(c), t)`` (an independent draw per record and
 concept), and a record is kept (once) when any of its concepts passes; its
 ``weight`` is then its keep probability ``1 - Π_c (1 - p(c))``. ``mode="worldwide"``
 is MetaCLIP 2's: a t per language (:mod:`curate.balance.thresholds`). On tags with a
-row per text (``tag --per text``) they count per text and draw image-text pairs
+row per text (``curate match --per text``) they count per text and draw image-text pairs
 (:mod:`curate.balance.metaclip`, :mod:`curate.balance.pairs`; docs/metaclip.md).
 
 Records with a repeated id keep their first occurrence (later ones are
@@ -60,15 +60,16 @@ import numpy as np
 import pyarrow as pa
 
 from curate.balance.config import MODES, WEIGHTINGS, ResampleConfig  # noqa: F401 (re-exported)
-from curate.balance.metaclip import counts_before, draw_records, draw_texts, drawn_rows, resolve_per
+from curate.balance.drawing import Chosen, Prepared, draw_pairs, draw_selection, prepare_draw, weigh
+from curate.balance.metaclip import counts_before, drawn_rows, resolve_per
 from curate.balance.pairs import TextRows, merge_texts
 from curate.balance.report import compare, language_figures, plot_balance, top_concepts
 from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
-from curate.balance.thresholds import REFERENCE, Thresholds
-from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights
+from curate.balance.thresholds import REFERENCE
+from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights  # noqa: F401
 from curate.core.arrow import from_numpy
-from curate.core.columns import code_counts, first_occurrences, pooled, rows, take_rows
+from curate.core.columns import code_counts, first_occurrences, rows, take_rows
 from curate.core.errors import UserError
 from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
@@ -76,13 +77,12 @@ from curate.core.lock import out_lock
 from curate.core.malloc import keep_freed_memory, small_numpy_pages
 from curate.core.location import shown
 from curate.core.remote import local_file, writing
-from curate.core.stats import StageStats, finish_stage, run_header
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 
 SELECTION_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("copies", pa.int32()),
                               ("weight", pa.float64())])
 RECORDS_DIR = "records"
-_SALT = 0x5E1EC7
 
 
 def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copies: np.ndarray) -> StageStats:
@@ -111,18 +111,11 @@ def _build_stats(tags: TagArrays, first: np.ndarray, has_tags: np.ndarray, copie
     return stats
 
 
-def resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, *, write_stats: bool = True,
-             **settings: Any) -> dict[str, Any]:
-    """Select a concept-balanced subset; returns the ``stats.json`` content (see :func:`run_resample`)."""
-    return run_resample(tags, config, write_stats=write_stats, **settings)[0]
-
-
-def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, *, write_stats: bool = True,
-                 **settings: Any) -> tuple[dict[str, Any], StageStats]:
+def resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None, **settings: Any) -> dict[str, Any]:
     """Select a concept-balanced subset (see the module docstring).
 
     Args:
-        tags: ``tags.parquet`` from ``curate tag``.
+        tags: ``tags.parquet`` from ``curate tag`` or ``curate match``.
         config: the settings (see :class:`ResampleConfig`): ``out``, ``target`` (records or copies
             to draw, ``inverse`` mode) or ``fraction`` (of the tagged pool; > 1 draws with
             replacement), ``seed``, ``mode`` (``inverse`` or ``metaclip``), ``t`` (MetaCLIP's
@@ -130,43 +123,101 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
             each record's best tags), ``records`` (input record files: the selected ones are
             written to ``OUT/records/``), ``image_root`` (the folder their relative image paths start from),
             ``vocab`` (to name the top concepts), ``plot``.
-        write_stats: write ``stats.json`` and ``rejects.parquet``.
         **settings: fields of :class:`ResampleConfig`, instead of or over ``config``.
 
     Returns:
-        The ``stats.json`` content and the stats (with the rejects).
+        The ``stats.json`` content (also written, with ``OUT/rejects.parquet``).
     """
     config = configure(ResampleConfig, config, **settings)
+    with writing(config.out) as out:
+        result, stats = resample_step(tags, config, out)
+        return finish_stage(out, result, stats)
+
+
+def resample_step(tags: str | os.PathLike[str], config: ResampleConfig, out: Path) -> tuple[dict[str, Any], StageStats]:
+    """The work of :func:`resample` into the local folder ``out``, for a pipeline that writes its own
+    ``stats.json`` (``curate balance``): the step's ``stats.json`` content and its stats (with the rejects)."""
     keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
     # paused_gc: collections would only walk the loaded modules' objects.
-    # writing: OUT in a bucket is written through a staging folder (curate.core.remote); --tags read from a local copy.
-    with writing(config.out) as out, out_lock(out), paused_gc(), small_numpy_pages():
+    # --tags in a bucket: read from a local copy.
+    with out_lock(out), paused_gc(), small_numpy_pages():
         here = local_file(tags, "--tags")
         assert here is not None
-        return _run_resample(here, config, out, write_stats, named=shown(tags))  # a bucket's URL, as given
+        return _run_resample(here, config, out, named=shown(tags))  # a bucket's URL, as given
 
 
 def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Path,
-                  write_stats: bool, named: str | None = None) -> tuple[dict[str, Any], StageStats]:
-    fraction, seed, mode, t, use_k = config.fraction, config.seed, config.mode, config.t, config.use_k
-    records = [str(r) for r in config.records] if config.records else None
+                  named: str | None = None) -> tuple[dict[str, Any], StageStats]:
+    """:func:`resample_step` from a local ``tags.parquet`` (``named``: as the user gave it, for ``stats.json``)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    read = _read(tags, config, timings, t0)
+    drawn = _choose(read, config)
+    timings["select"] = time.perf_counter() - read.weighing_started
+    languages = _languages(read, drawn, config)
+    selection, stats, report = _report_and_store(read, drawn, config, out, timings)
+    written = _write_records(tags, selection, config, out, timings)
+    chosen, inverse = drawn.chosen, config.mode == "inverse"
+    settings = {"mode": config.mode, "target": chosen.target, "fraction": config.fraction,
+                "weighting": config.weighting if inverse else None, "temperature": config.temperature if inverse
+                else None, "t": config.t if not inverse else None,
+                "tail_share": config.tail_share, "per": read.per, "use_k": config.use_k, "tags": named or str(tags)}
+    copies, pairs = chosen.copies, read.text_rows is not None
+    result = stage_result(
+        "resample", stats, seed=config.seed, settings=settings, out_key="records_selected", pool=chosen.pool,
+        copies_total=int(copies.sum()),
+        with_replacement=bool(chosen.target is not None and chosen.target > chosen.pool),
+        max_copies=int(copies.max()) if copies.size else 0,
+        **({"texts": len(read.arrays), "pairs_selected": int(drawn.kept_rows.sum())} if pairs else {}),
+        balance=report, **({"languages": languages} if languages is not None else {}),
+        **({"records_written": written} if written is not None else {}),
+        timings={k: round(v, 4) for k, v in {**timings, "wall": time.perf_counter() - t0}.items()},
+        outputs={"selection": "selection.parquet", "rejects": "rejects.parquet",
+                 **({"records": f"{RECORDS_DIR}/"} if config.records else {}),
+                 **({"plot": "balance.png"} if config.plot else {})})
+    return result, stats
+
+
+@dataclass
+class _Read:
+    """The tags as read, ahead of the draw: their concepts (``arrays``, one row per record, or per text with
+    ``text_rows``), the first occurrence of each record's id, the records with a tag, and what the weighing already
+    did beside the read (``eligible`` and ``weighed`` for pairs or a pool without repeats; the draw's ``ready``
+    numbers)."""
+
+    arrays: TagArrays
+    meta: dict[str, str]
+    per_text: bool
+    per: str
+    text_rows: TextRows | None
+    n_concepts: int
+    has_tags: np.ndarray
+    first: np.ndarray
+    ready: Prepared
+    weighing_started: float
+    eligible: np.ndarray | None = None
+    weighed: tuple[np.ndarray, np.ndarray | None] | None = None
+
+
+def _read(tags: str | os.PathLike[str], config: ResampleConfig, timings: dict[str, float], t0: float) -> _Read:
+    """Read the tags and weigh them, the ids read and sorted for repeats on a second thread meanwhile."""
     tags_file = open_tags(tags)
     meta = {k.decode(): v.decode() for k, v in (tags_file.schema_arrow.metadata or {}).items()}
-    per_text = "text" in tags_file.schema_arrow.names  # tag --match text --per text: one row per text
+    per_text = "text" in tags_file.schema_arrow.names  # curate match --per text: one row per text
+    eligible = weighed = None
     with ThreadPoolExecutor(max_workers=2) as thread:
         # One thread reads the ids and sorts them for repeats while this one reads the concepts and weighs
         # (the reads and the sort run outside the GIL). Nothing converts through pandas (curate.core.arrow).
         repeats = thread.submit(_ids_and_first_occurrences, tags)
         # Then, while the weighing runs on this thread, the other draws the exponentials of the draw and
         # faults in the weights' memory (the first touch of fresh pages is a large part of both).
-        prepared = thread.submit(_prepare_draw, 0 if per_text else tags_file.metadata.num_rows, config)
+        prepared = thread.submit(prepare_draw, 0 if per_text else tags_file.metadata.num_rows, config)
         arrays = read_tag_concepts(tags_file, tags)
-        if use_k is not None:
-            arrays = keep_best(arrays, use_k)
-        timings = {"read": time.perf_counter() - t0}
+        if config.use_k is not None:
+            arrays = keep_best(arrays, config.use_k)
+        timings["read"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         ready = prepared.result()
         per, text_rows = resolve_per(config, per_text), None
@@ -186,161 +237,94 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Pat
         else:
             # Frequencies and weights are computed as if no id repeated while the sort runs; if one does,
             # they are computed again without the repeats (the same numbers as a run that waited).
-            weighed = _weigh(arrays, has_tags, n_concepts, config, ready.weights)
+            weighed = weigh(arrays, has_tags, n_concepts, config, ready.weights)
             arrays.ids, first = repeats.result()
     pa.default_memory_pool().release_unused()  # the read's and the sort's buffers go back to the system
-    if text_rows is not None:
-        chosen = _draw_texts(arrays, text_rows, eligible, weighed[0], config, meta)
-        records_view = merge_texts(arrays, text_rows)  # one row per record: the counts, the selection, the records
-        has_tags, kept_rows = text_rows.any_row(has_tags), chosen.kept_rows
-    else:
-        eligible = first & has_tags
-        if per_text or not first.all():
-            weighed = _weigh(arrays, eligible, n_concepts, config, ready.weights)
-        chosen = _draw(arrays, eligible, weighed, config, ready, meta)  # after the sort's memory is free
-        records_view, kept_rows = arrays, chosen.copies > 0
-    before, copies, weights = chosen.before, chosen.copies, chosen.weights
-    timings["select"] = time.perf_counter() - t1
-    languages = None
-    if arrays.lang is not None and config.mode != "inverse":
-        candidates = eligible if text_rows is None else drawn_rows(text_rows, chosen.text)
-        languages = language_figures(arrays, eligible, candidates, kept_rows, chosen.thresholds, t)
+    return _Read(arrays, meta, per_text, per, text_rows, n_concepts, has_tags, first, ready, t1, eligible, weighed)
 
+
+@dataclass
+class _Drawn:
+    """A draw: the selection, the records it counts (one row each), which have a tag, the kept rows (records, or
+    texts with pairs) and the rows that could be drawn."""
+
+    chosen: Chosen
+    records_view: TagArrays
+    has_tags: np.ndarray
+    kept_rows: np.ndarray
+    eligible: np.ndarray
+
+
+def _choose(read: _Read, config: ResampleConfig) -> _Drawn:
+    """Draw pairs (a row per text), or records: weighed again without the repeated ids when some repeat."""
+    arrays = read.arrays
+    if read.text_rows is not None:
+        assert read.eligible is not None and read.weighed is not None
+        chosen = draw_pairs(arrays, read.text_rows, read.eligible, read.weighed[0], config, read.meta)
+        records_view = merge_texts(arrays, read.text_rows)  # one row per record: the counts, the selection, the records
+        return _Drawn(chosen, records_view, read.text_rows.any_row(read.has_tags), chosen.kept_rows, read.eligible)
+    eligible = read.first & read.has_tags
+    weighed = read.weighed
+    if read.per_text or not read.first.all():
+        weighed = weigh(arrays, eligible, read.n_concepts, config, read.ready.weights)
+    assert weighed is not None
+    chosen = draw_selection(arrays, eligible, weighed, config, read.ready, read.meta)  # after the sort's memory is free
+    return _Drawn(chosen, arrays, read.has_tags, chosen.copies > 0, eligible)
+
+
+def _languages(read: _Read, drawn: _Drawn, config: ResampleConfig) -> dict[str, Any] | None:
+    """Per-language figures of MetaCLIP's modes on tags that name each row's language."""
+    if read.arrays.lang is None or config.mode == "inverse":
+        return None
+    candidates = drawn.eligible if read.text_rows is None else drawn_rows(read.text_rows, drawn.chosen.text)
+    return language_figures(read.arrays, drawn.eligible, candidates, drawn.kept_rows, drawn.chosen.thresholds,
+                            config.t)
+
+
+def _report_and_store(read: _Read, drawn: _Drawn, config: ResampleConfig, out: Path,
+                      timings: dict[str, float]) -> tuple[pa.Table, StageStats, dict[str, Any]]:
+    """Write ``selection.parquet`` while the concepts are counted again, the report made, the plot drawn and the
+    stats counted (taking rows and writing Parquet run outside the GIL)."""
+    chosen = drawn.chosen
+    before, copies = chosen.before, chosen.copies
     with ThreadPoolExecutor(max_workers=2) as threads:
-        # The selection is built and written while the concepts are counted again, the report made, the plot
-        # drawn and the stats counted (taking rows and writing Parquet run outside the GIL).
-        stored = threads.submit(_store_selection, out / "selection.parquet", records_view, copies, weights,
-                                chosen.text)
-        after = concept_counts(arrays, n_concepts, copies if text_rows is None else kept_rows)
-        taggable = arrays.taggable or max(int(np.count_nonzero(before)), 1)
+        stored = threads.submit(_store_selection, out / "selection.parquet", drawn.records_view, copies,
+                                chosen.weights, chosen.text)
+        after = concept_counts(read.arrays, read.n_concepts, copies if read.text_rows is None else drawn.kept_rows)
+        taggable = read.arrays.taggable or max(int(np.count_nonzero(before)), 1)
         report = compare(before, after, taggable)
-        names = _vocab_names(config.vocab, meta)
+        names = _vocab_names(config.vocab, read.meta)
         report["top_before"] = top_concepts(before, 10, names)
         report["top_after"] = top_concepts(after, 10, names)
         if config.plot:
             t_plot = time.perf_counter()
-            label = {"inverse": "inverse frequency", "metaclip": f"MetaCLIP t={t}",
-                     "worldwide": f"MetaCLIP 2 worldwide, t({REFERENCE})={t}"}[mode]
+            label = {"inverse": "inverse frequency", "metaclip": f"MetaCLIP t={config.t}",
+                     "worldwide": f"MetaCLIP 2 worldwide, t({REFERENCE})={config.t}"}[config.mode]
             plot_balance(out / "balance.png", before, after, stats=report,
                          title=f"{chosen.pool:,} tagged records → {int(copies.sum()):,} selected ({label})")
             timings["plot"] = time.perf_counter() - t_plot
-        stats = _build_stats(records_view, first, has_tags, copies)
+        stats = _build_stats(drawn.records_view, read.first, drawn.has_tags, copies)
         selection, timings["build_selection"], timings["write_selection"] = stored.result()
-    written = None
-    if records:  # its worker processes are forked while no other thread of ours runs
-        t1 = time.perf_counter()
-        from curate.balance.match import matched_text_field
-
-        written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags),
-                                         image_root=config.image_root)
-        timings["write_records"] = time.perf_counter() - t1
-        if selection.num_rows and not written.get("records"):  # unrelated files: nothing to write is not a result
-            raise UserError(f"--records {' '.join(map(str, records))}: none of the {selection.num_rows:,} selected "
-                            "records is in them; give the record files that were tagged")
-    counts = stats.to_dict()
-    n_target, pool = chosen.target, chosen.pool
-    inverse = mode == "inverse"
-    settings = {"mode": mode, "target": n_target, "fraction": fraction,
-                "weighting": config.weighting if inverse else None, "temperature": config.temperature if inverse
-                else None, "t": t if mode != "inverse" else None,
-                "tail_share": config.tail_share, "per": per, "use_k": use_k, "tags": named or str(tags)}
-    result: dict[str, Any] = {
-        **run_header("resample", seed=seed, settings=settings),
-        "records_in": counts["records_in"], "pool": pool, "records_selected": counts["records_out"],
-        "copies_total": int(copies.sum()), "with_replacement": bool(n_target is not None and n_target > pool),
-        "max_copies": int(copies.max()) if copies.size else 0,
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        **({"texts": len(arrays), "pairs_selected": int(kept_rows.sum())} if text_rows is not None else {}),
-        "balance": report, **({"languages": languages} if languages is not None else {}),
-        **({"records_written": written} if written is not None else {}),
-        "timings": {k: round(v, 4) for k, v in {**timings, "wall": time.perf_counter() - t0}.items()},
-        "outputs": {"selection": "selection.parquet", "rejects": "rejects.parquet",
-                    **({"records": f"{RECORDS_DIR}/"} if records else {}), **({"plot": "balance.png"} if config.plot else {})},
-    }
-    if write_stats:
-        finish_stage(out, result, stats)
-    return result, stats
+    return selection, stats, report
 
 
-@dataclass
-class _Chosen:
-    """One selection: the pool and target, concept counts before, copies and weights per record; with MetaCLIP's
-    rules also the per-language thresholds (``worldwide``), and with a row per text the text drawn per record and
-    the kept pairs (a row mask)."""
+def _write_records(tags: str | os.PathLike[str], selection: pa.Table, config: ResampleConfig, out: Path,
+                   timings: dict[str, float]) -> dict[str, Any] | None:
+    """With ``--records``: the selected records written to ``OUT/records/`` in their input files' layout (its worker
+    processes are forked while no other thread of ours runs)."""
+    if not config.records:
+        return None
+    records = [str(r) for r in config.records]
+    t1 = time.perf_counter()
+    from curate.balance.match import matched_text_field
 
-    pool: int
-    target: int | None
-    before: np.ndarray
-    copies: np.ndarray
-    weights: np.ndarray
-    thresholds: Thresholds | None = None
-    text: np.ndarray | None = None
-    kept_rows: np.ndarray | None = None
-
-
-def _draw_texts(arrays: TagArrays, rows: TextRows, eligible: np.ndarray, before: np.ndarray,
-                config: ResampleConfig, meta: dict[str, str]) -> _Chosen:
-    """MetaCLIP 2's pair selection (one row per text; :mod:`curate.balance.pairs`)."""
-    picked = draw_texts(arrays, rows, eligible, before, config, meta, _generator(config.seed))
-    pool = int(rows.any_row(eligible).sum())
-    return _Chosen(pool, None, before, picked.copies, picked.weights, picked.thresholds, picked.text,
-                   picked.kept_rows)
-
-
-def _weigh(arrays: TagArrays, eligible: np.ndarray, n_concepts: int, config: ResampleConfig,
-           out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Concept frequencies over the ``eligible`` records and (``inverse`` mode) their weights, 0 if not eligible
-    (written into ``out`` when given and the layout allows)."""
-    before = concept_counts(arrays, n_concepts, eligible)
-    if config.mode != "inverse":
-        return before, None
-    weights = record_weights(arrays, before, weighting=config.weighting, temperature=config.temperature, out=out)
-    weights[~eligible] = 0.0  # in place: no second array of 10M weights
-    return before, weights
-
-
-def _draw(arrays: TagArrays, eligible: np.ndarray, weighed: tuple[np.ndarray, np.ndarray | None],
-          config: ResampleConfig, ready: _Prepared | None = None, meta: dict[str, str] | None = None) -> _Chosen:
-    """Draw among the ``eligible`` records (see the module docstring); the generator starts from the seed
-    (``ready``: its first numbers and the result's buffer, from :func:`_prepare_draw`; ``meta``: the tags'
-    metadata, for ``worldwide``)."""
-    pool = int(eligible.sum())
-    before, weights = weighed
-    rng = _generator(config.seed)
-    if weights is not None:
-        fraction = config.fraction if config.fraction is not None else 0.0
-        n_target = config.target if config.target is not None else max(1, int(round(fraction * pool)))
-        copies = draw(weights, n_target, rng, *((ready.exponentials, ready.copies) if ready else ()))
-    else:
-        picked = draw_records(arrays, eligible, before, config, meta or {}, rng)
-        return _Chosen(pool, None, before, picked.copies, picked.weights, picked.thresholds)
-    return _Chosen(pool, n_target, before, copies, weights)
-
-
-def _generator(seed: int) -> np.random.Generator:
-    return np.random.default_rng([seed, _SALT])
-
-
-@dataclass
-class _Prepared:
-    """What an ``inverse`` draw without replacement of ``n`` records needs before the weights: the first ``n``
-    numbers of its generator, and buffers for the weights and the copies, their memory already faulted in."""
-
-    exponentials: np.ndarray | None = None
-    weights: np.ndarray | None = None
-    copies: np.ndarray | None = None
-
-
-def _prepare_draw(n: int, config: ResampleConfig) -> _Prepared:
-    """:class:`_Prepared` for an ``inverse`` draw without replacement of ``n`` records (empty for other draws, and
-    for ``n`` = 0: tags with a row per text, whose records are known later)."""
-    if n == 0 or config.mode != "inverse" or (config.target if config.target is not None else (config.fraction or 0) * n) > n:
-        return _Prepared()
-    exponentials = _generator(config.seed).standard_exponential(n, out=pooled(n, np.float64))
-    weights, copies = pooled(n, np.float64), pooled(n, np.int32)
-    weights.fill(0.0)
-    copies.fill(0)
-    return _Prepared(exponentials, weights, copies)
+    written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags),
+                                     image_root=config.image_root)
+    timings["write_records"] = time.perf_counter() - t1
+    if selection.num_rows and not written.get("records"):  # unrelated files: nothing to write is not a result
+        raise UserError(f"--records {' '.join(records)}: none of the {selection.num_rows:,} selected "
+                        "records is in them; give the record files that were tagged")
+    return written
 
 
 def _ids_and_first_occurrences(tags: str | os.PathLike[str]) -> tuple[pa.ChunkedArray, np.ndarray]:

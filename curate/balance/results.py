@@ -106,3 +106,11 @@ def records_lines(written: dict[str, Any] | None, out: str | os.PathLike[str]) -
         lines.append(f"[yellow]{missing:,} selected ids are in none of the record files given: give the records "
                      "that were tagged (ids read by this curate version; see stats.json records_written)[/yellow]")
     return lines
+
+
+def wall_timings(stats: Any, started: float) -> dict[str, float]:
+    """A step's ``timings`` for ``stats.json``: its stats' timings (by step) and the wall time since ``started``
+    (a :func:`time.perf_counter` reading)."""
+    import time
+
+    return {**stats.to_dict()["timings"], "wall": round(time.perf_counter() - started, 3)}

@@ -89,7 +89,7 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     several rows is written at its first row in input order. The input files are read in worker
     processes (``workers``, default one per core; each reads and writes whole files), which gives the
     same files as one process. ``text_field``: rows in no known layout are read with this caption
-    field, as ``tag --match text`` read them (:func:`curate.core.records.to_canonical`), so their ids
+    field, as ``curate match`` read them (:func:`curate.core.records.to_canonical`), so their ids
     are found. ``image_root``: the folder the inputs' relative image paths start from (``--image-root``;
     default each file's own); the written paths are rewritten from there. Returns counts per output file.
     """

@@ -48,7 +48,8 @@ from curate.core.location import Location
 from curate.core.remote import local_file, reading, writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask
-from curate.core.stats import StageStats, finish_stage, run_header
+from curate.balance.results import wall_timings
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 
 TAGS_DIR = "tags"
@@ -164,7 +165,7 @@ class TagTask(ShardTask):
 
 def tags_table(ids: pa.Array | Sequence[str], sources: pa.Array | Sequence[str], lengths: np.ndarray,
                concepts: np.ndarray, scores: np.ndarray) -> pa.Table:
-    """The ``tags.parquet`` rows of one shard, built from columns (the one builder of ``tag`` and ``tag --match``).
+    """The ``tags.parquet`` rows of one shard, built from columns (the one builder of ``tag`` and ``match``).
 
     Args:
         ids: record ids.
@@ -186,7 +187,7 @@ def tags_table(ids: pa.Array | Sequence[str], sources: pa.Array | Sequence[str],
 def merge_tags(out: Path, n_shards: int, metadata: dict[str, str], *, schema: pa.Schema = TAGS_SCHEMA) -> int:
     """Concatenate ``tags/<shard>.parquet`` in shard order into ``OUT/tags.parquet``; return rows.
 
-    ``schema``: the columns (``tag --match text`` may add ``text`` and ``lang``)."""
+    ``schema``: the columns (``curate match`` may add ``text`` and ``lang``)."""
     schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
     rows = 0
     with atomic_open(out / "tags.parquet", "wb") as fh, \
@@ -209,15 +210,7 @@ def tags_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 # ---------------------------------------------------------------------------
 
 def tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str], config: TagConfig | None = None, *,
-        executor: Any = None, write_stats: bool = True, quiet: bool = False, **settings: Any) -> dict[str, Any]:
-    """Tag every embedding with its top-K concepts into ``OUT/tags.parquet``; see :func:`run_tag`."""
-    return run_tag(embeddings, concepts, config, executor=executor, write_stats=write_stats, quiet=quiet,
-                   **settings)[0]
-
-
-def run_tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str], config: TagConfig | None = None, *,
-            executor: Any = None, write_stats: bool = True, quiet: bool = False,
-            **settings: Any) -> tuple[dict[str, Any], StageStats]:
+        executor: Any = None, **settings: Any) -> dict[str, Any]:
     """Tag every embedding with its top-K concepts into ``OUT/tags.parquet``; resumable.
 
     Args:
@@ -228,27 +221,48 @@ def run_tag(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str]
             ``recall_sample`` (embeddings sampled to measure IVF recall@K against exact search),
             ``id_column`` (of clip-retrieval metadata) and ``seed`` (IVF training, recall sample).
         executor: a :class:`curate.executors.Executor` (default: local, one worker).
-        write_stats: write ``OUT/stats.json``.
-        quiet: do not print the recall line.
         **settings: fields of :class:`TagConfig`, instead of or over ``config``.
 
     Returns:
-        The ``stats.json`` content and the merged stats (with the rejects).
+        The ``stats.json`` content (also written).
     """
     config = configure(TagConfig, config, **settings)
+    with writing(config.out) as out:
+        result, _ = tag_step(embeddings, concepts, config, out, executor=executor)
+        return finish_stage(out, result)
+
+
+def tag_step(embeddings: str | os.PathLike[str], concepts: str | os.PathLike[str], config: TagConfig, out: Path, *,
+             executor: Any = None) -> tuple[dict[str, Any], StageStats]:
+    """The work of :func:`tag` into the local folder ``out``, for a pipeline that writes its own ``stats.json``
+    (``curate balance``): the step's ``stats.json`` content and its stats."""
     given = Location(concepts)
     beside = (given.name, sidecar_path(Path(given.name)).name)
-    with writing(config.out) as out, reading(given.parent, include=beside) as folder:
-        return _tag(Location(embeddings), folder / given.name, given, config, out, executor, write_stats, quiet)
+    with reading(given.parent, include=beside) as folder:
+        return _tag(Location(embeddings), folder / given.name, given, config, out, executor)
 
 
-def _tag(embeddings: Location, concepts: Path, given: Location, config: TagConfig, out: Path, executor: Any,
-         write_stats: bool, quiet: bool) -> tuple[dict[str, Any], StageStats]:
-    """:func:`run_tag` into the local folder ``out``, the concept matrix (``given``) read from ``concepts``."""
+def _ivf(files: list[EmbeddingFile], vectors: np.ndarray, concepts_sha: str, config: TagConfig,
+         out: Path) -> tuple[Path | None, int | None, dict[str, Any] | None]:
+    """With ``--index ivf``: the trained index's file, its lists and its recall against exact search (printed)."""
+    if config.index != "ivf":
+        return None, config.nlist, None
+    top_k, nprobe = config.top_k, config.nprobe
+    nlist = config.nlist or auto_nlist(len(vectors))
+    index_file = ivf_file(out, concepts_sha, nlist, config.seed, vectors)
+    queries = sample_rows(files, config.recall_sample, config.seed)
+    recall = measure_recall(index_file, vectors, queries, min(top_k, len(vectors)), nprobe)
+    console.print(f"IVF nlist {nlist} nprobe {nprobe}: recall@{top_k} {recall['recall_at_k']:.4f} against "
+                  f"exact search on {recall['queries']:,} sampled embeddings (search {recall['speedup']}× faster)")
+    return index_file, nlist, recall
+
+
+def _tag(embeddings: Location, concepts: Path, given: Location, config: TagConfig, out: Path,
+         executor: Any) -> tuple[dict[str, Any], StageStats]:
+    """:func:`tag_step`, the concept matrix (``given``) read from ``concepts``."""
     from curate.executors import run_stage
 
-    top_k, index, nlist, nprobe = config.top_k, config.index, config.nlist, config.nprobe
-    recall_sample, id_column, seed = config.recall_sample, config.id_column, config.seed
+    top_k, index = config.top_k, config.index
     out.mkdir(parents=True, exist_ok=True)
     here = local_file(embeddings, "--embeddings")  # a folder in a bucket: copied into the cache
     assert here is not None
@@ -263,46 +277,33 @@ def _tag(embeddings: Location, concepts: Path, given: Location, config: TagConfi
         raise UserError(f"embeddings have {sorted(dims)} dims but {given} has {vectors.shape[1]}; "
                         "embed images and concepts with the same --model")
     t0 = time.perf_counter()
-    index_file = None
-    recall = None
-    if index == "ivf":
-        nlist = nlist or auto_nlist(len(vectors))
-        index_file = ivf_file(out, concepts_sha, nlist, seed, vectors)
-        queries = sample_rows(files, recall_sample, seed)
-        recall = measure_recall(index_file, vectors, queries, min(top_k, len(vectors)), nprobe)
-        if not quiet:
-            console.print(f"IVF nlist {nlist} nprobe {nprobe}: recall@{top_k} {recall['recall_at_k']:.4f} against "
-                          f"exact search on {recall['queries']:,} sampled embeddings "
-                          f"(search {recall['speedup']}× faster)")
+    index_file, nlist, recall = _ivf(files, vectors, concepts_sha, config, out)
     # any node finds the files: relative to OUT, or an input's URL (curate.core.remote)
     shards = [Shard(i, meta=f._replace(npy=portable(f.npy, out, copied), ids=portable(f.ids, out, copied)), size=f.rows)
               for i, f in enumerate(files)]
     task = TagTask(portable(concepts, out, (concepts.parent, given.parent.url) if given.is_remote else None),
                    top_k=top_k, index=index, index_file=portable(index_file, out) if index_file else None,
-                   nprobe=nprobe, id_column=id_column)
+                   nprobe=config.nprobe, id_column=config.id_column)
     settings = {"concepts": concepts_sha[:16], "top_k": top_k, "index": index,
-                **({"nlist": nlist, "nprobe": nprobe} if index == "ivf" else {}), "id_column": id_column,
+                **({"nlist": nlist, "nprobe": config.nprobe} if index == "ivf" else {}), "id_column": config.id_column,
                 "embeddings": [(s.meta.npy, s.meta.rows) for s in shards]}
-    stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="tag", settings=settings)
-    meta = {"concept_rows": str(total_rows), "concepts_embedded": str(len(valid_rows)), "top_k": str(top_k),
+    stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc="tag", settings=settings)
+    rows = merge_tags(out, len(shards), _tags_meta(concepts, concepts_sha, total_rows, len(valid_rows), top_k))
+    result = stage_result("tag", stats, seed=config.seed, out_key="records_tagged",
+                          settings={k: v for k, v in settings.items() if k != "embeddings"},
+                          rows=rows, concept_rows=total_rows, concepts_embedded=int(len(valid_rows)),
+                          layout=files[0].layout, embedding_files=len(files), **({"ivf": recall} if recall else {}),
+                          timings=wall_timings(stats, t0), outputs={"tags": "tags.parquet"})
+    return result, stats
+
+
+def _tags_meta(concepts: Path, concepts_sha: str, total_rows: int, valid_rows: int, top_k: int) -> dict[str, str]:
+    """``tags.parquet``'s metadata: the concept counts, K, the matrix's hash and what its sidecar says."""
+    meta = {"concept_rows": str(total_rows), "concepts_embedded": str(valid_rows), "top_k": str(top_k),
             "concepts_sha256": concepts_sha}
     side = sidecar_path(concepts)
     if side.is_file():
         info = json.loads(side.read_text(encoding="utf-8"))
         keep = ("model", "vocab_sha256", "template", "scripts", "embedded", "skipped")
         meta["concepts_meta"] = json.dumps({k: info.get(k) for k in keep}, sort_keys=True, ensure_ascii=False)
-    rows = merge_tags(out, len(shards), meta)
-    counts = stats.to_dict()
-    result = {
-        **run_header("tag", seed=seed, settings={k: v for k, v in settings.items() if k != "embeddings"}),
-        "records_in": counts["records_in"], "records_tagged": counts["records_out"], "rows": rows,
-        "dropped": counts["dropped"], "errored": counts["errored"], "per_source": counts["per_source"],
-        "concept_rows": total_rows, "concepts_embedded": int(len(valid_rows)),
-        "layout": files[0].layout, "embedding_files": len(files),
-        **({"ivf": recall} if recall else {}),
-        "timings": {**counts["timings"], "wall": round(time.perf_counter() - t0, 3)},
-        "outputs": {"tags": "tags.parquet"},
-    }
-    if write_stats:
-        finish_stage(out, result)
-    return result, stats
+    return meta

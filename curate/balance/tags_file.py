@@ -54,7 +54,7 @@ def open_tags(path: str | os.PathLike[str]) -> pq.ParquetFile:
     try:
         parquet = pq.ParquetFile(path, read_dictionary=["source"])
         names = parquet.schema_arrow.names
-        if "lang" in names:  # tag --match text with languages: read dictionary-encoded too
+        if "lang" in names:  # curate match with languages: read dictionary-encoded too
             parquet = pq.ParquetFile(path, read_dictionary=["source", "lang"])
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
         raise UserError(f"--tags {path}: not a readable Parquet file ({exc})") from None
@@ -107,7 +107,7 @@ def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> 
     offsets: np.ndarray | None = None
     width: int | None = None
     sources, row, used = [], 0, 0
-    extra: dict[str, list[pa.Array]] = {"text": [], "lang": []}  # tag --match text: texts and languages
+    extra: dict[str, list[pa.Array]] = {"text": [], "lang": []}  # curate match: texts and languages
     for g in range(parquet.num_row_groups):
         group = parquet.read_row_group(g, columns=cols)
         if "source" in cols:

@@ -112,7 +112,7 @@ def language_thresholds(tags: TagArrays, counted: np.ndarray, n_concepts: int, *
         UserError: no languages in the tags, or no English match to set the share from.
     """
     if tags.lang is None:
-        raise UserError("--mode worldwide needs each text's language: make the tags with tag --match text "
+        raise UserError("--mode worldwide needs each text's language: make the tags with curate match "
                         "--lang-id (or a vocabulary per language, --vocab LANG=FILE)")
     names = list(tags.lang_names)
     counts = np.zeros((len(names), n_concepts), np.int64)

@@ -49,7 +49,7 @@ class TagArrays:
     flat: np.ndarray | tuple[np.ndarray, ...]
     taggable: int | None
     width: int | None = None
-    text: np.ndarray | None = None  # one row per text (tag --per text): the text's index in its record
+    text: np.ndarray | None = None  # one row per text (match --per text): the text's index in its record
     lang: np.ndarray | None = None  # the language each row counts under: codes into lang_names
     lang_names: list[str] = field(default_factory=list)
 

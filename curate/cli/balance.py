@@ -1,45 +1,28 @@
-"""Verbs of concept balancing: ``embed``, ``tag``, ``resample``, ``balance`` (curate/balance/)."""
+"""Verbs of concept balancing: ``embed``, ``tag``, ``match``, ``resample``, ``balance`` (curate/balance/).
+
+Their options are made from the fields of the step configs (:mod:`curate.balance.config`), where each setting's
+flag, default and help are declared once; a verb passes the values straight to its config.
+"""
 
 from __future__ import annotations
 
 import click
 
-from curate.balance.config import INDEXES, MATCHES, MODES, PER, RULES, SCRIPT_CHOICES, WEIGHTINGS
+from curate.balance.config import (BalanceConfig, EmbedConfig, MatchConfig, ResampleConfig, TagConfig,
+                                   VocabEmbedConfig)
 from curate.balance.results import (BalanceResult, EmbedResult, ResampleResult, TagResult, language_lines,
                                     records_lines)
-from curate.core import validate as v
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
-                                 make_executor, model_options, print_rejects, refuse_given, threads_for)
-
-
-def _text_match_options(fn):  # noqa: ANN001, ANN202 - click decorators
-    """``--text-field``, ``--rules``, ``--case-sensitive``, ``--per`` and ``--lang-id`` of ``tag --match text`` and
-    ``balance --match text``."""
-    fn = click.option("--lang-id", is_flag=True,
-                      help="With --match text: identify each text's language (py3langid, offline) and count per "
-                           "language, for --mode worldwide (implied by --vocab LANG=FILE).")(fn)
-    fn = click.option("--per", type=click.Choice(PER), default=None,
-                      help="With --match text: match and count each text of a record (its captions or turns) on "
-                           "its own, as MetaCLIP does, or the record's texts joined "
-                           "(default: text with --rules metaclip, else record).")(fn)
-    fn = click.option("--case-sensitive", is_flag=True,
-                      help="With --match text: curate's rules but case compared as written.")(fn)
-    fn = click.option("--rules", type=click.Choice(RULES), default="curate", show_default=True,
-                      help="With --match text: metaclip = MetaCLIP 2's rules exactly (case as written, entries "
-                           "as given, counted per text); curate folds case and strips entries (docs/metaclip.md).")(fn)
-    return click.option("--text-field", default=None,
-                        help="With --match text: match this raw field (e.g. alt_text, or a caption beside a "
-                             "conversation) instead of the assistant messages; a row with no conversation, caption, "
-                             "text, problem or question is read as a caption record from this field (resample "
-                             "--records then finds it too).")(fn)
-
+from curate.cli.options import (config_options, executor_options, image_limit_options, image_limits_given,
+                                 make_executor, print_rejects, refuse_given, threads_for)
 
 _TEXT_MATCH = ("text_field", "rules", "case_sensitive", "per", "lang_id")
 _IVF = ("nlist", "nprobe")
 _INVERSE = ("weighting", "temperature", "use_k")
+_VOCAB_HELP = ("The vocabulary, one entry per line (e.g. vocab/500k.txt), or one per language, repeated "
+               "(--vocab en=en.txt --vocab zh=zh.txt [--vocab other=other.txt]).")
 
 
 def _refuse_other_modes(match: str, index: str | None = None, mode: str | None = None, image_limits: bool = False) -> None:
@@ -57,28 +40,19 @@ def _refuse_other_modes(match: str, index: str | None = None, mode: str | None =
         refuse_given(_INVERSE, f"is for --mode inverse, not --mode {mode}")
 
 
-def _metaclip_options(fn):  # noqa: ANN001, ANN202 - click decorators
-    """``--t`` and ``--tail-share`` of ``resample``/``balance`` in MetaCLIP's modes."""
-    fn = click.option("--tail-share", type=float, default=None,
-                      help="--mode worldwide: every language's tail share, instead of English's at --t.")(fn)
-    return click.option("--t", "t", type=int, default=None,
-                        help="MetaCLIP's threshold (default 20,000 with --mode metaclip; with --mode worldwide "
-                             "English's, default 170,000, which sets every language's).")(fn)
+def _vocab_option(help: str = _VOCAB_HELP):  # noqa: A002, ANN202 - click decorator
+    """``--vocab FILE|LANG=FILE`` of ``match`` and ``balance`` (an input: repeatable, one file per language)."""
+    return click.option("--vocab", "vocab_values", required=True, multiple=True, type=click.Path(path_type=str),
+                        metavar="FILE|LANG=FILE", help=help)
 
 
 @cli.command("embed")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
-@model_options
-@click.option("--batch-size", type=int, default=64, show_default=True, help="Images per forward pass.")
-@click.option("--decode-threads", type=int, default=None,
-              help="Threads decoding images while the model runs (default: cores, at most 8).")
-@click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per shard (one .npy each).")
-@image_root_option
+@config_options(EmbedConfig)
 @image_limit_options
 @executor_options
-def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: int, executor: str,
-              ray_address: str | None, **settings: object) -> None:
+def embed_cmd(inputs: tuple[str, ...], threads: int | None, workers: int, executor: str, ray_address: str | None,
+              **settings: object) -> None:
     """Embed the images of records with open_clip (L2-normalised, float16).
 
     Writes OUT/embeddings/NNNNNN.npy (N×D float16) + NNNNNN.ids.parquet (id, source)
@@ -91,11 +65,11 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
       curate embed data/*.jsonl --out emb/                       # MetaCLIP ViT-B/32 (hub cache)
       curate embed data/ --model ViT-B-32-quickgelu:/ckpt/b32_400m.pt --precision bf16 --out emb/
     """
-    from curate.balance.config import EmbedConfig
     from curate.balance.embed import embed
     from curate.core.progress import console
 
-    config = EmbedConfig(out=out, threads=threads_for(threads, workers), **settings,  # type: ignore[arg-type]
+    out = str(settings["out"])
+    config = EmbedConfig(threads=threads_for(threads, workers), **settings,  # type: ignore[arg-type]
                          **image_limits_given())
     r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
@@ -104,128 +78,104 @@ def embed_cmd(inputs: tuple[str, ...], out: str, threads: int | None, workers: i
     console.print(f"embeddings: {out}/embeddings/   stats: {out}/stats.json")
 
 
-@cli.command("tag")
-@click.option("--match", "match", type=click.Choice(MATCHES), default="embeddings", show_default=True,
-              help="embeddings = nearest concepts of image embeddings (FAISS); text = MetaCLIP's substring "
-                   "matching of each record's text against --vocab (no model, CPU only).")
-@click.option("--embeddings", type=click.Path(path_type=str), default=None,
+class _TagCommand(click.Command):
+    """``tag``, which sends ``--match text`` (its former text mode) to ``curate match`` in one line."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if any(a == "--match" or a.startswith("--match=") for a in args):
+            raise UserError("tag --match: matching records' text is its own verb: "
+                            "curate match RECORDS... --vocab VOCAB --out OUT (tag reads embeddings only)")
+        return super().parse_args(ctx, args)
+
+
+@cli.command("tag", cls=_TagCommand)
+@click.option("--embeddings", required=True, type=click.Path(path_type=str),
               help="Embeddings folder: curate embed's OUT (or OUT/embeddings), or clip-retrieval's "
-                   "(img_emb/ + metadata/). With --match embeddings.")
-@click.option("--concepts", type=click.Path(path_type=str), default=None,
-              help="Concept matrix from curate vocab embed. With --match embeddings.")
-@click.option("--records", multiple=True, type=click.Path(path_type=str),
-              help="With --match text: record files/folders whose text is matched. Repeatable.")
-@click.option("--vocab", "vocab_values", multiple=True, type=click.Path(path_type=str), metavar="FILE|LANG=FILE",
-              help="With --match text: the vocabulary, one entry per line (e.g. vocab/500k.txt), or one per "
-                   "language, repeated (--vocab en=en.txt --vocab zh=zh.txt [--vocab other=other.txt]).")
-@_text_match_options
-@click.option("--shard-size", type=int, default=50000, show_default=True,
-              help="With --match text: records per shard.")
-@click.option("--top-k", type=int, default=None,
-              help="Concepts per record (default: 5 with --match embeddings, every match with --match text).")
-@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
-@click.option("--index", type=click.Choice(INDEXES), default="flat", show_default=True,
-              help="flat = exact inner product; ivf = FAISS IVF (prints recall@K against exact search).")
-@click.option("--nlist", type=int, default=None,
-              help="IVF lists (default: 4·√V rounded to a power of 2, e.g. 2,048 for 500K concepts).")
-@click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
-@click.option("--recall-sample", type=int, default=1000, show_default=True,
-              help="Embeddings (seeded sample) used to measure IVF recall@K.")
-@click.option("--id-column", default=None,
-              help="Id column of clip-retrieval metadata (default: id, key, image_path or url).")
+                   "(img_emb/ + metadata/).")
+@click.option("--concepts", required=True, type=click.Path(path_type=str),
+              help="Concept matrix from curate vocab embed.")
+@config_options(TagConfig)
 @executor_options
-def tag_cmd(match: str, embeddings: str | None, concepts: str | None, records: tuple[str, ...],
-            vocab_values: tuple[str, ...], text_field: str | None, rules: str, case_sensitive: bool, per: str | None,
-            lang_id: bool, shard_size: int, top_k: int | None, out: str, index: str, nlist: int | None, nprobe: int,
-            recall_sample: int, id_column: str | None, seed: int, workers: int, executor: str,
-            ray_address: str | None) -> None:
+def tag_cmd(embeddings: str, concepts: str, seed: int, workers: int, executor: str, ray_address: str | None,
+            **settings: object) -> None:
     """Tag every embedding with its top-K nearest concepts (FAISS).
 
     Writes OUT/tags.parquet (id, source, concepts list<int32> = vocabulary line − 1,
     scores list<float32>, best first), per-file parts in OUT/tags/ and OUT/stats.json.
     Zero concept rows (entries the encoder could not read) are never returned.
-
-    With --match text, each record's text is matched against --vocab as MetaCLIP
-    does (substrings at word boundaries; no spaces needed in CJK/Thai text);
-    scores are match counts. The output has the same layout.
+    To tag records by their text instead (MetaCLIP's substring matching): curate match.
 
     \b
     Examples:
       curate tag --embeddings emb/ --concepts concepts.npy --top-k 5 --out tagged/
       curate tag --embeddings clip_retrieval_out/ --concepts concepts.npy --index ivf --nlist 4096 --out tagged/
-      curate tag --match text --records data/ --vocab vocab/500k.txt --workers 8 --out tagged/
-      curate tag --match text --rules metaclip --records data/ --vocab metadata.txt --out tagged/
     """
-    from curate.balance.config import TagConfig
     from curate.balance.tag import tag
     from curate.core.progress import console
 
-    _refuse_other_modes(match, index)
-    if match == "text":
-        refuse_given(("index", "recall_sample", "id_column"), "is for --match embeddings")
-    else:
-        refuse_given(("records", "vocab_values", "shard_size"), "is for --match text")
-    if match == "text":
-        from curate.balance.config import MatchConfig
-        from curate.balance.match import match_text
-        from curate.balance.matching.vocabularies import parse_vocab_values
-
-        vocab = parse_vocab_values(vocab_values)
-        if not records or vocab is None or embeddings or concepts:
-            raise UserError("--match text needs --records DATA and --vocab VOCAB (and no --embeddings/--concepts)")
-        match_config = MatchConfig(out=out, text_field=text_field, rules=rules, case_sensitive=case_sensitive,
-                                   per=per, lang_id=lang_id, top_k=top_k, shard_size=shard_size, seed=seed)
-        for path in records:
-            v.in_path("--records", path)
-        r = match_text(list(records), vocab, match_config, executor=make_executor(executor, workers, ray_address))
-        unit = "texts" if match_config.per == "text" else "records"
-        console.print(f"[bold]matched[/bold] {r['records_tagged']:,} of {r['records_in']:,} records ({r['texts']:,} "
-                      f"texts) against {r['concepts_embedded']:,} entries ({match_config.rules} rules): "
-                      f"{r['matches']:,} matches, {r['rows_without_concept']:,} {unit} without any")
-        for lang, n in list(r.get("texts_per_language", {}).items())[:8]:
-            console.print(f"  {lang}: {n:,} texts")
-        print_rejects(from_stats(TagResult, r), out)
-        console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
-        return
-    if embeddings is None or concepts is None:
-        raise UserError("curate tag needs --embeddings EMB and --concepts CONCEPTS.npy (or --match text)")
-    top_k = 5 if top_k is None else top_k
-
-    config = TagConfig(out=out, top_k=top_k, index=index, nlist=nlist, nprobe=nprobe, recall_sample=recall_sample,
-                       id_column=id_column, seed=seed)
+    _refuse_other_modes("embeddings", str(settings.get("index")))
+    out = str(settings["out"])
+    config = TagConfig(seed=seed, **settings)  # type: ignore[arg-type]
     r = from_stats(TagResult, tag(embeddings, concepts, config, executor=make_executor(executor, workers, ray_address)))
-    console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {top_k} of "
+    console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {config.top_k} of "
                   f"{r.concepts_embedded:,} concepts ({r.embedding_files} embedding files, {r.layout} layout)")
     print_rejects(r, out)
     console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
 
 
+@cli.command("match")
+@click.argument("inputs", nargs=-1, required=True, metavar="RECORDS...", type=click.Path(path_type=str))
+@_vocab_option()
+@config_options(MatchConfig)
+@executor_options
+def match_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], seed: int, workers: int, executor: str,
+              ray_address: str | None, **settings: object) -> None:
+    """Tag records by MetaCLIP's substring matching of their text against a vocabulary.
+
+    Each record's text (its assistant turns or captions, or --text-field) is matched
+    against --vocab as MetaCLIP does (substrings at word boundaries; no spaces needed
+    in CJK/Thai text; no model, CPU only). Writes OUT/tags.parquet in curate tag's
+    layout (scores = match counts), per-shard parts in OUT/tags/, OUT/rejects.parquet
+    and OUT/stats.json; curate resample reads the tags.
+
+    \b
+    Examples:
+      curate match data/ --vocab vocab/500k.txt --workers 8 --out tagged/
+      curate match data/ --rules metaclip --vocab metadata.txt --out tagged/
+      curate match data/ --rules metaclip --vocab en=en.txt --vocab zh=zh.txt --out tagged/
+    """
+    from curate.balance.match import match
+    from curate.balance.matching.vocabularies import parse_vocab_values
+    from curate.core.progress import console
+    from curate.core import validate as v
+
+    vocab = parse_vocab_values(vocab_values)
+    config = MatchConfig(seed=seed, **settings)  # type: ignore[arg-type]
+    for path in inputs:
+        v.in_path("RECORDS", path)
+    out = str(settings["out"])
+    r = match(list(inputs), vocab, config, executor=make_executor(executor, workers, ray_address))
+    unit = "texts" if config.per == "text" else "records"
+    console.print(f"[bold]matched[/bold] {r['records_tagged']:,} of {r['records_in']:,} records ({r['texts']:,} "
+                  f"texts) against {r['concepts_embedded']:,} entries ({config.rules} rules): "
+                  f"{r['matches']:,} matches, {r['rows_without_concept']:,} {unit} without any")
+    for lang, n in list(r.get("texts_per_language", {}).items())[:8]:
+        console.print(f"  {lang}: {n:,} texts")
+    print_rejects(from_stats(TagResult, r), out)
+    console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
+
+
+def _help(cls: type, name: str) -> str:
+    """The help a config field declares (for an option ``config_options`` cannot make: a repeatable one)."""
+    return cls.__dataclass_fields__[name].metadata["help"]
+
+
 @cli.command("resample")
-@click.option("--tags", required=True, type=click.Path(path_type=str), help="tags.parquet from curate tag.")
-@click.option("--target", type=int, default=None, help="Records to draw (with replacement beyond the pool).")
-@click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (>1: copies).")
-@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
-@click.option("--mode", type=click.Choice(MODES), default="inverse", show_default=True,
-              help="inverse = weights from inverse concept frequency; metaclip = keep with p = t / max(count, t); "
-                   "worldwide = MetaCLIP 2's, a t per language set from English's tail share.")
-@_metaclip_options
-@click.option("--weighting", type=click.Choice(WEIGHTINGS), default="mean", show_default=True,
-              help="How a record's K inverse frequencies combine into its weight.")
-@click.option("--temperature", type=float, default=1.0, show_default=True,
-              help="Exponent τ in freq^-τ: 1 fully inverse, 0 uniform.")
-@click.option("--use-k", type=int, default=None,
-              help="Use only each record's J best tags for frequencies and weights (default: all K).")
-@click.option("--per", type=click.Choice(PER), default=None,
-              help="On tags with a row per text (tag --per text): count per text and draw image-text pairs as "
-                   "MetaCLIP 2 does (default in MetaCLIP's modes), or merge each record's texts.")
-@click.option("--records", multiple=True, type=click.Path(path_type=str),
-              help="Input record files/folders; the selected records are written to OUT/records/ in their layout. "
-                   "Repeatable.")
-@click.option("--vocab", type=click.Path(path_type=str), default=None,
-              help="Vocabulary, to name the top concepts in stats.json.")
-@image_root_option
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draw.")
-def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: object) -> None:
+@click.option("--tags", required=True, type=click.Path(path_type=str),
+              help="tags.parquet from curate tag or curate match.")
+@config_options(ResampleConfig)
+@click.option("--records", multiple=True, type=click.Path(path_type=str), help=_help(ResampleConfig, "records"))
+def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> None:
     """Draw a concept-balanced selection of the tagged records.
 
     Record weight = mean (or max, sum) over its concepts of freq^-τ; the target is
@@ -239,12 +189,12 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
       curate resample --tags tagged/tags.parquet --mode metaclip --t 20000 --out balanced/
       curate resample --tags tagged/tags.parquet --mode worldwide --t 170000 --out balanced/
     """
-    from curate.balance.config import ResampleConfig
     from curate.balance.resample import resample
     from curate.core.progress import console
 
     _refuse_other_modes("embeddings", mode=str(settings.get("mode")))
-    config = ResampleConfig(out=out, records=records or None, **settings)  # type: ignore[arg-type]
+    out = str(settings["out"])
+    config = ResampleConfig(records=records or None, **settings)  # type: ignore[arg-type]
     r = from_stats(ResampleResult, resample(tags, config))
     b = r.balance
     console.print(f"[bold]selected[/bold] {r.records_selected:,} of {r.pool:,} tagged records "
@@ -258,49 +208,30 @@ def resample_cmd(tags: str, out: str, records: tuple[str, ...], **settings: obje
 
 @cli.command("balance")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--vocab", "vocab_values", required=True, multiple=True, type=click.Path(path_type=str),
-              metavar="FILE|LANG=FILE",
-              help="Concept vocabulary (e.g. vocab/500k.txt); with --match text also one per language, repeated "
-                   "(--vocab en=en.txt --vocab zh=zh.txt).")
-@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder (all steps).")
-@model_options
-@click.option("--batch-size", type=int, default=64, show_default=True, help="Images per forward pass.")
-@click.option("--template", default=None, metavar="TEXT", help="Concept prompt template, e.g. 'a photo of {}'.")
-@click.option("--scripts", type=click.Choice(SCRIPT_CHOICES), default="auto",
-              show_default=True, help="Vocabulary entries to embed by script (auto: what the tokenizer reads).")
-@click.option("--cache-dir", type=click.Path(path_type=str), default=None,
-              help="Concept embedding cache (default: $CURATE_CACHE/concepts or ~/.cache/curate/concepts).")
-@click.option("--match", "match", type=click.Choice(MATCHES), default="embeddings", show_default=True,
-              help="How records get their concepts: nearest concept embeddings, or MetaCLIP's substring "
-                   "matching of each record's text against --vocab (no model; no embeddings/ or concepts.npy).")
-@_text_match_options
-@click.option("--top-k", type=int, default=None,
-              help="Concepts per record (default: 5 with --match embeddings, every match with --match text).")
-@click.option("--index", type=click.Choice(INDEXES), default="flat", show_default=True, help="FAISS index.")
-@click.option("--nlist", type=int, default=None, help="IVF lists (default: 4·√V rounded to a power of 2).")
-@click.option("--nprobe", type=int, default=16, show_default=True, help="IVF lists searched per query.")
-@click.option("--target", type=int, default=None, help="Records to draw.")
-@click.option("--fraction", type=float, default=None, help="Target as a fraction of the tagged records (default 0.5).")
-@click.option("--mode", type=click.Choice(MODES), default="inverse", show_default=True,
-              help="Resampling rule (worldwide: MetaCLIP 2's per-language t; needs --lang-id or --vocab LANG=FILE).")
-@_metaclip_options
-@click.option("--weighting", type=click.Choice(WEIGHTINGS), default="mean", show_default=True,
-              help="How a record's K inverse frequencies combine.")
-@click.option("--temperature", type=float, default=1.0, show_default=True, help="Exponent τ in freq^-τ.")
-@click.option("--use-k", type=int, default=None, help="Resample on each record's J best tags only (default: all K).")
-@click.option("--shard-size", type=int, default=5000, show_default=True, help="Records per embedding shard.")
+@_vocab_option("Concept vocabulary (e.g. vocab/500k.txt); with --match text also one per language, repeated "
+               "(--vocab en=en.txt --vocab zh=zh.txt).")
+@config_options(EmbedConfig, "out", "model", "precision", "device", "threads", "batch_size")
+@config_options(VocabEmbedConfig, "template", "scripts", "cache_dir")
+@config_options(BalanceConfig, "match")
+@config_options(MatchConfig, *_TEXT_MATCH)
+@config_options(BalanceConfig, "top_k")
+@config_options(TagConfig, "index", "nlist", "nprobe")
+@config_options(ResampleConfig, "target", "fraction", "mode", "t", "tail_share", "weighting", "temperature", "use_k")
+@config_options(EmbedConfig, "shard_size")
 @click.option("--no-records", is_flag=True, help="Write selection.parquet only, not the selected records.")
-@image_root_option
+@config_options(EmbedConfig, "image_root")
 @image_limit_options
 @executor_options
-def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str, threads: int | None, no_records: bool,
+def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], threads: int | None, no_records: bool,
                 workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Concept-balance records: embed → concept embeddings → tag → resample → report.
 
     Everything goes to OUT (embeddings/, concepts.npy, tags.parquet, selection.parquet,
     records/, balance.png, rejects.parquet, stats.json). Resumable: rerun the same
     command after an interruption. Tags are only meaningful with a real MetaCLIP
-    checkpoint; the tiny test model exercises the pipeline.
+    checkpoint; the tiny test model exercises the pipeline. With --match text the
+    first steps are curate match's (no model); without --target/--fraction half the
+    tagged records are kept.
 
     \b
     Examples:
@@ -311,17 +242,15 @@ def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], out: str
       curate balance data/ --vocab en=en.txt --vocab zh=zh.txt --match text --rules metaclip --mode worldwide \\
           --out balanced/
     """
-    from curate.balance.config import BalanceConfig
     from curate.balance.pipeline import balance, summary_lines
-    from curate.core.progress import console
-
     from curate.balance.matching.vocabularies import parse_vocab_values
+    from curate.core.progress import console
 
     _refuse_other_modes(str(settings.get("match")), str(settings.get("index")), str(settings.get("mode")),
                         image_limits=True)
-    config = BalanceConfig.build(out=out, vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
+    config = BalanceConfig.build(vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
                                  threads=threads_for(threads, workers), write_records=not no_records,
-                                 **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are settings)
+                                 **settings, **image_limits_given())  # type: ignore[arg-type]
     r = from_stats(BalanceResult, balance(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
-    for line in summary_lines(r, out):
+    for line in summary_lines(r, str(settings["out"])):
         console.print(line)

@@ -1,4 +1,4 @@
-"""Flags and helpers shared by the verbs: executor flags, the executor they make, open_clip model flags."""
+"""Flags and helpers shared by the verbs: executor flags, the executor they make, options made from a config."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import click
 from curate.core import validate as v
 from curate.core.defaults import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
 from curate.executors import EXECUTORS
-from curate.models.specs import PRECISIONS  # not .encoders: that loads numpy for a flag's choices
 
 if TYPE_CHECKING:
     from curate.core.results import Counts
@@ -149,23 +148,6 @@ def image_limits_given() -> dict[str, int]:
     return {k: val for k, val in given.items() if val is not None}
 
 
-_MODEL_HELP = ("open_clip model: ARCH:PRETRAINED (hub tag), ARCH:/path/checkpoint.{pt,safetensors} "
-               "(ARCH an open_clip name or an ARCH.json beside the file), local-dir:FOLDER or hf-hub:ORG/REPO.")
-
-
-def model_options(fn):  # noqa: ANN001, ANN202 - click decorator
-    """Flags shared by the verbs that run an open_clip model."""
-    fn = click.option("--threads", type=int, default=None,
-                      help="torch CPU threads per worker (default: cores ÷ workers; while embedding "
-                           "the vocabulary, cores − 1 beside the tokenizer thread).")(fn)
-    fn = click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")(fn)
-    fn = click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
-                      help="Model precision; fp16 needs a GPU, bf16 is about 2× faster than fp32 on recent CPUs.")(fn)
-    fn = click.option("--model", default="ViT-B-32-quickgelu:metaclip_400m", show_default=True, metavar="SPEC",
-                      help=_MODEL_HELP)(fn)
-    return fn
-
-
 def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # noqa: ANN201 - click decorator
     """The click options of a config class's settings (:func:`curate.core.settings.settings_of`): all of them but
     ``exclude``, or ``names`` in that order. Each option's flag, type, default and help come from the config's
@@ -186,14 +168,19 @@ def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # no
     return decorate
 
 
+class SettingOption(click.Option):
+    """An option made by :func:`config_options` from a config field (a test tells it from one written by hand)."""
+
+
 def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
     import os
 
     if info.type is bool:
         if info.default:
             return click.option(f"{info.flag}/--no-{info.flag[2:]}", info.name, default=True, show_default=True,
-                                help=info.help)
-        return click.option(info.flag, info.name, is_flag=True, help=info.help)
+                                help=info.help, cls=SettingOption)
+        return click.option(info.flag, info.name, is_flag=True, default=False, help=info.help,  # click 8.3: UNSET
+                            cls=SettingOption)
     if info.choices:
         kind = click.Choice(info.choices)
     elif info.type is os.PathLike:
@@ -203,7 +190,7 @@ def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
     shown = info.show_default and info.default not in (None, "")
     given = {"required": True} if info.required else {"default": info.default}  # click: a default None is a value
     return click.option(info.flag, info.name, type=kind, metavar=info.metavar, show_default=shown, help=info.help,
-                        **given)
+                        cls=SettingOption, **given)
 
 
 def print_rejects(counts: Counts, out: str) -> None:

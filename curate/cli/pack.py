@@ -2,56 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import (executor_options, image_limit_options, image_limits_given, image_root_option,
-                                 make_executor, print_rejects)
+from curate.cli.options import (config_options, executor_options, image_limit_options, image_limits_given,
+                                 image_root_option, make_executor, print_rejects)
 from curate.core import validate as v
 from curate.core.errors import UserError
+from packer.config import PackConfig, VerifyConfig
 
 
 @cli.command("pack")
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=str))
-@click.option("--processor", metavar="PROC", help="Processor folder or hub id used by the trainer (AutoProcessor).")
-@click.option("--ctx", type=int, default=8192, show_default=True, help="Tokens per packed sequence.")
-@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
-@click.option("--min-pixels", type=int, default=None, help="Override the image processor's min_pixels.")
-@click.option("--max-pixels", type=int, default=None, help="Override the image processor's max_pixels.")
-@click.option("--verify-sample", type=int, default=1000, show_default=True,
-              help="Records (seeded, spread over shards) also run through the full processor; any mismatch stops "
-                   "the run. 0 turns the check off.")
-@click.option("--verify-fraction", type=float, default=None,
-              help="Older form: a share of every shard checked instead of --verify-sample (1% of 85M records is "
-                   "850K processor runs); prefer --verify-sample.")
-@click.option("--exact", is_flag=True, help="Run the full processor on every record (decodes every image; slow).")
-@click.option("--lengths", type=click.Path(path_type=str), default=None,
-              help="Earlier token lengths (a lengths.parquet). With INPUT: text counts of unchanged records "
-                   "reused, images and new records counted, its other records ignored; without: plan them as they are.")
-@click.option("--plan-only", is_flag=True, help="Write plan.parquet and stats.json only, no shards.")
-@click.option("--shard-size", type=int, default=5000, show_default=True, help="Input records per counting shard.")
-@click.option("--sequences-per-shard", type=int, default=256, show_default=True,
-              help="Packed sequences per output tar.")
-@click.option("--trust-remote-code", is_flag=True, help="Allow processors that ship their own code.")
-@click.option("--energon", default=None, metavar="TRAIN,VAL,TEST",
-              help="Also make OUT a Megatron-Energon dataset with this split of the shards, e.g. 1,0,0 "
-                   "(see curate energon-prepare).")
-@click.option("--balance-compute", is_flag=True,
-              help="Lay the bins out in training steps of equal compute per data-parallel rank (needs --dp).")
-@click.option("--dp", type=int, default=None, metavar="N", help="Data-parallel ranks that train on the pack.")
-@click.option("--micro-batches", type=int, default=None, metavar="M",
-              help="Packed sequences per rank per step (default 1).")
-@click.option("--cost-model", type=click.Path(path_type=str), default=None, metavar="FILE",
-              help="YAML of architecture parameters for the compute cost (default: LLaVA-OneVision-1.5-8B), or a "
-                   "timing log (.csv/.parquet of measured sequences) to fit the cost to (docs/compute-balance.md).")
-@click.option("--step-mix", type=int, default=None, metavar="K",
-              help="Groups of similar sequences per step (default: one per micro-batch). More groups mix what a "
-                   "step holds at the price of balance; must divide dp x micro-batches.")
+@config_options(PackConfig)
 @image_root_option
 @image_limit_options
 @executor_options
-def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, plan_only: bool, energon: str | None,
-             workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
+def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **settings: Any) -> None:
     """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
 
     Token counts are exact for the given processor (image tokens by the Qwen2-VL
@@ -66,9 +35,9 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
       curate pack --lengths packed/lengths.parquet --ctx 16384 --plan-only --out plan16k/
       curate pack data/*.jsonl --processor PROC --out packed/ --balance-compute --dp 64 --micro-batches 2
     """
-    from packer.config import PackConfig
     from packer.pack import check_request, pack
 
+    out, verify_fraction, energon = settings["out"], settings["verify_fraction"], settings["energon"]
     if verify_fraction is not None:
         from curate.core.progress import console
 
@@ -76,15 +45,14 @@ def pack_cmd(inputs: tuple[str, ...], out: str, verify_fraction: float | None, p
                       "record with the full processor (deprecated; a fixed --verify-sample N costs the same at any "
                       "corpus size); --verify-sample is ignored")
 
-    config = PackConfig(out=out, verify_fraction=verify_fraction, plan_only=plan_only, energon=energon,
-                        workers=workers, **settings, **image_limits_given())  # type: ignore[arg-type]  (the flags are the config's fields)
+    config = PackConfig(**settings, **image_limits_given())  # the flags are the config's fields
     check_request(list(inputs), config)
-    stats = pack(list(inputs), config, executor=make_executor(executor, workers, ray_address))
+    stats = pack(list(inputs), config, executor=make_executor(executor, config.workers, ray_address))
     _summary_pack(stats, out)
-    if energon and not plan_only:
+    if energon and not config.plan_only:
         from packer.energon import prepare_energon
 
-        prepare_energon(out, split_ratio=energon, workers=workers)
+        prepare_energon(out, split_ratio=energon, workers=config.workers)
         click.echo(f"energon dataset: {out} (.nv-meta/, split {energon}); check with: energon lint {out}", err=True)
 
 
@@ -129,15 +97,9 @@ def _summary_pack(stats: dict, out: str) -> None:
 
 @cli.command("verify")
 @click.argument("out", type=click.Path(path_type=str))
-@click.option("--processor", metavar="PROC", default=None,
-              help="Processor to recount tokens with (default: the one recorded in OUT/stats.json).")
-@click.option("--sample", type=int, default=64, show_default=True, help="Records re-tokenized (seeded sample).")
-@click.option("--recount-all", is_flag=True,
-              help="Re-tokenize every record instead of a sample, in the shards (each worker loads the processor): "
-                   "the proof that every stored count is right, at about the cost of counting again.")
+@config_options(VerifyConfig)
 @executor_options
-def verify_cmd(out: str, processor: str | None, sample: int, recount_all: bool, seed: int, workers: int,
-               executor: str, ray_address: str | None) -> None:
+def verify_cmd(workers: int, executor: str, ray_address: str | None, **settings: Any) -> None:
     """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
 
     Each tar is read once (each sequence's JSON; every image through the image gate, which proves it
@@ -146,12 +108,9 @@ def verify_cmd(out: str, processor: str | None, sample: int, recount_all: bool, 
     Exits 1 and names each inconsistency (the tar, sequence, image and sample) when anything is wrong.
     """
     from curate.core.progress import console
-    from packer.config import VerifyConfig
     from packer.verify import verify_pack
 
-    report = verify_pack(config=VerifyConfig(out=out, processor=processor, sample=sample, seed=seed,
-                                             recount_all=recount_all),
-                         executor=make_executor(executor, workers, ray_address))
+    report = verify_pack(config=VerifyConfig(**settings), executor=make_executor(executor, workers, ray_address))
     console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
                   f"{report.images:,} images; recounted {report.recounted} records with the processor")
     if not report.ok:

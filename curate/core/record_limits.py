@@ -36,21 +36,20 @@ def image_limits(max_bytes: int | None = None, max_pixels: int | None = None) ->
 class ImageReading:
     """The image limits of a stage's settings (a base class of its config; keyword-only fields).
 
-    Attributes:
-        max_image_bytes: Image files or cells larger than this are errored ``too_large`` before they are read
-            (None: the gate's :data:`~curate.core.images.DEFAULT_MAX_BYTES`).
-        max_image_pixels: Images with more pixels are errored ``decompression_bomb`` before they are decoded
-            (None: the gate's :data:`~curate.core.images.DEFAULT_MAX_PIXELS`).
-        max_images: Records holding more images are errored ``too_many_images`` before any is read.
+    Each field is a setting (:func:`curate.core.settings.setting`) whose flag is one of the shared image limit
+    flags (``curate.cli.options.image_limit_options``), hence ``cli=False``. A limit left None is the gate's
+    (:data:`~curate.core.images.DEFAULT_MAX_BYTES`, :data:`~curate.core.images.DEFAULT_MAX_PIXELS`).
     """
 
-    # Offered by curate.cli.options.image_limit_options (sizes such as 256MiB; unset flags keep these defaults).
-    max_image_bytes: int | None = setting(None, cli=False, help="Image files or cells larger than this are errored "
-                                                                "too_large before they are read.")
-    max_image_pixels: int | None = setting(None, cli=False, help="Images with more pixels are errored "
-                                                                 "decompression_bomb before they are decoded.")
-    max_images: int = setting(DEFAULT_MAX_IMAGES, cli=False, help="Records with more images are errored "
-                                                                  "too_many_images before any is read.")
+    max_image_bytes: int | None = setting(
+        None, cli=False, flag="--max-image-bytes",
+        help="Image files or cells larger than this are errored too_large before they are read.")
+    max_image_pixels: int | None = setting(
+        None, cli=False, flag="--max-image-pixels",
+        help="Images with more pixels are errored decompression_bomb before they are decoded.")
+    max_images: int = setting(
+        DEFAULT_MAX_IMAGES, cli=False, flag="--max-images-per-record",
+        help="Records holding more images are errored too_many_images before any is read.")
 
     @property
     def image_limits(self) -> ImageLimits:

@@ -40,21 +40,26 @@ def test_each_setting_is_declared_once() -> None:
     default, help), and no option of the verb repeats a field of that class by hand."""
     import dataclasses
 
+    from curate.cli.options import SettingOption
     from curate.core.settings import settings_of
 
     for info in pkgutil.iter_modules(curate.cli.__path__):
         importlib.import_module(f"curate.cli.{info.name}")
+    checked = 0
     for name, spec in STAGES.items():
         if spec.config is None:
             continue
         cls = _config_class(spec.config)
-        options = {p.name: p for p in cli.commands[name].params}
         settings = settings_of(cls)
         assert settings, f"{name}: {spec.config} declares no setting"
+        command = _command_of(cli.commands[name], settings)
+        options = {p.name: p for p in command.params}
+        checked += 1
         for s in settings:
             if s.name not in options:  # a verb may offer a subset (a two-mode config), never a copy
                 continue
             option = options[s.name]
+            assert isinstance(option, SettingOption), f"{name}: {s.flag} written by hand, not made by config_options"
             assert s.flag in option.opts, (name, s.name, option.opts)
             assert option.help == s.help, (name, s.name)
             assert s.required or option.default == s.default, (name, s.name, option.default, s.default)
@@ -62,3 +67,17 @@ def test_each_setting_is_declared_once() -> None:
         fields = {f.name for f in dataclasses.fields(cls)}
         copies = sorted(n for n in options if n in fields and n not in declared)
         assert not copies, f"{name}: options {copies} repeat fields of {cls.__name__} without setting()"
+    assert checked, "no verb names its settings class"
+
+
+def _command_of(command, settings):  # noqa: ANN001, ANN202 - a click command and its config's settings
+    """The command whose options a config declares: the verb, or for a group (``vocab``) the one subcommand that
+    offers every required setting of the config (``vocab embed``: ``--vocab``)."""
+    import click
+
+    if not isinstance(command, click.Group):
+        return command
+    required = {s.name for s in settings if s.required}
+    subs = [c for c in command.commands.values() if required <= {p.name for p in c.params}]
+    assert len(subs) == 1, (command.name, [c.name for c in subs])
+    return subs[0]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from curate.core.errors import UserError
-from packer.balance import balance_bins, balance_options, segment_sums
+from packer.compute_balance import balance_bins, balance_options, segment_sums
 from packer.cost import CostModel, sample_components
 from packer.plan import plan_bins
 from packer.steps import (

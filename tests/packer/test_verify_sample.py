@@ -11,6 +11,7 @@ import pytest
 from curate.core.errors import UserError
 from curate.core.shards import plan_shards
 from curate.core.threads import cap_threads, task_threads, torch_threads
+from packer.config import PackConfig
 from packer.lengths import LengthsTask
 from packer.pack import pack
 
@@ -19,10 +20,13 @@ def _shards(sample_data: Path, size: int):
     return plan_shards([sample_data / "records.jsonl", sample_data / "llava.jsonl", sample_data / "captions.jsonl"], size)
 
 
-def test_sample_is_fixed_seeded_and_spread(sample_data) -> None:
+def test_sample_is_fixed_seeded_and_spread(sample_data, tmp_path) -> None:
+    def task_of(**settings: object) -> LengthsTask:
+        return LengthsTask(PackConfig(out=tmp_path / "packed", **settings), "unused")
+
     shards = _shards(sample_data, 7)
     total = sum(len(s) for s in shards)
-    task = LengthsTask("unused", verify_sample=10)
+    task = task_of(verify_sample=10)
     assert task.choose_verified(shards, seed=1) == 10
     first = dict(task.verified_rows)
     assert sum(len(v) for v in first.values()) == 10
@@ -33,11 +37,12 @@ def test_sample_is_fixed_seeded_and_spread(sample_data) -> None:
     assert task.verified_rows == first
     task.choose_verified(shards, seed=2)
     assert task.verified_rows != first
-    big = LengthsTask("unused", verify_sample=10 * total)
+    big = task_of(verify_sample=10 * total)
     assert big.choose_verified(shards, seed=0) == total  # never more than the records
-    assert LengthsTask("unused", verify_fraction=0.5).choose_verified(shards, seed=0) == 0  # the older share
-    with pytest.raises(UserError):
-        LengthsTask("unused", verify_sample=-1)
+    assert task_of(verify_fraction=0.5).choose_verified(shards, seed=0) == 0  # the older share
+    assert task_of(verify_sample=0).choose_verified(shards, seed=0) == 0
+    with pytest.raises(UserError, match="--verify-sample"):  # the config refuses it; the task takes it as checked
+        task_of(verify_sample=-1)
 
 
 def test_pack_checks_exactly_the_sample(tiny_processor_dir, sample_data, tmp_path, monkeypatch) -> None:

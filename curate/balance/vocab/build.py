@@ -18,18 +18,15 @@ vocabulary and its stats and reads a vocabulary file back.
 
 from __future__ import annotations
 
-import math
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
+from curate.balance.vocab.config import DEFAULT_SIZE, PathLike, VocabBuildConfig  # noqa: F401 (re-exported)
 from curate.balance.vocab.filters import (
-    DEFAULT_MAX_CHARS,
-    DEFAULT_MAX_WORDS,
     REASONS,
     check_candidate,
     entry_script,
@@ -38,16 +35,14 @@ from curate.balance.vocab.filters import (
     script_reason,
 )
 from curate.balance.vocab.files import default_stats_path, write_stats, write_vocab
-from curate.balance.vocab.pmi import DEFAULT_MIN_BIGRAM_COUNT, DEFAULT_PMI_THRESHOLD, mine_pmi_bigrams
+from curate.balance.vocab.pmi import mine_pmi_bigrams
 from curate.balance.vocab.sources import (
     WORDFREQ_SCRIPTS,
-    check_input_file,
     read_metaclip_metadata,
     read_word_list,
     read_wordfreq,
 )
 
-DEFAULT_SIZE = 500_000
 
 # ---------------------------------------------------------------------------
 # Building the vocabulary
@@ -194,23 +189,7 @@ def _word_list_names(paths: Sequence[Path]) -> list[str]:
     return names
 
 
-def build_vocab(
-    *,
-    size: int | None = DEFAULT_SIZE,
-    wordfreq_languages: Sequence[str] = ("en", "zh"),
-    word_lists: Sequence[Path] = (),
-    metaclip_metadata: Path | None = None,
-    captions: Path | None = None,
-    caption_field: str = "caption",
-    pmi_threshold: float = DEFAULT_PMI_THRESHOLD,
-    min_bigram_count: int = DEFAULT_MIN_BIGRAM_COUNT,
-    max_bigrams: int | None = None,
-    exclude: Sequence[Path] = (),
-    max_chars: int = DEFAULT_MAX_CHARS,
-    max_words: int = DEFAULT_MAX_WORDS,
-    keep_single_han: bool = True,
-    filter_metadata: bool = False,
-) -> VocabResult:
+def build_vocab(config: VocabBuildConfig | None = None, **settings: Any) -> VocabResult:
     """Build a vocabulary of exactly ``size`` unique entries.
 
     Candidates are taken in this priority order, and the first ``size`` that
@@ -224,22 +203,12 @@ def build_vocab(
     Nothing is random.
 
     Args:
-        size: Number of entries (exactly); None for every entry the sources give.
-        wordfreq_languages: wordfreq lists to use, among ``en`` and ``zh``; empty
-            for none.
-        word_lists: User word lists, one entry per line, UTF-8.
-        metaclip_metadata: MetaCLIP's ``metadata.json`` (a JSON list of strings).
-        captions: Captions file to mine PMI bigrams from.
-        caption_field: Caption field of a JSONL captions file.
-        pmi_threshold: Minimum PMI (base 2) of a mined bigram.
-        min_bigram_count: Minimum count of a mined bigram.
-        max_bigrams: Most bigrams offered (the most frequent); ``None`` for all.
-        exclude: Word lists of entries never to include (matched by near-duplicate key).
-        max_chars: Longest entry kept, in characters.
-        max_words: Most space-separated words in an entry.
-        keep_single_han: Keep one-character Han entries (猫 cat, 树 tree).
-        filter_metadata: Put MetaCLIP's metadata through the filters and the
-            (near-)duplicate merging of the other sources.
+        config: the settings (:class:`~curate.balance.vocab.config.VocabBuildConfig`): ``size`` (None: every
+            entry the sources give with ``metaclip_metadata``, else 500,000), ``wordfreq_languages``,
+            ``word_lists``, ``metaclip_metadata``, ``captions`` and ``caption_field``, ``pmi_threshold``,
+            ``min_bigram_count``, ``max_bigrams``, ``exclude`` (entries never to include, matched by
+            near-duplicate key), ``max_chars``, ``max_words``, ``drop_single_han``, ``filter_metadata``.
+        **settings: fields of the config, instead of ``config``.
 
     Returns:
         The vocabulary and its accounting.
@@ -248,69 +217,61 @@ def build_vocab(
         UserError: A bad parameter, a missing or malformed file, or a ``size``
             larger than what the sources give after filtering.
     """
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise UserError(f"--size {size!r}: give a positive whole number of entries")
-    langs = list(wordfreq_languages)
-    for lang in langs:
-        if lang not in WORDFREQ_SCRIPTS:
-            raise UserError(
-                f"--wordfreq-lang {lang}: not supported; use one of {', '.join(sorted(WORDFREQ_SCRIPTS))}"
-            )
-    if len(set(langs)) != len(langs):
-        raise UserError(f"--wordfreq-lang {' '.join(langs)}: a language is given twice")
-    if not math.isfinite(pmi_threshold):
-        raise UserError(f"--pmi-threshold {pmi_threshold}: give a finite number")
-    if min_bigram_count < 1:
-        raise UserError(f"--min-bigram-count {min_bigram_count}: give 1 or more")
-    if max_bigrams is not None and max_bigrams < 0:
-        raise UserError(f"--max-bigrams {max_bigrams}: give 0 or more")
-    if max_chars < 1 or max_words < 1:
-        raise UserError(f"--max-chars {max_chars} / --max-words {max_words}: give 1 or more")
-    # Check every file before any slow work.
-    for path in word_lists:
-        check_input_file(path, "--word-list")
-    for path in exclude:
-        check_input_file(path, "--exclude")
-    if metaclip_metadata is not None:
-        check_input_file(metaclip_metadata, "--metaclip-metadata")
-    if captions is not None:
-        check_input_file(captions, "--captions")
+    if config is None:
+        config = VocabBuildConfig(**settings)
+    elif settings:
+        raise TypeError("build_vocab(): give either a VocabBuildConfig or settings, not both")
+    selector = _Selector(max_chars=config.max_chars, max_words=config.max_words,
+                         keep_single_han=not config.drop_single_han, excluded=_excluded_keys(config.exclude))
+    bigram_stats = _offer_sources(selector, config)
+    return _vocabulary(selector, config, bigram_stats)
 
+
+def _excluded_keys(paths: Sequence[PathLike]) -> set[str]:
+    """The near-duplicate keys of the entries never to include (``--exclude``)."""
     excluded: set[str] = set()
-    for path in exclude:
-        for line in read_word_list(path, "--exclude"):
+    for path in paths:
+        for line in read_word_list(Path(path), "--exclude"):
             norm = normalize_entry(line)
             if norm:
                 excluded.add(near_duplicate_key(norm))
+    return excluded
 
-    selector = _Selector(
-        max_chars=max_chars, max_words=max_words, keep_single_han=keep_single_han, excluded=excluded
-    )
+
+def _offer_sources(selector: _Selector, config: VocabBuildConfig) -> dict[str, Any] | None:
+    """Offer every source's candidates in priority order; returns the PMI mining's counts (with captions)."""
+    word_lists = [Path(p) for p in config.word_lists]
     for name, path in zip(_word_list_names(word_lists), word_lists):
         for line in read_word_list(path):
             selector.offer(name, line)
-    if metaclip_metadata is not None:
-        for index, item in enumerate(read_metaclip_metadata(metaclip_metadata)):
-            if filter_metadata:
+    metadata = config.metaclip_metadata
+    if metadata is not None:
+        for index, item in enumerate(read_metaclip_metadata(Path(metadata))):
+            if config.filter_metadata:
                 selector.offer("metaclip_metadata", item)
             else:
-                selector.take_as_is("metaclip_metadata", item, f"{metaclip_metadata}: entry {index}")
+                selector.take_as_is("metaclip_metadata", item, f"{metadata}: entry {index}")
     bigram_stats = None
-    if captions is not None:
-        mined = mine_pmi_bigrams(
-            captions,
-            pmi_threshold=pmi_threshold,
-            min_count=min_bigram_count,
-            caption_field=caption_field,
-            max_bigrams=max_bigrams,
-        )
+    if config.captions is not None:
+        mined = mine_pmi_bigrams(Path(config.captions), pmi_threshold=config.pmi_threshold,
+                                 min_count=config.min_bigram_count, caption_field=config.caption_field,
+                                 max_bigrams=config.max_bigrams)
         bigram_stats = mined.stats
         for bigram in mined.bigrams:
             selector.offer("pmi_bigrams", bigram.text)
-    selector.interleave([(f"wordfreq:{lang}", read_wordfreq(lang), WORDFREQ_SCRIPTS[lang]) for lang in langs])
+    selector.interleave([(f"wordfreq:{lang}", read_wordfreq(lang), WORDFREQ_SCRIPTS[lang])
+                         for lang in config.languages])
+    return bigram_stats
 
+
+def _vocabulary(selector: _Selector, config: VocabBuildConfig, bigram_stats: dict[str, Any] | None) -> VocabResult:
+    """The first ``size`` accepted entries and the build's accounting.
+
+    Raises:
+        UserError: the sources give fewer than ``size`` entries after filtering.
+    """
     available = len(selector.entries)
-    size = available if size is None else size
+    size = available if config.size is None else config.size
     if size > available:
         per_source = ", ".join(f"{k} {v}" for k, v in selector.accepted.items()) or "none"
         raise UserError(
@@ -321,19 +282,19 @@ def build_vocab(
     sources = selector.sources[:size]
     params = {
         "size": size,
-        "wordfreq_languages": langs,
-        "word_lists": [str(p) for p in word_lists],
-        "metaclip_metadata": str(metaclip_metadata) if metaclip_metadata else None,
-        "captions": str(captions) if captions else None,
-        "caption_field": caption_field,
-        "pmi_threshold": pmi_threshold,
-        "min_bigram_count": min_bigram_count,
-        "max_bigrams": max_bigrams,
-        "exclude": [str(p) for p in exclude],
-        "max_chars": max_chars,
-        "max_words": max_words,
-        "keep_single_han": keep_single_han,
-        "filter_metadata": filter_metadata,
+        "wordfreq_languages": list(config.languages),
+        "word_lists": [str(p) for p in config.word_lists],
+        "metaclip_metadata": str(config.metaclip_metadata) if config.metaclip_metadata else None,
+        "captions": str(config.captions) if config.captions else None,
+        "caption_field": config.caption_field,
+        "pmi_threshold": config.pmi_threshold,
+        "min_bigram_count": config.min_bigram_count,
+        "max_bigrams": config.max_bigrams,
+        "exclude": [str(p) for p in config.exclude],
+        "max_chars": config.max_chars,
+        "max_words": config.max_words,
+        "keep_single_han": not config.drop_single_han,
+        "filter_metadata": config.filter_metadata,
     }
     script_counts = Counter(entry_script(e) for e in entries)
     return VocabResult(
@@ -350,29 +311,33 @@ def build_vocab(
     )
 
 
-def build_vocab_file(out: str | os.PathLike[str], *, stats_out: str | os.PathLike[str] | None = None,
-                     command: str | None = None, **options: Any) -> VocabResult:
-    """Build a vocabulary, write it to ``out`` and its stats beside it.
+def build_vocab_file(config: VocabBuildConfig | None = None, *, command: str | None = None,
+                     **settings: Any) -> VocabResult:
+    """Build a vocabulary, write it to ``out`` and its stats to ``stats_out`` (default ``NAME.stats.json`` beside it).
 
     Args:
-        out: The vocabulary file to write (a path, or a URL in a bucket).
-        stats_out: The stats file; default ``NAME.stats.json`` beside ``out``.
+        config: the settings (:class:`~curate.balance.vocab.config.VocabBuildConfig`), with ``out`` (a path, or a
+            URL in a bucket); its input files may be objects in a bucket.
         command: The command line, recorded in the stats.
-        **options: Keyword arguments of :func:`build_vocab`; its input files may be objects in a bucket.
+        **settings: fields of the config, instead of ``config``.
     """
     from contextlib import ExitStack
 
     from curate.core.location import Location
     from curate.core.remote import local_file, writing
 
-    for key, flag in (("word_lists", "--word-list"), ("exclude", "--exclude"), ("metaclip_metadata",
-                      "--metaclip-metadata"), ("captions", "--captions")):
-        value = options.get(key)
-        if value is not None:
-            options[key] = [local_file(p, flag) for p in value] if isinstance(value, list) else local_file(value, flag)
-    result = build_vocab(**options)
-    target = Location(out)
-    stats = Location(stats_out) if stats_out is not None else target.parent / default_stats_path(Path(target.name)).name
+    if config is None:
+        config = VocabBuildConfig(**settings)
+    if config.out is None:
+        raise UserError("--out: give the vocabulary file to write")
+    local = {"word_lists": tuple(local_file(p, "--word-list") for p in config.word_lists),
+             "exclude": tuple(local_file(p, "--exclude") for p in config.exclude),
+             "metaclip_metadata": local_file(config.metaclip_metadata, "--metaclip-metadata"),
+             "captions": local_file(config.captions, "--captions")}
+    result = build_vocab(replace(config, **local))
+    target = Location(config.out)
+    stats = (Location(config.stats_out) if config.stats_out is not None
+             else target.parent / default_stats_path(Path(target.name)).name)
     with ExitStack() as stack:  # a bucket's files: written here, uploaded when the block ends
         write_vocab(result, stack.enter_context(writing(target.parent)) / target.name)
         write_stats(result, stack.enter_context(writing(stats.parent)) / stats.name, command=command)

@@ -1,6 +1,6 @@
 """Image columns of a row, in every layout curate reads, to a list of paths or bytes.
 
-Layouts (see the README's Records section):
+Layouts (see docs/inputs.md):
 
 * paths: ``image``/``images`` holding a path or a list of paths (relative to the input's folder);
 * Hugging Face ``datasets``: the ``Image`` feature is a struct ``{bytes: binary, path: string}``; a

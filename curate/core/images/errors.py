@@ -18,7 +18,7 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: The longer side over the shorter one beyond which the Qwen2-VL family's processor refuses an image.
 MAX_ASPECT = 200.0
 
-#: Every reason an image can be refused for, and what it means (the README's table is made from this one).
+#: Every reason an image can be refused for, and what it means (docs/images.md's table is checked against this one).
 REASONS: dict[str, str] = {
     "missing_image": "the record names an image that is not there (no such file, a null cell), or its layout "
                      "implies an image it does not carry (a caption without an image, a URL never downloaded)",

@@ -1,4 +1,4 @@
-"""``curate tag --match text``: MetaCLIP's spacing and word-boundary rules, CJK without spaces, agreement with
+"""``curate match``: MetaCLIP's spacing and word-boundary rules, CJK without spaces, agreement with
 a brute-force matcher, the tags.parquet layout read by resample, sharded runs."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from curate.balance.match import (TextMatcher, brute_force_counts, match_text, no_space_char, spaced_entry,
+from curate.balance.match import (TextMatcher, brute_force_counts, match, no_space_char, spaced_entry,
                                   spaced_text)
 from curate.balance.resample import resample
 from curate.core.records import read_records
@@ -77,8 +77,8 @@ def test_match_text_writes_tags_that_resample_reads(tmp_path: Path) -> None:
     data = _records(tmp_path / "caps.jsonl", 60)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
-    one = match_text([data], vocab, out=tmp_path / "one", shard_size=25)
-    two = match_text([data], vocab, out=tmp_path / "two", shard_size=25, executor=get_executor("local", workers=2))
+    one = match([data], vocab, out=tmp_path / "one", shard_size=25)
+    two = match([data], vocab, out=tmp_path / "two", shard_size=25, executor=get_executor("local", workers=2))
     assert (tmp_path / "one" / "tags.parquet").read_bytes() == (tmp_path / "two" / "tags.parquet").read_bytes()
     assert one["records_in"] == 61 and one["records_tagged"] == 60 and one["errored"]
     tags = pq.read_table(tmp_path / "one" / "tags.parquet").to_pylist()
@@ -87,7 +87,7 @@ def test_match_text_writes_tags_that_resample_reads(tmp_path: Path) -> None:
     for row, tag in zip(rows, tags):
         assert tag["id"] == row["id"]
         assert dict(zip(tag["concepts"], tag["scores"])) == {c: float(n) for c, n in m.counts(row["caption"]).items()}
-    field = match_text([data], vocab, out=tmp_path / "alt", text_field="alt", shard_size=25)
+    field = match([data], vocab, out=tmp_path / "alt", text_field="alt", shard_size=25)
     assert field["matches"] == 120  # "an apple i": Apple and apple (case folded)
     r = resample(tmp_path / "one" / "tags.parquet", out=tmp_path / "rs", fraction=0.5, seed=0, plot=False)
     assert r["records_in"] == 60 and r["records_selected"] == 30
@@ -99,15 +99,19 @@ def test_cli_match_text(tmp_path: Path) -> None:
         fh.write(json.dumps({"id": "laion", "TEXT": "a black cat"}) + "\n" + json.dumps({"id": "alt", "alt": "x"}) + "\n")
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
-    run = [sys.executable, "-m", "curate", "tag", "--match", "text", "--records", str(data), "--vocab", str(vocab),
+    run = [sys.executable, "-m", "curate", "match", str(data), "--vocab", str(vocab),
            "--out", str(tmp_path / "o"), "--top-k", "2"]
     done = subprocess.run(run, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "matched 11 of 13 records" in done.stderr  # the summary says what was not matched, and why
     assert "errored {'malformed_json': 1, 'unknown_layout': 1}" in done.stderr and "rejects.parquet" in done.stderr
     assert max(len(c) for c in pq.read_table(tmp_path / "o" / "tags.parquet").column("concepts").to_pylist()) == 2
-    bad = subprocess.run(run[:6] + ["--vocab", str(vocab), "--out", str(tmp_path / "p")], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--records" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run(run[:4] + ["--vocab", str(vocab), "--out", str(tmp_path / "p")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "RECORDS" in bad.stderr and "Traceback" not in bad.stderr
+    old = subprocess.run(run[:3] + ["tag", "--match", "text", "--records", str(data), "--vocab", str(vocab), "--out",
+                                    str(tmp_path / "q")], capture_output=True, text=True)
+    assert old.returncode == 2 and "curate match" in old.stderr and "Traceback" not in old.stderr
+    assert len(old.stderr.strip().splitlines()) == 1, old.stderr
 
 
 def test_cli_balance_match_text_on_sample_data(tmp_path: Path) -> None:
@@ -149,9 +153,9 @@ def test_text_field_reads_rows_in_no_layout_through_resample(tmp_path: Path) -> 
                    folder / "train-00000-of-00001.parquet")
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
-    plain = match_text([folder], vocab, out=tmp_path / "plain")
+    plain = match([folder], vocab, out=tmp_path / "plain")
     assert plain["records_tagged"] == 0 and plain["errored"] == {"unknown_layout": 40}
-    r = match_text([folder], vocab, out=tmp_path / "alt", text_field="alt_text", shard_size=15,
+    r = match([folder], vocab, out=tmp_path / "alt", text_field="alt_text", shard_size=15,
                    executor=get_executor("local", workers=2))
     assert r["records_tagged"] == 40 and not r["errored"] and r["per_source"]["webli"]["records_out"] == 40
     tags = pq.read_table(tmp_path / "alt" / "tags.parquet").to_pylist()
@@ -201,7 +205,7 @@ def test_metaclip_rules_count_per_caption(tmp_path: Path) -> None:
     groups = _caption_lists(data)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(MIXED) + "\n", encoding="utf-8")
-    r = match_text([data], vocab, out=tmp_path / "t", rules="metaclip", shard_size=20)
+    r = match([data], vocab, out=tmp_path / "t", rules="metaclip", shard_size=20)
     assert r["settings"]["rules"] == "metaclip" and r["settings"]["per"] == "text"
     assert r["records_tagged"] == 45 and r["texts"] == r["rows"] == sum(len(g) for g in groups)
     rows = pq.read_table(tmp_path / "t" / "tags.parquet").to_pylist()
@@ -210,7 +214,7 @@ def test_metaclip_rules_count_per_caption(tmp_path: Path) -> None:
     per_caption = Counter(e for _, _, found in expected for e in found)
     assert Counter(c for row in rows for c in row["concepts"]) == per_caption
 
-    joined = match_text([data], vocab, out=tmp_path / "j", rules="metaclip", per="record")
+    joined = match([data], vocab, out=tmp_path / "j", rules="metaclip", per="record")
     record_rows = pq.read_table(tmp_path / "j" / "tags.parquet").to_pylist()
     assert [set(row["concepts"]) for row in record_rows] == [reference_matches("\n".join(g), MIXED) for g in groups]
     assert "text" not in pq.read_schema(tmp_path / "j" / "tags.parquet").names
@@ -242,7 +246,7 @@ def test_languages_and_per_language_vocabularies(tmp_path: Path) -> None:
     (tmp_path / "zh.txt").write_text("猫\n沙发\n狗\n草地\n", encoding="utf-8")
     (tmp_path / "other.txt").write_text("chat\ncanapé\n", encoding="utf-8")
     vocabs = {"zh": str(tmp_path / "zh.txt"), "en": str(tmp_path / "en.txt"), "other": str(tmp_path / "other.txt")}
-    r = match_text([data], vocabs, out=tmp_path / "t")
+    r = match([data], vocabs, out=tmp_path / "t")
     assert r["settings"]["lang_id"].startswith("py3langid==") and r["texts_per_language"] == {"en": 2, "other": 1, "zh": 2}
     assert r["vocabularies"] == {"en": {"path": vocabs["en"], "entries": 5, "first_concept": 0},
                                  "other": {"path": vocabs["other"], "entries": 2, "first_concept": 5},
@@ -250,7 +254,7 @@ def test_languages_and_per_language_vocabularies(tmp_path: Path) -> None:
     rows = pq.read_table(tmp_path / "t" / "tags.parquet").to_pylist()
     assert [row["lang"] for row in rows] == ["en", "zh", "other", "en", "zh"]
     assert [sorted(row["concepts"]) for row in rows] == [[0, 1, 2], [7, 8], [5, 6], [3, 4], [9, 10]]
-    shared = match_text([data], tmp_path / "en.txt", out=tmp_path / "s", lang_id=True)
+    shared = match([data], tmp_path / "en.txt", out=tmp_path / "s", lang_id=True)
     assert shared["texts_per_language"] == {"en": 2, "fr": 1, "zh": 2}  # one vocabulary: every language counts
 
 

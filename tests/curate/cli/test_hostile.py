@@ -99,7 +99,6 @@ HOSTILE: list[tuple[str, str, str]] = [
     ("--min-gap -1", f"{RL} --min-gap -1", "--min-gap must be within [0, 1]"),
     ("--n above the rollouts", f"{RL} --n 16", "holds at most 4 answers per prompt"),
     ("--nlist without IVF", f"{TAG} --nlist 4", "--nlist is for --index ivf"),
-    ("--text-field in embeddings mode", f"{TAG} --text-field caption", "--text-field is for --match text"),
     ("balance --text-field in embeddings mode", f"balance {REC} --vocab {{d}}/v.txt --out {{d}}/b --text-field caption",
      "--text-field is for --match text"),
     ("--num-gpus with the local executor", f"embed {REC} --out {{d}}/e --num-gpus 1",

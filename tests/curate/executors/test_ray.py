@@ -121,7 +121,7 @@ def _run_tag(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict[s
     from curate.balance.tag import tag
 
     embeddings, concepts = fx["tag_inputs"]
-    return tag(embeddings, concepts, out=out, top_k=5, executor=executor, quiet=True)
+    return tag(embeddings, concepts, out=out, top_k=5, executor=executor)
 
 
 def _tag_argv(fx: dict[str, Any]) -> list[str]:
@@ -396,10 +396,11 @@ def test_task_errors_reach_the_driver_unchanged(ray_cluster, tmp_path) -> None:
 
 
 def test_ray_executor_refuses_missing_gpus(ray_cluster, tmp_path, sample_data, tiny_processor_dir) -> None:
+    from packer.config import PackConfig
     from packer.lengths import LengthsTask
     from curate.core.shards import plan_shards
 
-    task = LengthsTask(str(tiny_processor_dir))
+    task = LengthsTask(PackConfig(out=tmp_path / "packed"), str(tiny_processor_dir))
     shards = plan_shards([sample_data / "llava.jsonl"], 100)
     with pytest.raises(UserError, match="GPUs"):
         run_stage(task, shards, tmp_path, executor=get_executor("ray", num_gpus=1), seed=0)
@@ -407,13 +408,14 @@ def test_ray_executor_refuses_missing_gpus(ray_cluster, tmp_path, sample_data, t
 
 def test_tasks_pickle_without_their_heavy_state(request, tmp_path_factory, tiny_processor_dir) -> None:
     """What is shipped to every actor is small: models, processors and stores are rebuilt by setup()."""
+    from packer.config import PackConfig
     from packer.lengths import LengthsTask
     from packer.writer import ShardWriteTask
 
     case = PACK
     local_pack_dir = reference_run(case, {n: request.getfixturevalue(n) for n in case.fixtures}, tmp_path_factory)
 
-    lengths = LengthsTask(str(tiny_processor_dir))
+    lengths = LengthsTask(PackConfig(out=tmp_path_factory.mktemp("packed")), str(tiny_processor_dir))
     lengths.setup()
     writer = ShardWriteTask(str(local_pack_dir), ctx=2048, processor="x")
     writer.setup()

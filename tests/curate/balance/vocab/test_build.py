@@ -258,8 +258,8 @@ def test_exclude_list(tmp_path: Path) -> None:
 
 def test_same_inputs_same_file(tmp_path: Path) -> None:
     sources = _user_sources(tmp_path)
-    a = build_vocab_file(tmp_path / "a.txt", size=6, **sources)
-    b = build_vocab_file(tmp_path / "b.txt", size=6, **sources)
+    a = build_vocab_file(out=tmp_path / "a.txt", size=6, **sources)
+    b = build_vocab_file(out=tmp_path / "b.txt", size=6, **sources)
     assert a.entries == b.entries
     assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()
     assert load_vocab(tmp_path / "a.txt") == a.entries
@@ -282,11 +282,11 @@ def test_duplicate_word_list_names_are_told_apart(tmp_path: Path) -> None:
 
 def test_errors(tmp_path: Path) -> None:
     missing = tmp_path / "nope.txt"
-    with pytest.raises(UserError, match=r"nope.txt: no such file \(--word-list\)"):
+    with pytest.raises(UserError, match=r"--word-list \S*nope.txt: no such file"):
         build_vocab(size=1, word_lists=[missing], wordfreq_languages=())
-    with pytest.raises(UserError, match=r"not a file"):
+    with pytest.raises(UserError, match=r"--metaclip-metadata \S*: is a folder"):
         build_vocab(size=1, metaclip_metadata=tmp_path, wordfreq_languages=())
-    with pytest.raises(UserError, match=r"no such file \(--captions\)"):
+    with pytest.raises(UserError, match=r"--captions \S*nope.txt: no such file"):
         build_vocab(size=1, captions=missing, wordfreq_languages=())
 
     bad = tmp_path / "meta.json"
@@ -404,3 +404,24 @@ def test_default_build_interleaves_in_rank_order(default_build) -> None:
     dropped = result.dropped
     assert dropped["wordfreq:zh"]["script"] > 30_000  # the Latin words of the Chinese list
     assert dropped["wordfreq:en"]["clitic"] > 10_000
+
+
+def test_vocab_build_options_are_the_config_fields() -> None:
+    """``curate vocab build`` offers each setting of VocabBuildConfig as the option its field declares (flag, help,
+    default), the repeatable ones with the field's help; no option repeats a field by hand."""
+    import dataclasses
+
+    from curate.balance.vocab.config import VocabBuildConfig
+    from curate.cli.vocab import vocab_build_cmd
+    from curate.core.settings import settings_of
+
+    options = {p.name: p for p in vocab_build_cmd.params}
+    settings = settings_of(VocabBuildConfig)
+    assert {s.name for s in settings} <= set(options)
+    for s in settings:
+        assert s.flag in options[s.name].opts and options[s.name].help == s.help, s.name
+        assert options[s.name].default == s.default, s.name
+    declared = {f.name: f.metadata for f in dataclasses.fields(VocabBuildConfig)}
+    assert set(options) <= set(declared)
+    for name in ("word_lists", "exclude", "wordfreq_languages"):  # repeatable: made by hand, with the field's help
+        assert options[name].help == declared[name]["help"] and declared[name]["flag"] in (None, *options[name].opts)

@@ -61,7 +61,7 @@ def test_metaclip2_object_and_plain_files(tmp_path: Path) -> None:
     assert read_metaclip_metadata(per_lang) == entries
     plain = tmp_path / "metadata.txt"
     plain.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(entries).encode("utf-8") + b"\r\n")  # BOM and CRLF
-    result = build_vocab_file(tmp_path / "v.txt", size=None, metaclip_metadata=plain, wordfreq_languages=())
+    result = build_vocab_file(out=tmp_path / "v.txt", size=None, metaclip_metadata=plain, wordfreq_languages=())
     assert result.entries == entries and load_vocab(tmp_path / "v.txt") == entries
 
 
