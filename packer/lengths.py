@@ -53,10 +53,8 @@ import pyarrow as pa
 from curate.core.defaults import DEFAULT_MAX_IMAGES
 from curate.core.errors import UserError
 from curate.core.formats.refs import ImageAt
-from curate.core.gcpause import paused_gc
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, check, decode, file_extension, image_label
 from curate.core.io import write_parquet
-from curate.core.malloc import keep_freed_memory
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
@@ -169,7 +167,6 @@ class LengthsTask(ShardTask):
 
     def setup(self) -> None:
         """Load the processor once per worker."""
-        keep_freed_memory()  # the check's image buffers are reused, not faulted in again for every record
         if self.counter is None:
             self.counter = TokenCounter(self.processor_spec, min_pixels=self.min_pixels, max_pixels=self.max_pixels,
                                         trust_remote_code=self.trust_remote_code)
@@ -232,9 +229,7 @@ class LengthsTask(ShardTask):
                 rows.extend(batch)
                 batch.clear()
 
-        # No automatic collection during the shard: its records are dicts and lists without cycles (a shard of
-        # 5,000 with 100 checked left 0 objects for the collector), and each collection walked them all again.
-        with sink, store, paused_gc():
+        with sink, store:
             self._count_shard(shard, stats, ctx, rng, chosen, pending, flush)
         stats.extra["verified"] = sum(1 for r in rows if r.get("verified"))
         self._write_lengths(rows, work, shard.id)

@@ -67,13 +67,11 @@ from curate.balance.selected import copy_id, write_selected_records  # noqa: F40
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.thresholds import REFERENCE, Thresholds
 from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights
-from curate.core.arrow import from_numpy
-from curate.core.columns import code_counts, first_occurrences, pooled, rows, take_rows
+from curate.core.columns import code_counts, first_occurrences, rows, take_rows
 from curate.core.errors import UserError
-from curate.core.gcpause import paused_gc
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
-from curate.core.malloc import keep_freed_memory, small_numpy_pages
+from curate.core.malloc import small_numpy_pages
 from curate.core.location import shown
 from curate.core.remote import local_file, writing
 from curate.core.stats import StageStats, finish_stage, run_header
@@ -137,11 +135,10 @@ def run_resample(tags: str | os.PathLike[str], config: ResampleConfig | None = N
         The ``stats.json`` content and the stats (with the rejects).
     """
     config = configure(ResampleConfig, config, **settings)
-    keep_freed_memory()  # the column work frees and allocates arrays of 10-100 MB: reuse them, do not fault in new ones
     # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
-    # paused_gc: collections would only walk the loaded modules' objects.
+    # small_numpy_pages: no huge-page faults for the arrays freed and made again (curate.core.malloc: 1.2x at 10M).
     # writing: OUT in a bucket is written through a staging folder (curate.core.remote); --tags read from a local copy.
-    with writing(config.out) as out, out_lock(out), paused_gc(), small_numpy_pages():
+    with writing(config.out) as out, out_lock(out), small_numpy_pages():
         here = local_file(tags, "--tags")
         assert here is not None
         return _run_resample(here, config, out, write_stats, named=shown(tags))  # a bucket's URL, as given
@@ -158,7 +155,7 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Pat
     per_text = "text" in tags_file.schema_arrow.names  # tag --match text --per text: one row per text
     with ThreadPoolExecutor(max_workers=2) as thread:
         # One thread reads the ids and sorts them for repeats while this one reads the concepts and weighs
-        # (the reads and the sort run outside the GIL). Nothing converts through pandas (curate.core.arrow).
+        # (the reads and the sort run outside the GIL).
         repeats = thread.submit(_ids_and_first_occurrences, tags)
         # Then, while the weighing runs on this thread, the other draws the exponentials of the draw and
         # faults in the weights' memory (the first touch of fresh pages is a large part of both).
@@ -336,8 +333,8 @@ def _prepare_draw(n: int, config: ResampleConfig) -> _Prepared:
     for ``n`` = 0: tags with a row per text, whose records are known later)."""
     if n == 0 or config.mode != "inverse" or (config.target if config.target is not None else (config.fraction or 0) * n) > n:
         return _Prepared()
-    exponentials = _generator(config.seed).standard_exponential(n, out=pooled(n, np.float64))
-    weights, copies = pooled(n, np.float64), pooled(n, np.int32)
+    exponentials = _generator(config.seed).standard_exponential(n, out=np.empty(n, np.float64))
+    weights, copies = np.empty(n, np.float64), np.empty(n, np.int32)
     weights.fill(0.0)
     copies.fill(0)
     return _Prepared(exponentials, weights, copies)
@@ -356,10 +353,10 @@ def _store_selection(path: Path, arrays: TagArrays, copies: np.ndarray, weights:
     t0 = time.perf_counter()
     index = np.flatnonzero(copies > 0)
     columns = [take_rows(arrays.ids, index), arrays.source_column(index),
-               from_numpy(copies[index], pa.int32()), from_numpy(weights[index], pa.float64())]
+               pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())]
     schema = SELECTION_SCHEMA
     if text is not None:
-        columns.append(from_numpy(text[index].astype(np.int32), pa.int32()))
+        columns.append(pa.array(text[index].astype(np.int32), pa.int32()))
         schema = schema.append(pa.field("text", pa.int32()))
     selection = pa.table(columns, schema=schema)
     t1 = time.perf_counter()

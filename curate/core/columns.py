@@ -13,19 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.core.arrow import false_filled, from_numpy, strings, to_numpy
-
-
-def pooled(size: int, dtype: np.typing.DTypeLike) -> np.ndarray:
-    """An uninitialised 1-D numpy array whose memory comes from Arrow's pool, not a fresh ``mmap``.
-
-    The pool keeps the pages that reading Parquet freed and hands them out again, so a
-    large temporary costs no page faults or kernel zeroing (numpy maps arrays over 32 MiB
-    afresh every time). The pages go back to the pool when the array is collected.
-    """
-    dtype = np.dtype(dtype)
-    return np.frombuffer(pa.allocate_buffer(max(int(size) * dtype.itemsize, 1)), dtype, count=int(size))
-
 
 FEW_CODES = 8
 """Up to this many codes, :func:`code_counts` compares instead of calling ``bincount``."""
@@ -63,7 +50,7 @@ def source_codes(sources: pa.Array | pa.ChunkedArray | None, n: int) -> tuple[np
     if pa.types.is_dictionary(sources.type):
         return _dictionary_codes(sources)
     # Encoded here and coded like a column read dictionary-encoded; nulls get an entry of their own, in order of
-    # first appearance (no fill value: a Python scalar would make pyarrow import pandas).
+    # first appearance.
     return _dictionary_codes(as_array(sources).cast(pa.string()).dictionary_encode(null_encoding="encode"))
 
 
@@ -75,7 +62,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
     """
     chunks = _chunks(sources)
     where: dict[str, int] = {}  # name -> code, in order of first appearance
-    codes = pooled(sum(len(c) for c in chunks), np.int32)
+    codes = np.empty(sum(len(c) for c in chunks), np.int32)
     at = 0
     for chunk in chunks:
         values = ["unknown" if v is None else v for v in chunk.dictionary.cast(pa.string()).to_pylist()]
@@ -83,7 +70,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
         if index.null_count:
             values.append("unknown")
         lut = np.array([where.setdefault(v, len(where)) for v in values], np.int32)
-        rows = to_numpy(index, null=len(values) - 1)
+        rows = pc.fill_null(index, len(values) - 1).to_numpy()
         if len(lut) and np.array_equal(lut, np.arange(len(lut))):
             codes[at:at + len(rows)] = rows  # the chunk's dictionary is the names so far, in order: codes as read
         elif len(lut):
@@ -96,7 +83,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
 
 def source_names(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
     """The source name of every row as a string column (from :func:`source_codes`' codes and names)."""
-    return pa.DictionaryArray.from_arrays(from_numpy(codes, pa.int32()), strings(list(names))).cast(pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(list(names), pa.string())).cast(pa.string())
 
 
 def counts_by_source(codes: np.ndarray, names: Sequence[str], mask: np.ndarray | None = None) -> dict[str, int]:
@@ -144,9 +131,10 @@ def _first_by_sort(ids: pa.Array, block: int) -> np.ndarray:
     order = as_array(pc.sort_indices(ids))  # stable: equal ids keep their input order
     for lo in range(0, n - 1, block):
         ordered = ids.take(order.slice(lo, min(block, n - lo - 1) + 1))
-        same = to_numpy(as_array(false_filled(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)))))
+        same = pc.fill_null(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)), False)
+        same = as_array(same).to_numpy(zero_copy_only=False)
         if same.any():
-            keep[to_numpy(order.slice(lo + 1, len(same)))[same]] = False
+            keep[order.slice(lo + 1, len(same)).to_numpy()[same]] = False
     return keep
 
 
@@ -216,7 +204,7 @@ def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
 def _less_than_next(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """For each id but the last, whether it is less than the next one in byte order (False next to a null)."""
     n = len(ids)
-    return false_filled(pc.less(ids.slice(0, max(n - 1, 0)), ids.slice(min(1, n))))
+    return pc.fill_null(pc.less(ids.slice(0, max(n - 1, 0)), ids.slice(min(1, n))), False)
 
 
 def _ordered_by_length(ids: pa.Array | pa.ChunkedArray, less: pa.Array | pa.ChunkedArray) -> bool:
@@ -236,9 +224,9 @@ def take_rows(column: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array
     ``ChunkedArray.take`` joins every chunk into one copy first (≈0.25 s for 10M ids, on every take)."""
     index = np.asarray(index, np.int64)
     if not isinstance(column, pa.ChunkedArray):
-        return column.take(from_numpy(index))
+        return column.take(pa.array(index))
     if column.num_chunks == 1:
-        return column.chunk(0).take(from_numpy(index))
+        return column.chunk(0).take(pa.array(index))
     if not index.size:
         return column.chunk(0).slice(0, 0) if column.num_chunks else pa.array([], column.type)
     order = None if (index[1:] >= index[:-1]).all() else np.argsort(index, kind="stable")
@@ -247,13 +235,13 @@ def take_rows(column: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array
     cuts = np.searchsorted(ordered, starts)
     if ordered[0] < 0 or ordered[-1] >= starts[-1]:
         raise IndexError(f"row index out of bounds for a column of {starts[-1]} rows")
-    taken = pa.concat_arrays([chunk.take(from_numpy(ordered[cuts[i]:cuts[i + 1]] - starts[i]))
+    taken = pa.concat_arrays([chunk.take(pa.array(ordered[cuts[i]:cuts[i + 1]] - starts[i]))
                               for i, chunk in enumerate(column.chunks)])
     if order is None:
         return taken
     back = np.empty_like(order)
     back[order] = np.arange(order.size)
-    return taken.take(from_numpy(back))
+    return taken.take(pa.array(back))
 
 
 def rows(array: pa.Array | pa.ChunkedArray, index: np.ndarray) -> list:
