@@ -1,7 +1,8 @@
 """Benchmark: process tuning (GC, allocator, import avoidance), each trick on against off, at scale (issue 38).
 
 Usage:
-    python benchmarks/bench_process_tuning.py             # resample 10M records × K=5; pack 100K; 3 rounds
+    python benchmarks/bench_process_tuning.py             # resample 10M records × K=5, 3 rounds
+    python benchmarks/bench_process_tuning.py --n 0 --pack-n 20000  # pack's count step only (≈3 min a run here)
     python benchmarks/bench_process_tuning.py --quick     # resample 1M records, 2 rounds, no pack
     python benchmarks/bench_process_tuning.py --before REV --only gc  # also the code of a git revision as it is
 
@@ -12,9 +13,9 @@ variant, on the same seeded inputs (written first, not timed):
   :func:`bench_resample.write_tags` (10M records × 5 Zipf tags);
 * ``pack``: ``python -m curate pack R --processor P --plan-only --workers 2`` (the count step) on
   :func:`bench_count.make_records` records with the tiny test processor. Its cost grows linearly
-  with the records (≈0.2 ms of CPU each, the processor check fixed at 1,000), so a ratio at 100K
-  stands for 10M, except for the fixed costs (process start, processor load, exit), which weigh
-  less there.
+  with the records (≈0.2 ms of CPU each, the processor check fixed at 1,000), so a ratio at 20K
+  overstates a fixed cost (process start, processor load, exit), which weighs far less at 10M.
+  Off by default (``--pack-n``): a run takes minutes, 10M ≈40 min.
 
 The variants, one per trick, are applied from here (the prelude below) to the code path the
 trick served, or, for a trick the code has, taken away from here:
@@ -34,11 +35,13 @@ trick served, or, for a trick the code has, taken away from here:
   executor forks its workers (:mod:`curate.executors.local`);
 * ``before`` (``--before REV``): the code of a git revision, as it is.
 
-Rounds run the variants in rotated order (the machine is shared: A/B/A/B, not AAA/BBB).
-Reported per variant: median wall seconds, CPU seconds (user + system, workers included), peak
-RSS (the largest process); then each trick's ratios without / with it (median of the per-round
-ratios: > 1 means the trick helps) and whether both wall and CPU clear 10%. The outputs (the
-selection and rejects; pack's plan) of every variant are checked to be the same bytes.
+After one untimed warm-up run, rounds run the variants in rotated order (the machine is shared:
+A/B/A/B, not AAA/BBB). Reported per variant: median wall seconds, CPU seconds (user + system,
+workers included), peak RSS (the largest process); then each trick's ratios without / with it
+(median of the per-round ratios: > 1 means the trick helps) and whether both wall and CPU clear
+10%. The outputs (the selection and rejects; pack's plan) of every variant are checked to be the
+same bytes. ``--quick`` (1M records, 2 rounds) only shows that it runs: at 1M the fixed costs
+weigh ten times more, and two rounds on a shared machine are noise.
 """
 
 from __future__ import annotations
@@ -161,7 +164,7 @@ TRICKS = {  # variant: (what it does, the command it serves, whether the code as
     "gc": ("gc.disable() during the run / each shard", ("resample", "pack"), False),
     "exit": ("gc.collect(); gc.freeze() before shutdown", ("resample", "pack"), False),
     "malloc": ("mallopt: mmap 64 MiB, trim 256 MiB", ("resample", "pack"), False),
-    "hugepage": ("NumPy's huge-page advice off (small_numpy_pages)", ("resample",), True),
+    "hugepage": ("NumPy's huge-page advice off (kept)", ("resample",), True),
     "pooled": ("large temporaries from Arrow's pool", ("resample",), False),
     "nopandas": ("pandas never imported", ("resample",), False),
     "matplotlib": ("the plot drawn with Pillow, not matplotlib", ("resample",), True),
@@ -204,6 +207,7 @@ def measure(name: str, command: list[str], variants: list[str], trees: dict[str,
     """Run ``command`` in every variant, rounds in rotated order; print the runs, the medians and the ratios."""
     runs: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
     digests: dict[str, str] = {}
+    run_child("plain", command, tmp / "out")  # a warm-up, not counted: the inputs into the page cache
     for r in range(rounds):
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for v in order:
@@ -235,8 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=10_000_000, help="records of the tags file (0: skip resample)")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--concepts", type=int, default=500_000)
-    parser.add_argument("--pack-n", type=int, default=100_000,
-                        help="records counted by pack --plan-only (0: skip pack; a 10M count takes ≈40 min here)")
+    parser.add_argument("--pack-n", type=int, default=0,
+                        help="records counted by pack --plan-only (default 0: no pack; 10M would take ≈40 min here)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1M records, 2 rounds, no pack")
     parser.add_argument("--only", nargs="*", default=None, help="tricks to time (default: all)")

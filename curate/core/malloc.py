@@ -7,9 +7,9 @@ one run is faulted back in that way at a high and erratic system-time cost. Kept
 it measured ≥ 10% at 10M records (issue 38, ``benchmarks/bench_process_tuning.py``, 10M
 records × 5 tags, whole ``python -m curate resample`` processes, rounds in rotated order on
 2 shared cores at load 7–14, 2026-12-03): without it / with it, median of the per-round
-ratios, 1.22× wall and 1.16× CPU over 6 rounds (22.5 → 17.6 s, 6.5 → 5.7 s of CPU), 1.18×
-CPU over 5 rounds and 1.25× wall, 1.21× CPU over 4 rounds in two earlier sets; peak memory
-the same (0.95 GiB).
+ratios, 1.22× wall and 1.16× CPU over 6 rounds (22.5 → 17.6 s, 6.5 → 5.7 s of CPU); in two
+earlier sets 0.96× wall and 1.18× CPU (5 rounds), 1.25× wall and 1.21× CPU (4 rounds); peak
+memory the same (0.95 GiB).
 """
 
 from __future__ import annotations
