@@ -67,6 +67,7 @@ from curate.balance.selected import copy_id, write_selected_records  # noqa: F40
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.thresholds import REFERENCE, Thresholds
 from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights
+from curate.core.arrow import from_numpy
 from curate.core.columns import code_counts, first_occurrences, rows, take_rows
 from curate.core.errors import UserError
 from curate.core.io import write_parquet
@@ -155,7 +156,7 @@ def _run_resample(tags: str | os.PathLike[str], config: ResampleConfig, out: Pat
     per_text = "text" in tags_file.schema_arrow.names  # tag --match text --per text: one row per text
     with ThreadPoolExecutor(max_workers=2) as thread:
         # One thread reads the ids and sorts them for repeats while this one reads the concepts and weighs
-        # (the reads and the sort run outside the GIL).
+        # (the reads and the sort run outside the GIL). Nothing converts through pandas (curate.core.arrow).
         repeats = thread.submit(_ids_and_first_occurrences, tags)
         # Then, while the weighing runs on this thread, the other draws the exponentials of the draw and
         # faults in the weights' memory (the first touch of fresh pages is a large part of both).
@@ -353,10 +354,10 @@ def _store_selection(path: Path, arrays: TagArrays, copies: np.ndarray, weights:
     t0 = time.perf_counter()
     index = np.flatnonzero(copies > 0)
     columns = [take_rows(arrays.ids, index), arrays.source_column(index),
-               pa.array(copies[index], pa.int32()), pa.array(weights[index], pa.float64())]
+               from_numpy(copies[index], pa.int32()), from_numpy(weights[index], pa.float64())]
     schema = SELECTION_SCHEMA
     if text is not None:
-        columns.append(pa.array(text[index].astype(np.int32), pa.int32()))
+        columns.append(from_numpy(text[index].astype(np.int32), pa.int32()))
         schema = schema.append(pa.field("text", pa.int32()))
     selection = pa.table(columns, schema=schema)
     t1 = time.perf_counter()

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.balance.weights import TagArrays
+from curate.core.arrow import strings, to_numpy
 from curate.core.columns import source_codes
 from curate.core.errors import UserError
 
@@ -26,8 +27,8 @@ def _concept_values(chunk: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(lengths, flat int32 values)`` of one list chunk; null lists count as empty."""
     if chunk.null_count:
         chunk = pc.if_else(pc.is_null(chunk), pa.scalar([], chunk.type), chunk)
-    offsets = chunk.offsets.to_numpy()
-    values = chunk.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_numpy()
+    offsets = to_numpy(chunk.offsets)
+    values = to_numpy(chunk.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))
     return np.diff(offsets), values if values.dtype == np.int32 else values.astype(np.int32)
 
 
@@ -142,11 +143,11 @@ def read_tag_concepts(parquet: pq.ParquetFile, path: str | os.PathLike[str]) -> 
     codes, names = source_codes(pa.chunked_array(sources) if sources else None, n)
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     taggable = int(meta["concepts_embedded"]) if "concepts_embedded" in meta else None
-    text = (np.concatenate([pc.fill_null(c, 0).to_numpy() for c in extra["text"]]).astype(np.int32, copy=False)
+    text = (np.concatenate([to_numpy(c, 0) for c in extra["text"]]).astype(np.int32, copy=False)
             if extra["text"] else np.zeros(0, np.int32)) if "text" in cols else None
     lang, lang_names = source_codes(pa.chunked_array(extra["lang"]) if extra["lang"] else None, n) \
         if "lang" in cols else (None, [])
-    return TagArrays(pa.array([], pa.string()), codes, names, offsets, stored, taggable, width, text, lang, lang_names)
+    return TagArrays(strings([]), codes, names, offsets, stored, taggable, width, text, lang, lang_names)
 
 
 def _copy_parts(parts: list[np.ndarray], size: int, n: int, row: int,

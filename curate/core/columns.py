@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.core.arrow import false_filled, from_numpy, strings, to_numpy
+
 
 FEW_CODES = 8
 """Up to this many codes, :func:`code_counts` compares instead of calling ``bincount``."""
@@ -50,7 +52,7 @@ def source_codes(sources: pa.Array | pa.ChunkedArray | None, n: int) -> tuple[np
     if pa.types.is_dictionary(sources.type):
         return _dictionary_codes(sources)
     # Encoded here and coded like a column read dictionary-encoded; nulls get an entry of their own, in order of
-    # first appearance.
+    # first appearance (no fill value: a Python scalar would make pyarrow import pandas).
     return _dictionary_codes(as_array(sources).cast(pa.string()).dictionary_encode(null_encoding="encode"))
 
 
@@ -70,7 +72,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
         if index.null_count:
             values.append("unknown")
         lut = np.array([where.setdefault(v, len(where)) for v in values], np.int32)
-        rows = pc.fill_null(index, len(values) - 1).to_numpy()
+        rows = to_numpy(index, null=len(values) - 1)
         if len(lut) and np.array_equal(lut, np.arange(len(lut))):
             codes[at:at + len(rows)] = rows  # the chunk's dictionary is the names so far, in order: codes as read
         elif len(lut):
@@ -83,7 +85,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
 
 def source_names(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
     """The source name of every row as a string column (from :func:`source_codes`' codes and names)."""
-    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(list(names), pa.string())).cast(pa.string())
+    return pa.DictionaryArray.from_arrays(from_numpy(codes, pa.int32()), strings(list(names))).cast(pa.string())
 
 
 def counts_by_source(codes: np.ndarray, names: Sequence[str], mask: np.ndarray | None = None) -> dict[str, int]:
@@ -131,10 +133,9 @@ def _first_by_sort(ids: pa.Array, block: int) -> np.ndarray:
     order = as_array(pc.sort_indices(ids))  # stable: equal ids keep their input order
     for lo in range(0, n - 1, block):
         ordered = ids.take(order.slice(lo, min(block, n - lo - 1) + 1))
-        same = pc.fill_null(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)), False)
-        same = as_array(same).to_numpy(zero_copy_only=False)
+        same = to_numpy(as_array(false_filled(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)))))
         if same.any():
-            keep[order.slice(lo + 1, len(same)).to_numpy()[same]] = False
+            keep[to_numpy(order.slice(lo + 1, len(same)))[same]] = False
     return keep
 
 
@@ -204,7 +205,7 @@ def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
 def _less_than_next(ids: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """For each id but the last, whether it is less than the next one in byte order (False next to a null)."""
     n = len(ids)
-    return pc.fill_null(pc.less(ids.slice(0, max(n - 1, 0)), ids.slice(min(1, n))), False)
+    return false_filled(pc.less(ids.slice(0, max(n - 1, 0)), ids.slice(min(1, n))))
 
 
 def _ordered_by_length(ids: pa.Array | pa.ChunkedArray, less: pa.Array | pa.ChunkedArray) -> bool:
@@ -224,9 +225,9 @@ def take_rows(column: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array
     ``ChunkedArray.take`` joins every chunk into one copy first (≈0.25 s for 10M ids, on every take)."""
     index = np.asarray(index, np.int64)
     if not isinstance(column, pa.ChunkedArray):
-        return column.take(pa.array(index))
+        return column.take(from_numpy(index))
     if column.num_chunks == 1:
-        return column.chunk(0).take(pa.array(index))
+        return column.chunk(0).take(from_numpy(index))
     if not index.size:
         return column.chunk(0).slice(0, 0) if column.num_chunks else pa.array([], column.type)
     order = None if (index[1:] >= index[:-1]).all() else np.argsort(index, kind="stable")
@@ -235,13 +236,13 @@ def take_rows(column: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array
     cuts = np.searchsorted(ordered, starts)
     if ordered[0] < 0 or ordered[-1] >= starts[-1]:
         raise IndexError(f"row index out of bounds for a column of {starts[-1]} rows")
-    taken = pa.concat_arrays([chunk.take(pa.array(ordered[cuts[i]:cuts[i + 1]] - starts[i]))
+    taken = pa.concat_arrays([chunk.take(from_numpy(ordered[cuts[i]:cuts[i + 1]] - starts[i]))
                               for i, chunk in enumerate(column.chunks)])
     if order is None:
         return taken
     back = np.empty_like(order)
     back[order] = np.arange(order.size)
-    return taken.take(pa.array(back))
+    return taken.take(from_numpy(back))
 
 
 def rows(array: pa.Array | pa.ChunkedArray, index: np.ndarray) -> list:

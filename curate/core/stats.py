@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.core.arrow import strings
 from curate.core.io import write_json, write_parquet
 
 REJECT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
@@ -263,7 +264,7 @@ class StageStats:
 
 def _rows_table(rows: Sequence[tuple[str, str, str, str, str]]) -> pa.Table:
     cols = list(zip(*rows)) if rows else [[], [], [], [], []]
-    return pa.table([pa.array(c, pa.string()) for c in cols], schema=REJECT_SCHEMA)
+    return pa.table([strings(c) for c in cols], schema=REJECT_SCHEMA)
 
 
 def versions() -> dict[str, str]:
