@@ -27,8 +27,9 @@ trick served, or, for a trick the code has, taken away from here:
 * ``hugepage`` (the code has the trick): NumPy's transparent-huge-page advice left on (without
   :func:`curate.core.malloc.small_numpy_pages`);
 * ``pooled``: the large temporaries allocated from Arrow's pool instead of ``np.empty``;
-* ``nopandas``: pandas kept out of the process (pyarrow's conversions import it to ask whether a value
-  is a pandas one);
+* ``nopandas`` (the code has the trick): pandas imported, as pyarrow's own conversions would (they
+  import it to ask whether a value is a pandas one; :mod:`curate.core.arrow` converts through the
+  buffers instead). Until fb8be9d the variant was the reverse (pandas blocked, on plain conversions);
 * ``matplotlib`` (the code has the trick): the plot drawn with matplotlib, as before
   :mod:`curate.core.chart`, instead of Pillow;
 * ``nofreeze`` (the code has the trick): no ``gc.freeze()`` of the driver's objects before the local
@@ -116,13 +117,8 @@ elif variant == "pooled":
     import curate.balance.resample, curate.balance.tags_file, curate.balance.weights, curate.core.columns
     for module in (curate.balance.resample, curate.balance.tags_file, curate.balance.weights, curate.core.columns):
         module.np = PooledNumpy("numpy")
-elif variant == "nopandas":
-    class NoPandas:  # pyarrow's conversions then find no pandas to import (and need none)
-        @staticmethod
-        def find_spec(name, path=None, target=None):
-            if name.split(".")[0] == "pandas":
-                raise ModuleNotFoundError(name)
-    sys.meta_path.insert(0, NoPandas)
+elif variant == "nopandas":  # taken away: pandas imported, as pyarrow's own conversions would
+    import pandas
 elif variant == "matplotlib":
     import curate.balance.resample as resample_module
     from pathlib import Path
@@ -166,7 +162,7 @@ TRICKS = {  # variant: (what it does, the command it serves, whether the code as
     "malloc": ("mallopt: mmap 64 MiB, trim 256 MiB", ("resample", "pack"), False),
     "hugepage": ("NumPy's huge-page advice off (kept)", ("resample",), True),
     "pooled": ("large temporaries from Arrow's pool", ("resample",), False),
-    "nopandas": ("pandas never imported", ("resample",), False),
+    "nopandas": ("pandas never imported (curate.core.arrow)", ("resample",), True),
     "matplotlib": ("the plot drawn with Pillow, not matplotlib", ("resample",), True),
     "nofreeze": ("gc.freeze() before forking the workers", ("pack",), True),
 }
