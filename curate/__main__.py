@@ -1,5 +1,5 @@
 """``python -m curate``: the same as the ``curate`` command."""
 
-from curate.cli import entry
+from curate.cli import main
 
-entry()
+main()

@@ -41,7 +41,6 @@ import numpy as np
 import torch
 
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
-from curate.core.malloc import keep_freed_memory
 from curate.core.threads import cap_threads
 from curate.core.io import is_url
 from packer.rope import mrope_positions, text_positions
@@ -300,7 +299,6 @@ class PackedDataset(torch.utils.data.IterableDataset):
 
         if torch.utils.data.get_worker_info() is not None:
             cap_threads(self.threads)  # a DataLoader worker: before the processor loads
-            keep_freed_memory()  # image after image: freed buffers reused, not faulted in again (curate.core.malloc)
         if self._builder is None:
             self._builder = PackedSequenceBuilder(self.processor, check=self.check, limits=self.limits,
                                                   on_error=self.on_error)

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.core.gcpause import paused_gc
 from curate.core.records import IMAGE_TOKEN
 from packer.reserved import ReservedTokens, reserved_tokens
 from packer.text_counts import PieceCounter
@@ -150,10 +149,9 @@ class TokenCounter:
                  max_pixels: int | None = None, trust_remote_code: bool = False) -> None:
         self.spec = str(processor)
         try:
-            with paused_gc():  # importing transformers and torch makes ≈435K lasting objects (curate.core.gcpause)
-                from transformers import AutoProcessor
+            from transformers import AutoProcessor
 
-                self.processor = AutoProcessor.from_pretrained(self.spec, trust_remote_code=trust_remote_code)
+            self.processor = AutoProcessor.from_pretrained(self.spec, trust_remote_code=trust_remote_code)
         except Exception as exc:  # noqa: BLE001 - a truncated or malformed tokenizer or config: each library its type
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise UserError(f"--processor {self.spec}: cannot load a processor ({first}); pass a processor "

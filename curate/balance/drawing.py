@@ -12,7 +12,6 @@ from curate.balance.metaclip import draw_records, draw_texts
 from curate.balance.pairs import TextRows
 from curate.balance.thresholds import Thresholds
 from curate.balance.weights import TagArrays, concept_counts, draw, record_weights
-from curate.core.columns import pooled
 
 #: Mixed with ``--seed`` into the draw's generator (the same numbers as before the draw had its own module).
 SALT = 0x5E1EC7
@@ -93,8 +92,8 @@ def prepare_draw(n: int, config: ResampleConfig) -> Prepared:
     for ``n`` = 0: tags with a row per text, whose records are known later)."""
     if n == 0 or config.mode != "inverse" or (config.target if config.target is not None else (config.fraction or 0) * n) > n:
         return Prepared()
-    exponentials = generator(config.seed).standard_exponential(n, out=pooled(n, np.float64))
-    weights, copies = pooled(n, np.float64), pooled(n, np.int32)
+    exponentials = generator(config.seed).standard_exponential(n, out=np.empty(n, np.float64))
+    weights, copies = np.empty(n, np.float64), np.empty(n, np.int32)
     weights.fill(0.0)
     copies.fill(0)
     return Prepared(exponentials, weights, copies)

@@ -38,7 +38,6 @@ from curate.core.errors import UserError
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.io import write_parquet
 from curate.core.remote import writing
-from curate.core.malloc import keep_freed_memory
 from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
                                 readable_records)
 from curate.balance.results import wall_timings
@@ -84,7 +83,6 @@ class EmbedTask(ShardTask):
 
     def setup(self) -> None:
         """Load the model once per worker."""
-        keep_freed_memory()  # a large photo decodes into a fresh mapping past 32 MiB: reuse it instead
         if self.encoder is None:
             self.encoder = load_encoder(self.model_spec, precision=self.precision, device=self.device,
                                         threads=self.threads)

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from curate.balance.weights import TagArrays
 from curate.core.arrow import strings, to_numpy
-from curate.core.columns import pooled, source_codes
+from curate.core.columns import source_codes
 from curate.core.errors import UserError
 
 
@@ -154,7 +154,7 @@ def _copy_parts(parts: list[np.ndarray], size: int, n: int, row: int,
                 width: int | None) -> tuple[np.ndarray, np.ndarray]:
     """One flat array (room for ``size`` values) holding ``parts``, and list offsets with the first ``row``
     records at ``width`` tags each."""
-    flat = pooled(size, np.int32)
+    flat = np.empty(size, np.int32)
     at = 0
     for part in parts:
         flat[at:at + part.size] = part

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.balance.config import WEIGHTINGS
-from curate.core.columns import pooled, source_names
+from curate.core.columns import source_names
 from curate.core.errors import UserError
 from curate.core.threads import map_split
 
@@ -223,7 +223,7 @@ def _lookup_per_record(tags: TagArrays, table: np.ndarray, ufunc: np.ufunc,
     (``float64``, one per record) may be given, e.g. already faulted in by another thread.
     """
     k = int(tags.width or 0)
-    out = pooled(len(tags), np.float64) if out is None or out.shape != (len(tags),) else out
+    out = np.empty(len(tags), np.float64) if out is None or out.shape != (len(tags),) else out
     size = min(LOOKUP_BLOCK, len(tags))
     blocks = [(first + lo, matrix[lo:lo + LOOKUP_BLOCK]) for first, part in tags.parts()
               for matrix in [part.reshape(-1, k)] for lo in range(0, len(matrix), LOOKUP_BLOCK)]
@@ -306,7 +306,7 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator,
     ``int32`` buffer of one per record for the result (e.g. faulted in by another thread).
     """
     if copies is None or copies.shape != weights.shape or copies.dtype != np.int32:
-        copies = pooled(len(weights), np.int32)
+        copies = np.empty(len(weights), np.int32)
     copies.fill(0)
     positive = weights > 0
     everyone = bool(positive.all())
@@ -320,7 +320,7 @@ def draw(weights: np.ndarray, target: int, rng: np.random.Generator,
         if exponentials is not None and exponentials.size >= size:
             keys = exponentials[:size]  # the first `size` numbers of the same stream
         else:
-            keys = rng.standard_exponential(size, out=pooled(size, np.float64))
+            keys = rng.standard_exponential(size, out=np.empty(size, np.float64))
         keys /= w
         del w  # a copy (when not everyone is in the pool) freed before the partition
         if target < size:

@@ -23,10 +23,9 @@ import click
 from curate.cli.errors import describe_os_error, storage_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.core.gcpause import settle_for_exit
 from curate.core.lock import held_for_command
 
-__all__ = ["cli", "entry", "main"]
+__all__ = ["cli", "main"]
 
 
 def _fail(message: str, code: int) -> None:
@@ -63,11 +62,3 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _fail(line, 1)
 
-
-def entry() -> None:
-    """The ``curate`` console script and ``python -m curate``: :func:`main`, then a quick exit (the collector does
-    not walk the loaded libraries' objects again at shutdown: :func:`curate.core.gcpause.settle_for_exit`)."""
-    try:
-        main()
-    finally:
-        settle_for_exit()

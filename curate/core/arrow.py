@@ -7,6 +7,14 @@ the GIL all along: on two cores it stalled ``curate resample``'s reads and weigh
 more than its own cost (10M records: 2.2–2.6 s instead of 2.9–3.8 s with it). These
 helpers build and read arrays from their buffers instead; the values are the same.
 ``tests/curate/core/test_arrow.py`` checks both the values and that pandas stays out.
+
+Kept because it measured ≥ 10% at 10M records (issue 38, ``benchmarks/bench_process_tuning.py``:
+whole ``python -m curate resample`` processes on 10M records × 5 tags, pandas kept out against
+imported, medians of per-round ratios, rounds in rotated order on 2 shared cores): at load 3–4,
+1.09× wall and 1.20× CPU (4 rounds); the code before issue 38's removals against the code
+without them and this module, 1.20× wall and 1.17× CPU (5 rounds, faster in each), most of it
+this; at load 6–15 the sets were noisier: 1.23×/1.30×, 0.85×/1.06×, 1.01×/1.02× (wall/CPU). The
+import alone: 0.42–0.44 s of CPU.
 """
 
 from __future__ import annotations

@@ -4,7 +4,13 @@ matplotlib's import alone costs 0.6–0.7 s of CPU, more than drawing this chart
 takes with it, and more than half of what ``resample`` otherwise adds to reading
 its 10M records on two cores. Pillow imports in a few milliseconds and draws the
 same picture (lines, decade ticks and grid, labels, legend, title) in tens of
-them. Lines are drawn at twice the size and scaled down (smooth edges); text is
+them. Measured at 10M records in issue 38 (``benchmarks/bench_process_tuning.py``,
+whole ``python -m curate resample`` processes, matplotlib's Agg plot against this one,
+rounds in rotated order on 2 shared cores at load 6–12): 1.07× wall and 1.06× CPU
+(5 rounds), 1.17× and 1.26× (5 rounds), 0.93× and 0.99× (4 rounds); the import alone
+0.61–0.67 s of CPU. Below issue 38's 10% bar in two sets of three; kept because
+matplotlib would draw different ``balance.png`` bytes (the lead's call).
+Lines are drawn at twice the size and scaled down (smooth edges); text is
 set at the final size. The font is DejaVu Sans (matplotlib's own copy or the
 system's) when found, else Pillow's bundled font. The same inputs give the same
 bytes with the same Pillow and font.

@@ -16,17 +16,6 @@ import pyarrow.compute as pc
 from curate.core.arrow import false_filled, from_numpy, strings, to_numpy
 
 
-def pooled(size: int, dtype: np.typing.DTypeLike) -> np.ndarray:
-    """An uninitialised 1-D numpy array whose memory comes from Arrow's pool, not a fresh ``mmap``.
-
-    The pool keeps the pages that reading Parquet freed and hands them out again, so a
-    large temporary costs no page faults or kernel zeroing (numpy maps arrays over 32 MiB
-    afresh every time). The pages go back to the pool when the array is collected.
-    """
-    dtype = np.dtype(dtype)
-    return np.frombuffer(pa.allocate_buffer(max(int(size) * dtype.itemsize, 1)), dtype, count=int(size))
-
-
 FEW_CODES = 8
 """Up to this many codes, :func:`code_counts` compares instead of calling ``bincount``."""
 
@@ -75,7 +64,7 @@ def _dictionary_codes(sources: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, 
     """
     chunks = _chunks(sources)
     where: dict[str, int] = {}  # name -> code, in order of first appearance
-    codes = pooled(sum(len(c) for c in chunks), np.int32)
+    codes = np.empty(sum(len(c) for c in chunks), np.int32)
     at = 0
     for chunk in chunks:
         values = ["unknown" if v is None else v for v in chunk.dictionary.cast(pa.string()).to_pylist()]

@@ -36,7 +36,6 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.gcpause import paused_gc
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
 from curate.core.images import ImageError, decode
@@ -164,23 +163,22 @@ class TransformersBackend(GenerationBackend):
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_image_pixels = max_image_pixels
         self.limits = image_limits(max_image_bytes, max_image_pixels)
-        with paused_gc():  # torch's and transformers' imports, the model: lasting objects, little garbage
-            self.device = resolve_device(device)
-            self.dtype = resolve_dtype(dtype, self.device)
-            try:
-                from transformers import AutoModelForImageTextToText, AutoProcessor
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        try:
+            from transformers import AutoModelForImageTextToText, AutoProcessor
 
-                self.processor = AutoProcessor.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
-                self.model = AutoModelForImageTextToText.from_pretrained(
-                    self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
-                )
-                self.processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "probe"}]}],
-                                                   tokenize=False, add_generation_prompt=True)  # a template that parses
-            except Exception as exc:  # noqa: BLE001 - truncated weights, a config or template that does not parse:
-                # transformers, safetensors, torch and jinja each raise their own types
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
-                raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText, "
-                                f"or render its chat template ({type(exc).__name__}: {first})") from None
+            self.processor = AutoProcessor.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
+            self.model = AutoModelForImageTextToText.from_pretrained(
+                self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
+            )
+            self.processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "probe"}]}],
+                                               tokenize=False, add_generation_prompt=True)  # a template that parses
+        except Exception as exc:  # noqa: BLE001 - truncated weights, a config or template that does not parse:
+            # transformers, safetensors, torch and jinja each raise their own types
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise UserError(f"--model {model}: cannot load it with AutoProcessor/AutoModelForImageTextToText, "
+                            f"or render its chat template ({type(exc).__name__}: {first})") from None
         self.model.to(self.device).eval()
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # batched generation continues every row from its last token

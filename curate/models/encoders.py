@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from curate.core.errors import UserError
-from curate.core.gcpause import paused_gc
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS, check_precision, create_model, parse_model_spec, pick_device
 
 __all__ = ["DEFAULT_MODEL", "PRECISIONS", "Encoder", "load_encoder"]
@@ -241,8 +240,7 @@ def load_encoder(spec: str = DEFAULT_MODEL, *, precision: str = "fp32", device: 
         if cache and key in _LOADED:
             return _LOADED[key]
     try:
-        with paused_gc():  # open_clip's and torch's imports make lasting objects, little garbage (curate.core.gcpause)
-            model, preprocess, tokenizer, name = create_model(parsed, device, precision)
+        model, preprocess, tokenizer, name = create_model(parsed, device, precision)
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - truncated weights, a config of the wrong shape: torch, safetensors,
