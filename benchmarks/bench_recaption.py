@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from curate.recaption.config import RecaptionConfig
 from curate.core.history import HISTORY  # noqa: E402
 from curate.recaption.checks import check_caption  # noqa: E402
 from curate.generate import GenerationRequest, SamplingParams, make_backend  # noqa: E402
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     _bare_loop(backend_args, pairs[:2], langs, sp)
     warm = root / "warm.jsonl"
     warm.write_text("".join(src.read_text(encoding="utf-8").splitlines(keepends=True)[:2]), encoding="utf-8")
-    recaption([str(warm)], root / "warm", backend=backend_args, langs=langs, sampling=sampling, seed=args.seed)
+    recaption([str(warm)], RecaptionConfig(out=root / "warm", backend=backend_args, langs=langs, **sampling,
+                                           seed=args.seed))
 
     bare_times, stage_times, ratios = [], [], []
     bare_kept = stage_kept = requests = 0
@@ -152,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
                 bare_kept, requests = _bare_loop(backend_args, pairs, langs, sp)
                 t_bare = time.perf_counter() - t0
             else:
-                stats = recaption([str(src)], root / f"out{r}", backend=backend_args, langs=langs, sampling=sampling,
-                                  seed=args.seed, shard_size=args.shard_size)
+                stats = recaption([str(src)], RecaptionConfig(out=root / f"out{r}", backend=backend_args, langs=langs,
+                                                              **sampling, seed=args.seed, shard_size=args.shard_size))
                 t_stage = time.perf_counter() - t0
                 stage_kept = stats["captions"]["kept"]
                 # backend counters are a run's history, not its stats (stats.json is the same for a resumed run)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from curate.rl.config import RlFilterConfig
 from curate.fixtures.sampledata import make_sample_data  # noqa: E402
 from curate.fixtures.tiny_vlm import build_tiny_vlm  # noqa: E402
 from curate.generate import make_backend  # noqa: E402
@@ -50,7 +51,8 @@ def rollouts_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:
                 fa.write(json.dumps({"id": p["id"], "response": f"<answer>{text}</answer>"}) + "\n")
     warm_up(wait=True)
     t0 = time.perf_counter()
-    stats = rl_filter([str(src)], tmp / "out", backend={"rollouts": str(answers)}, n=n, shard_size=1000, plot=True)
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp / "out", backend={"rollouts": str(answers)}, n=n,
+                                                 shard_size=1000, plot=True))
     whole = time.perf_counter() - t0
     records = {r["id"]: r for r in read_records([src])}
     pairs = []
@@ -102,7 +104,7 @@ def transformers_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:
             fp.write(json.dumps({**p, "images": [str(sample / "rl" / im) for im in images]}) + "\n")
     sampling = {"max_new_tokens": 24, "temperature": 1.0, "seed": 0}
     backend_args = {"model": str(model), "device": "cpu"}
-    task = RolloutTask(backend_args, n=n, sampling=sampling)
+    task = RolloutTask(RlFilterConfig(out=tmp / "task", backend=backend_args, n=n, **sampling))
     requests = [task.request(r) for r in read_records([src])]
     records = {r["id"]: r for r in read_records([src])}
     warm_up(wait=True)
@@ -115,7 +117,7 @@ def transformers_case(tmp: Path, sample: Path, prompts_n: int, n: int) -> None:
                 score_many([(records[res.key], t) for t in res.responses])
         times_bare.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        rl_filter([str(src)], tmp / f"t{round_}", backend=backend_args, n=n, sampling=sampling, plot=False)
+        rl_filter([str(src)], RlFilterConfig(out=tmp / f"t{round_}", backend=backend_args, n=n, **sampling, plot=False))
         times_ours.append(time.perf_counter() - t0)
     bare, ours = min(times_bare), min(times_ours)
     print(f"transformers backend (tiny Qwen2-VL, {len(requests)} prompts x {n}, 24 new tokens), best of 2:")

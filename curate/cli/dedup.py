@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import executor_options, image_root_option, make_executor, print_rejects
-from curate.core.defaults import DEFAULT_SHARD_SIZE
-from curate.dedup.config import (DEFAULT_NEAR_THRESHOLD, DEFAULT_SEARCH_BLOCK, DEFAULT_SEMANTIC_THRESHOLD,
-                                 MAX_NEAR_THRESHOLD)
+from curate.cli.generate_options import setting_option
+from curate.cli.options import config_options, executor_options, image_root_option, make_executor, print_rejects
+from curate.dedup.config import DedupConfig
 
 
 def _sources(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
@@ -17,31 +18,15 @@ def _sources(ctx: click.Context, param: click.Parameter, value: str | None) -> t
 
 @cli.command("dedup")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--out", required=True, type=click.Path(path_type=str), help="Output folder.")
-@click.option("--near/--no-near", default=True, show_default=True,
-              help="Find near duplicates with perceptual hashes (re-encoded, resized, slightly cropped, watermarked).")
-@click.option("--near-threshold", type=int, default=DEFAULT_NEAR_THRESHOLD, show_default=True,
-              help=f"Bits (of 63) within which two images are near duplicates (at most {MAX_NEAR_THRESHOLD}).")
-@click.option("--embeddings", type=click.Path(path_type=str), default=None,
-              help="curate embed's output for these records: also remove semantic duplicates (cosine).")
-@click.option("--semantic-threshold", type=float, default=DEFAULT_SEMANTIC_THRESHOLD, show_default=True,
-              help="With --embeddings: cosine similarity from which two records are duplicates.")
-@click.option("--prefer", default=None, callback=_sources, metavar="SRC,SRC",
-              help="Sources to keep first when copies are found, best first (then the largest image, then the id).")
-@click.option("--against", multiple=True, type=click.Path(path_type=str),
-              help="Benchmark records or folders (any layout curate reads): records whose image copies one are "
-                   "removed (benchmark_overlap). Repeatable.")
-@click.option("--against-embeddings", type=click.Path(path_type=str), default=None,
-              help="curate embed's output for the --against records: semantic overlap too (needs --embeddings).")
-@click.option("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, show_default=True, help="Records per hashing shard.")
-@click.option("--search-block", type=int, default=DEFAULT_SEARCH_BLOCK, show_default=True,
-              help="Images per shard of the near-duplicate search.")
-@click.option("--decode-threads", type=int, default=None, help="Threads decoding images per worker (default: cores, at most 4).")
+@config_options(DedupConfig, "out", "near", "near_threshold", "embeddings", "semantic_threshold")
+@setting_option(DedupConfig, "prefer", default=None, callback=_sources)
+@setting_option(DedupConfig, "against", multiple=True, type=click.Path(path_type=str))
+@config_options(DedupConfig, "against_embeddings", "shard_size", "search_block", "decode_threads")
 @click.option("--no-records", is_flag=True, help="Write rejects.parquet and stats.json only, not the kept records.")
 @image_root_option
 @executor_options
 def dedup_cmd(inputs: tuple[str, ...], out: str, no_records: bool, workers: int, executor: str,
-              ray_address: str | None, **settings: object) -> None:
+              ray_address: str | None, **settings: Any) -> None:
     """Remove exact, near and semantic duplicate records, and copies of benchmark images.
 
     Exact: the same bytes or the same decoded pixels. Near: perceptual hashes within
@@ -58,11 +43,10 @@ def dedup_cmd(inputs: tuple[str, ...], out: str, no_records: bool, workers: int,
     """
     from curate.core.progress import console
     from curate.core.results import from_stats
-    from curate.dedup.config import DedupConfig
     from curate.dedup.results import DedupResult
     from curate.dedup.stage import dedup
 
-    config = DedupConfig(out=out, write_records=not no_records, **settings)  # type: ignore[arg-type]
+    config = DedupConfig(out=out, write_records=not no_records, **settings)
     r = from_stats(DedupResult, dedup(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     d = r.duplicates
     console.print(f"[bold]kept[/bold] {r.records_out:,} of {r.records_in:,} records; removed "

@@ -10,6 +10,7 @@ from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
 from curate.core.location import Location, locations
 from curate.core.images import DEFAULT_MAX_PIXELS
+from curate.core.settings import setting
 
 PathLike = str | os.PathLike[str]
 
@@ -27,21 +28,37 @@ MAX_NEAR_THRESHOLD = 11
 class DedupConfig:
     """Settings of ``curate dedup`` (see :func:`curate.dedup.stage.dedup`)."""
 
-    out: Location | PathLike
-    near: bool = True
-    near_threshold: int = DEFAULT_NEAR_THRESHOLD
-    embeddings: Location | PathLike | None = None
-    semantic_threshold: float = DEFAULT_SEMANTIC_THRESHOLD
-    prefer: tuple[str, ...] = ()
-    against: tuple[Location | PathLike, ...] = ()
-    against_embeddings: Location | PathLike | None = None
-    shard_size: int = DEFAULT_SHARD_SIZE
-    search_block: int = DEFAULT_SEARCH_BLOCK
-    decode_threads: int | None = None
+    out: Location | PathLike = setting(help="Output folder.")
+    near: bool = setting(True, help="Find near duplicates with perceptual hashes (re-encoded, resized, slightly "
+                                    "cropped, watermarked).")
+    near_threshold: int = setting(
+        DEFAULT_NEAR_THRESHOLD,
+        help=f"Bits (of 63) within which two images are near duplicates (at most {MAX_NEAR_THRESHOLD}).")
+    embeddings: Location | PathLike | None = setting(
+        None, help="curate embed's output for these records: also remove semantic duplicates (cosine).")
+    semantic_threshold: float = setting(
+        DEFAULT_SEMANTIC_THRESHOLD, help="With --embeddings: cosine similarity from which two records are duplicates.")
+    #: Offered by hand (``SRC,SRC`` split into a tuple): :func:`curate.cli.generate_options.setting_option`.
+    prefer: tuple[str, ...] = setting(
+        (), cli=False, metavar="SRC,SRC",
+        help="Sources to keep first when copies are found, best first (then the largest image, then the id).")
+    #: Offered by hand (a repeatable option): :func:`curate.cli.generate_options.setting_option`.
+    against: tuple[Location | PathLike, ...] = setting(
+        (), cli=False, help="Benchmark records or folders (any layout curate reads): records whose image copies one "
+                            "are removed (benchmark_overlap). Repeatable.")
+    against_embeddings: Location | PathLike | None = setting(
+        None, help="curate embed's output for the --against records: semantic overlap too (needs --embeddings).")
+    shard_size: int = setting(DEFAULT_SHARD_SIZE, help="Records per hashing shard.")
+    search_block: int = setting(DEFAULT_SEARCH_BLOCK, help="Images per shard of the near-duplicate search.")
+    decode_threads: int | None = setting(None, help="Threads decoding images per worker (default: cores, at most 4).")
     max_image_pixels: int = DEFAULT_MAX_PIXELS
-    write_records: bool = True
-    seed: int = 0
-    image_root: Location | PathLike | None = None
+    #: Offered as ``--no-records`` (by hand: a flag that turns the setting off).
+    write_records: bool = setting(
+        True, cli=False, help="Write the kept records (--no-records: rejects.parquet and stats.json only).")
+    seed: int = setting(0, cli=False, help="Seed of the run (the verb's --seed).")
+    image_root: Location | PathLike | None = setting(
+        None, cli=False, help="Folder (or bucket prefix) relative image paths start from (default: each input "
+                              "file's own; the verb's --image-root).")
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "embeddings": "--embeddings", "against": "--against",

@@ -37,7 +37,7 @@ from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.remote import local_file, writing
 from curate.core.shards import Shard, plan_hash, plan_shards
-from curate.core.stats import REJECT_SCHEMA, StageStats, finish_stage, run_header
+from curate.core.stats import REJECT_SCHEMA, StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 from curate.dedup.config import DedupConfig
 from curate.dedup.decide import REASONS, Decision, Hashed
@@ -184,18 +184,15 @@ def _run(inputs: list[Any], config: DedupConfig, out: Path, executor: Any) -> di
                 **hash_settings}
     from curate.dedup.summary import summary
 
-    result: dict[str, Any] = {
-        **run_header("dedup", seed=config.seed, settings=settings), "inputs": [str(p) for p in inputs],
-        "records_in": counts["records_in"], "records_out": counts["records_out"], "dropped": counts["dropped"],
-        "errored": counts["errored"], "per_source": counts["per_source"],
+    result = stage_result(
+        "dedup", total, seed=config.seed, settings=settings, inputs=inputs,
         **summary(records, decision, refs, ref_stats, pair_counts),
         **({"records_written": written} if written is not None else {}),
-        "timings": {**counts["timings"], **{k: round(v, 4) for k, v in timings.items()},
-                    "wall": round(time.perf_counter() - t0, 4)},
-        "outputs": {"rejects": "rejects.parquet", "hashes": f"{HASHES_DIR}/",
-                    **({"records": f"{RECORDS_DIR}/"} if written is not None else {}),
-                    **({"references": f"{AGAINST_DIR}/{HASHES_DIR}/"} if refs is not None else {})},
-    }
+        timings={**counts["timings"], **{k: round(v, 4) for k, v in timings.items()},
+                 "wall": round(time.perf_counter() - t0, 4)},
+        outputs={"rejects": "rejects.parquet", "hashes": f"{HASHES_DIR}/",
+                 **({"records": f"{RECORDS_DIR}/"} if written is not None else {}),
+                 **({"references": f"{AGAINST_DIR}/{HASHES_DIR}/"} if refs is not None else {})})
     return finish_stage(out, result)  # rejects.parquet is written above, with its two more columns
 
 

@@ -52,6 +52,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from curate.core.settings import setting
+
 LANGS = ("en", "zh")
 REASONS = ("truncated", "empty", "garbled", "refusal", "repetition", "language", "too_short", "too_long")
 TRUNCATED_POLICIES = ("trim", "drop", "keep")
@@ -70,7 +72,9 @@ class CaptionRules:
     distinct_min_tokens: int = 40
     min_distinct_trigrams: float = 0.5
     refusal_window: int = 200
-    truncated: Literal["trim", "drop", "keep"] = "trim"
+    truncated: Literal["trim", "drop", "keep"] = setting(
+        "trim", choices=TRUNCATED_POLICIES,
+        help="Answers that hit --max-new-tokens: cut after the last complete sentence, reject, or keep.")
 
     def __post_init__(self) -> None:
         if self.truncated not in TRUNCATED_POLICIES:

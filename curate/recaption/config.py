@@ -17,7 +17,10 @@ from curate.core.errors import UserError
 from curate.core.location import Location, locations
 from curate.core.record_limits import ImageReading
 from curate.core.records import IMAGE_TOKEN
+from curate.core.settings import setting
 from curate.generate.checks import check_backend, check_sampling
+from curate.generate.settings import (BackendSettings, backend_of, max_new_tokens_setting, temperature_setting,
+                                      top_p_setting)
 from curate.recaption.checks import LANGS, CaptionRules
 
 PathLike = str | os.PathLike[str]
@@ -88,12 +91,14 @@ class RecaptionConfig(ImageReading):
 
     Attributes:
         out: Output folder.
-        backend: :func:`curate.generate.make_backend` keyword arguments (``model``, ``endpoint``...).
+        backend: :func:`curate.generate.make_backend` keyword arguments (``model``, ``endpoint``...), or the
+            :class:`BackendSettings` of the flags (kept as their keyword arguments).
+        temperature, top_p, max_new_tokens: How captions are sampled (the seed is ``seed``).
         langs: Languages (``["en", "zh"]`` or ``"en,zh"``; default both); a list once built.
         mix: One caption per record, language drawn with these weights (``{"en": 0.76, "zh": 0.24}``
             or ``"en=0.76,zh=0.24"``); normalised once built; its languages must match ``langs``.
-        prompts: Prompt per language (missing or None: :data:`DEFAULT_PROMPTS`); resolved once built.
-        sampling: ``temperature``, ``top_p``, ``max_new_tokens`` (the seed is ``seed``).
+        prompt_en, prompt_zh: The prompt of each language (default: :data:`DEFAULT_PROMPTS`).
+        prompts: The prompt of each language asked (set once built).
         rules: Caption check thresholds.
         seed: Seed of the sampling and of the ``mix`` draw.
         shard_size: Records per shard.
@@ -102,16 +107,29 @@ class RecaptionConfig(ImageReading):
             (:class:`curate.core.record_limits.ImageReading`).
     """
 
-    out: Location | PathLike
-    backend: Mapping[str, Any] = field(default_factory=dict)
-    langs: list[str] | tuple[str, ...] | str | None = None
-    mix: Mapping[str, float] | str | None = None
-    prompts: Mapping[str, str | None] | None = None
-    sampling: Mapping[str, Any] | None = None
+    out: Location | PathLike = setting(help="Output folder.")
+    backend: BackendSettings | Mapping[str, Any] = field(default_factory=dict)
+    temperature: float = temperature_setting(0.7)
+    top_p: float = top_p_setting(0.9)
+    max_new_tokens: int = max_new_tokens_setting(512)
+    langs: list[str] | tuple[str, ...] | str | None = setting(
+        None, metavar="LANGS",
+        help="Caption every image in each of these languages (comma-separated: en, zh).  [default: en,zh]")
+    mix: Mapping[str, float] | str | None = setting(
+        None, metavar="LANG=W,...",
+        help="Instead: one caption per image, its language drawn with these weights (seeded, keyed on the "
+             "record id), e.g. en=0.76,zh=0.24 as LLaVA-OneVision-1.5's 65M/20M split.")
+    prompt_en: str = setting(DEFAULT_PROMPTS["en"], metavar="TEXT",
+                             help="English prompt ('<image>\\n' is put in front unless it holds <image>).")
+    prompt_zh: str = setting(DEFAULT_PROMPTS["zh"], metavar="TEXT",
+                             help="Chinese prompt ('<image>\\n' is put in front unless it holds <image>).")
     rules: CaptionRules | None = None
-    seed: int = 0
-    shard_size: int = 1000
-    image_root: Location | PathLike | None = None
+    shard_size: int = setting(1000, help="Records per shard.")
+    seed: int = setting(0, cli=False, help="Seed of the sampling and of the --mix draw (the verb's --seed).")
+    image_root: Location | PathLike | None = setting(
+        None, cli=False, help="Folder (or bucket prefix) relative image paths start from (default: each input "
+                              "file's own; the verb's --image-root).")
+    prompts: Mapping[str, str] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "image_root": "--image-root"})
@@ -129,6 +147,7 @@ class RecaptionConfig(ImageReading):
             langs = list(weights)
         object.__setattr__(self, "langs", langs)
         object.__setattr__(self, "mix", weights)
-        object.__setattr__(self, "prompts", resolve_prompts(langs, dict(self.prompts or {})))
+        object.__setattr__(self, "prompts", resolve_prompts(langs, {"en": self.prompt_en, "zh": self.prompt_zh}))
+        object.__setattr__(self, "backend", backend_of(self.backend))
         check_backend(self.backend)
-        check_sampling(self.sampling)
+        check_sampling({"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens})

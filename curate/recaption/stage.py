@@ -47,7 +47,6 @@ shard is errored (``duplicate_id``), as in every stage
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -57,28 +56,23 @@ from curate.core.formats.writeback import merge_record_lines
 from curate.core.remote import writing
 from curate.core.io import write_parquet
 from curate.core.shards import UNANSWERED
-from curate.core.stats import finish_stage
-from curate.core.validate import configure
+from curate.core.stats import finish_stage, stage_result
 from curate.recaption.config import RecaptionConfig
 from curate.recaption.report import caption_report
 from curate.recaption.task import CAPTION_SCHEMA, RecaptionTask
 
 
-def recaption(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RecaptionConfig | None = None, *,
-              executor: Any = None, **settings: Any) -> dict[str, Any]:
-    """Caption the images of ``inputs`` into ``out``; returns the content of ``stats.json``.
+def recaption(inputs: list[str], config: RecaptionConfig, *, executor: Any = None) -> dict[str, Any]:
+    """Caption the images of ``inputs`` into ``config.out``; returns the content of ``stats.json``.
 
     Args:
         inputs: Record files or folders (any accepted layout).
-        out: Output folder (overrides ``config.out``).
         config: The settings (see :class:`RecaptionConfig`): backend, languages or mix, prompts,
             sampling, caption rules, seed, shard size.
         executor: An executor (default: local, one worker).
-        **settings: Fields of :class:`RecaptionConfig`, instead of or over ``config``.
 
-    Outputs in ``out``: ``captions.parquet``, ``records.jsonl``, ``rejects.parquet``, ``stats.json``.
+    Outputs in ``config.out``: ``captions.parquet``, ``records.jsonl``, ``rejects.parquet``, ``stats.json``.
     """
-    config = configure(RecaptionConfig, config, out=out, **settings)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
         return _recaption(inputs, config, folder, executor)
 
@@ -90,12 +84,9 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
     from curate.executors import run_stage
     from curate.core.shards import plan_shards
     from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
-    from curate.core.stats import run_header
 
     seed, lang_list = config.seed, list(config.langs or ())
-    task = RecaptionTask(dict(config.backend), langs=lang_list, mix=config.mix, prompts=dict(config.prompts or {}),
-                         sampling={"seed": seed, **(config.sampling or {})}, rules=config.rules,
-                         limits=config.image_limits, max_images=config.max_images)
+    task = RecaptionTask(config)
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")
@@ -111,17 +102,11 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
         mine = [r for r in rows if r["source"] == source]
         per_source[source] = {**entry, "captions": {lang: caption_report([r for r in mine if r["lang"] == lang])
                                                     for lang in lang_list}}
-    result = {
-        **run_header("recaption", seed=seed, settings=task.settings()), "inputs": [str(p) for p in inputs],
-        "records_in": counts["records_in"], "records_out": counts["records_out"],
-        "dropped": counts["dropped"], "errored": counts["errored"],
-        "captions": caption_report(rows),
-        "per_lang": {lang: caption_report([r for r in rows if r["lang"] == lang]) for lang in lang_list},
-        "per_source": per_source,
-        "extra_images": int(extra.get("extra_images", 0)),
-        "history": HISTORY,
-        "outputs": {"captions": "captions.parquet", "records": records_name, "rejects": "rejects.parquet"},
-    }
+    result = stage_result(
+        "recaption", stats, seed=seed, settings=task.settings(), inputs=inputs, captions=caption_report(rows),
+        per_lang={lang: caption_report([r for r in rows if r["lang"] == lang]) for lang in lang_list},
+        per_source=per_source, extra_images=int(extra.get("extra_images", 0)), history=HISTORY,
+        outputs={"captions": "captions.parquet", "records": records_name, "rejects": "rejects.parquet"})
     record_run(out, "recaption", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),
                unanswered=int(extra.get(UNANSWERED, 0)), backend=task.backend.describe(),
                operational=operational_of(task.backend.describe()))

@@ -21,8 +21,10 @@ from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
 from curate.core.stats import StageStats
 from curate.core.textlimits import MAX_CAPTION_CHARS, TOO_LONG, over
 from curate.generate.base import is_transient
+from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask
 from curate.recaption.checks import CaptionCheck, CaptionRules, check_caption
+from curate.recaption.config import RecaptionConfig
 from curate.recaption.prompts import caption_key, choose_lang, user_turn
 from curate.recaption.retries import RETRY, final_row, retry_items
 
@@ -52,27 +54,20 @@ class RecaptionTask(GenerationTask):
     """Captions the first image of every record of a shard in each requested language (see the module docstring).
 
     Args:
-        backend: :func:`curate.generate.make_backend` keyword arguments.
-        langs: Languages to caption in (all of them, or one drawn per record with ``mix``).
-        mix: Normalised language weights for one caption per record, or None.
-        prompts: Prompt per language.
-        sampling: :class:`~curate.generate.SamplingParams` fields (``seed`` included).
-        rules: Caption check thresholds.
-        **reading: ``limits`` and ``max_images`` (:class:`~curate.generate.task.GenerationTask`).
+        config: The settings of the run (:class:`~curate.recaption.config.RecaptionConfig`): its backend, languages
+            or mix, prompts, sampling (seeded with its ``seed``), check rules and image limits.
     """
 
     stage = "recaption"
     unit = "records"
 
-    def __init__(self, backend: dict[str, Any], *, langs: list[str], mix: dict[str, float] | None = None,
-                 prompts: dict[str, str], sampling: dict[str, Any] | None = None,
-                 rules: CaptionRules | None = None, **reading: Any) -> None:
-        super().__init__(backend, **reading)
-        self.langs = list(langs)
-        self.mix = mix
-        self.prompts = prompts
-        self.sampling = dict(sampling or {})
-        self.rules = rules or CaptionRules()
+    def __init__(self, config: RecaptionConfig) -> None:
+        super().__init__(dict(config.backend), limits=config.image_limits, max_images=config.max_images)
+        self.langs = list(config.langs or ())
+        self.mix = config.mix
+        self.prompts = dict(config.prompts)
+        self.sampling = sampling_of(config)
+        self.rules = config.rules or CaptionRules()
 
     def settings(self) -> dict[str, Any]:
         """What changes the captions: the model, languages, mix, prompts, sampling and check rules."""

@@ -24,7 +24,7 @@ from curate.report.assets import Assets
 from curate.report.funnel import counts, funnel_html, settings_html
 from curate.report.html import Raw, esc, page, section, table
 from curate.report.rejects import rejects_html
-from curate.report.stages import samples_html
+from curate.report.pages import samples_html
 from curate.stages import STAGES
 
 __all__ = ["find_stages", "write_report"]

@@ -42,7 +42,7 @@ from curate.rewards.registry import (
     score,
     score_many,
 )
-from curate.rewards.result import RecordError, RewardResult, UnknownAnswerType, VerifierFailure
+from curate.rewards.verdict import RecordError, RewardResult, UnknownAnswerType, VerifierFailure
 
 __all__ = [
     "ANSWER_TYPES",

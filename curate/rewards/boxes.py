@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from curate.rewards.extract import extract_answer, last_code_block
-from curate.rewards.result import RecordError, VerifierFailure, where
+from curate.rewards.verdict import RecordError, VerifierFailure, where
 
 MAX_BOX_TEXT = 200_000
 MAX_BOXES = 1_000

@@ -1,7 +1,7 @@
 """Running the isolated part of scoring on the worker pools: batching, deduplication, cache.
 
 Verifiers whose work is slow or unsafe (math-verify, detection mAP, SVG rendering,
-code) return a :class:`~curate.rewards.result.Deferred`; :func:`run_deferred` sends
+code) return a :class:`~curate.rewards.verdict.Deferred`; :func:`run_deferred` sends
 all of a call's deferred work to its pool in one batch, with the time limits enforced
 there: the verifier pool (:mod:`curate.rewards.runtime.limits`) and, for programs, the
 code sandboxes (:mod:`curate.rewards.runtime.sandbox`), both at once.
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from curate.rewards.result import Deferred, RecordError, RewardResult
+from curate.rewards.verdict import Deferred, RecordError, RewardResult
 from curate.rewards.runtime import deadline as _deadline
 from curate.rewards.runtime.cache import ResultCache
 from curate.rewards.runtime import limits, sandbox

@@ -49,7 +49,7 @@ from curate.rewards.format import PROMPT_TYPES, format_score
 from curate.rewards.runtime import deadline as _deadline
 from curate.rewards.counters import count
 from curate.rewards.pool import run_deferred
-from curate.rewards.result import (
+from curate.rewards.verdict import (
     where,
     Context,
     Deferred,

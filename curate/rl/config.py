@@ -16,9 +16,12 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.location import Location, locations
+from curate.core.location import Location, as_location, locations
 from curate.core.record_limits import ImageReading
+from curate.core.settings import setting
 from curate.generate.checks import check_backend, check_sampling
+from curate.generate.settings import (BackendSettings, backend_of, max_new_tokens_setting, temperature_setting,
+                                      top_p_setting)
 from curate.rewards.format import PROMPT_TYPES
 from curate.rewards.runtime.sandbox import CodeSandbox
 from curate.rl.selection import load_thresholds
@@ -38,19 +41,50 @@ def _progress(value: float | None) -> None:
         raise UserError(f"--progress must be a training fraction within [0, 1], got {value}")
 
 
+def _progress_setting() -> Any:
+    return setting(None, help="Training progress in [0, 1] for the dynamic IoU threshold of detection rewards.")
+
+
+def _answer_type_setting() -> Any:
+    return setting(None, metavar="TYPE",
+                   help="answer_type of the records that name no verifier (no answer_type, no reward.verifier), e.g. "
+                        "math for a set of problem/answer rows; default: such records are errored, each named.")
+
+
+def _seed_setting(what: str) -> Any:
+    return setting(0, cli=False, help=f"Seed of {what} (the verb's --seed).")
+
+
+def _image_root_setting() -> Any:
+    return setting(None, cli=False, help="Folder (or bucket prefix) relative image paths start from (default: each "
+                                         "input file's own; the verb's --image-root).")
+
+
+def _band(value: tuple[float, float] | list[float] | str | None) -> tuple[float, float] | None:
+    """``--band LO,HI`` as two numbers (a pair is kept)."""
+    if value is None or not isinstance(value, str):
+        return None if value is None else (value[0], value[1])
+    try:
+        lo, hi = (float(x) for x in value.split(","))
+    except ValueError:
+        raise UserError(f"--band must be LO,HI (two numbers), got {value!r}") from None
+    return lo, hi
+
+
 @dataclass(frozen=True)
 class RlFilterConfig(ImageReading):
     """Settings of ``curate rl-filter`` (see :func:`curate.rl.filter.rl_filter`).
 
     Attributes:
         out: Output folder.
-        backend: :func:`curate.generate.make_backend` keyword arguments.
+        backend: :func:`curate.generate.make_backend` keyword arguments, or the :class:`BackendSettings` of the
+            flags (kept as their keyword arguments).
         n: Answers sampled per prompt.
-        sampling: ``temperature``, ``top_p``, ``max_new_tokens`` (the seed is ``seed``).
+        temperature, top_p, max_new_tokens: How answers are sampled (the seed is ``seed``).
         prompt_style: Force ``normal`` or ``think`` (default: each record's ``prompt_type``).
         templates: YAML/JSON prompt templates file.
         thresholds: YAML/JSON per-source thresholds file.
-        pass_threshold, min_gap, band: Default selection thresholds (None: the built-ins).
+        pass_threshold, min_gap, band: Default selection thresholds (None: the built-ins); ``band`` may be ``"LO,HI"``.
         progress: Training progress in [0, 1] for the dynamic IoU threshold.
         seed: Seed of the sampling.
         shard_size: Prompts per shard.
@@ -62,27 +96,38 @@ class RlFilterConfig(ImageReading):
             (:class:`curate.core.record_limits.ImageReading`).
     """
 
-    out: Location | PathLike
-    backend: Mapping[str, Any] = field(default_factory=dict)
-    n: int = 16
-    sampling: Mapping[str, Any] | None = None
-    prompt_style: str | None = None
-    templates: Location | PathLike | None = None
-    thresholds: Location | PathLike | None = None
-    pass_threshold: float | None = None
-    min_gap: float | None = None
-    band: tuple[float, float] | None = None
-    progress: float | None = None
-    seed: int = 0
-    shard_size: int = 1000
+    out: Location | PathLike = setting(help="Output folder.")
+    backend: BackendSettings | Mapping[str, Any] = field(default_factory=dict)
+    n: int = setting(16, help="Answers sampled per prompt (N of pass@N).")
+    temperature: float = temperature_setting(1.0)
+    top_p: float = top_p_setting(1.0)
+    max_new_tokens: int = max_new_tokens_setting(1024)
+    pass_threshold: float | None = setting(
+        None, help="A sample passes when its accuracy reaches this (default 1.0; e.g. 0.5 for IoU rewards).")
+    min_gap: float | None = setting(None, help="Keep only prompts with pass@N - pass@1 at least this (default 0.0).")
+    band: tuple[float, float] | str | None = setting(
+        None, metavar="LO,HI", help="Keep prompts whose mean reward is strictly inside (LO, HI) (default 0.0,0.6, as "
+                                    "the LLaVA-OneVision-1.5-RL filter).")
+    thresholds: Location | PathLike | None = setting(
+        None, help="YAML/JSON with per-source thresholds (band, min_gap, pass_threshold, metric, inclusive, filter).")
+    prompt_style: str | None = setting(
+        None, choices=PROMPT_STYLES,
+        help="Force a prompt style (default: each record's prompt_type; normal = answer-only).")
+    templates: Location | PathLike | None = setting(
+        None, help="YAML/JSON {normal: ..., think: ...} prompt templates containing {problem}.")
+    progress: float | None = _progress_setting()
+    shard_size: int = setting(1000, help="Prompts per shard.")
+    answer_type: str | None = _answer_type_setting()
+    seed: int = _seed_setting("the sampling")
     plot: bool = True
-    image_root: Location | PathLike | None = None
-    answer_type: str | None = None
+    image_root: Location | PathLike | None = _image_root_setting()
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "templates": "--templates", "thresholds": "--thresholds",
                          "image_root": "--image-root"})
+        object.__setattr__(self, "backend", backend_of(self.backend))
+        object.__setattr__(self, "band", _band(self.band))
         v.out_dir("--out", self.out)
         v.in_dir("--image-root", self.image_root)
         self.check_image_reading()
@@ -103,7 +148,7 @@ class RlFilterConfig(ImageReading):
         _progress(self.progress)
         v.at_least("--shard-size", self.shard_size, 1)
         self.selection()
-        check_sampling(self.sampling)
+        check_sampling({"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens})
         check_backend(self.backend)
 
     def selection(self) -> tuple[Any, dict[str, Any]]:
@@ -112,32 +157,49 @@ class RlFilterConfig(ImageReading):
                                                  "band": list(self.band) if self.band else None})
 
 
+def score_records(inputs: Sequence[Location | PathLike] | Location | PathLike) -> tuple[Location, ...]:
+    """The RL records files ``curate score`` reads (``--records``, its inputs), checked.
+
+    Raises:
+        UserError: none given, or one that does not exist.
+    """
+    if isinstance(inputs, (str, os.PathLike, Location)):
+        inputs = (inputs,)
+    records = tuple(loc for loc in (as_location(p) for p in inputs) if loc is not None)
+    if not records:
+        raise UserError("--records: give at least one RL records file")
+    for path in records:
+        v.in_path("--records", path)
+    return records
+
+
 @dataclass(frozen=True)
 class ScoreConfig:
-    """Settings of ``curate score`` (see :func:`curate.rl.score.score`); ``code``: how programs run."""
+    """Settings of ``curate score`` (see :func:`curate.rl.score.score`; its inputs, the records, are
+    :func:`score_records`); ``code``: how programs run."""
 
-    records: Sequence[Location | PathLike]
-    responses: Location | PathLike
-    out: Location | PathLike
-    progress: float | None = None
-    seed: int = 0
-    shard_size: int = 20_000
-    answer_type: str | None = None
+    responses: Location | PathLike = setting(
+        help="Responses to score: JSONL or Parquet with id and response (several per id allowed, optional sample).")
+    out: Location | PathLike = setting(help="Output folder.")
+    progress: float | None = _progress_setting()
+    seed: int = _seed_setting("the run")
+    shard_size: int = setting(20_000, help="Responses per shard.")
+    answer_type: str | None = _answer_type_setting()
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
         _answer_type(self.answer_type)
-        if isinstance(self.records, (str, os.PathLike)):
-            object.__setattr__(self, "records", (self.records,))
-        locations(self, {"records": "--records", "responses": "--responses", "out": "--out"})
-        if not self.records:
-            raise UserError("--records: give at least one RL records file")
-        for path in self.records:
-            v.in_path("--records", path)
+        locations(self, {"responses": "--responses", "out": "--out"})
         v.in_file("--responses", self.responses)
         v.out_dir("--out", self.out)
         _progress(self.progress)
         v.at_least("--shard-size", self.shard_size, 1)
+
+
+def _unprinted(declared: Any) -> Any:
+    """A field left out of the config's repr (a secret)."""
+    declared.repr = False
+    return declared
 
 
 @dataclass(frozen=True)
@@ -150,14 +212,20 @@ class ServeRewardsConfig:
     says from what). ``code``: how programs run.
     """
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1
-    pool_workers: int | None = None
-    log_level: str = "warning"
-    deadline: float | None = None
-    token: str | None = field(default=None, repr=False)
-    max_body_mb: float = DEFAULT_MAX_BODY_MB
+    host: str = setting("127.0.0.1", help="Interface to bind (0.0.0.0 to accept remote trainers, with --token).")
+    port: int = setting(8000, help="TCP port to listen on.")
+    workers: int = setting(1, help="Server processes.")
+    pool_workers: int | None = setting(
+        None, help="Verifier worker processes, and code sandboxes, per server process (default and most: the "
+                   "cores the process may use).")
+    log_level: str = setting("warning", choices=LOG_LEVELS, help="How much the server logs.")
+    deadline: float | None = setting(
+        300.0, help="Seconds per request; items unfinished by then score 0 with error 'deadline'.")
+    token: str | None = _unprinted(setting(
+        None, metavar="SECRET",
+        help=f"Bearer token every request must carry (Authorization: Bearer SECRET, or ?token=SECRET for clients that "
+             f"cannot set headers); default: {TOKEN_VAR}. Required with a --host other than loopback."))
+    max_body_mb: float = setting(DEFAULT_MAX_BODY_MB, help="Largest request body; larger ones get HTTP 413.")
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
     pool_capped: int | None = field(default=None, init=False)
 

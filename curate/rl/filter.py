@@ -37,7 +37,6 @@ import pyarrow.compute as pc
 from curate.core.remote import local_file, writing
 from curate.core.formats.writeback import dumps_record, loads_record, with_resolved_paths, write_records
 from curate.core.errors import UserError
-from curate.core.validate import configure
 from curate.rl.config import RlFilterConfig
 from curate.rl.golds import with_answer_type
 from curate.core.images import refusal
@@ -45,9 +44,10 @@ from curate.core.io import write_parquet
 from curate.core.journal import end_line, read_journal
 from curate.core.records import IMAGE_TOKEN
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
-from curate.core.stats import StageStats, finish_stage
+from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
+from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask
 
 #: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
@@ -125,23 +125,19 @@ class RolloutTask(GenerationTask):
     stage = "rl-filter"
     unit = "prompts"
 
-    def __init__(self, backend: dict[str, Any], *, n: int = 16, sampling: dict[str, Any] | None = None,
-                 prompt_style: str | None = None, templates: dict[str, str] | None = None,
-                 progress: float | None = None, max_prompt_chars: int = MAX_PROMPT_CHARS,
-                 answer_type: str | None = None, code: Any = None, **reading: Any) -> None:
-        if n < 1:
-            raise UserError(f"--n must be at least 1, got {n}")
-        if prompt_style not in (None, "normal", "think"):
-            raise UserError(f"--prompt-style must be normal or think, got {prompt_style!r}")
-        super().__init__(backend, **reading)  # limits, max_images: what a prompt's images may cost
-        self.n = n
-        self.sampling = sampling or {}
-        self.prompt_style = prompt_style
-        self.templates = templates or dict(DEFAULT_TEMPLATES)
-        self.progress = progress
+    def __init__(self, config: RlFilterConfig, *, max_prompt_chars: int = MAX_PROMPT_CHARS) -> None:
+        """The task of the run ``config`` (checked when it was built): its backend, n, sampling (seeded with its
+        ``seed``), prompt style and templates, training progress, default answer type, code sandbox and image
+        limits; ``max_prompt_chars``: longer prompts are errored before they are asked."""
+        super().__init__(dict(config.backend), limits=config.image_limits, max_images=config.max_images)
+        self.n = config.n
+        self.sampling = sampling_of(config)
+        self.prompt_style = config.prompt_style
+        self.templates = load_templates(config.templates)
+        self.progress = config.progress
         self.max_prompt_chars = max_prompt_chars
-        self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
-        self.code = code  # how model-written programs run: a CodeSandbox (None: from the environment)
+        self.answer_type = config.answer_type  # the default of records that name no verifier (curate.rl.golds)
+        self.code = config.code  # how model-written programs run: a CodeSandbox
 
     def setup(self) -> None:
         """Open the backend (loads a local model once per worker) and start the verifier pool."""
@@ -301,9 +297,8 @@ def write_kept(out: Path, sizes: list[int], shard_ids: list[str], kept: np.ndarr
     return write_records(out, "kept", rows)  # kept.parquet (image structs) when images are bytes
 
 
-def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, config: RlFilterConfig | None = None, *,
-              executor: Any = None, **settings: Any) -> dict[str, Any]:
-    """Sample, score and select RL prompts into ``out``; returns the content of ``stats.json``.
+def rl_filter(inputs: list[str], config: RlFilterConfig, *, executor: Any = None) -> dict[str, Any]:
+    """Sample, score and select the RL prompts of ``inputs`` into ``config.out``; returns the content of ``stats.json``.
 
     Outputs: ``kept.jsonl`` (kept prompts in their input layout plus ``pass_at_1``,
     ``pass_at_n``, ``mean_reward``; ``kept.parquet`` with image structs when images are bytes), ``rollouts.parquet``, ``prompts.parquet`` (per
@@ -311,12 +306,9 @@ def rl_filter(inputs: list[str], out: str | os.PathLike[str] | None = None, conf
 
     Args:
         inputs: RL record files or folders.
-        out: Output folder (overrides ``config.out``).
         config: The settings (see :class:`RlFilterConfig`), checked before the model loads.
         executor: An executor (default: local, one worker).
-        **settings: Fields of :class:`RlFilterConfig`, instead of or over ``config``.
     """
-    config = configure(RlFilterConfig, config, out=out, **settings)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
         return _rl_filter(inputs, config, folder, executor)
 
@@ -328,18 +320,13 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
     from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
     from curate.core.progress import console
     from curate.core.shards import plan_shards
-    from curate.core.stats import run_header
     from curate.executors import run_stage
     from curate.rl.decide import DECISIONS, KEPT, account, decide, mark_repeats, output_table, reports
     from curate.rl.selection import plot_pass_at_1
 
     seed, plot = config.seed, config.plot
     default_th, per_source = config.selection()
-    sampling = {"seed": seed, **(config.sampling or {})}
-    task = RolloutTask(dict(config.backend), n=config.n, sampling=sampling, prompt_style=config.prompt_style,
-                       templates=load_templates(config.templates), progress=config.progress,
-                       answer_type=config.answer_type, code=config.code, limits=config.image_limits,
-                       max_images=config.max_images)
+    task = RolloutTask(config)
     from curate.rewards.runtime.sandbox import announce
 
     most = getattr(task.backend, "most_answers", None)  # a rollouts file: can it answer --n times at all?
@@ -371,16 +358,13 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
                 "dropped": entry["dropped"], "errored": entry["errored"]}
 
     settings = task.settings()
-    result = {
-        **run_header("rl-filter", seed=seed, settings={**settings, "thresholds": {"default": default_th.__dict__, "sources": {
-            k: v.__dict__ for k, v in per_source.items()}}}),
-        "records_in": counts["records_in"], "kept": counts["records_out"], "dropped": counts["dropped"],
-        "errored": counts["errored"],
-        "overall": report(overall, counts),
-        "per_source": {s: report(per[s], counts["per_source"].get(s, {
+    thresholds = {"default": default_th.__dict__, "sources": {k: v.__dict__ for k, v in per_source.items()}}
+    result = stage_result(
+        "rl-filter", total, seed=seed, settings={**settings, "thresholds": thresholds}, out_key="kept",
+        overall=report(overall, counts),
+        per_source={s: report(per[s], counts["per_source"].get(s, {
             "records_in": 0, "records_out": 0, "dropped": {}, "errored": {}})) for s in sources},
-        "kept_file": kept_name, "history": HISTORY,
-    }
+        kept_file=kept_name, history=HISTORY)
     extra = counts.get("extra", {})
     described = task.backend.describe()
     record_run(out, "rl-filter", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),

@@ -33,9 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.errors import UserError
-from curate.core.validate import configure
-from curate.rewards.runtime.sandbox import CodeSandbox, announce
-from curate.rl.config import ScoreConfig
+from curate.rewards.runtime.sandbox import announce
+from curate.rl.config import ScoreConfig, score_records
 from curate.executors import Executor, pending, run_stage
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
@@ -60,12 +59,13 @@ class ScoreTask(ShardTask):
     unit = "responses"
     reads_out = (GOLDS_FILE,)  # written by the driver before the shards run (curate.rl.golds)
 
-    def __init__(self, records: Sequence[str], golds: str, *, progress: float | None = None,
-                 answer_type: str | None = None, code: CodeSandbox | None = None) -> None:
+    def __init__(self, records: Sequence[str], golds: str, config: ScoreConfig) -> None:
+        """Score against ``records`` (read once by the driver into ``golds``) with the settings ``config``: the
+        training progress, the default answer type and how model-written programs run."""
         self.records = [str(p) for p in records]
-        self.progress = progress
-        self.code = code or CodeSandbox.from_env()  # how model-written programs run (limits, --trust-code)
-        self.answer_type = answer_type  # the default of records that name no verifier (curate.rl.golds)
+        self.progress = config.progress
+        self.code = config.code  # how model-written programs run (limits, --trust-code)
+        self.answer_type = config.answer_type  # the default of records that name no verifier (curate.rl.golds)
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver; a relative
         # path is in OUT (with OUT in a bucket, a node that lacks it fetches it: reads_out)
         self._by_id: dict[str, dict[str, Any]] | None = None
@@ -237,27 +237,27 @@ def _summaries(table: pa.Table) -> dict[str, Any]:
             "per_verifier": grouped("verifier")}
 
 
-def score(records: Sequence[str | os.PathLike[str]] | None = None, responses: str | os.PathLike[str] | None = None,
-          out: str | os.PathLike[str] | None = None, config: ScoreConfig | None = None, *,
-          executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
-    """Score ``responses`` against ``records`` into ``out``; returns the stats written to ``stats.json``.
+def score(inputs: Sequence[str | os.PathLike[str]], config: ScoreConfig, *,
+          executor: Executor | None = None) -> dict[str, Any]:
+    """Score ``config.responses`` against the RL records of ``inputs`` into ``config.out``; returns the stats
+    written to ``stats.json``.
 
-    The positional arguments override the fields of ``config`` (see :class:`ScoreConfig`);
-    ``settings`` are further fields (``progress``, ``seed``, ``shard_size``).
+    Args:
+        inputs: The RL records files or folders (``--records``), checked by :func:`score_records`.
+        config: The settings (see :class:`ScoreConfig`).
+        executor: An executor (default: local, one worker).
     """
-    config = configure(ScoreConfig, config, records=tuple(records) if records is not None else None,
-                       responses=responses, out=out, **settings)
+    records = score_records(inputs)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
-        return _score(config, folder, executor)
+        return _score(records, config, folder, executor)
 
 
-def _score(config: ScoreConfig, out: Path, executor: Executor | None) -> dict[str, Any]:
+def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Executor | None) -> dict[str, Any]:
     """:func:`score` into the local folder ``out``."""
-    records, responses = config.records, config.responses
-    progress, seed, shard_size = config.progress, config.seed, config.shard_size
+    responses = config.responses
+    seed, shard_size = config.seed, config.shard_size
     shards = plan_response_shards(local_file(responses, "--responses"), shard_size)  # type: ignore[arg-type]
-    task = ScoreTask([str(p) if p.is_remote else str(p.path.resolve()) for p in records], GOLDS_FILE,
-                     progress=progress, answer_type=config.answer_type, code=config.code)
+    task = ScoreTask([str(p) if p.is_remote else str(p.path.resolve()) for p in records], GOLDS_FILE, config)
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker

@@ -6,7 +6,7 @@ Verifiers split their work in two tiers:
   the caller. It is bounded by construction: inputs are capped and every step is linear
   in the input, so it cannot hang; the fuzz test checks that no call outlives its limit.
 - **Isolated** work (math-verify/sympy, SVG rendering, pycocotools) is returned as a
-  :class:`~curate.rewards.result.Deferred` and runs in a :class:`WorkerPool` of long-lived
+  :class:`~curate.rewards.verdict.Deferred` and runs in a :class:`WorkerPool` of long-lived
   worker processes. A call that outlives its limit gets its worker killed (SIGKILL) and
   scores 0 with ``error="timeout"`` at once; the replacement worker is forked in the
   background. A worker that dies scores ``verifier_crashed``. Nothing relies on signals in the caller, so this works from any

@@ -74,7 +74,7 @@ def worker_main(conn: Any, parent_pid: int, memory_mb: int) -> None:
         except (OSError, ValueError, ImportError):
             pass
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    from curate.rewards.result import RecordError
+    from curate.rewards.verdict import RecordError
 
     conn.send(("ready", os.getpid()))
     while True:

@@ -20,7 +20,7 @@ from curate.core.errors import UserError
 from curate.core.images import ImageError, check, read_bytes
 from curate.core.records import IMAGE_TOKEN, RecordInvalid, to_canonical
 from curate.rewards import plan
-from curate.rewards.result import RecordError
+from curate.rewards.verdict import RecordError
 from curate.rl.filter import load_templates, prompt_text, prompt_style_of
 
 logger = logging.getLogger("curate.rewards.trainers")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from curate.rewards import boxes as bx
-from curate.rewards.result import Context, RecordError, param, where
+from curate.rewards.verdict import Context, RecordError, param, where
 
 
 def threshold_for(params: Mapping[str, Any], progress: float | None, record_id: Any) -> float | None:

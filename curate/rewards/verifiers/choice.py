@@ -16,7 +16,7 @@ import re
 from typing import Any, Mapping
 
 from curate.rewards.extract import extract_answer, strip_latex_wrappers
-from curate.rewards.result import Context, parse_golds, parsed_answer_in
+from curate.rewards.verdict import Context, parse_golds, parsed_answer_in
 
 MAX_ANSWER_CHARS = 2_000
 

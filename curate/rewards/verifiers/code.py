@@ -35,7 +35,7 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from curate.rewards.extract import extract_answer, last_code_block
-from curate.rewards.result import Context, Deferred, RecordError, VerifierFailure, param, where
+from curate.rewards.verdict import Context, Deferred, RecordError, VerifierFailure, param, where
 from curate.rewards.runtime import sandbox
 from curate.rewards.runtime.box.runner import digest
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from curate.rewards.verifiers import boolean, number, string
 from curate.rewards.extract import extract_answer
-from curate.rewards.result import Context
+from curate.rewards.verdict import Context
 
 MAX_ANSWER_CHARS = 100_000
 

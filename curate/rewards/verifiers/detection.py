@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from curate.rewards import boxes as bx
 from curate.rewards.verifiers.bbox import reconciled, threshold_for
-from curate.rewards.result import Context, Deferred, RecordError, param, where
+from curate.rewards.verdict import Context, Deferred, RecordError, param, where
 
 METHODS = ("od_length", "map", "weighted")
 DEFAULT_TIME_LIMIT = 10.0

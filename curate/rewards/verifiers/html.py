@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from curate.rewards.extract import extract_answer, last_code_block
-from curate.rewards.result import Context, VerifierFailure
+from curate.rewards.verdict import Context, VerifierFailure
 
 MAX_CODE_CHARS = 300_000
 _TOKENS = re.compile(r'\w+|[<>=/"]')

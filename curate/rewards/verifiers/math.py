@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from curate.rewards.verifiers import number
 from curate.rewards.extract import extract_answer
-from curate.rewards.result import Context, Deferred, VerifierFailure, param
+from curate.rewards.verdict import Context, Deferred, VerifierFailure, param
 
 MAX_ANSWER_CHARS = 1_000
 MAX_DEPTH = 30

@@ -17,7 +17,7 @@ import re
 from typing import Any, Mapping
 
 from curate.rewards.extract import extract_answer, strip_latex_wrappers
-from curate.rewards.result import Context, RecordError, VerifierFailure, param, where
+from curate.rewards.verdict import Context, RecordError, VerifierFailure, param, where
 
 DEFAULT_TOLERANCE = 1e-6
 MAX_NUMBER_CHARS = 64

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from rapidfuzz.distance import Levenshtein
 
 from curate.rewards.extract import extract_answer
-from curate.rewards.result import Context, param
+from curate.rewards.verdict import Context, param
 
 MAX_ANSWER_CHARS = 200_000
 _SPACES = re.compile(r"\s+")

@@ -12,7 +12,7 @@ import unicodedata
 from typing import Any, Mapping
 
 from curate.rewards.extract import extract_answer, strip_latex_wrappers
-from curate.rewards.result import Context
+from curate.rewards.verdict import Context
 
 MAX_ANSWER_CHARS = 100_000
 _SPACES = re.compile(r"\s+")

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from curate.rewards.verifiers import html
-from curate.rewards.result import Context, Deferred, RecordError, VerifierFailure, param, where
+from curate.rewards.verdict import Context, Deferred, RecordError, VerifierFailure, param, where
 
 MAX_CODE_CHARS = 300_000
 MAX_RENDER_CHARS = 200_000

@@ -9,18 +9,21 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from curate.cli.generate_options import backend_from_flags, backend_options
+from curate.cli.options import config_options
 from curate.core.errors import UserError
-from curate.generate import GenerationRequest, make_backend
-from curate.cli.generate_options import backend_kwargs_from_flags, backend_options, sampling_from_flags, sampling_options
+from curate.generate import GenerationRequest, SamplingParams, make_backend
+from curate.generate.settings import BackendSettings, sampling_of
+from curate.recaption.config import RecaptionConfig
 
 
 @click.command()
 @backend_options
-@sampling_options(temperature=0.7, max_new_tokens=64)
+@config_options(RecaptionConfig, "temperature", "top_p", "max_new_tokens")
 @click.option("--seed", type=int, default=0)
 def demo(**flags: object) -> None:
-    kwargs = backend_kwargs_from_flags(flags)
-    sampling = sampling_from_flags(flags)
+    kwargs = backend_from_flags(flags).kwargs()
+    sampling = SamplingParams(**sampling_of(type("Flags", (), flags)))
     with make_backend(**kwargs) as be:
         res = be.generate([GenerationRequest("a", [{"role": "user", "content": "q"}], n=2, sampling=sampling)])[0]
     click.echo(json.dumps({"kwargs": kwargs, "sampling": [sampling.temperature, sampling.top_p,
@@ -35,7 +38,7 @@ def test_flags_build_a_backend_and_sampling(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["kwargs"] == {"rollouts": str(path)}  # unset flags and the env API key are left out
-    assert out["sampling"] == [0.7, 1.0, 64, 4]
+    assert out["sampling"] == [0.7, 0.9, 512, 4]  # recaption's defaults, from its config's fields
     assert out["responses"] == ["x", "y"]
 
 
@@ -44,8 +47,8 @@ def test_flags_for_another_backend_are_refused(tmp_path: Path) -> None:
     path.write_text('{"id": "a", "response": "x"}\n')
     result = CliRunner().invoke(demo, ["--rollouts", str(path), "--batch-size", "4"])
     assert isinstance(result.exception, UserError) and "--batch-size cannot be used with --rollouts" in str(result.exception)
-    kwargs = backend_kwargs_from_flags({"endpoint": "http://127.0.0.1:1", "api_key": "k", "trust_remote_code": False,
-                                        "concurrency": 2})
+    given = BackendSettings(endpoint="http://127.0.0.1:1", api_key="k", trust_remote_code=False, concurrency=2)
+    kwargs = given.kwargs()
     assert kwargs == {"endpoint": "http://127.0.0.1:1", "api_key": "k", "concurrency": 2}
     with pytest.raises(UserError, match="--top-p"):
-        sampling_from_flags({"temperature": 1.0, "top_p": 0.0, "max_new_tokens": 5, "seed": 0})
+        RecaptionConfig(out=tmp_path / "o", backend={"rollouts": str(path)}, top_p=0.0)

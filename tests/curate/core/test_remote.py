@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from curate.recaption.config import RecaptionConfig
 from curate.core.errors import UserError
 from curate.core.records import read_records
 from packer.loader import PackedDataset
@@ -208,7 +209,8 @@ def test_recaption_from_and_into_a_bucket(bucket: str, layouts: Layouts, cache: 
     answers.write_text("".join(json.dumps({"id": f"{it['id']}#en", "response": f"A photograph of item {i} standing on "
                                            "a plain wooden table in soft daylight."}) + "\n"
                                for i, it in enumerate(layouts.items)))
-    stats = recaption([urls["hf"]], f"{bucket}/recap", backend={"rollouts": str(answers)}, langs="en")
+    stats = recaption([urls["hf"]], RecaptionConfig(out=f"{bucket}/recap", backend={"rollouts": str(answers)},
+                                                    langs="en"))
     assert stats["records_out"] == len(layouts.items) and stats["outputs"]["records"] == "records.parquet"
     by_id = {it["id"]: it["bytes"] for it in layouts.items}
     recs = list(read_records([f"{bucket}/recap/records.parquet"]))

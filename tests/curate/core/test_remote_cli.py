@@ -118,6 +118,6 @@ def test_a_config_with_out_in_a_bucket(bucket: str, layouts: Layouts, tiny_proce
     pack([layouts.hf], config=PackConfig(out=tmp_path / "packed", **kw))
     assert _objects(f"{bucket}/packed", PACKED) == _local(tmp_path / "packed", PACKED)
     records = (str(sample_data / "rl" / "prompts.jsonl"),)
-    stats = score(config=ScoreConfig(records=records, responses=str(responses), out=f"{bucket}/scored"))
-    score(records, responses, tmp_path / "scored")
+    stats = score(records, ScoreConfig(responses=str(responses), out=f"{bucket}/scored"))
+    score(records, ScoreConfig(responses=responses, out=tmp_path / "scored"))
     assert stats["responses_in"] > 0 and _objects(f"{bucket}/scored", SCORED) == _local(tmp_path / "scored", SCORED)

@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent("""
     import json, resource, sys
     from pathlib import Path
     from packer.pack import pack
+    from curate.rl.config import RlFilterConfig
     from curate.rl.filter import rl_filter
 
     d, processor, vlm = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -30,8 +31,8 @@ SCRIPT = textwrap.dedent("""
     peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     def run(tag):
         p = pack([d / f"{tag}.jsonl"], out=d / f"pack-{tag}", processor=processor, ctx=4096, plan_only=True, plot=False)
-        r = rl_filter([str(d / f"{tag}.jsonl")], d / f"rl-{tag}", backend=backend, n=1,
-                      sampling={"max_new_tokens": 4}, plot=False)
+        r = rl_filter([str(d / f"{tag}.jsonl")], RlFilterConfig(out=d / f"rl-{tag}", backend=backend, n=1,
+                                                                max_new_tokens=4, plot=False))
         return {"pack": p["dropped"], "rl": r["dropped"], "peak": peak()}
     small = run("small")
     big = run("big")

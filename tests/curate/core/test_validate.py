@@ -8,16 +8,17 @@ import pytest
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.rl.config import ScoreConfig
+from curate.rl.config import ScoreConfig, score_records
 from packer.config import PackConfig
 
 
 def test_urls_are_left_to_the_readers(tmp_path: Path) -> None:
-    c = ScoreConfig(records=["s3://bucket/rl.jsonl"], responses="s3://bucket/answers.jsonl", out="s3://bucket/out")
-    assert [str(r) for r in c.records] == ["s3://bucket/rl.jsonl"] and c.out.is_remote  # kept as locations
+    c = ScoreConfig(responses="s3://bucket/answers.jsonl", out="s3://bucket/out")
+    records = score_records(["s3://bucket/rl.jsonl"])
+    assert [str(r) for r in records] == ["s3://bucket/rl.jsonl"] and c.out.is_remote  # kept as locations
     PackConfig(out="gs://bucket/packed", processor="PROC", lengths="s3://bucket/lengths.parquet")
     with pytest.raises(UserError, match="--responses .*: no such file"):
-        ScoreConfig(records=[str(tmp_path)], responses=str(tmp_path / "missing.jsonl"), out=str(tmp_path / "o"))
+        ScoreConfig(responses=str(tmp_path / "missing.jsonl"), out=str(tmp_path / "o"))
 
 
 def test_configure_applies_settings_over_a_config(tmp_path: Path) -> None:

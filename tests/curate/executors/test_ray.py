@@ -33,6 +33,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from curate.rl.config import ScoreConfig
 from curate.core.errors import UserError  # noqa: E402
 from curate.executors import Executor, get_executor, run_stage  # noqa: E402
 from curate.core.shards import SHARDS_DIR, Shard  # noqa: E402
@@ -157,7 +158,7 @@ def _run_score(out: Path, executor: Executor | None, fx: dict[str, Any]) -> dict
     from curate.rl.score import score
 
     prompts, responses = fx["score_inputs"]
-    return score([prompts], responses, out, shard_size=40, executor=executor)
+    return score([prompts], ScoreConfig(responses=responses, out=out, shard_size=40), executor=executor)
 
 
 def _score_argv(fx: dict[str, Any]) -> list[str]:

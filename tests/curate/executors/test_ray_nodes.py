@@ -21,6 +21,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from curate.rl.config import RlFilterConfig
 from curate.executors import get_executor  # noqa: E402
 from packer.pack import pack  # noqa: E402
 from tests._fixtures.formats import Layouts  # noqa: E402
@@ -142,8 +143,9 @@ def test_balance_and_rl_filter_on_two_nodes_give_the_local_bytes(
                       for i, p in enumerate(prompts) for k in range(2))
     fs.pipe_file(f"{bucket[5:]}/answers.jsonl", answers.encode())
     kw = dict(backend={"rollouts": f"{bucket}/answers.jsonl"}, n=2, shard_size=3, band=(-0.1, 1.1))
-    rl_filter([f"{bucket}/rl/prompts.jsonl"], f"{bucket}/rl-out", executor=get_executor("ray", workers=2), **kw)
-    rl_filter([f"{bucket}/rl/prompts.jsonl"], ray_two_nodes.driver / "rl-out", **kw)
+    rl_filter([f"{bucket}/rl/prompts.jsonl"], RlFilterConfig(out=f"{bucket}/rl-out", **kw),
+              executor=get_executor("ray", workers=2))
+    rl_filter([f"{bucket}/rl/prompts.jsonl"], RlFilterConfig(out=ray_two_nodes.driver / "rl-out", **kw))
     pats = ("kept.jsonl", "prompts.parquet", "rollouts.parquet", "rejects.parquet")
     got = _objects(f"{bucket}/rl-out", pats)
     assert "kept.jsonl" in got and got == _local(ray_two_nodes.driver / "rl-out", pats)

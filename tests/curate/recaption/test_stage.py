@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from curate.recaption.config import RecaptionConfig
 from curate.recaption.checks import REASONS, check_caption
 from curate.core.errors import UserError
 from curate.recaption.config import DEFAULT_PROMPTS, parse_langs, parse_mix
@@ -104,7 +105,7 @@ def designed(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_known_captions_records_and_accounting(designed: dict, tmp_path: Path) -> None:
     out = tmp_path / "o"
-    stats = recaption([str(designed["src"])], out, backend={"rollouts": str(designed["rollouts"])})
+    stats = recaption([str(designed["src"])], RecaptionConfig(out=out, backend={"rollouts": str(designed["rollouts"])}))
     rows = caption_rows(out)
     expected = designed["expected"]
     assert set(rows) == set(expected)  # every image x language of a record with an image, nothing else
@@ -164,7 +165,7 @@ def test_known_captions_records_and_accounting(designed: dict, tmp_path: Path) -
 def test_resume_never_regenerates(designed: dict, tmp_path: Path) -> None:
     out = tmp_path / "o"
     args = dict(backend={"rollouts": str(designed["rollouts"])}, shard_size=3)
-    recaption([str(designed["src"])], out, **args)
+    recaption([str(designed["src"])], RecaptionConfig(out=out, **args))
     first = {"generation": generation(out)}
     files = {name: (out / name).read_bytes() for name in ("captions.parquet", "records.jsonl", "rejects.parquet")}
     journals = sorted((out / "_journal" / "recaption").glob("*.jsonl"))
@@ -179,7 +180,7 @@ def test_resume_never_regenerates(designed: dict, tmp_path: Path) -> None:
         if content:
             p.write_text("\n".join(content[:-1] + [content[-1][: len(content[-1]) // 2]]), encoding="utf-8")
             torn += 1
-    recaption([str(designed["src"])], out, **args)
+    recaption([str(designed["src"])], RecaptionConfig(out=out, **args))
     again = {"generation": generation(out)}
     # only the torn answers and the backend failures (never journaled) are asked again
     assert again["generation"]["requests"] == torn + first["generation"]["errors"]
@@ -189,13 +190,13 @@ def test_resume_never_regenerates(designed: dict, tmp_path: Path) -> None:
     # a third run after deleting the markers again asks for nothing but the failures
     for marker in (out / "_shards" / "recaption").glob("0*.json"):
         marker.unlink()
-    recaption([str(designed["src"])], out, **args)
+    recaption([str(designed["src"])], RecaptionConfig(out=out, **args))
     third = {"generation": generation(out)}
     assert third["generation"]["requests"] == first["generation"]["errors"]
     assert (out / "captions.parquet").read_bytes() == files["captions.parquet"]
 
     with pytest.raises(UserError, match="other settings"):
-        recaption([str(designed["src"])], out, prompts={"en": "Caption this."}, **args)
+        recaption([str(designed["src"])], RecaptionConfig(out=out, prompt_en="Caption this.", **args))
 
 
 def test_greedy_skips_the_retry_and_duplicates_are_errored(designed: dict, tmp_path: Path) -> None:
@@ -204,8 +205,8 @@ def test_greedy_skips_the_retry_and_duplicates_are_errored(designed: dict, tmp_p
         rec.pop("image", None)
         rec["images"] = [str(designed["images"][0])]
     src = jsonl(tmp_path / "dup.jsonl", [recs[0], recs[1], {**recs[1], "source": "other"}])
-    stats = recaption([str(src)], tmp_path / "o", backend={"rollouts": str(designed["rollouts"])},
-                      sampling={"temperature": 0.0})
+    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "o", backend={"rollouts": str(designed["rollouts"])},
+                                                  temperature=0.0))
     rows = caption_rows(tmp_path / "o")
     assert (rows[("r2", "en")]["error"], rows[("r2", "en")]["attempts"]) == ("refusal", 1)  # greedy: no retry
     assert generation(tmp_path / "o")["requests"] == 4
@@ -227,7 +228,7 @@ def test_mix_proportions_sharding_and_order(tmp_path: Path) -> None:
     rollouts = jsonl(tmp_path / "answers.jsonl", answers)
     backend = {"rollouts": str(rollouts)}
 
-    stats = recaption([str(src)], tmp_path / "a", backend=backend, mix="en=0.76,zh=0.24", seed=3)
+    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "a", backend=backend, mix="en=0.76,zh=0.24", seed=3))
     rows = pq.read_table(tmp_path / "a" / "captions.parquet").to_pylist()
     assert len(rows) == n and len({r["id"] for r in rows}) == n  # exactly one caption per image
     share = sum(r["lang"] == "en" for r in rows) / n
@@ -237,15 +238,16 @@ def test_mix_proportions_sharding_and_order(tmp_path: Path) -> None:
     assert stats["settings"]["mix"] == {"en": 0.76, "zh": 0.24}
 
     # the draw is keyed on the record id: other shards and reversed input give the same languages
-    recaption([str(rev)], tmp_path / "b", backend=backend, mix={"en": 76, "zh": 24}, seed=3, shard_size=37)
+    recaption([str(rev)], RecaptionConfig(out=tmp_path / "b", backend=backend, mix={"en": 76, "zh": 24}, seed=3,
+                                          shard_size=37))
     langs_a = {r["id"]: r["lang"] for r in rows}
     langs_b = {r["id"]: r["lang"] for r in pq.read_table(tmp_path / "b" / "captions.parquet").to_pylist()}
     assert langs_a == langs_b
     # another seed draws differently; the language-only mix gives one language
-    recaption([str(src)], tmp_path / "c", backend=backend, mix="en=0.76,zh=0.24", seed=4)
+    recaption([str(src)], RecaptionConfig(out=tmp_path / "c", backend=backend, mix="en=0.76,zh=0.24", seed=4))
     langs_c = {r["id"]: r["lang"] for r in pq.read_table(tmp_path / "c" / "captions.parquet").to_pylist()}
     assert 0 < sum(langs_a[k] != langs_c[k] for k in langs_a) < n
-    recaption([str(src)], tmp_path / "d", backend=backend, mix="zh=1", seed=3, shard_size=150)
+    recaption([str(src)], RecaptionConfig(out=tmp_path / "d", backend=backend, mix="zh=1", seed=3, shard_size=150))
     assert {r["lang"] for r in pq.read_table(tmp_path / "d" / "captions.parquet").to_pylist()} == {"zh"}
 
 
@@ -328,8 +330,8 @@ def check_accounting(out: Path, stats: dict, ids: list[str], model: str) -> list
 def test_tiny_vlm_transformers(tiny_vlm_dir: Path, small_records: tuple[Path, list[str]], tmp_path: Path) -> None:
     src, ids = small_records
     backend = {"model": str(tiny_vlm_dir), "device": "cpu"}
-    sampling = {"max_new_tokens": 12, "temperature": 1.0}
-    stats = recaption([str(src)], tmp_path / "a", backend=backend, sampling=sampling, seed=1)
+    sampling = {"max_new_tokens": 12, "temperature": 1.0, "top_p": 1.0}
+    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "a", backend=backend, **sampling, seed=1))
     rows = check_accounting(tmp_path / "a", stats, ids, model=tiny_vlm_dir.name)
     # journal: every answer obtained, first and retry, keyed <id>#<lang>[#retry]
     entries = [json.loads(line) for p in (tmp_path / "a" / "_journal" / "recaption").glob("*.jsonl")
@@ -338,7 +340,7 @@ def test_tiny_vlm_transformers(tiny_vlm_dir: Path, small_records: tuple[Path, li
     assert len(entries) == len(answered) + sum(r["attempts"] == 2 for r in answered)
     assert {e["key"] for e in entries} >= {f"{r['id']}#{r['lang']}" for r in answered}
     # deterministic for a seed, whatever the sharding
-    recaption([str(src)], tmp_path / "b", backend=backend, sampling=sampling, seed=1, shard_size=2)
+    recaption([str(src)], RecaptionConfig(out=tmp_path / "b", backend=backend, **sampling, seed=1, shard_size=2))
     assert pq.read_table(tmp_path / "b" / "captions.parquet").to_pylist() == rows
 
 
@@ -346,7 +348,8 @@ def test_tiny_vlm_served(tiny_vlm_server, small_records: tuple[Path, list[str]],
     src, ids = small_records
     backend = {"endpoint": tiny_vlm_server.url + "/v1", "served_model": tiny_vlm_server.model, "concurrency": 2,
                "max_retries": 1}
-    stats = recaption([str(src)], tmp_path / "s", backend=backend, sampling={"max_new_tokens": 12, "temperature": 1.0})
+    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "s", backend=backend, max_new_tokens=12,
+                                                  temperature=1.0, top_p=1.0))
     check_accounting(tmp_path / "s", stats, ids, model=tiny_vlm_server.model)
     assert stats["settings"]["backend"]["backend"] == "openai"
     # the missing image is refused by the image gate before any request: nothing asked, nothing failed

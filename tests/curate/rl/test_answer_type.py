@@ -11,6 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from curate.rl.config import ScoreConfig
+from curate.rl.config import RlFilterConfig
 from curate.core.errors import UserError
 from curate.rl.filter import rl_filter
 from curate.rl.golds import with_answer_type
@@ -39,29 +41,30 @@ def test_the_default_fills_only_records_that_name_no_verifier() -> None:
 
 def test_score_with_a_default_answer_type(tmp_path: Path) -> None:
     records, answers = write_inputs(tmp_path)
-    plain = score([records], answers, tmp_path / "plain")
+    plain = score([records], ScoreConfig(responses=answers, out=tmp_path / "plain"))
     assert plain["scored"] == 2  # p0 and p1 are errored: no answer_type
     table = pq.read_table(tmp_path / "plain" / "scores.parquet").to_pylist()
     assert {r["id"] for r in table if r["error"] and "answer_type" in r["error"]} == {"p0", "p1"}
-    stats = score([records], answers, tmp_path / "math", answer_type="math")
+    stats = score([records], ScoreConfig(responses=answers, out=tmp_path / "math", answer_type="math"))
     assert stats["scored"] == 4
     got = {r["id"]: (r["verifier"], r["accuracy"]) for r in pq.read_table(tmp_path / "math" / "scores.parquet").to_pylist()}
     assert got["p0"][1] == 1.0 and got["p1"][1] == 0.0 and got["p2"][1] == 1.0 and got["p3"][1] == 1.0
     assert got["p0"][0] == got["p1"][0] != got["p2"][0]  # the default's verifier; p2 kept its own
     with pytest.raises(UserError, match="--answer-type"):
-        score([records], answers, tmp_path / "bad", answer_type="no-such-type")
+        score([records], ScoreConfig(responses=answers, out=tmp_path / "bad", answer_type="no-such-type"))
 
 
 def test_rl_filter_with_a_default_answer_type(tmp_path: Path) -> None:
     records, answers = write_inputs(tmp_path)
-    plain = rl_filter([str(records)], tmp_path / "plain", backend={"rollouts": str(answers)}, n=1, plot=False)
+    plain = rl_filter([str(records)], RlFilterConfig(out=tmp_path / "plain", backend={"rollouts": str(answers)}, n=1,
+                                                     plot=False))
     assert plain["errored"] == {"record_error": 2}
-    stats = rl_filter([str(records)], tmp_path / "math", backend={"rollouts": str(answers)}, n=1, plot=False,
-                      answer_type="math")
+    stats = rl_filter([str(records)], RlFilterConfig(out=tmp_path / "math", backend={"rollouts": str(answers)}, n=1,
+                                                     plot=False, answer_type="math"))
     assert not stats["errored"] and stats["records_in"] == 4
     prompts = {r["id"]: r for r in pq.read_table(tmp_path / "math" / "prompts.parquet").to_pylist()}
     assert prompts["p0"]["answer_type"] == "math" and prompts["p0"]["pass_at_1"] == 1.0
     assert prompts["p1"]["pass_at_1"] == 0.0 and prompts["p2"]["answer_type"] == "multiple-choice"
     with pytest.raises(UserError, match="other settings"):  # the default decides scores: not mixed on a rerun
-        rl_filter([str(records)], tmp_path / "math", backend={"rollouts": str(answers)}, n=1, plot=False,
-                  answer_type="number")
+        rl_filter([str(records)], RlFilterConfig(out=tmp_path / "math", backend={"rollouts": str(answers)}, n=1,
+                                                 plot=False, answer_type="number"))

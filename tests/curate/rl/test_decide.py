@@ -8,6 +8,7 @@ import random
 import pyarrow as pa
 import pytest
 
+from curate.rl.config import RlFilterConfig
 from curate.rl.decide import account, decide, output_table, reports
 from curate.rl.filter import PROMPT_SCHEMA
 from curate.rl.selection import Thresholds, evaluate, source_report
@@ -104,8 +105,8 @@ def test_ids_repeated_across_shards_are_errored(tmp_path) -> None:
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps({"id": f"q{i}", "response": f"<answer>{i + 1}</answer>"}) + "\n"
                                for i in range(5)))
-    stats = rl_filter([str(src)], tmp_path / "out", backend={"rollouts": str(answers)}, n=1, plot=False,
-                      shard_size=5, band=(-1.0, 2.0))
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "out", backend={"rollouts": str(answers)}, n=1,
+                                                 plot=False, shard_size=5, band=(-1.0, 2.0)))
     assert stats["errored"] == {"duplicate_id": 3} and stats["kept"] == 5
     assert stats["per_source"]["beta"]["errored"] == {"duplicate_id": 3}
     kept = [json.loads(line) for line in (tmp_path / "out" / "kept.jsonl").read_text().splitlines()]

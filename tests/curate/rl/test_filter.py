@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from curate.rl.config import RlFilterConfig
 from curate.core.errors import UserError
 from curate.rl.filter import rl_filter
 from curate.rl.selection import pass_at_k
@@ -80,7 +81,8 @@ def designed(sample_data, tmp_path_factory) -> tuple[Path, Path, dict[str, str],
 
 def test_kept_set_equals_the_hand_computed_one(designed, tmp_path) -> None:
     src, rollouts, expected, thresholds = designed
-    stats = rl_filter([str(src)], tmp_path / "o", backend={"rollouts": str(rollouts)}, n=4, thresholds=thresholds)
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "o", backend={"rollouts": str(rollouts)}, n=4,
+                                                 thresholds=thresholds))
     kept = [json.loads(l) for l in (tmp_path / "o" / "kept.jsonl").read_text().splitlines()]
     assert {r["id"] for r in kept} == {i for i, d in expected.items() if d == "kept"}
     assert stats["kept"] == sum(d == "kept" for d in expected.values())
@@ -99,16 +101,18 @@ def test_kept_set_equals_the_hand_computed_one(designed, tmp_path) -> None:
 
 def test_cli_band_and_gap_flags_change_the_selection(designed, tmp_path) -> None:
     src, rollouts, expected, _ = designed
-    wide = rl_filter([str(src)], tmp_path / "wide", backend={"rollouts": str(rollouts)}, n=4, band=(-0.1, 1.1))
-    gap = rl_filter([str(src)], tmp_path / "gap", backend={"rollouts": str(rollouts)}, n=4, band=(-0.1, 1.1),
-                    min_gap=0.5)
+    wide = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "wide", backend={"rollouts": str(rollouts)}, n=4,
+                                                band=(-0.1, 1.1)))
+    gap = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "gap", backend={"rollouts": str(rollouts)}, n=4,
+                                               band=(-0.1, 1.1), min_gap=0.5))
     prompts = pq.read_table(tmp_path / "gap" / "prompts.parquet").to_pylist()
     # with pass@N - pass@1 = 1 - c/n for 0 < c < n (else 0), min_gap 0.5 keeps exactly 1 <= c <= n/2
     assert {p["id"] for p in prompts if p["decision"] == "kept"} == \
         {p["id"] for p in prompts if 1 <= p["passes"] <= 2}
     assert gap["kept"] < wide["kept"] == wide["records_in"]
     with pytest.raises(UserError, match="band"):
-        rl_filter([str(src)], tmp_path / "bad", backend={"rollouts": str(rollouts)}, n=4, band=(0.5, 0.2))
+        rl_filter([str(src)], RlFilterConfig(out=tmp_path / "bad", backend={"rollouts": str(rollouts)}, n=4,
+                                             band=(0.5, 0.2)))
 
 
 def test_transformers_backend_end_to_end(tiny_vlm_dir, sample_data, tmp_path) -> None:
@@ -120,8 +124,9 @@ def test_transformers_backend_end_to_end(tiny_vlm_dir, sample_data, tmp_path) ->
         return {**{k: v for k, v in p.items() if k != "image"}, "images": [str(sample_data / "rl" / i) for i in images]}
 
     src.write_text("".join(json.dumps(absolute(p)) + "\n" for p in chosen))
-    stats = rl_filter([str(src)], tmp_path / "o", backend={"model": str(tiny_vlm_dir), "device": "cpu"}, n=3,
-                      sampling={"max_new_tokens": 8}, band=(-1.0, 2.0))
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "o",
+                                                 backend={"model": str(tiny_vlm_dir), "device": "cpu"}, n=3,
+                                                 max_new_tokens=8, band=(-1.0, 2.0)))
     rollouts = pq.read_table(tmp_path / "o" / "rollouts.parquet").to_pylist()
     assert len(rollouts) == 3 * len(chosen)
     assert {r["id"] for r in rollouts} == {p["id"] for p in chosen}
@@ -135,8 +140,8 @@ def test_transformers_backend_end_to_end(tiny_vlm_dir, sample_data, tmp_path) ->
     assert journal and sum(len(p.read_text().splitlines()) for p in journal) == len(chosen)
     for marker in (tmp_path / "o" / "_shards" / "rl-filter").glob("0*.json"):
         marker.unlink()  # as if killed before the shard finished
-    rl_filter([str(src)], tmp_path / "o", backend={"model": str(tiny_vlm_dir), "device": "cpu"}, n=3,
-              sampling={"max_new_tokens": 8}, band=(-1.0, 2.0))
+    rl_filter([str(src)], RlFilterConfig(out=tmp_path / "o", backend={"model": str(tiny_vlm_dir), "device": "cpu"}, n=3,
+                                         max_new_tokens=8, band=(-1.0, 2.0)))
     assert (tmp_path / "o" / "rollouts.parquet").read_bytes() == first
     assert sum(len(p.read_text().splitlines()) for p in journal) == len(chosen)  # nothing regenerated
 
@@ -150,9 +155,9 @@ def test_endpoint_backend_against_transformers_serve(tiny_vlm_server, sample_dat
     src.write_text("".join(json.dumps({**{k: v for k, v in p.items() if k != "image"},
                                        "images": [str(sample_data / "rl" / i) for i in (p.get("images") or [p["image"]])]})
                            + "\n" for p in prompts))
-    stats = rl_filter([str(src)], tmp_path / "o", backend={"endpoint": tiny_vlm_server.url,
-                                                           "served_model": tiny_vlm_server.model, "concurrency": 2},
-                      n=3, sampling={"max_new_tokens": 8}, band=(-1.0, 2.0))
+    backend = {"endpoint": tiny_vlm_server.url, "served_model": tiny_vlm_server.model, "concurrency": 2}
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "o", backend=backend, n=3, max_new_tokens=8,
+                                                 band=(-1.0, 2.0)))
     rollouts = pq.read_table(tmp_path / "o" / "rollouts.parquet").to_pylist()
     # the server answers one choice per call: the backend asked again until each prompt had 3
     assert len(rollouts) == 3 * len(prompts) and stats["errored"] == {}
@@ -173,8 +178,8 @@ def test_kept_rows_point_at_their_images(sample_data, tmp_path) -> None:
     rollouts = tmp_path / "answers.jsonl"
     rollouts.write_text("".join(json.dumps({"id": p["id"], "response": tagged(answer, p["prompt_type"])}) + "\n"
                                 for p in chosen for answer in (p["answer"], "99999")))  # one right of two
-    stats = rl_filter([str(src)], tmp_path / "o", backend={"rollouts": str(rollouts)}, n=2,
-                      image_root=sample_data / "rl", plot=False)
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "o", backend={"rollouts": str(rollouts)}, n=2,
+                                                 image_root=sample_data / "rl", plot=False))
     assert stats["kept"] == len(chosen)
     kept = [json.loads(line) for line in (tmp_path / "o" / "kept.jsonl").read_text().splitlines()]
     assert [r["images"] for r in kept] == [[str(sample_data / "rl" / im) for im in p["images"]] for p in chosen]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from curate.rl.config import RlFilterConfig
 from curate.rl.filter import rl_filter
 
 
@@ -19,7 +20,8 @@ def test_per_source_adds_up_to_the_totals(tmp_path: Path) -> None:
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps({"id": r["id"], "response": f"<answer>{r['answer']}</answer>"}) + "\n"
                                for r in rows if r["id"] != "a2"))  # a2: no stored answer
-    stats = rl_filter([str(src)], tmp_path / "out", backend={"rollouts": str(answers)}, n=1, plot=False)
+    stats = rl_filter([str(src)], RlFilterConfig(out=tmp_path / "out", backend={"rollouts": str(answers)}, n=1,
+                                                 plot=False))
     assert stats["records_in"] == len(rows) + 1
     assert stats["errored"].get("record_error") == 1 and stats["dropped"].get("too_long") == 1
     total = {"records_in": 0, "kept": 0, "dropped": 0, "errored": 0}
@@ -49,9 +51,10 @@ def test_rerun_with_other_operational_settings_resumes(tmp_path: Path) -> None:
     server = ScriptedServer(max_choices=2)
     try:
         def run(concurrency: int, timeout: float, n: int = 2) -> dict:
-            return rl_filter([str(src)], tmp_path / "out", n=n, plot=False, shard_size=2,
-                             backend={"endpoint": server.url, "served_model": "tiny", "concurrency": concurrency,
-                                      "timeout": timeout, "max_retries": 1})
+            backend = {"endpoint": server.url, "served_model": "tiny", "concurrency": concurrency,
+                       "timeout": timeout, "max_retries": 1}
+            return rl_filter([str(src)], RlFilterConfig(out=tmp_path / "out", n=n, plot=False, shard_size=2,
+                                                        backend=backend))
 
         first = run(concurrency=1, timeout=30.0)
         calls = len(server.calls)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from curate.rl.config import ScoreConfig
 from curate.core.records import BadRecord, read_records
 from curate.rl.golds import GOLDS_FILE, SCORED_FIELDS, load_golds, write_golds
 from curate.rl.score import ScoreTask, score
@@ -53,7 +54,9 @@ def test_workers_load_the_golds_not_the_records(tmp_path) -> None:
     """A task given the golds never opens the records: scoring works with the record file gone."""
     records = _records(tmp_path)
     write_golds([records], tmp_path / GOLDS_FILE)
-    task = ScoreTask([str(tmp_path / "gone.jsonl")], str(tmp_path / GOLDS_FILE))
+    (tmp_path / "answers.jsonl").write_text("")
+    config = ScoreConfig(responses=tmp_path / "answers.jsonl", out=tmp_path / "o")
+    task = ScoreTask([str(tmp_path / "gone.jsonl")], str(tmp_path / GOLDS_FILE), config)
     task.setup()
     assert task._by_id == _read_directly([records])[0]
 
@@ -66,8 +69,9 @@ def test_score_with_two_workers_equals_one_and_cleans_up(sample_data, tmp_path) 
     rec = [json.loads(line) for line in prompts.read_text().splitlines()][:12]
     responses = tmp_path / "responses.jsonl"
     responses.write_text("\n".join(json.dumps({"id": r["id"], "response": "<answer>0</answer>"}) for r in rec) + "\n")
-    one = score([prompts], responses, tmp_path / "one", shard_size=4)
-    two = score([prompts], responses, tmp_path / "two", shard_size=4, executor=get_executor("local", workers=2))
+    one = score([prompts], ScoreConfig(responses=responses, out=tmp_path / "one", shard_size=4))
+    two = score([prompts], ScoreConfig(responses=responses, out=tmp_path / "two",
+                                       shard_size=4), executor=get_executor("local", workers=2))
     assert one["scored"] == two["scored"] == len(rec)
     assert pq.read_table(tmp_path / "one" / "scores.parquet").equals(pq.read_table(tmp_path / "two" / "scores.parquet"))
     assert not (tmp_path / "one" / GOLDS_FILE).exists() and not (tmp_path / "two" / GOLDS_FILE).exists()

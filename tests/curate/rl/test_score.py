@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from curate.rl.config import ScoreConfig
 from curate.core.errors import UserError
 from curate.core.records import read_records
 from curate.rewards import score_many
@@ -35,7 +36,8 @@ def responses(sample_data, tmp_path_factory) -> tuple[Path, list[dict]]:
 
 def test_scores_equal_the_library_and_every_row_is_accounted(sample_data, responses, tmp_path) -> None:
     path, records = responses
-    stats = score([sample_data / "rl" / "prompts.jsonl"], path, tmp_path / "o", shard_size=37)
+    stats = score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=path, out=tmp_path / "o",
+                                                                      shard_size=37))
     table = pq.read_table(tmp_path / "o" / "scores.parquet").to_pylist()
     n_rows = 2 * len(records) + 3
     assert len(table) == n_rows and stats["responses_in"] == n_rows
@@ -57,21 +59,22 @@ def test_scores_equal_the_library_and_every_row_is_accounted(sample_data, respon
 
 def test_rerun_is_skipped_and_identical(sample_data, responses, tmp_path) -> None:
     path, _ = responses
-    score([sample_data / "rl" / "prompts.jsonl"], path, tmp_path / "o", shard_size=50)
+    score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=path, out=tmp_path / "o", shard_size=50))
     first = (tmp_path / "o" / "scores.parquet").read_bytes()
     markers = sorted((tmp_path / "o" / "_shards" / "score").glob("0*.json"))
     stamps = [m.stat().st_mtime_ns for m in markers]
-    score([sample_data / "rl" / "prompts.jsonl"], path, tmp_path / "o", shard_size=50)
+    score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=path, out=tmp_path / "o", shard_size=50))
     assert [m.stat().st_mtime_ns for m in markers] == stamps
     assert (tmp_path / "o" / "scores.parquet").read_bytes() == first
 
 
 def test_user_errors(sample_data, tmp_path) -> None:
     with pytest.raises(UserError, match="--responses .*: no such file"):
-        score([sample_data / "rl" / "prompts.jsonl"], tmp_path / "none.jsonl", tmp_path / "o")
+        score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=tmp_path / "none.jsonl",
+                                                                  out=tmp_path / "o"))
     (tmp_path / "r.csv").write_text("id,response\n")
     with pytest.raises(UserError, match="jsonl or .parquet"):
-        score([sample_data / "rl" / "prompts.jsonl"], tmp_path / "r.csv", tmp_path / "o")
+        score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=tmp_path / "r.csv", out=tmp_path / "o"))
 
 
 def test_parquet_responses_and_rows_without_text(tmp_path) -> None:
@@ -81,14 +84,14 @@ def test_parquet_responses_and_rows_without_text(tmp_path) -> None:
     records.write_text(json.dumps({"id": "a", "problem": "?", "answer": "yes", "answer_type": "boolean"}) + "\n")
     pq.write_table(pa.table({"id": ["a", "a"], "response": ["<answer>Yes</answer>", "<answer>not sure</answer>"]}),
                    tmp_path / "r.parquet")
-    score([records], tmp_path / "r.parquet", tmp_path / "out")
+    score([records], ScoreConfig(responses=tmp_path / "r.parquet", out=tmp_path / "out"))
     assert pq.read_table(tmp_path / "out" / "scores.parquet").column("accuracy").to_pylist() == [1.0, 0.0]
     (tmp_path / "bad.jsonl").write_text('{"id": "a"}\n')
-    stats = score([records], tmp_path / "bad.jsonl", tmp_path / "out2")
+    stats = score([records], ScoreConfig(responses=tmp_path / "bad.jsonl", out=tmp_path / "out2"))
     assert stats["errored"] == {"malformed_response": 1}
     pq.write_table(pa.table({"id": ["a"]}), tmp_path / "nocol.parquet")
     with pytest.raises(UserError, match="missing response"):
-        score([records], tmp_path / "nocol.parquet", tmp_path / "out3")
+        score([records], ScoreConfig(responses=tmp_path / "nocol.parquet", out=tmp_path / "out3"))
 
 
 def test_sample_numbers_on_columns_equal_a_count_per_id() -> None:

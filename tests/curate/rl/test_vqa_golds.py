@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from curate.rl.config import ScoreConfig
+from curate.rl.config import RlFilterConfig
 from curate.rewards.registry import plan
 from curate.rl.filter import rl_filter
 from curate.rl.score import score
@@ -52,7 +54,8 @@ def test_mmmu_rows_mix_multiple_choice_and_open_questions(tmp_path: Path) -> Non
             {"id": "open", "question": "How many?", "options": "[]", "answer": "12", "question_type": "open"}]
     records, answers = write_records_and_responses(tmp_path, "mmmu", rows, {"mc": "<answer>(C)</answer>",
                                                                            "open": "<answer>12.0</answer>"})
-    stats = score([records], answers, tmp_path / "out", answer_type="number")  # the default for the open ones
+    stats = score([records], ScoreConfig(responses=answers, out=tmp_path / "out",
+                                         answer_type="number"))  # the default for the open ones
     assert stats["scored"] == 2 and not stats.get("errored")
     got = {r["id"]: r["accuracy"] for r in pq.read_table(tmp_path / "out" / "scores.parquet").to_pylist()}
     assert got == {"mc": 1.0, "open": 1.0}
@@ -60,7 +63,7 @@ def test_mmmu_rows_mix_multiple_choice_and_open_questions(tmp_path: Path) -> Non
 
 def test_score_vqa_rows(tmp_path: Path) -> None:
     records, answers = write_inputs(tmp_path)
-    stats = score([records], answers, tmp_path / "out")
+    stats = score([records], ScoreConfig(responses=answers, out=tmp_path / "out"))
     assert stats["scored"] == 4 and not stats.get("errored")
     got = {r["id"]: r["accuracy"] for r in pq.read_table(tmp_path / "out" / "scores.parquet").to_pylist()}
     assert got == {"tvqa": 1.0, "vqav2": 1.0, "sqa": 1.0, "sqa-wrong": 0.0}
@@ -68,7 +71,8 @@ def test_score_vqa_rows(tmp_path: Path) -> None:
 
 def test_rl_filter_vqa_rows(tmp_path: Path) -> None:
     records, answers = write_inputs(tmp_path)
-    stats = rl_filter([str(records)], tmp_path / "rl", backend={"rollouts": str(answers)}, n=1, plot=False)
+    stats = rl_filter([str(records)], RlFilterConfig(out=tmp_path / "rl", backend={"rollouts": str(answers)}, n=1,
+                                                     plot=False))
     assert not stats["errored"] and stats["records_in"] == 4
     prompts = {r["id"]: r for r in pq.read_table(tmp_path / "rl" / "prompts.parquet").to_pylist()}
     assert {k: p["pass_at_1"] for k, p in prompts.items()} == {"tvqa": 1.0, "vqav2": 1.0, "sqa": 1.0,

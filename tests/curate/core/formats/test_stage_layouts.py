@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from curate.rl.config import RlFilterConfig
+from curate.recaption.config import RecaptionConfig
 from curate.balance.pipeline import balance
 from curate.core.records import read_records
 from curate.recaption.stage import recaption
@@ -72,8 +74,9 @@ def test_rl_filter_from_bytes_equals_files_and_keeps_bytes(layouts: Layouts, tmp
         for i, r in enumerate(rows):
             for j in range(4):
                 fh.write(json.dumps({"id": r["id"], "response": f"<answer>{'yes' if j < i % 4 else 'no'}</answer>"}) + "\n")
-    a = rl_filter([str(files)], tmp_path / "a", backend={"rollouts": str(answers)}, n=4, plot=False)
-    b = rl_filter([str(tmp_path / "rl.parquet")], tmp_path / "b", backend={"rollouts": str(answers)}, n=4, plot=False)
+    a = rl_filter([str(files)], RlFilterConfig(out=tmp_path / "a", backend={"rollouts": str(answers)}, n=4, plot=False))
+    b = rl_filter([str(tmp_path / "rl.parquet")], RlFilterConfig(out=tmp_path / "b", backend={"rollouts": str(answers)},
+                                                                 n=4, plot=False))
     assert a["kept"] == b["kept"] > 0 and a["kept_file"] == "kept.jsonl" and b["kept_file"] == "kept.parquet"
     assert pq.read_table(tmp_path / "a" / "prompts.parquet").equals(pq.read_table(tmp_path / "b" / "prompts.parquet"))
     kept = pq.read_table(tmp_path / "b" / "kept.parquet")
@@ -87,8 +90,9 @@ def test_recaption_sends_bytes_as_data_urls_and_keeps_them(layouts: Layouts, tmp
     for name in ("files", "cauldron"):
         server = ScriptedServer()
         try:
-            recaption([str(getattr(layouts, name))], tmp_path / f"srv-{name}", backend={"endpoint": server.url},
-                      langs="en", shard_size=5)
+            recaption([str(getattr(layouts, name))], RecaptionConfig(out=tmp_path / f"srv-{name}",
+                                                                     backend={"endpoint": server.url}, langs="en",
+                                                                     shard_size=5))
         finally:
             server.close()
         calls[name] = sorted(json.dumps(body, sort_keys=True) for _, body in server.calls)
@@ -102,8 +106,10 @@ def test_recaption_sends_bytes_as_data_urls_and_keeps_them(layouts: Layouts, tmp
     answers.write_text("".join(json.dumps({"id": f"{it['id']}#en", "response": f"A photograph of item number {i} "
                                            "standing on a plain table in soft daylight."}) + "\n"
                                for i, it in enumerate(layouts.items)))
-    a = recaption([str(layouts.files)], tmp_path / "a", backend={"rollouts": str(answers)}, langs="en")
-    b = recaption([str(layouts.hf)], tmp_path / "b", backend={"rollouts": str(answers)}, langs="en")
+    a = recaption([str(layouts.files)], RecaptionConfig(out=tmp_path / "a", backend={"rollouts": str(answers)},
+                                                        langs="en"))
+    b = recaption([str(layouts.hf)], RecaptionConfig(out=tmp_path / "b", backend={"rollouts": str(answers)},
+                                                     langs="en"))
     assert a["records_out"] == b["records_out"] == len(layouts.items)
     assert b["outputs"]["records"] == "records.parquet" and a["outputs"]["records"] == "records.jsonl"
     by_id = {it["id"]: it["bytes"] for it in layouts.items}

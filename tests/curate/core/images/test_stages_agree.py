@@ -12,6 +12,7 @@ import pytest
 import webdataset as wds
 from transformers import AutoProcessor
 
+from curate.recaption.config import RecaptionConfig
 from curate.core.formats.rows import IMAGE_EXTS
 from curate.core.images import ImageError, check
 from packer.loader import PackedDataset
@@ -83,8 +84,9 @@ def test_every_stage_names_a_file_alike(odd_images: Path, tiny_clip_spec: str, t
     reasons = {n: r for n, r in _reasons(odd_images).items() if r is not None}
     src = _inputs(odd_images, tmp_path)["files"]
     embed([src], out=tmp_path / "embed", model=tiny_clip_spec, batch_size=8)
-    recaption([str(src)], tmp_path / "recaption", backend={"model": str(tiny_vlm_dir), "device": "cpu"},
-              langs="en", sampling={"max_new_tokens": 4})
+    recaption([str(src)], RecaptionConfig(out=tmp_path / "recaption",
+                                          backend={"model": str(tiny_vlm_dir), "device": "cpu"}, langs="en",
+                                          temperature=1.0, top_p=1.0, max_new_tokens=4))
     for stage in ("embed", "recaption"):
         errored = {r["id"]: r["reason"] for r in pq.read_table(tmp_path / stage / "rejects.parquet").to_pylist()
                    if r["kind"] == "errored"}

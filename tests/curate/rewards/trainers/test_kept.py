@@ -10,6 +10,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets", reason="datasets is not installed (pip install 'curate[trl]')")
 
+from curate.rl.config import RlFilterConfig
 from curate.core.records import IMAGE_TOKEN  # noqa: E402
 from curate.rewards.trainers.trl import accuracy_reward, format_reward, kept_dataset  # noqa: E402
 from curate.rl.filter import DEFAULT_TEMPLATES, rl_filter  # noqa: E402
@@ -38,7 +39,8 @@ def filtered(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
         for im in p.get("images") or [p.get("image")]:
             (tmp / im).parent.mkdir(parents=True, exist_ok=True)
             (tmp / im).write_bytes((src.parent / im).read_bytes())
-    rl_filter([str(picked)], tmp / "out", backend={"rollouts": str(tmp / "answers.jsonl")}, n=4, plot=False)
+    rl_filter([str(picked)], RlFilterConfig(out=tmp / "out", backend={"rollouts": str(tmp / "answers.jsonl")}, n=4,
+                                            plot=False))
     return tmp, chosen
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from curate.recaption.config import RecaptionConfig
 from curate.recaption.stage import recaption
 from curate.report import write_report
 
@@ -30,7 +31,7 @@ def test_recaption_page_shows_images_that_arrived_as_bytes(tmp_path: Path) -> No
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps({"id": f"{i}#en", "response": "A square of coloured noise on a grid."})
                                + "\n" for i in "abc"))
-    stats = recaption([str(src)], tmp_path / "out", backend={"rollouts": str(answers)}, langs="en")
+    stats = recaption([str(src)], RecaptionConfig(out=tmp_path / "out", backend={"rollouts": str(answers)}, langs="en"))
     assert stats["outputs"]["records"] == "records.parquet"  # the records carry their image bytes
     assert pq.read_table(tmp_path / "out" / "captions.parquet").column("image").to_pylist()[0].startswith("sha256:")
     page = write_report(tmp_path / "out").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Result and error types shared by the verifiers."""
+"""One reward's verdict (:class:`RewardResult`) and the error and context types shared by the verifiers."""
 
 from __future__ import annotations
 
