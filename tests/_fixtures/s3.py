@@ -15,6 +15,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
@@ -73,3 +74,24 @@ def recorded_requests(endpoint: str) -> Iterator[list[tuple[str, str, str]]]:
         entry = json.loads(line)
         url = urlparse(entry["url"])
         seen.append((entry["method"], unquote(url.path).lstrip("/"), url.query))
+
+
+def s3() -> Any:
+    """A fresh s3fs filesystem on the test server (no cached listings)."""
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True)
+
+
+def bucket_objects(url: str, patterns: tuple[str, ...]) -> dict[str, bytes]:
+    """The bytes of the objects under ``url`` matching ``patterns``, by path relative to it."""
+    fs, inner = s3(), url[len("s3://"):]
+    return {p[len(inner) + 1:]: fs.cat_file(p) for pat in patterns for p in sorted(fs.glob(f"{inner}/{pat}"))}
+
+
+def folder_files(folder: os.PathLike[str], patterns: tuple[str, ...]) -> dict[str, bytes]:
+    """The bytes of the files under ``folder`` matching ``patterns``, by path relative to it."""
+    from pathlib import Path
+
+    root = Path(folder)
+    return {str(p.relative_to(root)): p.read_bytes() for pat in patterns for p in sorted(root.glob(pat))}

@@ -16,25 +16,10 @@ import pytest
 from curate.cli import main
 from curate.core.records import read_records
 from tests._fixtures.formats import Layouts
-from tests._fixtures.s3 import recorded_requests
+from tests._fixtures.s3 import bucket_objects, folder_files, recorded_requests, s3
 
 PACKED = ("shards/*.tar", "lengths/*.parquet", "plan.parquet", "lengths.parquet")
 SCORED = ("scores.parquet", "scores/*.parquet", "rejects.parquet")
-
-
-def _fs():
-    import s3fs
-
-    return s3fs.S3FileSystem(skip_instance_cache=True)
-
-
-def _objects(url: str, patterns: tuple[str, ...]) -> dict[str, bytes]:
-    fs, inner = _fs(), url[len("s3://"):]
-    return {p[len(inner) + 1:]: fs.cat_file(p) for pat in patterns for p in sorted(fs.glob(f"{inner}/{pat}"))}
-
-
-def _local(folder: Path, patterns: tuple[str, ...]) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for pat in patterns for p in sorted(folder.glob(pat))}
 
 
 @contextmanager
@@ -55,7 +40,7 @@ def _check_order(puts: list[str], url: str) -> None:
     markers = [r for r in rel if r.startswith("_shards/") and r.split("/")[-1][0].isdigit() and r.endswith(".json")]
     assert markers, rel
     for marker in markers:
-        listed = json.loads(_fs().cat_file(f"{inner}/{marker}"))["files"]
+        listed = json.loads(s3().cat_file(f"{inner}/{marker}"))["files"]
         assert listed and all(f in rel and rel.index(f) < rel.index(marker) for f in listed), (marker, rel)
         assert rel.count(marker) == 1, (marker, rel)  # written last and once, never uploaded again
         settings = marker.rsplit("/", 1)[0] + "/settings.json"
@@ -95,12 +80,12 @@ def test_pack_score_and_balance_write_into_a_bucket_through_the_cli(
     assert f"outputs in {bucket}/packed" in capsys.readouterr().err
     main(["pack", *pack_args, "--out", str(tmp_path / "packed")])
     main(["score", *score_args, "--out", str(tmp_path / "scored")])
-    packed = _objects(f"{bucket}/packed", PACKED)
-    assert any(k.startswith("shards/") for k in packed) and packed == _local(tmp_path / "packed", PACKED)
-    scored = _objects(f"{bucket}/scored", SCORED)
-    assert "scores.parquet" in scored and scored == _local(tmp_path / "scored", SCORED)
-    assert not _fs().exists(f"{bucket[5:]}/scored/_golds.arrow")  # the workers' golds: pushed for them, then gone
-    assert _fs().exists(f"{bucket[5:]}/bal/selection.parquet") and _fs().exists(f"{bucket[5:]}/bal/records/hf.parquet")
+    packed = bucket_objects(f"{bucket}/packed", PACKED)
+    assert any(k.startswith("shards/") for k in packed) and packed == folder_files(tmp_path / "packed", PACKED)
+    scored = bucket_objects(f"{bucket}/scored", SCORED)
+    assert "scores.parquet" in scored and scored == folder_files(tmp_path / "scored", SCORED)
+    assert not s3().exists(f"{bucket[5:]}/scored/_golds.arrow")  # the workers' golds: pushed for them, then gone
+    assert s3().exists(f"{bucket[5:]}/bal/selection.parquet") and s3().exists(f"{bucket[5:]}/bal/records/hf.parquet")
     for prefix in ("packed", "scored", "bal"):
         _check_order(puts, f"{bucket}/{prefix}")
 
@@ -116,8 +101,8 @@ def test_a_config_with_out_in_a_bucket(bucket: str, layouts: Layouts, tiny_proce
               verify_fraction=0.0, plot=False)
     pack([layouts.hf], PackConfig(out=f"{bucket}/packed", **kw))
     pack([layouts.hf], config=PackConfig(out=tmp_path / "packed", **kw))
-    assert _objects(f"{bucket}/packed", PACKED) == _local(tmp_path / "packed", PACKED)
+    assert bucket_objects(f"{bucket}/packed", PACKED) == folder_files(tmp_path / "packed", PACKED)
     records = (str(sample_data / "rl" / "prompts.jsonl"),)
     stats = score(records, ScoreConfig(responses=str(responses), out=f"{bucket}/scored"))
     score(records, ScoreConfig(responses=responses, out=tmp_path / "scored"))
-    assert stats["responses_in"] > 0 and _objects(f"{bucket}/scored", SCORED) == _local(tmp_path / "scored", SCORED)
+    assert stats["responses_in"] > 0 and bucket_objects(f"{bucket}/scored", SCORED) == folder_files(tmp_path / "scored", SCORED)

@@ -26,25 +26,11 @@ from curate.executors import get_executor  # noqa: E402
 from packer.pack import pack  # noqa: E402
 from tests._fixtures.formats import Layouts  # noqa: E402
 from tests._fixtures.ray_cluster import TwoNodes  # noqa: E402
+from tests._fixtures.s3 import bucket_objects, folder_files, s3  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 PACKED = ("shards/*.tar", "lengths/*.parquet", "plan.parquet", "lengths.parquet", "_records/*.arrow")
-
-
-def _fs():
-    import s3fs
-
-    return s3fs.S3FileSystem(skip_instance_cache=True)
-
-
-def _objects(url: str, patterns: tuple[str, ...]) -> dict[str, bytes]:
-    fs, inner = _fs(), url[len("s3://"):]
-    return {p[len(inner) + 1:]: fs.cat_file(p) for pat in patterns for p in sorted(fs.glob(f"{inner}/{pat}"))}
-
-
-def _local(folder: Path, patterns: tuple[str, ...]) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for pat in patterns for p in sorted(folder.glob(pat))}
 
 
 @pytest.fixture
@@ -55,7 +41,7 @@ def driver_cache(ray_two_nodes: TwoNodes, monkeypatch: pytest.MonkeyPatch) -> Pa
 
 
 def _upload(bucket: str, layouts: Layouts) -> list[str]:
-    fs = _fs()
+    fs = s3()
     fs.put_file(str(layouts.hf), f"{bucket}/in/hf.parquet")
     for tar in sorted(layouts.wds_dir.glob("*.tar")):
         fs.put_file(str(tar), f"{bucket}/in/wds/{tar.name}")
@@ -67,7 +53,7 @@ def test_the_nodes_share_nothing_but_the_bucket(ray_two_nodes: TwoNodes, driver_
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     (ray_two_nodes.driver / "secret.txt").write_text("the driver's")
-    _fs().pipe_file(f"{bucket[5:]}/seen.txt", b"the bucket's")
+    s3().pipe_file(f"{bucket[5:]}/seen.txt", b"the bucket's")
 
     @ray.remote(num_cpus=1)
     def look(driver: str, url: str) -> tuple[str, bool, bytes]:
@@ -100,14 +86,14 @@ def _many(folder: Path, layouts: Layouts, n: int) -> Path:
 def test_pack_on_two_nodes_gives_the_local_bytes(ray_two_nodes: TwoNodes, driver_cache: Path, bucket: str,
                                                   layouts: Layouts, tiny_processor_dir: Path) -> None:
     inputs = _upload(bucket, layouts)[:1]  # images as Parquet bytes: they travel in the record store
-    _fs().put_file(str(_many(ray_two_nodes.driver, layouts, 36)), f"{bucket}/in/many.tar")
+    s3().put_file(str(_many(ray_two_nodes.driver, layouts, 36)), f"{bucket}/in/many.tar")
     inputs.append(f"{bucket}/in/many.tar")  # tar members, read again by address; many small shards: the actor
     kw = dict(ctx=1024, processor=str(tiny_processor_dir), seed=2, shard_size=3, sequences_per_shard=1,  # that
               verify_sample=0, plot=False)  # starts last gets some too
     executor = get_executor("ray", workers=2)
     pack(inputs, out=f"{bucket}/ray", executor=executor, **kw)
     pack(inputs, out=ray_two_nodes.driver / "local", **kw)
-    got, want = _objects(f"{bucket}/ray", PACKED), _local(ray_two_nodes.driver / "local", PACKED)
+    got, want = bucket_objects(f"{bucket}/ray", PACKED), folder_files(ray_two_nodes.driver / "local", PACKED)
     assert sum(k.startswith("shards/") for k in got) > 10 and got == want
     used = [(run["desc"], run["actors_used"]) for run in executor.runs]
     assert max(n for _, n in used) == 2, used  # shards ran on both nodes (one actor each: one CPU each)
@@ -122,7 +108,7 @@ def test_balance_and_rl_filter_on_two_nodes_give_the_local_bytes(
     from curate.balance.pipeline import balance
     from curate.rl.filter import rl_filter
 
-    fs = _fs()
+    fs = s3()
     inputs = _upload(bucket, layouts)[:1]
     vocab = "\n".join(sorted({w.lower().strip(".") for it in layouts.items for w in it["caption"].split()})) + "\n"
     fs.pipe_file(f"{bucket[5:]}/vocab.txt", vocab.encode())
@@ -132,8 +118,8 @@ def test_balance_and_rl_filter_on_two_nodes_give_the_local_bytes(
     balance(inputs, out=ray_two_nodes.driver / "bal", vocab=f"{bucket}/vocab.txt",
             cache_dir=ray_two_nodes.driver / "concepts-local", **kw)
     pats = ("embeddings/*", "tags.parquet", "selection.parquet", "concepts.npy", "records/*")
-    got = _objects(f"{bucket}/bal", pats)
-    assert any(k.startswith("records/") for k in got) and got == _local(ray_two_nodes.driver / "bal", pats)
+    got = bucket_objects(f"{bucket}/bal", pats)
+    assert any(k.startswith("records/") for k in got) and got == folder_files(ray_two_nodes.driver / "bal", pats)
 
     rl = sample_data / "rl"
     fs.put(str(rl) + "/", f"{bucket}/rl/", recursive=True)
@@ -147,8 +133,8 @@ def test_balance_and_rl_filter_on_two_nodes_give_the_local_bytes(
               executor=get_executor("ray", workers=2))
     rl_filter([f"{bucket}/rl/prompts.jsonl"], RlFilterConfig(out=ray_two_nodes.driver / "rl-out", **kw))
     pats = ("kept.jsonl", "prompts.parquet", "rollouts.parquet", "rejects.parquet")
-    got = _objects(f"{bucket}/rl-out", pats)
-    assert "kept.jsonl" in got and got == _local(ray_two_nodes.driver / "rl-out", pats)
+    got = bucket_objects(f"{bucket}/rl-out", pats)
+    assert "kept.jsonl" in got and got == folder_files(ray_two_nodes.driver / "rl-out", pats)
 
 
 def test_a_worker_node_stopped_mid_run(ray_two_nodes: TwoNodes, driver_cache: Path, bucket: str,
@@ -156,7 +142,7 @@ def test_a_worker_node_stopped_mid_run(ray_two_nodes: TwoNodes, driver_cache: Pa
     """``ray stop`` of the worker node while ``curate pack`` runs there: the run finishes on the head node, or a
     rerun finishes it; the bytes are those of an uninterrupted local run. (Last in the module: the node stays down.)"""
     tar = _many(ray_two_nodes.driver, layouts, 40)
-    fs = _fs()
+    fs = s3()
     fs.put_file(str(tar), f"{bucket}/in/stopped.tar")
     args = [f"{bucket}/in/stopped.tar", "--processor", str(tiny_processor_dir), "--ctx", "1024", "--seed", "4",
             "--shard-size", "2", "--sequences-per-shard", "1", "--verify-sample", "0"]
@@ -188,5 +174,5 @@ def test_a_worker_node_stopped_mid_run(ray_two_nodes: TwoNodes, driver_cache: Pa
     if not finished:  # the run could not go on without the node: the same command again finishes it (here: locally)
         pack([f"{bucket}/in/stopped.tar"], out=f"{bucket}/stopped", **kw)
     pack([f"{bucket}/in/stopped.tar"], out=ray_two_nodes.driver / "reference", **kw)
-    got, want = _objects(f"{bucket}/stopped", PACKED), _local(ray_two_nodes.driver / "reference", PACKED)
+    got, want = bucket_objects(f"{bucket}/stopped", PACKED), folder_files(ray_two_nodes.driver / "reference", PACKED)
     assert sum(k.startswith("shards/") for k in got) > 10 and got == want
