@@ -17,9 +17,9 @@ def report_after(verb: str, params: dict) -> None:
     spec = STAGES.get(verb)
     if spec is None or not spec.report or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
         return
-    from curate.run import fs
+    from curate.core.io import path_exists
 
-    if not fs.exists(f"{str(out).rstrip('/')}/stats.json"):  # a local folder, or a prefix in a bucket
+    if not path_exists(f"{str(out).rstrip('/')}/stats.json"):  # a local folder, or a prefix in a bucket
         return
     write_report_or_warn(out)
 

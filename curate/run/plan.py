@@ -16,8 +16,7 @@ from typing import Any, Protocol
 
 from curate.core.errors import UserError
 from curate.stages import STAGES
-from curate.core.io import RemotePath, dumps_json, is_url
-from curate.run import fs
+from curate.core.io import RemotePath, dumps_json, is_url, path_exists, read_text_at, write_text_at
 from curate.run.recipe import Recipe, Step
 
 #: What a step hands to the next one when it is named without a sub-path (:attr:`curate.stages.StageSpec.main_output`).
@@ -133,7 +132,7 @@ def _resolve(value: str, step: Step, recipe: Recipe, out: Folder, line: int, dep
                         f"recipe; move {step.name!r} after {head!r}")
     depends.append(head)
     folder = out / target.folder
-    sub = rest if slash else next((c for c in MAIN_OUTPUT[target.verb] if c and fs.exists(folder / c)),
+    sub = rest if slash else next((c for c in MAIN_OUTPUT[target.verb] if c and path_exists(folder / c)),
                                   MAIN_OUTPUT[target.verb][0])
     return [str(folder / sub) if sub else str(folder)]
 
@@ -293,8 +292,8 @@ def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None
             continue
         stats = p.folder / "stats.json"
         record = _record_path(out, p)
-        if fs.exists(stats):
-            recorded = json.loads(fs.read_text(record)) if fs.exists(record) else None
+        if path_exists(stats):
+            recorded = json.loads(read_text_at(record)) if path_exists(record) else None
             if recorded is None:
                 p.status, p.why = "refuse", f"{p.folder} holds a finished run not made by this recipe"
             elif (recorded["verb"], recorded["settings"], recorded.get("upstream") or {}) != (p.step.verb, p.settings,
@@ -305,7 +304,7 @@ def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None
                 p.status, p.why = "refuse", f"finished with other settings ({', '.join(what)})"
             else:
                 p.status, p.why = "skip", "finished, settings unchanged"
-        elif fs.exists(p.folder):
+        elif path_exists(p.folder):
             p.status, p.why = "resume", "started, not finished"
     return planned
 
@@ -329,7 +328,7 @@ def check_step(p: PlannedStep, recipe: Recipe, verbs: VerbTable) -> None:
         UserError: a bad value, naming ``recipe.yaml:LINE`` of the option (or the step) and the step.
     """
     inside = str(p.folder.parent).rstrip("/") + "/"  # what earlier steps make lies in the run folder
-    later = [r for r in p.reads if str(r).startswith(inside) and not fs.exists(r)]
+    later = [r for r in p.reads if str(r).startswith(inside) and not path_exists(r)]
     try:
         verbs.check(p.step.verb, p.argv, later)
     except UserError as exc:
@@ -346,16 +345,16 @@ def check_ready(planned: list[PlannedStep], recipe: Recipe, i: int) -> None:
     by_name = {q.step.name: q for q in planned}
     for dep in p.depends:
         q = by_name[dep]
-        if not fs.exists(q.folder / "stats.json"):
+        if not path_exists(q.folder / "stats.json"):
             raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r} reads step {dep!r} "
                             f"({q.folder}), which has not finished yet; run without --from, or --from {dep}")
     for path in p.reads:
-        if not fs.exists(path):
+        if not path_exists(path):
             raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r} reads {path}, which does not "
                             "exist; fix the recipe or run the step that makes it")
 
 
 def write_record(out: Folder, p: PlannedStep) -> None:
     """Remember the settings a step runs with (``OUT/_run/NN-name.json``)."""
-    fs.write_text(_record_path(out, p), dumps_json({"verb": p.step.verb, "command": p.command,
+    write_text_at(_record_path(out, p), dumps_json({"verb": p.step.verb, "command": p.command,
                                                    "settings": p.settings, "upstream": p.upstream}))

@@ -18,12 +18,11 @@ import yaml
 
 from curate import __version__
 from curate.core.errors import UserError
-from curate.core.io import RemotePath, as_path, dumps_json, is_url
+from curate.core.io import RemotePath, as_path, dumps_json, is_url, path_exists, write_text_at
 from curate.core.lock import let_go, out_lock
 from curate.core.stats import versions
 from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step,
                              write_record)
-from curate.run import fs
 from curate.run.recipe import Recipe
 
 LOCK_NAME = "recipe.lock.yaml"
@@ -57,7 +56,7 @@ def _maybe(read: str) -> str:
     """A step's main output as the plan names it before the step ran: the file it will be, or its alternative."""
     head, _, name = read.rpartition("/")
     for outputs in MAIN_OUTPUT.values():
-        if len(outputs) > 1 and name == outputs[0] and not fs.exists((RemotePath(head) if is_url(head) else Path(head)) / name):
+        if len(outputs) > 1 and name == outputs[0] and not path_exists((RemotePath(head) if is_url(head) else Path(head)) / name):
             return f"{read} (or {head}/{outputs[1]} when the records carry image bytes)"
     return read
 
@@ -81,7 +80,7 @@ def lock_content(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> dic
 def write_lock(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> Folder:
     """Write ``OUT/recipe.lock.yaml`` (atomically)."""
     path = out / LOCK_NAME
-    fs.write_text(path, yaml.safe_dump(lock_content(recipe, planned, out), sort_keys=False, allow_unicode=True,
+    write_text_at(path, yaml.safe_dump(lock_content(recipe, planned, out), sort_keys=False, allow_unicode=True,
                                        width=120))
     return path
 
@@ -98,7 +97,7 @@ def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Folder, ver
 
 def _finish_verify(p: PlannedStep, seconds: float) -> None:
     """``verify`` writes no folder of its own: record that it passed, as its stats.json."""
-    fs.write_text(p.folder / "stats.json", dumps_json({"stage": "verify", "command": p.command, "checked": p.reads,
+    write_text_at(p.folder / "stats.json", dumps_json({"stage": "verify", "command": p.command, "checked": p.reads,
                                                        "ok": True, "versions": versions(), "settings": p.settings,
                                                        "timings": {"total": round(seconds, 6)}}))
 
