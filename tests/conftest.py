@@ -18,6 +18,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Stage verbs write OUT/report/ at their end; tests of the report turn it on where they need it.
 os.environ.setdefault("CURATE_REPORT", "0")
+# Every Ray cluster of the session (local ones and the two-node one) without token authentication: Ray reads
+# the mode once per process, and a machine with ~/.ray/auth_token would otherwise start local clusters that
+# want a token this process, once connected to a cluster without one, never sends.
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Caches across runs (lengths, tar splits, remote mirrors) go to a folder of this test session, never the user's.
 os.environ["CURATE_CACHE"] = tempfile.mkdtemp(prefix="curate-test-cache-")
 
