@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from curate.cli.group import cli
-from curate.cli.generate_options import setting_option
+from curate.cli.options import setting_option
 from curate.cli.options import config_options, executor_options, image_root_option, make_executor, print_rejects
 from curate.dedup.config import DedupConfig
 

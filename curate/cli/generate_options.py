@@ -9,7 +9,7 @@ Usage in a verb::
         config = RecaptionConfig(backend=backend_from_flags(flags), ...)
 
 The backend flags are the fields of :class:`curate.generate.settings.BackendSettings` (where their help is written),
-plus ``--api-key``, which also reads ``CURATE_API_KEY``, and ``--trust-remote-code``, a flag left None when not given. :func:`setting_option` offers a setting that
+plus ``--api-key``, which also reads ``CURATE_API_KEY``, and ``--trust-remote-code``, a flag left None when not given. :func:`curate.cli.options.setting_option` offers a setting that
 :func:`curate.cli.options.config_options` cannot make (a repeatable option, an environment variable) with the
 flag and help of its field.
 """
@@ -20,21 +20,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import click
-
-from curate.cli.options import config_options
+from curate.cli.options import config_options, setting_option
 from curate.generate.settings import API_KEY_VAR, BackendSettings
 
 #: The parameter names of the backend flags (the fields of :class:`BackendSettings`).
 BACKEND_FLAGS = tuple(f.name for f in dataclasses.fields(BackendSettings))
-
-
-def setting_option(cls: type, name: str, **click_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A click option for the field ``name`` of the config class ``cls``: its flag and help come from the field's
-    :func:`~curate.core.settings.setting`, the rest (``multiple``, ``envvar``...) from ``click_kwargs``."""
-    meta = next(f.metadata for f in dataclasses.fields(cls) if f.name == name)
-    flag = meta.get("flag") or "--" + name.replace("_", "-")
-    return click.option(flag, name, help=meta["help"], metavar=meta.get("metavar"), **click_kwargs)
 
 
 def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:

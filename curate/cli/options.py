@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -166,6 +166,17 @@ def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # no
         return fn
 
     return decorate
+
+
+def setting_option(cls: type, name: str, **click_kwargs: Any):  # noqa: ANN201 - click decorator
+    """The click option of one setting of ``cls`` that :func:`config_options` cannot express: its flag, help and
+    placeholder from the field (:func:`curate.core.settings.setting_info`), the rest (``multiple``, ``envvar``,
+    ``callback``...) from ``click_kwargs``."""
+    from curate.core.settings import setting_info
+
+    info = setting_info(cls, name)
+    return click.option(info.flag, info.name, help=info.help, metavar=info.metavar, cls=SettingOption,
+                        **click_kwargs)
 
 
 class SettingOption(click.Option):

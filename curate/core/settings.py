@@ -4,7 +4,7 @@ A stage's settings live in one frozen dataclass (``PackConfig``, ``EmbedConfig``
 user can set is declared with :func:`setting`: its default, its help text, and, when it differs from the
 field's name, its flag. The CLI makes its options from these fields (:func:`curate.cli.options.config_options`),
 tasks take the config (or a part of it) and read each setting where it is used, and ``stats.json`` records
-the settings from the config (:func:`recorded`). So a setting's name, default and help are written once.
+the settings the config holds. So a setting's name, default and help are written once.
 """
 
 from __future__ import annotations
@@ -73,28 +73,23 @@ def _base(hint: Any) -> tuple[Any, bool]:
 def settings_of(cls: type) -> list[SettingInfo]:
     """The settings of a config class that the command line offers, in field order."""
     hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        meta = f.metadata
-        if "help" not in meta or not meta.get("cli", True):
-            continue
-        kind, optional = _base(hints[f.name])
-        required = f.default is MISSING and f.default_factory is MISSING
-        default = None if required else (f.default if f.default is not MISSING else f.default_factory())
-        out.append(SettingInfo(name=f.name, flag=meta.get("flag") or "--" + f.name.replace("_", "-"),
-                               help=meta["help"], type=kind, default=default, required=required,
-                               optional=optional or default is None, metavar=meta.get("metavar"),
-                               choices=meta.get("choices"), show_default=meta.get("show_default", True)))
-    return out
+    return [_info(f, hints) for f in dataclasses.fields(cls)
+            if "help" in f.metadata and f.metadata.get("cli", True)]
 
 
-def recorded(config: Any, names: typing.Iterable[str] | None = None) -> dict[str, Any]:
-    """Settings of a config as ``stats.json`` records them (paths as text), all or ``names``, in field order."""
-    wanted = None if names is None else set(names)
-    out = {}
-    for f in dataclasses.fields(config):
-        if wanted is not None and f.name not in wanted:
-            continue
-        value = getattr(config, f.name)
-        out[f.name] = os.fspath(value) if isinstance(value, os.PathLike) else value
-    return out
+def setting_info(cls: type, name: str) -> SettingInfo:
+    """What the command line needs of the setting ``name`` of ``cls``, also one declared with ``cli=False`` (a verb
+    that offers it with extra click arguments: repeatable, read from an environment variable...)."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return _info(field, typing.get_type_hints(cls))
+
+
+def _info(f: dataclasses.Field, hints: dict[str, Any]) -> SettingInfo:
+    meta = f.metadata
+    kind, optional = _base(hints[f.name])
+    required = f.default is MISSING and f.default_factory is MISSING
+    default = None if required else (f.default if f.default is not MISSING else f.default_factory())
+    return SettingInfo(name=f.name, flag=meta.get("flag") or "--" + f.name.replace("_", "-"), help=meta["help"],
+                       type=kind, default=default, required=required, optional=optional or default is None,
+                       metavar=meta.get("metavar"), choices=meta.get("choices"),
+                       show_default=meta.get("show_default", True))

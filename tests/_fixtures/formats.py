@@ -103,3 +103,18 @@ def write_layouts(root: Path, items: list[dict]) -> Layouts:
 def layouts(sample_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Layouts:
     """The same records in every layout (read-only)."""
     return write_layouts(tmp_path_factory.mktemp("layouts"), _items(sample_data))
+
+
+def write_tgz(path: Path, n: int) -> Path:
+    """A gzipped WebDataset tar of ``n`` pairs ``k{i}.jpg`` (bytes ``\\xff\\xd8\\xff image {i}``) and ``k{i}.txt``
+    (``caption {i}``)."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for i in range(n):
+            for ext, data in (("jpg", b"\xff\xd8\xff image %d" % i), ("txt", b"caption %d" % i)):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path

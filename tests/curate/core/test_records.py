@@ -13,6 +13,7 @@ import pytest
 from curate.core.errors import UserError
 from curate.core.records import (BadRecord, CAPTION_PROMPT, expand_inputs, read_part, read_records, split_file,
                                  to_canonical)
+from tests._fixtures.formats import write_tgz
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -337,21 +338,12 @@ def test_mathvista_rows_read_the_embedded_copy_of_their_image(tmp_path: Path) ->
 
 def test_llava_caption_files_and_gzipped_tars_are_read(tmp_path: Path) -> None:
     """LLaVA's COCO caption file (``image`` and a ``captions`` list) and a WebDataset ``.tgz`` shard."""
-    import io
-    import tarfile
-
     row = {"id": "000000296284", "image": "000000296284.jpg", "captions": ["A donut shop.", "Donuts in a case."],
            "instances": [{"category": "donut", "bbox": [0.37, 0.58, 0.5, 0.7]}]}
     (rec,) = read_records([write_jsonl(tmp_path / "caps.jsonl", [json.dumps(row)])])
     assert rec["messages"][1]["content"] == "A donut shop." and rec["captions"] == row["captions"]
     assert rec["images"] == [str(tmp_path / "000000296284.jpg")] and rec["instances"] == row["instances"]
-    tgz = tmp_path / "shard-000000.tar.gz"
-    with tarfile.open(tgz, "w:gz") as tar:
-        for i in range(5):
-            for ext, data in (("jpg", b"\xff\xd8\xff image %d" % i), ("txt", b"caption %d" % i)):
-                info = tarfile.TarInfo(f"k{i}.{ext}")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+    tgz = write_tgz(tmp_path / "shard-000000.tar.gz", 5)
     parts = split_file(tgz, 2)
     assert [(p.start, p.stop, p.format) for p in parts] == [(0, 2, "tgz"), (2, 4, "tgz"), (4, 5, "tgz")]
     recs = [r for p in parts for r in read_part(p)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ import click
 from click.testing import CliRunner
 
 from curate.cli.options import config_options
-from curate.core.settings import recorded, setting, settings_of
+from curate.core.settings import setting, settings_of
 
 PathLike = str | os.PathLike[str]
 
@@ -38,7 +39,7 @@ def test_options_made_from_the_config_give_the_config_its_values() -> None:
     @click.command()
     @config_options(DemoConfig)
     def demo(**settings: object) -> None:
-        click.echo(repr(recorded(DemoConfig(**settings))))
+        click.echo(repr(dataclasses.asdict(DemoConfig(**settings))))
 
     help_text = CliRunner().invoke(demo, ["--help"]).output
     for needle in ("--out PATH", "Tokens per sequence.", "[default: 8192]", "--plot / --no-plot", "--ratio R",

@@ -16,7 +16,7 @@ from curate.core.errors import UserError
 from curate.core.formats import expand_braces
 from curate.core.records import BadRecord, read_records
 from packer.pack import pack
-from tests._fixtures.formats import IMAGE_STRUCT, Layouts
+from tests._fixtures.formats import IMAGE_STRUCT, Layouts, write_tgz
 
 
 def _reasons(path) -> dict[str, str]:
@@ -155,9 +155,6 @@ def test_text_columns_of_image_text_sets_are_captions(tmp_path: Path, layouts: L
 
 def test_every_container_is_in_the_one_table(tmp_path: Path) -> None:
     """Suffixes, the split cache and writing back all come from the registry; a .tgz comes back as Parquet."""
-    import io
-    import tarfile
-
     from curate.balance.selected import write_selected_records
     from curate.core.formats.registry import ACCEPTED, CONTAINERS, SUFFIXES
     from curate.core.records import input_format
@@ -166,15 +163,9 @@ def test_every_container_is_in_the_one_table(tmp_path: Path) -> None:
     assert set(SUFFIXES.values()) == set(CONTAINERS) and all(s in ACCEPTED for s in SUFFIXES)
     assert SCANNED == {name for name, c in CONTAINERS.items() if c.cached_split}
     assert input_format(tmp_path / "a.TAR.GZ") == "tgz" and input_format(tmp_path / "b.ndjson") == "jsonl"
-    tgz = tmp_path / "shard.tgz"
-    with tarfile.open(tgz, "w:gz") as tar:
-        for i in range(3):
-            for ext, data in (("jpg", b"\xff\xd8\xff %d" % i), ("txt", b"caption %d" % i)):
-                info = tarfile.TarInfo(f"k{i}.{ext}")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+    tgz = write_tgz(tmp_path / "shard.tgz", 3)
     selection = pa.table({"id": ["k0", "k2"], "copies": pa.array([1, 2], pa.int32())})
     written = write_selected_records([tgz], selection, tmp_path / "records", workers=1)
     assert written["files"] == {"shard.parquet": 3} and written["records"] == 3
     rows = pq.read_table(tmp_path / "records" / "shard.parquet").to_pylist()
-    assert [r["id"] for r in rows] == ["k0", "k2", "k2#2"] and rows[0]["images"][0]["bytes"] == b"\xff\xd8\xff 0"
+    assert [r["id"] for r in rows] == ["k0", "k2", "k2#2"] and rows[0]["images"][0]["bytes"] == b"\xff\xd8\xff image 0"
