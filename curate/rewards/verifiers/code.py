@@ -11,8 +11,9 @@ and ``str()`` of its return value is the output. Mode ``stdio``: the input is th
 program's stdin and its stdout is the output. Outputs compare after stripping trailing
 whitespace of each line and surrounding blank lines. Score: 1.0 when every test
 passes (``partial: true`` gives the passing fraction), else 0.0; exceeding the CPU or
-wall limit is the error ``timeout`` (score 0). A program that does not compile scores 0
-without starting a sandbox.
+wall limit is the error ``timeout`` (score 0). A program that does not compile scores 0; it
+is compiled in the sandbox, under the test's limits, never in the scoring process (a program
+built to be slow or large to compile costs its own CPU budget, not the server's).
 
 Sandbox: the program runs in an operating-system sandbox (bubblewrap: namespaces, a private
 file system, no network, uid 65534, seccomp; see :mod:`curate.rewards.runtime.sandbox`), one
@@ -31,7 +32,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import warnings
 from typing import Any, Mapping, Sequence
 
 from curate.rewards.extract import extract_answer, last_code_block
@@ -41,9 +41,6 @@ from curate.rewards.runtime.box.runner import digest
 
 MAX_CODE_CHARS = 200_000
 MAX_TESTS = 256
-# The compile() check warns about odd escapes in untrusted programs: not our warnings.
-warnings.filterwarnings("ignore", category=SyntaxWarning, module="<solution>")
-warnings.filterwarnings("ignore", category=DeprecationWarning, module="<solution>")
 
 
 def parse_tests(golds: list[Any], record_id: Any = None) -> tuple[list[str], list[str], dict]:
@@ -101,18 +98,6 @@ def extract_program(response: str) -> str | None:
     return fenced.strip("\n") if fenced is not None else None
 
 
-def compiles(program: str) -> bool:
-    """Whether ``program`` compiles (checked in the caller: bounded, and it saves a sandbox run).
-
-    CPython's compiler limits nesting and constant folding, so this cannot hang.
-    """
-    try:
-        compile(program, "<solution>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return False
-    return True
-
-
 def passed(wants: Sequence[str], partial: bool, tests: Any) -> float:
     """The score of a sandbox's per-test results (``[digest, error]`` each) against the expected digests.
 
@@ -135,8 +120,6 @@ def verify(response: str, golds: list[Any], params: Mapping[str, Any], ctx: Cont
         return 0.0
     if len(program) > MAX_CODE_CHARS:
         raise VerifierFailure("answer_too_long")
-    if not compiles(program):
-        return 0.0
     fn_name = str(param(params, "fn_name", options.get("fn_name", "solution")))
     mode = str(param(params, "mode", options.get("mode", "auto")))
     if mode == "auto":
