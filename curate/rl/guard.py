@@ -40,8 +40,10 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 MAX_HEAD_BYTES = 16 * 1024
 RETRY_AFTER = 5
 REPORT_EVERY = 10.0
-#: File descriptors kept free of connections (sandboxes, worker pipes, logs).
-SPARE_FILES = 128
+#: File descriptors kept free of connections (logs, imports), and per verifier worker and sandbox pair.
+SPARE_FILES, SPARE_PER_WORKER = 48, 8
+#: Connections the kernel may hold waiting for ``accept()`` (fewer when the open-file limit is low).
+BACKLOG = 2048
 WORK_PATHS = frozenset((b"/score", b"/openrlhf", b"/get_reward"))
 ENV = {"header_timeout": "CURATE_REWARD_HEADER_TIMEOUT", "body_timeout": "CURATE_REWARD_BODY_TIMEOUT",
        "max_connections": "CURATE_REWARD_MAX_CONNECTIONS", "max_queued": "CURATE_REWARD_MAX_QUEUED",
@@ -68,7 +70,16 @@ class Limits:
         return cls(**given, token=raw["token"] or None)
 
     def connections(self) -> int:
-        """``max_connections``, under this process's open-file limit (raised to its ceiling first)."""
+        """``max_connections``, under this process's open-file limit (see :meth:`room`)."""
+        return self.room()[0]
+
+    def room(self) -> tuple[int, int]:
+        """``(connections, backlog)`` this process's open-file limit (raised to its ceiling first) leaves room for.
+
+        The event loop accepts up to ``backlog`` connections at a time before any of them is seen here, so
+        the connections, that burst and the spare descriptors (:data:`SPARE_FILES`, :data:`SPARE_PER_WORKER`)
+        together stay under the limit: ``accept()`` does not run out of descriptors.
+        """
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != hard:
             try:
@@ -76,8 +87,13 @@ class Limits:
                 soft = hard
             except (ValueError, OSError):
                 pass
-        room = self.max_connections if soft == resource.RLIM_INFINITY else max(8, soft - SPARE_FILES)
-        return min(self.max_connections, room)
+        if soft == resource.RLIM_INFINITY:
+            return self.max_connections, BACKLOG
+        from curate.rewards.runtime.limits import pool_size
+
+        free = max(32, soft - SPARE_FILES - SPARE_PER_WORKER * pool_size())
+        backlog = max(16, min(BACKLOG, free // 2))
+        return max(16, min(self.max_connections, free - backlog)), backlog
 
 
 def environ(limits: Limits) -> dict[str, str]:

@@ -278,4 +278,4 @@ def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
     sandbox.configure(config.code)
     sandbox.announce(config.code)
     uvicorn.run("curate.rl.serve:app", host=host, port=port, workers=workers, log_level=log_level,
-                http=guard.GuardedProtocol)
+                http=guard.GuardedProtocol, backlog=door.room()[1])
