@@ -140,7 +140,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def test_a_program_slow_to_compile_is_compiled_in_the_sandbox(server, client) -> None:
     url, pid, _ = server
-    item = {**LOOP, "response": "```python\n" + slow_to_compile(4000) + "```"}
+    item = {**LOOP, "response": "```python\n" + slow_to_compile(6000) + "```"}
     before = _cpu_seconds(pid)
     reply = client.post(url + "/score", json={"items": [item]}, timeout=60)
     used = _cpu_seconds(pid) - before
