@@ -44,7 +44,7 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("attacks") / "server.log"
     port = free_port()
     command = [sys.executable, "-m", "curate", "serve-rewards", "--port", str(port), "--pool-workers", "1",
-               "--token", TOKEN, "--header-timeout", "2", "--max-queued", "3", "--deadline", "8",
+               "--token", TOKEN, "--header-timeout", "2", "--body-timeout", "2", "--max-queued", "3", "--deadline", "8",
                "--code-cpu-seconds", "1", "--code-wall-seconds", "2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as err:
@@ -73,11 +73,32 @@ def _health_seconds(client: httpx.Client, url: str) -> float:
     return time.monotonic() - started
 
 
+def _opened(port: int, data: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(data)
+    return sock
+
+
+def _status(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(64).split(b"\r\n")[0]
+    except OSError:
+        return b"reset"
+
+
 def test_slow_headers_without_a_token(server, client) -> None:
-    """300 connections that send half a head and stop: /health keeps answering, the log stays short."""
+    """300 connections that send half a head and stop: /health keeps answering, the log stays short.
+
+    Beside them: a head without the token that announces a body gets 401 at once, and a body that stops
+    halfway gets 408 once the body timeout has passed.
+    """
     url, _, log = server
     port = int(url.rsplit(":", 1)[1])
     slow = []
+    unsent_body = _opened(port, b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+    half_body = _opened(port, f"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                              "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"items\"".encode())
+    assert _status(unsent_body) == b"HTTP/1.1 401 Unauthorized"
     try:
         for _ in range(300):
             sock = socket.socket()
@@ -89,15 +110,11 @@ def test_slow_headers_without_a_token(server, client) -> None:
             assert _health_seconds(client, url) < 1.0
             time.sleep(0.3)
         time.sleep(2.5)  # past the header timeout: every slow connection is answered and closed
-        answers = set()
-        for sock in slow[-20:]:
-            try:
-                answers.add(sock.recv(64).split(b"\r\n")[0])
-            except OSError:
-                answers.add(b"reset")
+        answers = {_status(sock) for sock in slow[-20:]}
         assert answers <= {b"HTTP/1.1 408 Request Timeout", b""}, answers
+        assert _status(half_body) == b"HTTP/1.1 408 Request Timeout"
     finally:
-        for sock in slow:
+        for sock in slow + [unsent_body, half_body]:
             sock.close()
     text = log.read_text(errors="replace")
     assert "Traceback" not in text and len(text.splitlines()) < 20, text[-2000:]
