@@ -14,7 +14,6 @@ is nothing to forge.
 from __future__ import annotations
 
 import builtins
-import gc
 import math
 import os
 import resource
@@ -59,7 +58,6 @@ def lock_down(ctx: Any, workdir: str, function: bool, text_fd: int | None, out_f
     _limit(resource.RLIMIT_NPROC, 0)
     for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
         del sys.modules[name]
-    gc.collect()  # the ctypes objects the installer held, gone before the program can look for them
     if audit:
         hook.install(workdir, ctx.roots)
 
