@@ -226,8 +226,9 @@ class ServeRewardsConfig:
         help=f"Bearer token every request must carry (Authorization: Bearer SECRET, or ?token=SECRET for clients that "
              f"cannot set headers); default: {TOKEN_VAR}. Required with a --host other than loopback."))
     max_body_mb: float = setting(DEFAULT_MAX_BODY_MB, help="Largest request body; larger ones get HTTP 413.")
-    header_timeout: float = setting(10.0, help="Seconds a connection has to send a request's headers (else HTTP 408).")
-    body_timeout: float = setting(60.0, help="Seconds a request has to send its body once its headers are in (else 408).")
+    header_timeout: float = setting(10.0, help="Seconds a connection has to send a request's headers (else 408).")
+    body_timeout: float = setting(60.0, help="Seconds a request has to send its body once its headers are in "
+                                             "(else HTTP 408).")
     max_connections: int = setting(
         512, help="Open connections per server process (kept under the open-file limit); past it the oldest one "
                   "still sending headers is closed, or the new one gets HTTP 503.")

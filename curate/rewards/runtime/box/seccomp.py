@@ -67,10 +67,10 @@ SANDBOX = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "socket", 
            "fsconfig", "fsmount", "fspick", "mount_setattr", "add_key", "request_key", "keyctl", "bpf",
            "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "personality",
            "name_to_handle_at", "open_by_handle_at", "process_madvise", "pidfd_getfd", "memfd_secret")
-#: What the runner itself may still do when bubblewrap starts it: mount its work folder (then it adds :data:`SANDBOX`).
+#: What the runner may still do when bubblewrap starts it: mount its work folder (then it adds :data:`SANDBOX`).
 RUNNER = tuple(name for name in SANDBOX if name != "mount")
-PROGRAM = SANDBOX + ("memfd_create", "fork", "vfork", "clone", "clone3", "execve", "execveat", "kill", "tkill", "tgkill",
-                     "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "setpriority",
+PROGRAM = SANDBOX + ("memfd_create", "fork", "vfork", "clone", "clone3", "execve", "execveat", "kill", "tkill",
+                     "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "setpriority",
                      "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "ioprio_set",
                      "migrate_pages", "move_pages")
 #: Commands refused to a program (syscall, argument index, values): setting who gets a descriptor's I/O signal
