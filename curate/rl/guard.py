@@ -165,8 +165,14 @@ def token_given(target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
     return (parse_qs(query).get(b"token") or [b""])[0]
 
 
+def _head_end(head: bytearray, start: int) -> int:
+    """Where the blank line ending a request head starts (-1: not yet); bare ``\\n`` line ends count too."""
+    ends = [i for i in (head.find(b"\r\n\r\n", start), head.find(b"\n\n", start)) if i >= 0]
+    return min(ends) if ends else -1
+
+
 def _parse_head(head: bytes) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]]:
-    lines = head.split(b"\r\n")
+    lines = [line.rstrip(b"\r") for line in head.split(b"\n")]
     parts = lines[0].split(b" ")
     method, target = (parts[0], parts[1]) if len(parts) >= 2 else (b"", b"")
     headers = []
@@ -261,7 +267,7 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
                 self._start_timer(self._limits.header_timeout, SLOW_HEAD)
         start = max(0, len(self._head) - 3)
         self._head += data
-        end = self._head.find(b"\r\n\r\n", start)
+        end = _head_end(self._head, start)
         if end < 0:
             if len(self._head) > MAX_HEAD_BYTES:
                 self._drop(BIG_HEAD)
