@@ -163,3 +163,26 @@ def test_a_program_slow_to_compile_is_compiled_in_the_sandbox(server, client) ->
     used = _cpu_seconds(pid) - before
     assert reply.status_code == 200 and reply.json()["results"][0]["accuracy"] == 0.0
     assert used < 1.0, f"the server process spent {used:.1f} CPU seconds on one request"
+
+
+def test_accept_errors_are_one_line_per_kind(caplog: pytest.LogCaptureFixture) -> None:
+    """asyncio reports every failed accept() (EMFILE) to the loop's handler: a thousand make one line, no traceback."""
+    import asyncio
+    import errno
+    import logging
+
+    from curate.rl.guard import quiet_loop_errors
+
+    loop = asyncio.new_event_loop()
+    try:
+        quiet_loop_errors(loop)
+        with caplog.at_level(logging.WARNING, logger="curate.serve"):
+            for _ in range(1000):
+                loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                             "exception": OSError(errno.EMFILE, "Too many open files")})
+            loop.call_exception_handler({"message": "another kind"})
+    finally:
+        loop.close()
+    lines = [r for r in caplog.records if r.name == "curate.serve"]
+    assert len(lines) == 2 and all(r.exc_info is None for r in lines)
+    assert "Too many open files" in lines[0].getMessage()
