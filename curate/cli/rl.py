@@ -72,7 +72,7 @@ def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, r
 
 @cli.command("serve-rewards")
 @config_options(ServeRewardsConfig, "host", "port", "workers", "pool_workers", "deadline", "token", "max_body_mb",
-                "log_level")
+                "header_timeout", "body_timeout", "max_connections", "max_queued", "log_level")
 @_code_options
 def serve_rewards_cmd(**settings: Any) -> None:
     """Serve the reward verifiers over HTTP for RL trainers.

@@ -226,6 +226,14 @@ class ServeRewardsConfig:
         help=f"Bearer token every request must carry (Authorization: Bearer SECRET, or ?token=SECRET for clients that "
              f"cannot set headers); default: {TOKEN_VAR}. Required with a --host other than loopback."))
     max_body_mb: float = setting(DEFAULT_MAX_BODY_MB, help="Largest request body; larger ones get HTTP 413.")
+    header_timeout: float = setting(10.0, help="Seconds a connection has to send a request's headers (else 408).")
+    body_timeout: float = setting(60.0, help="Seconds a request has to send its body once its headers are in "
+                                             "(else HTTP 408).")
+    max_connections: int = setting(
+        512, help="Open connections per server process (kept under the open-file limit); past it the oldest one "
+                  "still sending headers is closed, or the new one gets HTTP 503.")
+    max_queued: int = setting(64, help="Scoring requests in progress per server process; more get HTTP 503 with "
+                                       "Retry-After.")
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
     pool_capped: int | None = field(default=None, init=False)
 
@@ -241,6 +249,10 @@ class ServeRewardsConfig:
         v.one_of("--log-level", self.log_level, LOG_LEVELS)
         v.above("--deadline", self.deadline, 0)
         v.above("--max-body-mb", self.max_body_mb, 0)
+        v.above("--header-timeout", self.header_timeout, 0)
+        v.above("--body-timeout", self.body_timeout, 0)
+        v.at_least("--max-connections", self.max_connections, 1)
+        v.at_least("--max-queued", self.max_queued, 1)
         if self.token is None and os.environ.get(TOKEN_VAR):
             object.__setattr__(self, "token", os.environ[TOKEN_VAR])
         if self.token is not None and (len(self.token) < 16 or any(c.isspace() for c in self.token)):

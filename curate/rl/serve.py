@@ -19,7 +19,16 @@ Every request has a deadline (``deadline`` seconds, ``serve-rewards --deadline``
 300): items it has not finished by then score 0 with ``error: "deadline"`` (HTTP 200), so a
 batch of looping programs costs the trainer the deadline, never the sum of the limits.
 
-Guards: a request body larger than ``--max-body-mb`` (default 64) gets HTTP 413 (FastAPI's own
+Guards at the door (:mod:`curate.rl.guard`, before a request reaches the application): headers must
+arrive within ``--header-timeout`` seconds (default 10) and a body within ``--body-timeout`` (60),
+else HTTP 408; at most ``--max-connections`` open connections (512; past it the oldest one still
+sending headers is closed, else the new one gets 503); at most ``--max-queued`` scoring requests in
+progress (64; more get HTTP 503 with ``Retry-After``); the token checked on the headers, before a
+thread, the work queue or the body; ``/health`` answered on the event loop, outside the work queue.
+The event loop's own errors (``accept()`` out of file descriptors, for one) are one line per kind
+every 10 seconds, never a traceback per connection.
+
+Guards in the application: a request body larger than ``--max-body-mb`` (default 64) gets HTTP 413 (FastAPI's own
 body limit: a declared length is refused before the body is read, a streamed one once it
 passes the limit); with a token (``--token`` or ``CURATE_REWARD_TOKEN``, required when
 ``--host`` is not a loopback address) every request without ``Authorization: Bearer TOKEN``
@@ -43,18 +52,19 @@ import os
 import threading
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import ClientDisconnect
 
 from curate import rewards
 from curate.core.validate import configure
 from curate.rewards.trainers.openrlhf import ProtocolError, openrlhf_rewards
 from curate.rewards.runtime import limits, sandbox
 from curate.rewards.runtime.deadline import deadline_in
+from curate.rl import guard
 from curate.rl.config import DEFAULT_MAX_BODY_MB, TOKEN_VAR, ServeRewardsConfig
 
 MAX_ITEMS = 100_000
@@ -98,7 +108,11 @@ def _readable(errors: list[dict[str, Any]]) -> str:
 
 
 class TokenGuard:
-    """ASGI middleware: a request without the bearer token gets 401 before its body is read."""
+    """ASGI middleware: a request without the bearer token gets 401 before its body is read.
+
+    The door (:class:`curate.rl.guard.GuardedProtocol`) checks the token first, on the headers; this
+    check stays for servers run without it (``uvicorn curate.rl.serve:app``).
+    """
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
@@ -106,12 +120,7 @@ class TokenGuard:
 
     def allowed(self, scope: dict[str, Any]) -> bool:
         """Whether the request carries the token (``Authorization: Bearer`` header, else ``?token=``)."""
-        given = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization" and value[:7].lower() == b"bearer ":
-                given = value[7:].strip()
-        if not given:
-            given = (parse_qs(scope.get("query_string", b"")).get(b"token") or [b""])[0]
+        given = guard.token_given(b"?" + scope.get("query_string", b""), list(scope.get("headers", ())))
         return hmac.compare_digest(given, self.token)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -123,6 +132,19 @@ class TokenGuard:
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
+
+
+class QuietDisconnects:
+    """ASGI middleware: a client gone before its body arrived (or cut off by a timeout) is not an error to log."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            pass
 
 
 def create_app(*, warm: bool = True, deadline: float | None = None, token: str | None = None,
@@ -141,9 +163,14 @@ def create_app(*, warm: bool = True, deadline: float | None = None, token: str |
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        import asyncio
+
         import anyio.to_thread
 
-        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+        guard.quiet_loop_errors(asyncio.get_running_loop())
+        # every queued scoring request has a thread at once: its deadline runs from its arrival
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = max(THREADS, guard.Limits.from_env().max_queued + 8)
         if warm:
             limits.warm_up(wait=False)
             if sandbox.status()[0] == "bwrap":
@@ -153,6 +180,8 @@ def create_app(*, warm: bool = True, deadline: float | None = None, token: str |
     app = FastAPI(title="curate rewards", version="1", lifespan=lifespan, max_body_size=int(max_body_mb * 2**20))
     if token:
         app.add_middleware(TokenGuard, token=token)
+    app.add_middleware(QuietDisconnects)
+    fixed: dict[str, Any] = {}
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -160,16 +189,13 @@ def create_app(*, warm: bool = True, deadline: float | None = None, token: str |
         return JSONResponse(status_code=422, content={"detail": _readable(errors), "errors": errors})
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "verifiers": sorted(rewards.VERIFIERS),
-            "answer_types": rewards.answer_types(),
-            "workers": limits.get_pool().size,
-            "counters": rewards.counters(),
-            "deadline": deadline,
-            "sandbox": sandbox.current().identity(),
-        }
+    async def health() -> dict[str, Any]:  # on the event loop: never behind queued work
+        if not fixed:
+            fixed.update(verifiers=sorted(rewards.VERIFIERS), answer_types=rewards.answer_types(),
+                         workers=limits.get_pool().size, sandbox=sandbox.current().identity())
+        return {"status": "ok", "verifiers": fixed["verifiers"], "answer_types": fixed["answer_types"],
+                "workers": fixed["workers"], "counters": rewards.counters(), "deadline": deadline,
+                "sandbox": fixed["sandbox"], "queued": guard.queued()}
 
     @app.post("/score")
     def score(body: ScoreRequest) -> Any:
@@ -222,7 +248,9 @@ def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
             with its own verifier worker pool and sandboxes), ``pool_workers`` (verifier worker processes
             and sandboxes per server process; default and most: the cores the process may use),
             ``log_level``, ``deadline`` (seconds per request, default 300; unfinished items get
-            ``error: "deadline"``), ``token``, ``max_body_mb`` and ``code`` (the code sandbox's limits).
+            ``error: "deadline"``), ``token``, ``max_body_mb``, the door's limits (``header_timeout``,
+            ``body_timeout``, ``max_connections``, ``max_queued``: see :mod:`curate.rl.guard`) and
+            ``code`` (the code sandbox's limits).
         **settings: Fields of :class:`ServeRewardsConfig`, instead of or over ``config``.
 
     Raises:
@@ -242,7 +270,12 @@ def serve(config: ServeRewardsConfig | None = None, **settings: Any) -> None:
     os.environ[MAX_BODY_VAR] = repr(float(config.max_body_mb))
     if config.token:
         os.environ[TOKEN_VAR] = config.token
+    door = guard.Limits(header_timeout=config.header_timeout, body_timeout=config.body_timeout,
+                        max_connections=config.max_connections, max_queued=config.max_queued, token=config.token)
+    os.environ.update(guard.environ(door))
+    guard.configure(door)
     os.environ.update(sandbox.environ(config.code))
     sandbox.configure(config.code)
     sandbox.announce(config.code)
-    uvicorn.run("curate.rl.serve:app", host=host, port=port, workers=workers, log_level=log_level)
+    uvicorn.run("curate.rl.serve:app", host=host, port=port, workers=workers, log_level=log_level,
+                http=guard.GuardedProtocol, backlog=door.room()[1])

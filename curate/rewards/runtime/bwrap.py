@@ -1,15 +1,20 @@
 """Starting one code sandbox: bubblewrap's command line, the runner inside it, the host's handle.
 
 The sandbox (``bwrap``, the Debian/Ubuntu/Fedora package ``bubblewrap``) gets new user, mount,
-PID, network, IPC, UTS and cgroup namespaces, no further user namespaces, a new session, an
-empty environment, uid/gid 65534, and a file system of its own: read-only binds of ``/usr`` (the
-``/bin``, ``/lib*`` links beside it), of the interpreter's installation folder and of the
-runner's code (:mod:`curate.rewards.runtime.box`, at ``/sandbox/box``), a fresh ``/dev``
-(read-only), and one writable folder, ``/box``, a size-limited tmpfs in memory; the root is
-read-only, and there is no ``/proc``, ``/etc``, ``/tmp`` or home folder. Every process in it
-runs under the seccomp filter of :func:`.box.seccomp.sandbox`. Nothing written inside reaches
-the host's disk, so it does not matter that uid 65534 inside maps to the caller (root, on a
-machine where curate runs as root) outside.
+PID, network, IPC, UTS and cgroup namespaces, a new session, an empty environment, uid/gid 65534,
+and a file system of its own: read-only binds of ``/usr`` (the ``/bin``, ``/lib*`` links beside
+it), of the interpreter's installation folder and of the runner's code
+(:mod:`curate.rewards.runtime.box`, at ``/sandbox/box``), a read-only ``/dev`` holding only
+:data:`DEVICES`, and one writable folder, ``/box``: a tmpfs in memory that the runner mounts itself
+with a size *and* an inode limit (:data:`BOX_BYTES`, :data:`BOX_INODES`; bubblewrap's ``--size``
+cannot limit inodes). For that one mount the runner starts with ``CAP_SYS_ADMIN`` in its user
+namespace (one namespace: ``--dev`` and ``--disable-userns`` would nest a second one that does not
+own the mounts), then drops every capability for good before it answers ``ready``; new user
+namespaces stay refused by the seccomp filters (``unshare``, ``setns``, and ``clone`` for a test).
+The root is read-only, and there is no ``/proc``, ``/etc``, ``/tmp`` or home folder. Every process
+in it runs under the seccomp filter of :func:`.box.seccomp.runner`, and from ``ready`` on under
+:func:`.box.seccomp.sandbox` too. Nothing written inside reaches the host's disk, so it does not
+matter that uid 65534 inside maps to the caller (root, on a machine where curate runs as root) outside.
 
 Inside runs the runner (:mod:`.box.runner`), as ``python -I -S -B`` with the base interpreter
 (no site-packages). Without bubblewrap and with ``--trust-code`` the same runner runs directly,
@@ -38,6 +43,10 @@ from curate.rewards.runtime.workers import Worker
 
 BOX = "/box"
 BOX_BYTES = 64 * 1024 * 1024
+#: Files, folders and links the work folder may hold at once (an inode costs kernel memory that no size limit counts).
+BOX_INODES = 2048
+#: The device nodes of the sandbox's ``/dev`` (bound from the host, read-only).
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 REPLY_TIMEOUT = 30.0
 _CODE = Path(__file__).resolve().parent / "box"
@@ -124,7 +133,7 @@ def _interpreter_folders() -> list[str]:
 
 def command(bwrap: str, seccomp_fd: int | None, strict: bool = True) -> list[str]:
     """The bubblewrap command line of one sandbox (``seccomp_fd``: the filter to read, if any)."""
-    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-add", "CAP_SYS_ADMIN",
            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", BOX,
            "--uid", "65534", "--gid", "65534", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for path in _SYSTEM:
@@ -134,15 +143,19 @@ def command(bwrap: str, seccomp_fd: int | None, strict: bool = True) -> list[str
             cmd += ["--ro-bind", path, path]
     for folder in _interpreter_folders():
         cmd += ["--ro-bind", folder, folder]
-    cmd += ["--ro-bind", str(_CODE), "/sandbox/box", "--dev", "/dev", "--remount-ro", "/dev",
-            "--size", str(BOX_BYTES), "--tmpfs", BOX, "--remount-ro", "/", "--chdir", BOX]
+    cmd += ["--ro-bind", str(_CODE), "/sandbox/box", "--tmpfs", "/dev"]
+    for device in DEVICES:
+        if os.path.exists(device):
+            cmd += ["--dev-bind", device, device]
+    cmd += ["--remount-ro", "/dev", "--size", str(64 * 1024), "--tmpfs", BOX, "--remount-ro", "/", "--chdir", BOX]
     if seccomp_fd is not None:
         cmd += ["--seccomp", str(seccomp_fd)]
-    return cmd + _runner("/sandbox", BOX, strict)
+    return cmd + _runner("/sandbox", BOX, strict, (BOX_BYTES, BOX_INODES))
 
 
-def _runner(code_parent: str, box: str, strict: bool) -> list[str]:
-    source = f"import sys; sys.path.insert(0, {code_parent!r}); from box.runner import main; main({box!r}, {strict!r})"
+def _runner(code_parent: str, box: str, strict: bool, mount: tuple[int, int] | None = None) -> list[str]:
+    source = (f"import sys; sys.path.insert(0, {code_parent!r}); from box.runner import main; "
+              f"main({box!r}, {strict!r}, {mount!r})")
     return [interpreter(), "-I", "-S", "-B", "-c", source]
 
 
@@ -199,7 +212,7 @@ def _launch(bwrap: str | None) -> SandboxWorker:
         cmd, fds, seccomp_fd = _runner(str(_CODE.parent), folder, False), (), None
     else:
         folder = None
-        program = seccomp.sandbox()
+        program = seccomp.runner()
         seccomp_fd = None
         if program is not None:
             seccomp_fd, w = os.pipe()

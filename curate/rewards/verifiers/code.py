@@ -11,8 +11,12 @@ and ``str()`` of its return value is the output. Mode ``stdio``: the input is th
 program's stdin and its stdout is the output. Outputs compare after stripping trailing
 whitespace of each line and surrounding blank lines. Score: 1.0 when every test
 passes (``partial: true`` gives the passing fraction), else 0.0; exceeding the CPU or
-wall limit is the error ``timeout`` (score 0). A program that does not compile scores 0
-without starting a sandbox.
+wall limit is the error ``timeout`` (score 0). A program that does not compile scores 0; it
+is compiled in the sandbox, under the test's limits, never in the scoring process (a program
+built to be slow or large to compile costs its own CPU budget, not the server's). The scoring
+process only *parses* programs of at most :data:`PARSE_HERE_CHARS` characters, to score a syntax
+error 0 without a sandbox run (parsing is about linear in the length: a few ms at that size;
+code generation is where compiles blow up).
 
 Sandbox: the program runs in an operating-system sandbox (bubblewrap: namespaces, a private
 file system, no network, uid 65534, seccomp; see :mod:`curate.rewards.runtime.sandbox`), one
@@ -28,6 +32,7 @@ operator's ceilings, ``--code-cpu-seconds`` … default 5 s, 10 s, 512 MB) and n
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -41,7 +46,8 @@ from curate.rewards.runtime.box.runner import digest
 
 MAX_CODE_CHARS = 200_000
 MAX_TESTS = 256
-# The compile() check warns about odd escapes in untrusted programs: not our warnings.
+PARSE_HERE_CHARS = 16_000
+# The parse check warns about odd escapes in untrusted programs: not our warnings.
 warnings.filterwarnings("ignore", category=SyntaxWarning, module="<solution>")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="<solution>")
 
@@ -101,13 +107,13 @@ def extract_program(response: str) -> str | None:
     return fenced.strip("\n") if fenced is not None else None
 
 
-def compiles(program: str) -> bool:
-    """Whether ``program`` compiles (checked in the caller: bounded, and it saves a sandbox run).
-
-    CPython's compiler limits nesting and constant folding, so this cannot hang.
-    """
+def parses(program: str) -> bool:
+    """Whether ``program`` parses (syntax only, no code generation); programs over :data:`PARSE_HERE_CHARS`
+    characters are not parsed here and count as parsing (the sandbox compiles them under its limits)."""
+    if len(program) > PARSE_HERE_CHARS:
+        return True
     try:
-        compile(program, "<solution>", "exec", dont_inherit=True)
+        compile(program, "<solution>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return False
     return True
@@ -135,7 +141,7 @@ def verify(response: str, golds: list[Any], params: Mapping[str, Any], ctx: Cont
         return 0.0
     if len(program) > MAX_CODE_CHARS:
         raise VerifierFailure("answer_too_long")
-    if not compiles(program):
+    if not parses(program):
         return 0.0
     fn_name = str(param(params, "fn_name", options.get("fn_name", "solution")))
     mode = str(param(params, "mode", options.get("mode", "auto")))

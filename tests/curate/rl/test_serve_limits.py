@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[3]
     (["--deadline", "nan"], "--deadline"), (["--host", "0.0.0.0"], "--token"),
     (["--host", "10.1.2.3", "--token", "short"], "--token"), (["--max-body-mb", "0"], "--max-body-mb"),
     (["--code-wall-seconds", "-1"], "--code-wall-seconds"), (["--code-memory-mb", "8"], "--code-memory-mb"),
+    (["--header-timeout", "0"], "--header-timeout"), (["--body-timeout", "-1"], "--body-timeout"),
+    (["--max-connections", "0"], "--max-connections"), (["--max-queued", "0"], "--max-queued"),
 ])
 def test_impossible_options_are_one_line(args: list[str], flag: str, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -20,7 +20,7 @@ import resource
 import sys
 from typing import Any, NoReturn
 
-from . import hook
+from . import confine, hook
 
 RESULT_FD = 3
 FILE_BYTES = 16 * 1024 * 1024
@@ -36,6 +36,7 @@ def _limit(kind: int, value: int, hard: int | None = None) -> None:
 def lock_down(ctx: Any, workdir: str, function: bool, text_fd: int | None, out_fd: int, cpu_seconds: float,
               memory_mb: int, audit: bool) -> None:
     """Make this (freshly forked) process a test's sandbox; raises when any step fails."""
+    confine.restore_signals()  # and a session and process group of its own: nothing it signals is the runner's
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null if text_fd is None else text_fd, 0)
     if function:
@@ -47,6 +48,7 @@ def lock_down(ctx: Any, workdir: str, function: bool, text_fd: int | None, out_f
     os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     if ctx.filter is not None and not ctx.installer.install(ctx.filter):
         raise OSError("seccomp filter refused")
+    ctx.installer = ctx.filter = None  # this process's copy: no frame above the program leads to ctypes
     cpu = max(1, math.ceil(cpu_seconds))
     _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     _limit(resource.RLIMIT_AS, int(memory_mb) * 1024 * 1024)

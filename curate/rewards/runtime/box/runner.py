@@ -28,12 +28,13 @@ import sysconfig
 import time
 from typing import Any
 
-from . import child, seccomp, wire
+from . import child, confine, seccomp, wire
 
 JOB_FIELDS = ("code", "inputs", "mode", "fn_name", "cpu_seconds", "wall_seconds", "memory_mb", "audit")
 OUTPUT_BYTES = 4 * 1024 * 1024
 MAX_JOB_BYTES = 1 << 30
 TIMEOUT = "timeout"
+COMPILE_EXIT = 72  # a test's child could not compile the program (syntax, or past its limits while compiling)
 _CPU_SIGNALS = (signal.SIGXCPU, signal.SIGKILL)
 
 
@@ -191,7 +192,11 @@ def _run_test(ctx: Context, code: Any, text: str, job: dict, workdir: str, until
             child.lock_down(ctx, workdir, function, text_fd, out_w, cpu_left, job["memory_mb"], bool(job["audit"]))
         except BaseException:  # noqa: BLE001 - not run unlocked: a failed test
             os._exit(71)
-        child.execute(code, text, function, str(job["fn_name"]))
+        try:  # compiled here, under the test's limits: a program that is slow or large to compile costs its own CPU
+            compiled = compile(code, "<solution>", "exec", dont_inherit=True)
+        except BaseException:  # noqa: BLE001
+            os._exit(COMPILE_EXIT)
+        child.execute(compiled, text, function, str(job["fn_name"]))
     os.close(out_w)
     if text_fd is not None:
         os.close(text_fd)
@@ -207,6 +212,8 @@ def _run_test(ctx: Context, code: Any, text: str, job: dict, workdir: str, until
     if os.WIFSIGNALED(status):
         return [None, f"signal:{os.WTERMSIG(status)}"], used
     code_ = os.WEXITSTATUS(status)
+    if code_ == COMPILE_EXIT:
+        return [None, "compile"], used
     return ([digest(data.decode("utf-8", "replace")), None] if code_ == 0 else [None, f"exit:{code_}"]), used
 
 
@@ -217,10 +224,7 @@ def run_job(ctx: Context, values: list) -> list:
     """
     job = dict(zip(JOB_FIELDS, values))
     inputs = list(job["inputs"])
-    try:
-        code = compile(str(job["code"]), "<solution>", "exec", dont_inherit=True)
-    except BaseException:  # noqa: BLE001 - the host checked that it compiles; here all tests fail
-        return ["ok", [[None, "compile"]] * len(inputs)]
+    code = str(job["code"])  # compiled by each test's child, never by the runner (see _run_test)
     workdir = os.path.join(ctx.box, "w")
     os.mkdir(workdir, 0o700)
     until = time.monotonic() + float(job["wall_seconds"])
@@ -231,21 +235,33 @@ def run_job(ctx: Context, values: list) -> list:
         cpu_left -= used
         if verdict == TIMEOUT:
             return ["err", TIMEOUT]
+        if verdict == [None, "compile"]:  # it does not compile: no test can pass
+            return ["ok", [[None, "compile"]] * len(inputs)]
         tests.append(verdict)
     return ["ok", tests]
 
 
-def main(box: str, strict: bool = True) -> None:
-    """Serve jobs until the host closes the channel (``strict``: refuse to start unless the self-check passes)."""
+def main(box: str, strict: bool = True, mount: tuple[int, int] | None = None) -> None:
+    """Serve jobs until the host closes the channel (``strict``: refuse to start unless the self-check passes).
+
+    ``mount``: ``(bytes, inodes)`` of the tmpfs to mount over ``box`` (inside bubblewrap), after which every
+    capability is dropped and :func:`.seccomp.sandbox` added (see :mod:`.confine`).
+    """
     channel, reply = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    confine.ignore_signals()
     ctx: Context | None = None
     try:
+        if mount is not None:
+            confine.mount_box(box, *mount)
+            confine.drop_capabilities()
         wipe(box)
         ctx = Context(box, channel)
+        if mount is not None and ctx.installer is not None and not ctx.installer.install(seccomp.sandbox() or b""):
+            raise OSError("the sandbox's seccomp filter could not be added")
         problem = ctx.self_check()
     except Exception as exc:  # noqa: BLE001 - reported to the host, which names it
         problem = f"{type(exc).__name__}: {exc}"
