@@ -131,6 +131,12 @@ ALIASES: dict[str, str] = {
     "general-code": "code", "python": "code",
 }
 
+#: The keys a ``reward`` object may hold (V-Triune's names and ours); any other is the record's error, named, so a
+#: verifier parameter put beside ``parameters`` instead of inside it is never silently ignored.
+REWARD_KEYS = frozenset({"verifier", "parameters", "verifier_parm", "verifier_params", "params", "accuracy_ratio",
+                         "accuracy_weight", "format_ratio", "format_weight", "ground_truth"})
+
+
 def answer_types() -> list[str]:
     """Every accepted ``answer_type``: the LLaVA-OneVision-1.5-RL names, then the extra ones."""
     extra = sorted(set(ALIASES) - set(ANSWER_TYPES))
@@ -187,6 +193,11 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
     reward = record.get("reward") or {}
     if not isinstance(reward, (dict, Mapping)):
         raise RecordError(f"{where(rid)}: 'reward' must be an object, got {type(reward).__name__}")
+    unknown = sorted(str(k) for k in reward if k not in REWARD_KEYS)
+    if unknown:
+        raise RecordError(f"{where(rid)}: unknown key {unknown[0]!r} under 'reward' (accepted: "
+                          f"{', '.join(sorted(REWARD_KEYS))}); verifier settings go under reward.parameters, e.g. "
+                          f"{{\"parameters\": {{\"{unknown[0]}\": ...}}}}")
     name = verifier or reward.get("verifier")
     if name is not None:
         resolved = ALIASES.get(_key(name))

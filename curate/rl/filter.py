@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.core.remote import local_file, writing
+from curate.core.remote import writing
 from curate.core.formats.writeback import dumps_record, loads_record, with_resolved_paths, write_records
 from curate.core.errors import UserError
 from curate.rl.config import RlFilterConfig
@@ -42,20 +42,13 @@ from curate.rl.golds import with_answer_type
 from curate.core.images import refusal
 from curate.core.io import write_parquet
 from curate.core.journal import end_line, read_journal
-from curate.core.records import IMAGE_TOKEN
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
 from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask
-
-#: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
-DEFAULT_TEMPLATES = {
-    "normal": "{problem}\nPut ONLY your final answer within <answer></answer>.",
-    "think": ("{problem}\nFirst think through the problem step by step inside <think></think>, then give the "
-              "final answer inside <answer></answer>. Use exactly one <think> block followed by one <answer> block."),
-}
+from curate.rewards.prompts import DEFAULT_TEMPLATES, load_templates, prompt_style_of, prompt_text  # noqa: F401 (re-exported)
 
 ROLLOUT_SCHEMA = pa.schema([
     ("id", pa.string()), ("sample", pa.int32()), ("response", pa.string()), ("truncated", pa.bool_()),
@@ -70,47 +63,6 @@ PROMPT_SCHEMA = pa.schema([
 ])
 REFLECTION_WORDS = ("wait", "however", "re-check", "recheck", "double-check", "double check", "let me verify",
                     "on second thought", "hmm", "alternatively", "re-evaluate", "reconsider", "actually")
-
-
-def load_templates(path: str | os.PathLike[str] | None) -> dict[str, str]:
-    """The prompt templates: defaults, overridden by a JSON or YAML file ``{normal: ..., think: ...}``."""
-    templates = dict(DEFAULT_TEMPLATES)
-    if path is None:
-        return templates
-    p = local_file(path, "--templates")  # a local file, or a bucket's object (a cached copy)
-    assert p is not None
-    if not p.is_file():
-        raise UserError(f"--templates {path}: no such file")
-    text = p.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else __import__("yaml").safe_load(text)
-    except Exception as exc:  # JSON and YAML raise different types
-        raise UserError(f"--templates {path}: cannot parse ({exc})") from None
-    if not isinstance(data, dict) or not set(data) <= set(DEFAULT_TEMPLATES):
-        raise UserError(f"--templates {path}: expected a mapping with keys normal and/or think")
-    for key, value in data.items():
-        if not isinstance(value, str) or "{problem}" not in value:
-            raise UserError(f"--templates {path}: template {key!r} must be a string containing {{problem}}")
-        templates[key] = value
-    return templates
-
-
-def prompt_style_of(rec: dict[str, Any], prompt_style: str | None, templates: dict[str, str]) -> str:
-    """The prompt style of a record: ``prompt_style`` (``--prompt-style``), else its ``prompt_type``, else normal."""
-    style = prompt_style or str(rec.get("prompt_type") or "normal").lower()
-    return style if style in templates else "normal"
-
-
-def prompt_text(rec: dict[str, Any], templates: dict[str, str], style: str) -> str:
-    """The user turn rl-filter sends for a canonical record (also the trainer's prompt, see
-    :mod:`curate.rewards.trainers.kept`): the problem, with ``<image>`` placeholders put in
-    front when it has images but none, inside the template of ``style``."""
-    problem = rec.get("problem")
-    if not isinstance(problem, str):
-        problem = next((m["content"] for m in rec["messages"] if m["role"] == "user"), "")
-    if rec["images"] and IMAGE_TOKEN not in problem:
-        problem = IMAGE_TOKEN * len(rec["images"]) + "\n" + problem
-    return templates[style].replace("{problem}", problem)
 
 
 def reflection(text: str) -> bool:

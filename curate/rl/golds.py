@@ -32,7 +32,8 @@ GOLDS_FILE = "_golds.arrow"
 _SCHEMA = pa.schema([("id", pa.string()), ("fields", pa.binary()), ("bad", pa.string())])
 _BATCH = 65536
 
-Golds = tuple[dict[str, dict[str, Any]], dict[str, str]]
+#: ``(records by id, {id: (reason, source)} of the rows that are not records)``.
+Golds = tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]
 
 
 def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[str, Any]:
@@ -51,11 +52,12 @@ def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[st
 
 
 def _rows(paths: Sequence[str | os.PathLike[str]],
-          answer_type: str | None = None) -> Iterator[tuple[str, dict[str, Any] | None, str | None]]:
-    """``(id, scored fields, None)`` for each record and ``(id, None, reason)`` for each row that is not one."""
+          answer_type: str | None = None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """``(id, scored fields, None)`` for each record and ``(id, {"source": ...}, reason)`` for each row that is
+    not one (its source kept: a response to it is counted under its source, not an unknown one)."""
     for rec in read_records(paths):
         if isinstance(rec, BadRecord):
-            yield rec.id, None, rec.reason
+            yield rec.id, {"source": rec.source}, rec.reason
         else:
             rec = with_answer_type(rec, answer_type)
             yield rec["id"], {k: rec[k] for k in SCORED_FIELDS if k in rec}, None
@@ -76,7 +78,7 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
 
         for rid, fields, reason in _rows(paths, answer_type):
             batch[0].append(rid)
-            batch[1].append(None if fields is None else pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
+            batch[1].append(pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
             batch[2].append(reason)
             rows += 1
             if len(batch[0]) >= _BATCH:
@@ -88,9 +90,9 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
 
 def load_golds(path: str | os.PathLike[str]) -> Golds:
     """The golds written by :func:`write_golds`: records by id (only :data:`SCORED_FIELDS`), and the ids of rows
-    that could not be read with their reason (a later row of an id replaces an earlier one)."""
+    that could not be read with their reason and source (a later row of an id replaces an earlier one)."""
     by_id: dict[str, dict[str, Any]] = {}
-    bad: dict[str, str] = {}
+    bad: dict[str, tuple[str, str]] = {}
     with pa.memory_map(str(Path(path))) as source:
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
@@ -100,5 +102,5 @@ def load_golds(path: str | os.PathLike[str]) -> Golds:
                 if reason is None:
                     by_id[rid] = pickle.loads(blob)
                 else:
-                    bad[rid] = reason
+                    bad[rid] = (reason, str((pickle.loads(blob) if blob else {}).get("source", "")))
     return by_id, bad

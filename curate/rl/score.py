@@ -69,7 +69,7 @@ class ScoreTask(ShardTask):
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver; a relative
         # path is in OUT (with OUT in a bucket, a node that lacks it fetches it: reads_out)
         self._by_id: dict[str, dict[str, Any]] | None = None
-        self._bad: dict[str, str] = {}
+        self._bad: dict[str, tuple[str, str]] = {}
         self._warm = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -126,7 +126,8 @@ class ScoreTask(ShardTask):
                     continue
                 rid = str(raw.get("id")) if isinstance(raw, dict) and raw.get("id") is not None else f"row:{row_no}"
                 rec = self._by_id.get(rid)
-                source = str(rec.get("source")) if rec else UNKNOWN_SOURCE
+                bad = self._bad.get(rid)  # a row that was no record keeps its source
+                source = str(rec.get("source")) if rec else bad[1] if bad and bad[1] else UNKNOWN_SOURCE
                 stats.seen(source)
                 sample = raw.get("sample") if isinstance(raw, dict) else None
                 wide = isinstance(sample, int) and not -(1 << 63) <= sample < 1 << 63  # the column is int64
@@ -141,8 +142,8 @@ class ScoreTask(ShardTask):
                     stats.error(rid, source, "malformed_response",
                                 f"{Path(part.path).name} row {row_no + 1}: {problem or 'no response text'}")
                 elif rec is None:
-                    reason = "bad_record" if rid in self._bad else "unknown_id"
-                    row["error"] = f"{reason}: {self._bad[rid]}" if rid in self._bad else reason
+                    reason = "bad_record" if bad else "unknown_id"
+                    row["error"] = f"{reason}: {bad[0]}" if bad else reason
                     stats.error(rid, source, reason, row["error"])
                 else:
                     pending.append((len(rows) - 1, rec, text))

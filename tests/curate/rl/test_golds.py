@@ -14,11 +14,12 @@ from curate.rl.score import ScoreTask, score
 
 
 def _read_directly(paths: list[Path]) -> tuple[dict, dict]:
-    """What each worker built by reading every record itself: the scored fields by id, bad rows' reasons."""
+    """What each worker built by reading every record itself: the scored fields by id, bad rows' reasons and
+    sources."""
     by_id, bad = {}, {}
     for rec in read_records(paths):
         if isinstance(rec, BadRecord):
-            bad[rec.id] = rec.reason
+            bad[rec.id] = (rec.reason, rec.source)
         else:
             by_id[rec["id"]] = {k: rec[k] for k in SCORED_FIELDS if k in rec}
     return by_id, bad
