@@ -84,7 +84,8 @@ class RlFilterConfig(ImageReading):
         prompt_style: Force ``normal`` or ``think`` (default: each record's ``prompt_type``).
         templates: YAML/JSON prompt templates file.
         thresholds: YAML/JSON per-source thresholds file.
-        pass_threshold, min_gap, band: Default selection thresholds (None: the built-ins); ``band`` may be ``"LO,HI"``.
+        pass_threshold, min_gap, band, min_reward_std: Default selection thresholds (None: the built-ins); ``band``
+            may be ``"LO,HI"``.
         progress: Training progress in [0, 1] for the dynamic IoU threshold.
         seed: Seed of the sampling.
         shard_size: Prompts per shard.
@@ -105,6 +106,9 @@ class RlFilterConfig(ImageReading):
     pass_threshold: float | None = setting(
         None, help="A sample passes when its accuracy reaches this (default 1.0; e.g. 0.5 for IoU rewards).")
     min_gap: float | None = setting(None, help="Keep only prompts with pass@N - pass@1 at least this (default 0.0).")
+    min_reward_std: float | None = setting(
+        None, help="Keep only prompts whose N rewards spread more than this (population std); 0 is DAPO's dynamic "
+                   "sampling rule (std > 0: not all samples scored the same). Default: no spread rule.")
     band: tuple[float, float] | str | None = setting(
         None, metavar="LO,HI", help="Keep prompts whose mean reward is strictly inside (LO, HI) (default 0.0,0.6, as "
                                     "the LLaVA-OneVision-1.5-RL filter).")
@@ -139,6 +143,7 @@ class RlFilterConfig(ImageReading):
         v.in_file("--templates", self.templates)
         v.within("--pass-threshold", self.pass_threshold, 0.0, 1.0)
         v.finite("--min-gap", self.min_gap)
+        v.finite("--min-reward-std", self.min_reward_std)
         if self.band is not None:
             lo, hi = self.band
             v.finite("--band", lo)
@@ -154,7 +159,8 @@ class RlFilterConfig(ImageReading):
     def selection(self) -> tuple[Any, dict[str, Any]]:
         """The default and per-source :class:`curate.rl.selection.Thresholds` (reads ``thresholds``)."""
         return load_thresholds(self.thresholds, {"pass_threshold": self.pass_threshold, "min_gap": self.min_gap,
-                                                 "band": list(self.band) if self.band else None})
+                                                 "band": list(self.band) if self.band else None,
+                                                 "min_reward_std": self.min_reward_std})
 
 
 def score_records(inputs: Sequence[Location | PathLike] | Location | PathLike) -> tuple[Location, ...]:

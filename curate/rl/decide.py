@@ -24,7 +24,7 @@ from curate.rl.selection import METRICS, Thresholds
 KEPT, DROPPED, ERRORED = 0, 1, 2
 DUPLICATE = "duplicate_id"
 DECISIONS = ("kept", "dropped", "errored")
-_REASONS = ("", "unfiltered", "too_hard", "too_easy", "small_gap")
+_REASONS = ("", "unfiltered", "too_hard", "too_easy", "small_gap", "low_spread")
 OUTPUT_COLUMNS = ("id", "source", "answer_type", "prompt_type", "n", "passes", "pass_at_1", "pass_at_n", "gap",
                   "mean_reward", "reward_std", "reward_sum", "decision", "reason")
 
@@ -44,7 +44,8 @@ def _per_code(names: list[str], default: Thresholds, per_source: Mapping[str, Th
             "min_gap": np.array([t.min_gap for t in ths], float),
             "pass_threshold": np.array([t.pass_threshold for t in ths], float),
             "metric": np.array([METRICS.index(t.metric) for t in ths], np.int64),
-            "inclusive": np.array([t.inclusive for t in ths], bool), "filter": np.array([t.filter for t in ths], bool)}
+            "inclusive": np.array([t.inclusive for t in ths], bool), "filter": np.array([t.filter for t in ths], bool),
+            "min_std": np.array([-np.inf if t.min_reward_std is None else t.min_reward_std for t in ths], float)}
 
 
 def mark_repeats(prompts: pa.Table) -> pa.Table:
@@ -97,9 +98,11 @@ def decide(prompts: pa.Table, default: Thresholds, per_source: Mapping[str, Thre
         below = np.where(th["inclusive"], value < th["lo"], value <= th["lo"])
         above = np.where(th["inclusive"], value > th["hi"], value >= th["hi"])
         small = gap < th["min_gap"]
+        flat_rewards = ~(std > th["min_std"])
         filt = th["filter"]
-        rules = [~filt, filt & below, filt & ~below & above, filt & ~below & ~above & small]
-        for code, mask in zip((1, 2, 3, 4), rules):
+        inside = filt & ~below & ~above
+        rules = [~filt, filt & below, filt & ~below & above, inside & small, inside & ~small & flat_rewards]
+        for code, mask in zip((1, 2, 3, 4, 5), rules):
             reason_code[mask & ~errored] = code
         decision[(reason_code >= 2) & ~errored] = DROPPED
         decision[errored] = ERRORED

@@ -5,9 +5,11 @@ threshold), the unbiased estimator of pass@k is ``1 − C(n−c, k) / C(n, k)``:
 pass@1 = c/n and pass@N = 1 if c > 0 else 0.
 
 A prompt is kept when its metric (``mean_reward`` by default) lies inside the
-band — strictly, ``lo < m < hi``, as the LLaVA-OneVision-1.5-RL filter — and
-``pass@N − pass@1 ≥ min_gap``. Otherwise it is dropped as ``too_hard`` (m ≤ lo),
-``too_easy`` (m ≥ hi) or ``small_gap``. Prompts whose generation failed are
+band — strictly, ``lo < m < hi``, as the LLaVA-OneVision-1.5-RL filter —,
+``pass@N − pass@1 ≥ min_gap`` and, when ``min_reward_std`` is set, the spread of
+its rewards is above it (``--min-reward-std 0``: DAPO's dynamic sampling, std > 0).
+Otherwise it is dropped as ``too_hard`` (m ≤ lo), ``too_easy`` (m ≥ hi),
+``small_gap`` or ``low_spread``. Prompts whose generation failed are
 errored, not dropped.
 
 Per-source thresholds come from a YAML or JSON file::
@@ -51,6 +53,9 @@ class Thresholds:
     metric: str = "mean_reward"
     inclusive: bool = False
     filter: bool = True
+    #: Keep only prompts whose samples' reward spread (population std) is strictly above this; None: no such rule.
+    #: 0 is DAPO's dynamic sampling (a group whose rewards are all equal teaches GRPO nothing).
+    min_reward_std: float | None = None
 
     def check(self, where: str) -> Thresholds:
         """Validate; raise a one-line UserError naming ``where``."""
@@ -68,6 +73,9 @@ class Thresholds:
         if not 0.0 <= self.min_gap <= 1.0:
             raise UserError(f"{where}: {'--min-gap' if flags else 'min_gap'} must be within [0, 1] (pass@N - pass@1 "
                             f"is), got {self.min_gap:g}")
+        if self.min_reward_std is not None and not 0.0 <= self.min_reward_std < 0.5:
+            raise UserError(f"{where}: {'--min-reward-std' if flags else 'min_reward_std'} must be within [0, 0.5) (the "
+                            f"spread of rewards in [0, 1] is at most 0.5), got {self.min_reward_std:g}")
         if not 0.0 <= self.pass_threshold <= 1.0:
             raise UserError(f"{where}: pass_threshold must be within [0, 1], got {self.pass_threshold}")
         return self
@@ -86,7 +94,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def _parse(entry: Any, where: str, base: Thresholds) -> Thresholds:
     if not isinstance(entry, dict):
         raise UserError(f"{where}: expected a mapping of settings, got {type(entry).__name__}")
-    unknown = set(entry) - {"band", "min_gap", "pass_threshold", "metric", "inclusive", "filter"}
+    unknown = set(entry) - {"band", "min_gap", "pass_threshold", "metric", "inclusive", "filter", "min_reward_std"}
     if unknown:
         raise UserError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
@@ -95,8 +103,8 @@ def _parse(entry: Any, where: str, base: Thresholds) -> Thresholds:
         if not (isinstance(band, (list, tuple)) and len(band) == 2 and all(isinstance(x, (int, float)) for x in band)):
             raise UserError(f"{where}: band must be [lo, hi]")
         values["band"] = (float(band[0]), float(band[1]))
-    for key in ("min_gap", "pass_threshold"):
-        if key in entry:
+    for key in ("min_gap", "pass_threshold", "min_reward_std"):
+        if key in entry and entry[key] is not None:
             values[key] = float(entry[key])
     for key in ("inclusive", "filter"):
         if key in entry:
@@ -158,6 +166,8 @@ def evaluate(row: dict[str, Any], th: Thresholds) -> dict[str, Any]:
         return {**metrics, "decision": "dropped", "reason": "too_easy"}
     if metrics["gap"] < th.min_gap:
         return {**metrics, "decision": "dropped", "reason": "small_gap"}
+    if th.min_reward_std is not None and not metrics["reward_std"] > th.min_reward_std:
+        return {**metrics, "decision": "dropped", "reason": "low_spread"}
     return {**metrics, "decision": "kept", "reason": ""}
 
 
