@@ -75,11 +75,11 @@ def shutdown() -> None:
     sandbox.shutdown()
 
 
-def run_deferred(deferred: list[tuple[int, Any, float, Deferred]], results: list, on_record_error: str,
-                 finish: Callable[[Any, float | None, float, str | None], RewardResult]) -> None:
+def run_deferred(deferred: list[tuple[int, Any, Any, Deferred]], results: list, on_record_error: str,
+                 finish: Callable[[Any, float | None, Any, str | None], RewardResult]) -> None:
     """Run the isolated part of many scores on the worker pool and fill their ``results`` slots.
 
-    Each ``(slot, plan, format score, deferred work)`` (the plan: the caller's, ``curate.rewards.registry.Plan``,
+    Each ``(slot, plan, format scores, deferred work)`` (the plan: the caller's, ``curate.rewards.registry.Plan``,
     handed back to ``finish`` and read for its ``verifier.name`` only) becomes a pool task unless the
     result cache has it or an identical task is already in the batch; the whole batch
     goes to the pool at once (cut at the deadline of :mod:`curate.rewards.runtime.deadline`).
