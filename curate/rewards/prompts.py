@@ -55,10 +55,13 @@ def prompt_style_of(rec: dict[str, Any], prompt_style: str | None, templates: di
 def prompt_text(rec: dict[str, Any], templates: dict[str, str], style: str) -> str:
     """The user turn rl-filter sends for a canonical record (also the trainer's prompt, see
     :mod:`curate.rewards.trainers.kept`): the problem, with ``<image>`` placeholders put in
-    front when it has images but none, inside the template of ``style``."""
+    front when it has images but none, inside the template of ``style`` (a record marked ``prompt_ready``, a
+    verl row's prompt, as it stands)."""
     problem = rec.get("problem")
     if not isinstance(problem, str):
         problem = next((m["content"] for m in rec["messages"] if m["role"] == "user"), "")
     if rec["images"] and IMAGE_TOKEN not in problem:
         problem = IMAGE_TOKEN * len(rec["images"]) + "\n" + problem
+    if rec.get("prompt_ready"):  # a trainer's own prompt (verl's chat prompt): its instruction is in it already
+        return problem
     return templates[style].replace("{problem}", problem)

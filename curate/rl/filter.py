@@ -124,7 +124,10 @@ class RolloutTask(GenerationTask):
         from curate.generate import GenerationRequest, SamplingParams
 
         text = prompt_text(rec, self.templates, self.style_of(rec))
-        return GenerationRequest(key=rec["id"], messages=[{"role": "user", "content": text}],
+        messages = [{"role": "user", "content": text}]
+        if rec.get("prompt_ready"):  # a trainer's chat prompt (verl): sent as it stands, its system turn too
+            messages = [m for m in rec["messages"] if m["role"] != "assistant"]
+        return GenerationRequest(key=rec["id"], messages=messages,
                                  images=list(rec["images"]), n=self.n, sampling=SamplingParams(**self.sampling))
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
@@ -286,7 +289,7 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
         raise UserError(f"--n {config.n}: --rollouts {config.backend.get('rollouts')} holds at most {most} answers "
                         f"per prompt; give --n {most} or fewer (or a file with {config.n} answers per prompt)")
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
-    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
+    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root, layout=config.part_layout)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]

@@ -26,7 +26,7 @@ from curate.core.records import BadRecord, read_records
 #: What scoring reads of a record (:func:`curate.rewards.registry` plans, the per-source counts); each worker
 #: holds only these, never the images or the prompt text, so its memory follows the golds, not the records.
 SCORED_FIELDS = ("id", "source", "answer", "answer_type", "prompt_type", "reward", "answers", "choices", "options",
-                 "correct_choice_idx")
+                 "correct_choice_idx", "image_size", "resized_size")
 #: The golds of a run, relative to ``OUT``.
 GOLDS_FILE = "_golds.arrow"
 _SCHEMA = pa.schema([("id", pa.string()), ("fields", pa.binary()), ("bad", pa.string())])
@@ -51,11 +51,11 @@ def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[st
     return record
 
 
-def _rows(paths: Sequence[str | os.PathLike[str]],
-          answer_type: str | None = None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+def _rows(paths: Sequence[str | os.PathLike[str]], answer_type: str | None = None,
+          layout: str | None = None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
     """``(id, scored fields, None)`` for each record and ``(id, {"source": ...}, reason)`` for each row that is
     not one (its source kept: a response to it is counted under its source, not an unknown one)."""
-    for rec in read_records(paths):
+    for rec in read_records(paths, layout=layout):
         if isinstance(rec, BadRecord):
             yield rec.id, {"source": rec.source}, rec.reason
         else:
@@ -64,9 +64,10 @@ def _rows(paths: Sequence[str | os.PathLike[str]],
 
 
 def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str],
-                answer_type: str | None = None) -> int:
+                answer_type: str | None = None, layout: str | None = None) -> int:
     """Read the records once and write their golds to ``target`` (atomically); returns the rows written
-    (``answer_type``: the default of records that name no verifier, :func:`with_answer_type`)."""
+    (``answer_type``: the default of records that name no verifier, :func:`with_answer_type`; ``layout``: the RL
+    layout the run names, :func:`curate.core.formats.rl_layouts.rl_row`)."""
     rows = 0
     with atomic_path(target) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
         batch: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
@@ -76,7 +77,7 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
             for column in batch:
                 column.clear()
 
-        for rid, fields, reason in _rows(paths, answer_type):
+        for rid, fields, reason in _rows(paths, answer_type, layout):
             batch[0].append(rid)
             batch[1].append(pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
             batch[2].append(reason)

@@ -66,6 +66,7 @@ class ScoreTask(ShardTask):
         self.progress = config.progress
         self.code = config.code  # how model-written programs run (limits, --trust-code)
         self.answer_type = config.answer_type  # the default of records that name no verifier (curate.rl.golds)
+        self.layout = config.part_layout  # the RL layout the records are read in (None: detected row by row)
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver; a relative
         # path is in OUT (with OUT in a bucket, a node that lacks it fetches it: reads_out)
         self._by_id: dict[str, dict[str, Any]] | None = None
@@ -79,7 +80,7 @@ class ScoreTask(ShardTask):
         """Scores depend on the records, the training progress (dynamic IoU threshold), the default
         answer type and how programs run (their limits, --trust-code, the sandbox found)."""
         return {"records": self.records, "progress": self.progress, "answer_type": self.answer_type,
-                "code": self.code.identity()}
+                "code": self.code.identity(), **({"layout": self.layout} if self.layout else {})}
 
     def setup(self) -> None:
         """Start the verifier pool (in the background) and load the golds (those of OUT with the first shard),
@@ -262,7 +263,7 @@ def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Exe
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker
-            write_golds(task.records, out / GOLDS_FILE, config.answer_type)
+            write_golds(task.records, out / GOLDS_FILE, config.answer_type, config.part_layout)
             push_files(out, [GOLDS_FILE])  # --out in a bucket: workers on other nodes fetch it (reads_out)
         stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
         (out / GOLDS_FILE).unlink(missing_ok=True)  # the workers' copy of the records is done with

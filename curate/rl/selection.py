@@ -114,8 +114,10 @@ def _parse(entry: Any, where: str, base: Thresholds) -> Thresholds:
     return replace(base, **values).check(where)
 
 
-def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any]) -> tuple[Thresholds, dict[str, Thresholds]]:
-    """Default and per-source thresholds: built-ins < file ``default`` < CLI flags given < file ``sources``."""
+def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any],
+                    preset: dict[str, dict[str, Any]] | None = None) -> tuple[Thresholds, dict[str, Thresholds]]:
+    """Default and per-source thresholds: built-ins < file ``default`` < CLI flags given < file ``sources``; a
+    preset's per-source entries (``preset``, :mod:`curate.rl.presets`) stand under the file's."""
     base = Thresholds()
     data: dict[str, Any] = {}
     if path is not None:
@@ -137,8 +139,8 @@ def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any]) ->
     given = {k: v for k, v in cli.items() if v is not None}
     if given:
         base = _parse(given, CLI, base)
-    per_source = {str(src): _parse(entry, f"--thresholds: sources.{src}", base)
-                  for src, entry in (data.get("sources") or {}).items()}
+    entries = {**(preset or {}), **(data.get("sources") or {})}
+    per_source = {str(src): _parse(entry, f"--thresholds: sources.{src}", base) for src, entry in entries.items()}
     return base, per_source
 
 
