@@ -48,7 +48,7 @@ from typing import Any, Callable, Sequence
 
 from curate.core.answers import annotator_answers, is_multiple_choice, multiple_choice
 from curate.rewards.verifiers import (bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg,
-                                      vlm_r1)
+                                      v_triune, vlm_r1)
 from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import BONUSES, FORMAT_CHECKS, PROMPT_TYPES, format_check, format_score
 from curate.rewards.runtime import deadline as _deadline
@@ -110,6 +110,7 @@ VERIFIERS: dict[str, Verifier] = {
         Verifier("code", code.verify, 15.0, isolated=True, structured_gold=True, self_limited=True,
                  check_gold=code.check_gold),
         Verifier("vlm-r1", vlm_r1.verify, vlm_r1.DEFAULT_TIME_LIMIT, isolated=True),
+        Verifier("v-triune-math", v_triune.verify, v_triune.DEFAULT_TIME_LIMIT, isolated=True),
     )
 }
 """Verifier name -> :class:`Verifier` (callable as ``VERIFIERS[name](record, response)``)."""

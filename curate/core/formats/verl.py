@@ -14,12 +14,14 @@ row gives none (``reward_server/reward_serving_fastapi.py`` lines 99-118).
 Here: ``source`` is ``data_source``; ``answer`` is ``ground_truth``; the prompt is sent as the row gives it
 (``prompt_ready``: no template around it), its last user turn as ``problem``; the ``reward`` names our verifier:
 
-* V-Triune ``mathverify``: ``math`` with V-Triune's format check (``v-triune-math``, ``verify.py`` lines 112-131);
+* V-Triune ``mathverify``: ``v-triune-math`` (:mod:`curate.rewards.verifiers.v_triune`, V-Triune's extraction and
+  math-verify call) with V-Triune's format check (``v-triune-math``, ``verify.py`` lines 112-131);
 * V-Triune ``detection``: ``detection`` (``weighted``: greedy IoU matching, completeness, the 0.6 count penalty of
   ``verify.py`` lines 425-427, the dynamic IoU threshold of lines 455-462) with its format check
   (``v-triune-detection``, lines 213-229);
-* no verifier: by ``data_source`` as verl's ``default_compute_score``: ``hiyouga/geometry3k`` is ``math`` with
-  0.9 accuracy and 0.1 of its format check (``geo3k.py`` lines 19-35), the MATH sets ``math``; any other names no
+* no verifier: by ``data_source`` as verl's ``default_compute_score``: ``hiyouga/geometry3k`` is the last boxed
+  answer (``v-triune-math`` with ``method: geo3k``) with 0.9 accuracy and 0.1 of its format check (``geo3k.py``
+  lines 19-35), the MATH sets curate's ``math``; any other names no
   verifier (the run's ``--answer-type`` decides, else the row is errored naming it).
 """
 
@@ -31,14 +33,14 @@ from curate.core.formats.rows import RecordInvalid
 
 #: ``data_source`` -> (verifier, accuracy ratio, format ratio, format check) as verl's default_compute_score.
 BY_SOURCE = {
-    "hiyouga/geometry3k": ("math", 0.9, 0.1, "verl-geo3k"),
+    "hiyouga/geometry3k": ("v-triune-math", 0.9, 0.1, "verl-geo3k"),
     "lighteval/MATH": ("math", 1.0, 0.0, None),
     "DigitalLearningGmbH/MATH-lighteval": ("math", 1.0, 0.0, None),
     "HuggingFaceH4/MATH-500": ("math", 1.0, 0.0, None),
 }
 #: V-Triune's verifiers: name -> (our verifier, parameters, format check).
 V_TRIUNE = {
-    "mathverify": ("math", {}, "v-triune-math"),
+    "mathverify": ("v-triune-math", {}, "v-triune-math"),
     "detection": ("detection", {"method": "weighted", "iou_threshold": "dynamic"}, "v-triune-detection"),
 }
 
@@ -64,6 +66,7 @@ def _ratio(model: dict[str, Any], key: str, default: float) -> float:
 def reward_of(model: dict[str, Any], data_source: Any) -> dict[str, Any] | None:
     """The ``reward`` object of a row's ``reward_model`` (None: the row names no verifier we know of)."""
     name = model.get("verifier")
+    params: dict[str, Any]
     if name is not None:
         if str(name) not in V_TRIUNE:
             raise RecordInvalid("invalid_field", f"reward_model.verifier {name!r} is not one of V-Triune's "
@@ -72,7 +75,7 @@ def reward_of(model: dict[str, Any], data_source: Any) -> dict[str, Any] | None:
         a, f = _ratio(model, "accuracy_ratio", 1.0), _ratio(model, "format_ratio", 0.1)
     elif str(data_source) in BY_SOURCE:
         verifier, a, f, check = BY_SOURCE[str(data_source)]
-        params = {}
+        params = {"method": "geo3k"} if verifier == "v-triune-math" else {}
     else:
         return None
     total = a + f
