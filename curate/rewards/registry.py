@@ -48,7 +48,7 @@ from typing import Any, Callable, Sequence
 
 from curate.core.answers import annotator_answers, is_multiple_choice, multiple_choice
 from curate.rewards.verifiers import (bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg,
-                                      v_triune, vlm_r1)
+                                      llava_ov_rl, v_triune, vlm_r1)
 from curate.rewards.verifiers import math as math_verifier
 from curate.rewards.format import BONUSES, FORMAT_CHECKS, PROMPT_TYPES, format_check, format_score
 from curate.rewards.runtime import deadline as _deadline
@@ -111,6 +111,7 @@ VERIFIERS: dict[str, Verifier] = {
                  check_gold=code.check_gold),
         Verifier("vlm-r1", vlm_r1.verify, vlm_r1.DEFAULT_TIME_LIMIT, isolated=True),
         Verifier("v-triune-math", v_triune.verify, v_triune.DEFAULT_TIME_LIMIT, isolated=True),
+        Verifier("llava-ov-rl", llava_ov_rl.verify, INLINE_LIMIT),
     )
 }
 """Verifier name -> :class:`Verifier` (callable as ``VERIFIERS[name](record, response)``)."""

@@ -5,7 +5,8 @@ The released shards are written by ``dataset/create/dump_engine.py`` (at 9f9ce7d
 ``source`` and ``prompt_type`` (``default`` when the source gave none). The trainer's loader
 (``dataset/dataset.py`` lines 81-94) gives every row whose ``prompt_type`` is not ``normal`` the thinking prompt,
 so ``default`` (or none) is ``think`` here; the rest is curate's RL layout already (``answer_type`` names the
-verifier, ``reward/reward_system.py`` lines 21-33). Rows of ``problem_type`` ``spatial-reasoning`` get the
+verifier, ``reward/reward_system.py`` lines 21-33): the simple answer types are scored by the seed's own rules
+(:mod:`curate.rewards.verifiers.llava_ov_rl`), the others by curate's verifiers. Rows of ``problem_type`` ``spatial-reasoning`` get the
 trainer's bonus of 0.5 when a box stands in the thinking (lines 65-68, ``reward/format.py`` lines 26-34) as
 ``reward.bonus``.
 """
@@ -24,11 +25,25 @@ def is_row(raw: dict[str, Any]) -> bool:
     return "problem" in raw and "answer_type" in raw and "problem_type" in raw
 
 
+#: Answer types scored by the seed's own rule (:mod:`curate.rewards.verifiers.llava_ov_rl`); the others by curate's
+#: verifier of the same name.
+SEED_RULES = ("number", "boolean", "multiple-choice", "any", "ocrtext", "bbox")
+
+
 def rl_row(raw: dict[str, Any]) -> dict[str, Any]:
-    """The RL row: ``prompt_type`` ``think`` unless ``normal``; a spatial-reasoning row's box bonus."""
+    """The RL row: ``prompt_type`` ``think`` unless ``normal``; the seed's rule for its simple answer types; a
+    spatial-reasoning row's box bonus."""
     out = dict(raw)
     if str(raw.get("prompt_type") or "").lower() != "normal":
         out["prompt_type"] = "think"
-    if str(raw.get("problem_type")) == SPATIAL and "reward" not in raw:
-        out["reward"] = {"bonus": {"box_in_think": SPATIAL_BOX_BONUS}}
+    if "reward" in raw:
+        return out
+    reward: dict[str, Any] = {}
+    kind = str(raw.get("answer_type") or "").strip().lower()
+    if kind in SEED_RULES:
+        reward.update(verifier="llava-ov-rl", parameters={"answer_type": kind})
+    if str(raw.get("problem_type")) == SPATIAL:
+        reward["bonus"] = {"box_in_think": SPATIAL_BOX_BONUS}
+    if reward:
+        out["reward"] = reward
     return out
