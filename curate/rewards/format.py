@@ -124,7 +124,7 @@ def v_triune_math_format(text: str) -> float:
     112-131): 0.25 for each of ``<think>\\n``, ``\\n</think>\\n``, ``\\n<answer>\\n`` and ``\\n</answer>`` found
     exactly once."""
     tags = ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>")
-    return sum(0.25 for tag in tags if text.count(tag) == 1)
+    return sum((0.25 for tag in tags if text.count(tag) == 1), 0.0)
 
 
 def v_triune_boxes(text: str) -> list[dict] | None:
