@@ -143,9 +143,9 @@ def plan_hash(shards: Sequence[Shard]) -> str:
     for shard in shards:
         h.update(f"{shard.index}|{tuple(shard.meta)!r}|{shard.size}\n".encode())
         for part in shard.parts:
-            text_only = "|text-only" if part.text_only else ""  # absent when off: earlier plans keep their hashes
-            layout = f"|layout={part.layout}" if part.layout else ""
-            h.update(f"{part.path}|{part.start}|{part.stop}|{part.text_field}|{part.image_root}{text_only}{layout}\n".encode())
+            # each flag absent when off: earlier plans keep their hashes
+            flags = ("|text-only" if part.text_only else "") + (f"|layout={part.layout}" if part.layout else "")
+            h.update(f"{part.path}|{part.start}|{part.stop}|{part.text_field}|{part.image_root}{flags}\n".encode())
     return h.hexdigest()[:16]
 
 
