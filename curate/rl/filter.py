@@ -60,6 +60,8 @@ PROMPT_SCHEMA = pa.schema([
     ("format", pa.list_(pa.float64())), ("truncated", pa.list_(pa.bool_())),
     ("response_chars", pa.list_(pa.int32())), ("reflection", pa.list_(pa.bool_())),
     ("error", pa.string()), ("error_detail", pa.string()),
+    # per response of a prompt scored on boxes, curate.rewards.monitor.BOX_FIGURES (empty for other prompts)
+    ("box", pa.list_(pa.list_(pa.float64()))),
 ])
 REFLECTION_WORDS = ("wait", "however", "re-check", "recheck", "double-check", "double check", "let me verify",
                     "on second thought", "hmm", "alternatively", "re-evaluate", "reconsider", "actually")
@@ -188,6 +190,7 @@ class RolloutTask(GenerationTask):
     def _write(self, prompts: list[dict[str, Any]], raws: list[Any], done: dict[str, dict[str, Any]],
                stats: StageStats, work: Path, shard_id: str) -> None:
         from curate.rewards import score_many
+        from curate.rewards.monitor import box_figures, is_box_task
 
         rollouts: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []
@@ -210,6 +213,7 @@ class RolloutTask(GenerationTask):
                          "accuracy": [r.accuracy for r in results], "reward": [r.reward for r in results],
                          "format": [r.format for r in results], "truncated": [bool(t) for t in truncated[:len(responses)]],
                          "response_chars": [len(t) for t in responses], "reflection": [reflection(t) for t in responses],
+                         "box": _box_figures(rec, responses, is_box_task, box_figures),
                          "error": entry["error"] if entry["error"] is not None else _short(responses, self.n),
                          "error_detail": entry.get("detail") or (f"{len(responses)} of --n {self.n} answers"
                                                                  if _short(responses, self.n) else "")})
@@ -220,6 +224,15 @@ class RolloutTask(GenerationTask):
         path = work / "records" / f"{shard_id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
+
+
+def _box_figures(rec: dict[str, Any], responses: list[str], is_box: Any, figures: Any) -> list[list[float]]:
+    """Each response's box figures (:mod:`curate.rewards.monitor`) when the prompt is scored on boxes and its
+    gold boxes read; else none."""
+    if not responses or not is_box(rec):
+        return []
+    out = [figures(rec, t) for t in responses]
+    return [] if any(f is None for f in out) else out
 
 
 def _short(responses: list[str], n: int) -> str | None:

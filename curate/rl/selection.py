@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from curate.core.errors import UserError
+from curate.rewards.monitor import BOX_FIGURES
 
 METRICS = ("mean_reward", "reward_sum", "pass_at_1")
 DEFAULT_BAND = (0.0, 0.6)
@@ -187,6 +188,8 @@ def source_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     chars = [c for r in scored for c in r["response_chars"]]
     flat = lambda key: [x for r in scored for x in r[key]]  # noqa: E731
     truncated, formats, refl = flat("truncated"), flat("format"), flat("reflection")
+    accuracy = [a for r in scored for a in (r["accuracy"] if r.get("accuracy") is not None else [])]
+    boxes = [b for r in scored for b in (r.get("box") or [])]
 
     def mean(values: list[float]) -> float | None:
         return float(np.mean(values)) if values else None
@@ -203,7 +206,18 @@ def source_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "truncation_rate": mean([float(t) for t in truncated]),
         "format_failure_rate": mean([float(f < 1.0) for f in formats]),
         "reflection_rate": mean([float(x) for x in refl]),
+        "truncated": int(sum(bool(t) for t in truncated)),
+        "accuracy_with_reflection": mean([a for a, x in zip(accuracy, refl) if x]),
+        "accuracy_without_reflection": mean([a for a, x in zip(accuracy, refl) if not x]),
+        "box": box_report(np.asarray(boxes, float).reshape(-1, len(BOX_FIGURES))),
     }
+
+
+def box_report(figures: np.ndarray) -> dict[str, float] | None:
+    """The mean of each box figure (:data:`curate.rewards.monitor.BOX_FIGURES`) over answers (rows), or None."""
+    if not len(figures):
+        return None
+    return {name: float(v) for name, v in zip(BOX_FIGURES, figures.mean(axis=0))}
 
 
 def plot_pass_at_1(path: Path, prompts: Any, thresholds: dict[str, Thresholds]) -> None:

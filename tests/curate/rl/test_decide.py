@@ -28,7 +28,8 @@ def _prompts(seed: int = 3, count: int = 400) -> list[dict]:
                      "response_chars": [rng.randrange(5, 900) for _ in range(n)],
                      "reflection": [rng.random() < 0.3 for _ in range(n)],
                      "error": rng.choice([None] * 8 + ["timeout: server", "no_responses", ""]),
-                     "error_detail": rng.choice(["", "detail"])})
+                     "error_detail": rng.choice(["", "detail"]),
+                     "box": [[rng.random() for _ in range(7)] for _ in range(n)] if rng.random() < 0.4 else []})
     return rows
 
 
@@ -64,6 +65,8 @@ def test_columns_agree_with_the_one_prompt_rules() -> None:
     eps = [r for r in want if r["source"] == "eps" and r["decision"] == "kept"]
     assert eps and all(min(r["reward"]) < max(r["reward"]) for r in eps)  # every kept eps prompt has a spread
     overall, per = reports(decided, ["alpha", "beta", "delta", "gamma", "zeta"])
+    assert overall["box"] is not None and overall["truncated"] == sum(sum(r["truncated"]) for r in want
+                                                                      if r["decision"] != "errored")
     assert _close(overall, source_report(want))
     for source in ("alpha", "beta", "gamma", "delta", "zeta"):
         assert _close(per[source], source_report([r for r in want if r["source"] == source])), source
