@@ -144,3 +144,32 @@ def test_llava_ov_rl_parquet_as_released(tmp_path: Path) -> None:
     assert set(kept.column_names) == {*rows[0], "pass_at_1", "pass_at_n", "mean_reward"}
     assert kept.to_pylist()[0]["images"][0]["bytes"] == rows[1]["images"][0]["bytes"]
     _same_golds(inputs, tmp_path / "rl" / stats["kept_file"])
+
+
+def test_rec_preset_monitors_boxes_per_source(tmp_path: Path) -> None:
+    """``--preset vlm-r1-rec``: VLM-R1's REC reward on rows without ``accu_reward_method``; stats.json and the report
+    page carry the figures V-Triune logs for box answers (IoU, precision and recall at 0.5/0.75/0.95)."""
+    from curate.report.pages.rl import monitoring_html
+
+    rows = [{"id": f"r{i}", "conversations": [{"from": "human", "value": "Find the cat."},
+                                               {"from": "gpt", "value": "<answer>[10, 10, 50, 50]</answer>"}]}
+            for i in range(2)]
+    inputs = tmp_path / "rec.jsonl"
+    inputs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    texts = ["<think>wait, check</think><answer>[10,10,50,50]</answer>", "<answer>[30,10,70,50]</answer>",
+             "<answer>[10,10,48,50]</answer>"]
+    answers = tmp_path / "a.jsonl"
+    answers.write_text("".join(json.dumps({"id": r["id"], "response": t, "sample": j, "truncated": j == 2}) + "\n"
+                               for r in rows for j, t in enumerate(texts)))
+    stats = rl_filter([str(inputs)], RlFilterConfig(out=tmp_path / "out", backend={"rollouts": str(answers)}, n=3,
+                                                    preset="vlm-r1-rec", plot=False))
+    assert stats["settings"]["sampling"]["temperature"] == 0.9 and stats["settings"]["sampling"]["max_new_tokens"] == 2048
+    fig = stats["per_source"]["rec"]
+    # IoUs 1, 1/3 (VLM-R1's IoU: 800 of 2400) and 38 x 40 / 1600 = 0.95 (continuous: the figures' matching)
+    assert fig["truncated"] == 2 and fig["reflection_rate"] == 1 / 3
+    assert fig["accuracy_with_reflection"] == 1.0 and abs(fig["accuracy_without_reflection"] - (1 / 3 + 0.95) / 2) < 1e-9
+    box = fig["box"]
+    assert abs(box["iou"] - (1.0 + 0.0 + 0.95) / 3) < 1e-9  # the 1/3 answer matches nothing at 0.5
+    assert box["precision@0.5"] == box["recall@0.95"] == 2 / 3
+    html = monitoring_html(stats)
+    assert "Box answers" in html and "precision@0.75" in html and ">rec<" in html
