@@ -208,3 +208,25 @@ def test_vlm_r1_format_is_the_full_match_of_grpo_jsonl(text: str, want: float) -
     from curate.rewards.format import vlm_r1_format
 
     assert vlm_r1_format(text) == want
+
+
+def test_an_unknown_reward_key_is_the_records_error_naming_it() -> None:
+    from curate.rewards import plan
+    from curate.rewards.verdict import RecordError
+
+    record = {"id": "d1", "answer": "[1, 2, 3, 4]", "answer_type": "bbox", "reward": {"iou_threshold": "dynamic"}}
+    with pytest.raises(RecordError, match="unknown key 'iou_threshold' under 'reward'.*reward.parameters"):
+        plan(record)
+    record["reward"] = {"parameters": {"iou_threshold": "dynamic"}}
+    assert plan(record).params == {"iou_threshold": "dynamic"}
+
+
+def test_a_detection_answer_given_as_a_json_list_is_read() -> None:
+    raw = {"id": "od", "problem": "Find the cats.", "answer_type": "detection",
+           "answer": [{"bbox_2d": [10, 10, 50, 50], "label": "cat"}, {"bbox_2d": [60, 60, 90, 90], "label": "cat"}]}
+    rec = to_canonical(raw, "/d", fallback_id="x", fallback_source="s", text_only=True)
+    assert json.loads(rec["messages"][1]["content"]) == raw["answer"]
+    right = '<answer>[{"bbox_2d": [10, 10, 50, 50], "label": "cat"}, {"bbox_2d": [60, 60, 90, 90], "label": "cat"}]</answer>'
+    half = '<answer>[{"bbox_2d": [10, 10, 50, 50], "label": "cat"}]</answer>'
+    full, part = score_many([(rec, right), (rec, half)])
+    assert full.error is None and _close(full.accuracy, 1.0) and 0.0 < part.accuracy < full.accuracy
