@@ -125,7 +125,7 @@ class RolloutTask(GenerationTask):
         """The generation request of one prompt."""
         from curate.generate import GenerationRequest, SamplingParams
 
-        text = prompt_text(rec, self.templates, self.style_of(rec))
+        text = prompt_text(rec, self.templates, self.style_of(rec), self.sampling["seed"])
         messages = [{"role": "user", "content": text}]
         if rec.get("prompt_ready"):  # a trainer's chat prompt (verl): sent as it stands, its system turn too
             messages = [m for m in rec["messages"] if m["role"] != "assistant"]
