@@ -16,9 +16,9 @@ Here: ``source`` is ``data_source``; ``answer`` is ``ground_truth``; the prompt 
 
 * V-Triune ``mathverify``: ``v-triune-math`` (:mod:`curate.rewards.verifiers.v_triune`, V-Triune's extraction and
   math-verify call) with V-Triune's format check (``v-triune-math``, ``verify.py`` lines 112-131);
-* V-Triune ``detection``: ``detection`` (``weighted``: greedy IoU matching, completeness, the 0.6 count penalty of
-  ``verify.py`` lines 425-427, the dynamic IoU threshold of lines 455-462) with its format check
-  (``v-triune-detection``, lines 213-229);
+* V-Triune ``detection``: its detection accuracy (``v-triune-math`` with ``method: detection``: the mix of greedy
+  IoU matchings and COCO mAP weighted by ``verifier_parm.det_reward_ratio``, the 0.6 count penalty, the dynamic
+  IoU threshold; ``verify.py`` lines 353-512) with its format check (``v-triune-detection``, lines 213-229);
 * no verifier: by ``data_source`` as verl's ``default_compute_score``: ``hiyouga/geometry3k`` is the last boxed
   answer (``v-triune-math`` with ``method: geo3k``) with 0.9 accuracy and 0.1 of its format check (``geo3k.py``
   lines 19-35), the MATH sets curate's ``math``; any other names no
@@ -41,7 +41,7 @@ BY_SOURCE = {
 #: V-Triune's verifiers: name -> (our verifier, parameters, format check).
 V_TRIUNE = {
     "mathverify": ("v-triune-math", {}, "v-triune-math"),
-    "detection": ("detection", {"method": "weighted", "iou_threshold": "dynamic"}, "v-triune-detection"),
+    "detection": ("v-triune-math", {"method": "detection"}, "v-triune-detection"),
 }
 
 
@@ -73,6 +73,16 @@ def reward_of(model: dict[str, Any], data_source: Any) -> dict[str, Any] | None:
                                                  f"({', '.join(V_TRIUNE)})")
         verifier, params, check = V_TRIUNE[str(name)]
         a, f = _ratio(model, "accuracy_ratio", 1.0), _ratio(model, "format_ratio", 0.1)
+        given = model.get("verifier_parm") or {}
+        if isinstance(given, str):  # some exports keep it as JSON text
+            import json
+
+            try:
+                given = json.loads(given)
+            except ValueError:
+                raise RecordInvalid("invalid_field", "reward_model.verifier_parm is not JSON") from None
+        if str(name) == "detection" and isinstance(given, dict):
+            params = {**params, **{k: given[k] for k in ("det_reward_ratio",) if k in given}}
     elif str(data_source) in BY_SOURCE:
         verifier, a, f, check = BY_SOURCE[str(data_source)]
         params = {"method": "geo3k"} if verifier == "v-triune-math" else {}

@@ -109,6 +109,42 @@ VERL = [
     ("hiyouga/geometry3k", {"style": "rule", "ground_truth": "30"}, "<think>x</think>\\boxed{31}", 0.0, 1.0, 0.1),
 ]
 
+# V-Triune detection (REC: one box, OVD: several): reward_server/verify.py DetectionVerifier (213-229 format,
+# 353-512 accuracy), utils/det_helper.py (extract_bbox 9-53, compute_iou 56-87, the greedy matchings 137-215); the
+# IoU threshold "dynamic" (scripts/reward_server.sh line 4) at step 0: 0.85 (verify.py 455-462).
+GOLD1 = "<answer> [{'bbox_2d': [10, 10, 50, 50], 'label': 'cat'}] </answer>"
+GOLD2 = "<answer> [{'bbox_2d': [10, 10, 50, 50], 'label': 'cat'}, {'bbox_2d': [100, 100, 150, 150], 'label': 'dog'}] </answer>"
+LF, IF = {"iou_max_label_first": 1.0}, {"iou_max_iou_first": 1.0}
+
+
+def _det(gold: str, ratios: dict) -> dict:
+    return {"style": "rule", "verifier": "detection", "ground_truth": gold, "verifier_parm": {"det_reward_ratio": ratios}}
+
+
+def _said(*boxes: tuple[str, list[int]]) -> str:
+    return "<think>\nx\n</think>\n<answer>\n" + json.dumps([{"bbox_2d": b, "label": l} for l, b in boxes]) + "\n</answer>"
+
+
+CAT, FAR, DOG = [10, 10, 50, 50], [100, 100, 150, 150], [100, 100, 150, 150]
+VERL += [
+    ("refcoco", _det(GOLD1, LF), _said(("cat", CAT)), 1.0, 1.0, 1.0),
+    ("refcoco", _det(GOLD1, LF), _said(("cat", [10, 10, 50, 46])), 0.9, 1.0, 1.0 / 1.1),  # IoU 0.9 >= 0.85
+    ("refcoco", _det(GOLD1, LF), _said(("cat", [10, 10, 50, 40])), 0.0, 1.0, 0.1 / 1.1),  # IoU 0.75 < 0.85
+    ("refcoco", _det(GOLD1, {**LF, "iou_completeness": 0.3}), _said(("cat", [10, 10, 50, 46])), 0.93, 1.0, 1.03 / 1.1),
+    ("coco", _det(GOLD1, {**LF, "iou_completeness": 0.3}), _said(("cat", CAT), ("cat", FAR)),
+     0.6 * (0.7 + 0.3 * 0.75), 1.0, (0.6 * 0.925 + 0.1) / 1.1),  # one false alarm: completeness 0.75, 0.6 penalty
+    ("coco", _det(GOLD1, LF), _said(("dog", CAT)), 0.0, 1.0, 0.1 / 1.1),  # no prediction of the gold's label
+    ("coco", _det(GOLD2, IF), _said(("dog", DOG), ("cat", CAT)), 0.0, 1.0, 0.1 / 1.1),  # det_helper 159-173 as it runs
+    ("coco", _det(GOLD2, LF), _said(("dog", DOG), ("cat", CAT)), 1.0, 1.0, 1.0),
+    ("coco", _det(GOLD1, {"map": 1.0}), _said(("cat", [10, 10, 50, 47])), 0.9, 1.0, 1.0 / 1.1),  # IoU .925: 9 of 10
+    ("coco", _det(GOLD1, {"map50": 1.0}), _said(("cat", [10, 10, 50, 40])), 1.0, 1.0, 1.0),
+    ("coco", _det(GOLD1, {}), _said(("cat", CAT)), 0.0, 1.0, 0.1 / 1.1),  # no det_reward_ratio: 0 (verify.py 497-499)
+    ("refcoco", _det(GOLD1, LF), "<answer>[{'bbox_2d': [10, 10, 50, 50], 'label': 'CAT'}]</answer>", 1.0, 0.0, 1 / 1.1),
+    ("refcoco", _det(GOLD1, LF), "no boxes here", 0.0, 0.0, 0.0),
+    ("coco", _det(GOLD1, {**LF, "map": 1.0}), _said(("cat", [10, 10, 50, 47])), (0.925 + 0.9) / 2, 1.0,
+     ((0.925 + 0.9) / 2 + 0.1) / 1.1),
+]
+
 # --- LLaVA-OneVision-1.5-RL (EvolvingLMMs-Lab/LLaVA-OneVision-1.5-RL at 9f9ce7d, reward/) -------------------------
 # (answer_type, answer, problem_type, response, accuracy, reward): the functions named in reward_system.py (21-33),
 # the spatial-reasoning bonus of 0.5 x must_have_bbox_reward_fn (65-68, format.py 26-34); the reward is the accuracy.
@@ -152,7 +188,7 @@ def _close(a: float, b: float) -> bool:
 
 
 def test_tables_cover_every_task_of_the_issue() -> None:
-    assert len(VLM_R1) >= 30 and len(VERL) >= 20 and len(LLAVA) >= 30
+    assert len(VLM_R1) >= 30 and len(VERL) >= 30 and len(LLAVA) >= 30
     assert {m for m, *_ in VLM_R1} >= {"rec", "od_ap", "odLength", "default", "mcq", "yes_no", "weighted_sum"}
     assert {t for t, *_ in LLAVA} >= {"number", "boolean", "multiple-choice", "ocrtext", "bbox", "any"}
 
@@ -178,12 +214,12 @@ def test_verl_rows_get_v_triunes_and_verls_rewards() -> None:
              "extra_info": {"split": "train", "index": i}}
             for i, (source, model, *_) in enumerate(VERL)]
     records = [to_canonical(r, "/d", fallback_id=f"train:{i}", fallback_source="train") for i, r in enumerate(rows)]
-    assert records[0]["source"] == "virl" and records[-1]["source"] == "hiyouga/geometry3k"
+    assert [r["source"] for r in records][:1] == ["virl"] and records[-1]["source"] == "coco"
     results = score_many([(rec, row[2]) for rec, row in zip(records, VERL)])
     for row, got in zip(VERL, results):
         _, _, _, accuracy, fmt, reward = row
         assert got.error is None, (row, got)
-        assert got.accuracy == accuracy and got.format == fmt and _close(got.reward, reward), (row, got)
+        assert _close(got.accuracy, accuracy) and got.format == fmt and _close(got.reward, reward), (row, got)
 
 
 def test_llava_ov_rl_rows_get_its_rewards() -> None:
@@ -230,3 +266,14 @@ def test_a_detection_answer_given_as_a_json_list_is_read() -> None:
     half = '<answer>[{"bbox_2d": [10, 10, 50, 50], "label": "cat"}]</answer>'
     full, part = score_many([(rec, right), (rec, half)])
     assert full.error is None and _close(full.accuracy, 1.0) and 0.0 < part.accuracy < full.accuracy
+
+
+def test_v_triune_detection_thresholds() -> None:
+    """The IoU threshold: ``average`` of the 11 (verify.py 344-350) and ``dynamic`` by the step ratio (455-462)."""
+    rec = {"id": "d", "answer": GOLD1, "reward": {"verifier": "v-triune-math", "parameters": {
+        "method": "detection", "iou_threshold": "average", "det_reward_ratio": LF}}}
+    said = _said(("cat", [10, 10, 50, 46]))  # IoU 0.9: matched at 9 of the 11 thresholds
+    assert _close(score_many([(rec, said)])[0].accuracy, 0.9 * 9 / 11)
+    rec["reward"]["parameters"]["iou_threshold"] = "dynamic"
+    early, late = score_many([(rec, said)], progress=0.05)[0], score_many([(rec, said)], progress=0.5)[0]
+    assert _close(early.accuracy, 0.9) and late.accuracy == 0.0  # 0.85, then 0.99
