@@ -20,7 +20,7 @@ from curate.rewards.verifiers.detection import greedy_match
 BOX_FIGURES = ("iou", "precision@0.5", "recall@0.5", "precision@0.75", "recall@0.75", "precision@0.95",
                "recall@0.95")
 _BOX_VERIFIERS = ("bbox", "detection")
-_BOX_METHODS = ("rec", "od_ap", "od_ap50", "odLength", "map", "weighted_sum", "bbox")
+_BOX_METHODS = ("rec", "od_ap", "od_ap50", "odLength", "map", "weighted_sum", "bbox", "detection")
 
 
 def is_box_task(record: Mapping[str, Any]) -> bool:
@@ -30,7 +30,7 @@ def is_box_task(record: Mapping[str, Any]) -> bool:
     except Exception:  # noqa: BLE001 - a record that cannot be scored has no figures
         return False
     method = p.params.get("method", p.params.get("answer_type")) if isinstance(p.params, Mapping) else None
-    return p.verifier.name in _BOX_VERIFIERS or (p.verifier.name in ("vlm-r1", "llava-ov-rl") and method in _BOX_METHODS)
+    return p.verifier.name in _BOX_VERIFIERS or (p.verifier.name in ("vlm-r1", "llava-ov-rl", "v-triune-math") and method in _BOX_METHODS)
 
 
 def box_figures(record: Mapping[str, Any], response: str) -> list[float] | None:

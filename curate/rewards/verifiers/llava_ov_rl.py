@@ -22,17 +22,16 @@ import re
 from typing import Any, Mapping
 
 from curate.rewards.verdict import Context, RecordError, param, where
+from curate.rewards.verifiers.vlm_r1 import blocks
 
 TYPES = ("number", "boolean", "multiple-choice", "any", "ocrtext", "bbox")
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _DIGITS = re.compile(r"([0-9\.]+)")
-_NUM = r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?"
-_LIST = re.compile(r"\[\s*" + _NUM + r"(?:\s*,\s*" + _NUM + r")*\s*\]")
+_NUM = re.compile(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?")
 
 
 def last_answer(text: str) -> str:
-    """The last ``<answer>`` block's content, or ``""``."""
-    found = _ANSWER.findall(text)
+    """The last ``<answer>`` block's content, or ``""`` (the seed's lazy pattern, in one linear scan)."""
+    found = blocks(text, "<answer>", "</answer>")
     return found[-1] if found else ""
 
 
@@ -87,8 +86,29 @@ def ocr(given: str, golds: list[str]) -> float:
 
 
 def _numbers(text: str) -> list[float] | None:
-    m = _LIST.search(text)
-    return [float(x.strip()) for x in m.group(0)[1:-1].split(",")] if m else None
+    """The first ``[n, n, ...]`` of numbers (``bbox.py``'s ``extract_bbox`` pattern, lines 6-12), read without its
+    nested repetition (which backtracks without end on a long run of digits): at each ``[`` in turn, numbers
+    separated by commas up to ``]``."""
+    at = text.find("[")
+    while at >= 0:
+        values, i = [], at + 1
+        while True:
+            while i < len(text) and text[i].isspace():
+                i += 1
+            m = _NUM.match(text, i)
+            if not m:
+                break
+            values.append(float(m.group(0)))
+            i = m.end()
+            while i < len(text) and text[i].isspace():
+                i += 1
+            if i < len(text) and text[i] == "]":
+                return values
+            if i >= len(text) or text[i] != ",":
+                break
+            i += 1
+        at = text.find("[", at + 1)
+    return None
 
 
 def bbox(given: str, gold: str) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any, Mapping
 
 from curate.rewards.verdict import Context, Deferred, RecordError, param, where
@@ -29,15 +30,34 @@ UNSUPPORTED = {"llm": "VLM-R1's llm method asks a judge model; curate's rewards 
                       "ocrtext for text answers)",
                "math": "VLM-R1's math method (utils/math.py) is not reproduced; use answer_type math-expressions"}
 DEFAULT_TIME_LIMIT = 10.0
-_ANSWER = re.compile(r"<answer>(.*?)</answer>")  # the seed's pattern without DOTALL (for solutions)
-_ANSWER_ALL = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # and with it (for responses)
-_JSON_BLOCK = re.compile(r"```json(.*?)```", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>")  # the seed's pattern without DOTALL (for solutions, short)
 _CHOICE = re.compile(r"(?<![A-Z])([A-Z])(?=[\.\,\?\!\:\;]|$)")
 _YES_NO = re.compile(r"(yes|no)")
 _INT_BOX = re.compile(r"\[(\d+),\s*(\d+),\s*(\d+),\s*(\d+)]")
 _KEYWORDS = ("答案", "选择", "正确", "是", "对", "answer", "correct", "choose", "select", "right", "认为", "应该",
              "觉得", "think", "believe", "should")
 _DIGIT = re.compile(r"\d")
+
+
+def blocks(text: str, start: str, end: str) -> list[str]:
+    """What ``re.findall(start + "(.*?)" + end, text, re.DOTALL)`` gives, in one linear scan (no regular
+    expression: a response with many openings and no closing would make the lazy pattern quadratic)."""
+    out, at = [], 0
+    while True:
+        i = text.find(start, at)
+        if i < 0:
+            return out
+        j = text.find(end, i + len(start))
+        if j < 0:
+            return out
+        out.append(text[i + len(start):j])
+        at = j + len(end)
+
+
+def _first_block(text: str, start: str, end: str) -> str | None:
+    i = text.find(start)
+    j = text.find(end, i + len(start)) if i >= 0 else -1
+    return text[i + len(start):j] if j >= 0 else None
 
 
 def solution(gold: str) -> str:
@@ -52,13 +72,13 @@ def _gold_answer(sol: str) -> str:
 
 
 def _last_answer(content: str) -> str:
-    found = _ANSWER_ALL.findall(content)
+    found = blocks(content, "<answer>", "</answer>")
     return found[-1].strip() if found else content.strip()
 
 
 def _first_answer(content: str) -> str:
-    m = _ANSWER_ALL.search(content)
-    return m.group(1).strip() if m else content.strip()
+    first = _first_block(content, "<answer>", "</answer>")
+    return first.strip() if first is not None else content.strip()
 
 
 def extract_choice(text: str) -> str | None:
@@ -71,22 +91,23 @@ def extract_choice(text: str) -> str | None:
         return None
     if len(choices) == 1:
         return choices[0]
-    scores = {c: 0 for c in choices}
-    for c in choices:  # a letter found twice is scored twice, at its first place in the text (as the seed)
+    # the seed scores every occurrence of a letter at the letter's first place in the text: the same points each
+    # time, so a letter's score is its points once times its occurrences (one pass, whatever the length)
+    scores = {}
+    for c, times in Counter(choices).items():  # in order of first occurrence, as the seed's dict
         pos = text.find(c)
         context = text[max(0, pos - 20):min(len(text), pos + 20)]
-        scores[c] += sum(1 for k in _KEYWORDS if k.upper() in context)
-        if pos > len(text) * 0.7:
-            scores[c] += 2
-        if pos < len(text) - 1 and text[pos + 1] in "。.!！,，":
-            scores[c] += 1
+        once = sum(1 for k in _KEYWORDS if k.upper() in context)
+        once += 2 if pos > len(text) * 0.7 else 0
+        once += 1 if pos < len(text) - 1 and text[pos + 1] in "。.!！,，" else 0
+        scores[c] = once * times
     return max(scores.items(), key=lambda kv: kv[1])[0]
 
 
 def clean_text(text: str) -> str:
     """VLM-R1's ``clean_text`` (lines 757-774): the last answer's content, line breaks after a space dropped and
     others made spaces, stripped, one trailing full stop off, lower case."""
-    found = _ANSWER_ALL.findall(text)
+    found = blocks(text, "<answer>", "</answer>")
     if found:
         text = found[-1]
     for char in ("\n", "\r"):
@@ -159,7 +180,7 @@ def math_verified(student: str, truth: str) -> float:
 def _json_list(text: str, strict: bool, rid: Any) -> list:
     """The last ```` ```json ```` block of ``text`` as a list (``map_reward`` lines 311-331): none is an empty list;
     a bad block is an empty list for a response, the record's error for the gold (the seed raises)."""
-    found = _JSON_BLOCK.findall(text)
+    found = blocks(text, "```json", "```")
     if not found:
         return []
     try:
@@ -210,9 +231,9 @@ def od(content: str, sol: str, rid: Any, *, length: bool = False, ap50: bool = F
        limit: float = DEFAULT_TIME_LIMIT) -> float | Deferred:
     """``od_reward`` and ``odLength_reward`` (lines 351-416): the answers' ``None`` both ways is 1, else
     :func:`map_reward` of the answers."""
-    m = _ANSWER_ALL.search(sol)
-    truth = m.group(1).strip() if m else None
-    found = _ANSWER_ALL.findall(content)
+    truth = _first_block(sol, "<answer>", "</answer>")
+    truth = truth.strip() if truth is not None else None
+    found = blocks(content, "<answer>", "</answer>")
     student = found[-1].strip() if found else None
     if student is None:
         return 0.0
@@ -242,11 +263,11 @@ def weighted_sum(content: str, sol: str) -> float:
         return 1.0 if content == "none" else 0.0
 
     def boxes(text: str, strict: bool) -> list:
-        m = _JSON_BLOCK.search(clean_text(text))
-        if not m:
+        block = _first_block(clean_text(text), "```json", "```")
+        if block is None:
             return []
         try:
-            return [item for item in json.loads(m.group(1).strip())]
+            return [item for item in json.loads(block.strip())]
         except (ValueError, TypeError):
             if strict:
                 raise RecordError("the solution's ```json block is not a JSON list") from None
@@ -295,17 +316,17 @@ def rec(content: str, sol: str, record: Mapping[str, Any], rid: Any) -> float:
     """``iou_reward`` (``qwen_module.py`` lines 107-176): the first integer box of the first answer, scaled from the
     model's input size to the image's, against the solution's box; 0 on any failure. The sizes are the record's
     ``resized_size`` and ``image_size`` (``[w, h]``); without them the box is taken as it is."""
-    found = _ANSWER_ALL.findall(sol)
+    found = blocks(sol, "<answer>", "</answer>")
     try:
         gold = json.loads(found[-1].strip())
         gold = [float(v) for v in gold[:4]]
         assert len(gold) == 4
     except Exception:  # noqa: BLE001 - the seed raises: the record cannot be scored
         raise RecordError(f"{where(rid)}: the REC solution must be <answer>[x1, y1, x2, y2]</answer>") from None
-    m = _ANSWER_ALL.search(content)
-    if not m:
+    first = _first_block(content, "<answer>", "</answer>")
+    if first is None:
         return 0.0
-    box_m = _INT_BOX.search(m.group(1).strip())
+    box_m = _INT_BOX.search(first.strip())
     if not box_m:
         return 0.0
     box = [float(int(v)) for v in box_m.groups()]
