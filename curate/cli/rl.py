@@ -144,4 +144,4 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, workers: int, executor: str
     console.print(f"kept {r.kept:,} of {r.records_in:,} prompts; dropped {r.dropped or {}}; errored {r.errored or {}}")
     console.print(f"mean reward {fmt(o.mean_reward)}, pass@1 {fmt(o.mean_pass_at_1)}, "
                   f"pass@N {fmt(o.mean_pass_at_n)}, truncation {fmt(o.truncation_rate)}")
-    console.print(f"kept: {out}/kept.jsonl   report: {out}/rl_filter.png   stats: {out}/stats.json")
+    console.print(f"kept: {out}/{stats.get('kept_file', 'kept.jsonl')}   report: {out}/rl_filter.png   stats: {out}/stats.json")
