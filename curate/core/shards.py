@@ -99,8 +99,7 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     (:func:`curate.core.records.to_canonical`); ``image_root``, the folder relative image paths are
     read from (:func:`resolve_image_root`), instead of each file's own; ``text_only``, the stage reads text
     only, so a caption or URL row without image bytes is text rather than ``missing_image``; ``layout``, the RL
-    layout rows are read in (:mod:`curate.core.formats.rl_layouts`; None: detected row by row).
-    """
+    layout rows are read in (:mod:`curate.core.formats.rl_layouts`; None: detected row by row)."""
     if shard_size < 1:
         raise UserError(f"--shard-size must be at least 1, got {shard_size}")
     root = resolve_image_root(image_root)

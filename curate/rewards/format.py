@@ -14,6 +14,9 @@ Everything else scores 0.0. Linear in the response length.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from curate.rewards.extract import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -23,6 +26,7 @@ from curate.rewards.extract import (
     boxed_spans,
     last_boxed_span,
 )
+from curate.rewards.verdict import RecordError, where
 
 MAX_ANSWER_RATIO = 0.2
 PROMPT_TYPES = ("normal", "think")
@@ -210,3 +214,32 @@ def format_check(response: str, rule: str) -> float:
     """The format score of ``response`` by ``rule``: a prompt style (``normal``, ``think``) or a seed's check."""
     check = FORMAT_CHECKS.get(rule)
     return check(response) if check is not None else format_score(response, rule)
+
+
+def bonus_terms(bonus: Any, rid: Any) -> tuple[tuple[str, float], ...]:
+    """A record's ``reward.bonus`` (``{name: weight}``) checked: names of :data:`BONUSES`, finite weights >= 0.
+
+    Raises:
+        RecordError: another name, or a weight that is not such a number.
+    """
+    if bonus in (None, {}):
+        return ()
+    if not isinstance(bonus, Mapping):
+        raise RecordError(f"{where(rid)}: reward.bonus must be an object of name: weight")
+    out = []
+    for name, weight in bonus.items():
+        if name not in BONUSES:
+            raise RecordError(f"{where(rid)}: reward.bonus {name!r} is not one of {', '.join(BONUSES)}")
+        try:
+            w = float(weight)
+        except (TypeError, ValueError):
+            raise RecordError(f"{where(rid)}: reward.bonus.{name} must be a number, got {weight!r}") from None
+        if not 0 <= w < float("inf"):
+            raise RecordError(f"{where(rid)}: reward.bonus.{name} must be a finite number >= 0, got {weight!r}")
+        out.append((str(name), w))
+    return tuple(out)
+
+
+def format_and_bonus(text: str, rule: str, bonus: tuple[tuple[str, float], ...]) -> tuple[float, float]:
+    """The format score of ``text`` by ``rule`` (:func:`format_check`) and the sum of its bonus terms."""
+    return format_check(text, rule), sum(w * BONUSES[name](text) for name, w in bonus)

@@ -19,11 +19,8 @@ A record in the RL layout carries:
 - optional ``reward`` (V-Triune style): ``{"verifier": name, "parameters": {...},
   "accuracy_ratio": a, "format_ratio": f}`` (``verifier_parm``/``verifier_params``/``params``
   and ``accuracy_weight``/``format_weight`` are accepted too). ``reward.verifier`` wins over
-  ``answer_type``. ``reward.format`` names a seed's own format check instead of the prompt
-  style's (:data:`curate.rewards.format.FORMAT_CHECKS`); ``reward.bonus`` (``{name: weight}``,
-  :data:`curate.rewards.format.BONUSES`) adds a seed's bonus to the reward. Any other key is the
-  record's error, named (:data:`REWARD_KEYS`). The RL trainers' layouts (VLM-R1, verl, V-Triune,
-  LLaVA-OneVision-1.5-RL) are read into these fields by :mod:`curate.core.formats.rl_layouts`.
+  ``answer_type``. ``reward.format`` names a seed's format check, ``reward.bonus`` a seed's bonus
+  (:mod:`curate.rewards.format`); any other key is the record's error (:data:`REWARD_KEYS`).
 - for boxes: ``image_size``, ``resized_size``, ``min_pixels``, ``max_pixels``,
   ``box_coords``, ``pred_coords`` (see :mod:`curate.rewards.boxes`).
 
@@ -50,7 +47,7 @@ from curate.core.answers import annotator_answers, is_multiple_choice, multiple_
 from curate.rewards.verifiers import (bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg,
                                       llava_ov_rl, v_triune, vlm_r1)
 from curate.rewards.verifiers import math as math_verifier
-from curate.rewards.format import BONUSES, FORMAT_CHECKS, PROMPT_TYPES, format_check, format_score
+from curate.rewards.format import FORMAT_CHECKS, PROMPT_TYPES, bonus_terms, format_and_bonus, format_score
 from curate.rewards.runtime import deadline as _deadline
 from curate.rewards.counters import count
 from curate.rewards.pool import run_deferred
@@ -267,34 +264,7 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
     if rule not in FORMAT_CHECKS and rule not in PROMPT_TYPES:
         raise RecordError(f"{where(rid)}: reward.format {rule!r} is not one of "
                           f"{', '.join([*PROMPT_TYPES, *FORMAT_CHECKS])}")
-    return Plan(v, golds, params, prompt_type, a, f, str(rule), _bonus(reward.get("bonus"), rid))
-
-
-def _bonus(bonus: Any, rid: Any) -> tuple[tuple[str, float], ...]:
-    """``reward.bonus`` (``{name: weight}``) checked: names of :data:`BONUSES`, finite weights >= 0."""
-    if bonus in (None, {}):
-        return ()
-    if not isinstance(bonus, Mapping):
-        raise RecordError(f"{where(rid)}: reward.bonus must be an object of name: weight")
-    out = []
-    for name, weight in bonus.items():
-        if name not in BONUSES:
-            raise RecordError(f"{where(rid)}: reward.bonus {name!r} is not one of {', '.join(BONUSES)}")
-        try:
-            w = float(weight)
-        except (TypeError, ValueError):
-            raise RecordError(f"{where(rid)}: reward.bonus.{name} must be a number, got {weight!r}") from None
-        if not 0 <= w < float("inf"):
-            raise RecordError(f"{where(rid)}: reward.bonus.{name} must be a finite number >= 0, got {weight!r}")
-        out.append((str(name), w))
-    return tuple(out)
-
-
-def _format_and_bonus(p: Plan, text: str) -> tuple[float, float]:
-    """The format score by the plan's check and the sum of its bonus terms (0 for a response over the size limit)."""
-    if len(text) > MAX_RESPONSE_CHARS:
-        return 0.0, 0.0
-    return format_check(text, p.format_rule), sum(w * BONUSES[name](text) for name, w in p.bonus)
+    return Plan(v, golds, params, prompt_type, a, f, str(rule), bonus_terms(reward.get("bonus"), rid))
 
 
 def _prompt_type(record: Mapping[str, Any]) -> str:
@@ -414,7 +384,7 @@ def score_many(items: Sequence[tuple[Mapping[str, Any], str]], *, progress: floa
             if _deadline.passed():
                 results[i] = RewardResult(0.0, 0.0, 0.0, _deadline.DEADLINE, p.verifier.name)
                 continue
-            fmt = _format_and_bonus(p, text)
+            fmt = format_and_bonus(text, p.format_rule, p.bonus) if len(text) <= MAX_RESPONSE_CHARS else (0.0, 0.0)
             out, error = _inline(p, text, progress, record)
         except RecordError as exc:
             if on_record_error == "raise":
