@@ -30,7 +30,8 @@ def is_box_task(record: Mapping[str, Any]) -> bool:
     except Exception:  # noqa: BLE001 - a record that cannot be scored has no figures
         return False
     method = p.params.get("method", p.params.get("answer_type")) if isinstance(p.params, Mapping) else None
-    return p.verifier.name in _BOX_VERIFIERS or (p.verifier.name in ("vlm-r1", "llava-ov-rl", "v-triune-math") and method in _BOX_METHODS)
+    seeds = ("vlm-r1", "llava-ov-rl", "v-triune-math")
+    return p.verifier.name in _BOX_VERIFIERS or (p.verifier.name in seeds and method in _BOX_METHODS)
 
 
 def box_figures(record: Mapping[str, Any], response: str) -> list[float] | None:

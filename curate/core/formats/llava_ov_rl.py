@@ -6,9 +6,9 @@ The released shards are written by ``dataset/create/dump_engine.py`` (at 9f9ce7d
 (``dataset/dataset.py`` lines 81-94) gives every row whose ``prompt_type`` is not ``normal`` the thinking prompt,
 so ``default`` (or none) is ``think`` here; the rest is curate's RL layout already (``answer_type`` names the
 verifier, ``reward/reward_system.py`` lines 21-33): the simple answer types are scored by the seed's own rules
-(:mod:`curate.rewards.verifiers.llava_ov_rl`), the others by curate's verifiers. Rows of ``problem_type`` ``spatial-reasoning`` get the
-trainer's bonus of 0.5 when a box stands in the thinking (lines 65-68, ``reward/format.py`` lines 26-34) as
-``reward.bonus``.
+(:mod:`curate.rewards.verifiers.llava_ov_rl`), the others by curate's verifiers. Rows of ``problem_type``
+``spatial-reasoning`` get the trainer's bonus of 0.5 when a box stands in the thinking (lines 65-68,
+``reward/format.py`` lines 26-34) as ``reward.bonus``.
 """
 
 from __future__ import annotations

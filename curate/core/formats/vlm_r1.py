@@ -15,8 +15,8 @@ The reward is named for the ``vlm-r1`` verifier (:mod:`curate.rewards.verifiers.
 (lines 882-897), or, with the REC rewards (``rec``: VLM-R1's ``--task_type rec`` with
 ``--is_reward_customized_from_vlm_module``, ``vlm_modules/qwen_module.py`` lines 88-191), ``format_reward_rec``.
 VLM-R1's GRPO reward is the sum of the two (``reward_funcs`` ``accuracy`` and ``format``, each weighted 1): both
-ratios are 1 here, so the record's reward is that sum halved, in [0, 1]. The question template of the trainer (``qwen_module.py`` lines 69-85) asks for ``<think>`` then ``<answer>``:
-the record's ``prompt_type`` is ``think``.
+ratios are 1 here, so the record's reward is that sum halved, in [0, 1]. The question template of the trainer
+(``qwen_module.py`` lines 69-85) asks for ``<think>`` then ``<answer>``: the record's ``prompt_type`` is ``think``.
 """
 
 from __future__ import annotations
