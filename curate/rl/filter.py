@@ -135,6 +135,7 @@ class RolloutTask(GenerationTask):
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Generate (resuming from the journal), score and write one shard."""
         from curate.rewards import plan as check_record
+        from curate.rewards.verifiers.vlm_r1 import with_input_sizes
 
         self.setup()
         stats = StageStats()
@@ -154,6 +155,7 @@ class RolloutTask(GenerationTask):
                 stats.drop(rec["id"], rec["source"], TOO_LONG, long)
                 ctx.progress(1)
                 continue
+            rec = with_input_sizes(rec)  # VLM-R1's REC reward scales boxes from the model input to the image
             try:
                 check_record(rec)
             except UserError as exc:  # unknown answer type, missing gold...: the record, not the model

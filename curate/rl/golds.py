@@ -22,6 +22,7 @@ import pyarrow as pa
 from curate.core.answers import is_multiple_choice
 from curate.core.io import atomic_path
 from curate.core.records import BadRecord, read_records
+from curate.rewards.verifiers.vlm_r1 import with_input_sizes
 
 #: What scoring reads of a record (:func:`curate.rewards.registry` plans, the per-source counts); each worker
 #: holds only these, never the images or the prompt text, so its memory follows the golds, not the records.
@@ -59,7 +60,7 @@ def _rows(paths: Sequence[str | os.PathLike[str]], answer_type: str | None = Non
         if isinstance(rec, BadRecord):
             yield rec.id, {"source": rec.source}, rec.reason
         else:
-            rec = with_answer_type(rec, answer_type)
+            rec = with_input_sizes(with_answer_type(rec, answer_type))  # VLM-R1's REC: the model input's size
             yield rec["id"], {k: rec[k] for k in SCORED_FIELDS if k in rec}, None
 
 

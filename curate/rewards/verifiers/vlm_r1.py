@@ -340,6 +340,34 @@ def rec(content: str, sol: str, record: Mapping[str, Any], rid: Any) -> float:
         return 0.0
 
 
+#: The pixel bounds VLM-R1 hands the Qwen2-VL processor (``grpo_jsonl.py`` lines 89-96): the model input's size.
+MIN_PIXELS, MAX_PIXELS = 3136, 12845056
+
+
+def with_input_sizes(record: dict[str, Any]) -> dict[str, Any]:
+    """A REC record (method ``rec``) with ``image_size`` (the first image's, from its header) and ``resized_size``
+    (Qwen2-VL's resize within VLM-R1's pixel bounds: the ``image_grid_thw`` x 14 its ``iou_reward`` scales the
+    answer's box from, ``qwen_module.py`` lines 138-156) set when it has neither; other records as they are.
+    An image whose header cannot be read leaves the record without sizes (the box is then taken as it is).
+    The record is changed in place and returned."""
+    reward = record.get("reward")
+    params = reward.get("parameters") if isinstance(reward, dict) else None
+    if not (isinstance(params, dict) and reward.get("verifier") == "vlm-r1" and params.get("method") == "rec"):
+        return record
+    if record.get("image_size") is not None or record.get("resized_size") is not None or not record.get("images"):
+        return record
+    from curate.core.images import ImageError, probe
+    from curate.rewards.boxes import smart_resize
+
+    try:
+        info = probe(record["images"][0])
+    except (ImageError, OSError):
+        return record
+    record["image_size"] = [info.width, info.height]
+    record["resized_size"] = list(smart_resize(info.width, info.height, MIN_PIXELS, MAX_PIXELS))
+    return record
+
+
 def verify(response: str, golds: list[str], params: Mapping[str, Any], ctx: Context) -> float | Deferred:
     """VLM-R1's accuracy of ``response`` by ``parameters.method`` (see the module docstring)."""
     rid = ctx.record.get("id")

@@ -173,3 +173,20 @@ def test_rec_preset_monitors_boxes_per_source(tmp_path: Path) -> None:
     assert box["precision@0.5"] == box["recall@0.95"] == 2 / 3
     html = monitoring_html(stats)
     assert "Box answers" in html and "precision@0.75" in html and ">rec<" in html
+
+
+def test_rec_boxes_are_scaled_from_the_model_input_as_vlm_r1_does(tmp_path: Path) -> None:
+    """VLM-R1's ``iou_reward`` scales the answer's box from the model input (``image_grid_thw`` x 14: Qwen2-VL's
+    resize within 3,136 and 12,845,056 pixels) to the image (``qwen_module.py`` lines 138-156): a 640 x 480 image
+    is seen as 644 x 476, so [0, 0, 322, 238] is the image's [0, 0, 320, 240]."""
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(tmp_path / "cat.png")
+    rows = [{"id": "rec0", "image": "cat.png", "conversations": [
+        {"from": "human", "value": "<image>Where is the cat?"}, {"from": "gpt", "value": "<answer>[0, 0, 320, 240]</answer>"}]}]
+    inputs = tmp_path / "rec.jsonl"
+    inputs.write_text(json.dumps(rows[0]) + "\n")
+    answers = _answers(tmp_path / "answers.jsonl", {"rec0": ["<answer>[0, 0, 322, 238]</answer>",
+                                                            "<answer>[0, 0, 320, 240]</answer>"]})
+    _, _, rollouts = _run(tmp_path, inputs, answers, preset="vlm-r1-rec", layout="vlm-r1", reward_method="rec",
+                          image_root=tmp_path)  # score has no preset: its layout and method named
+    unscaled = (320 * 238) / (322 * 238 + 320 * 240 - 320 * 238)  # what the box would score taken as it is
+    assert rollouts[0]["accuracy"] == 1.0 and rollouts[1]["accuracy"] < 1.0 and unscaled < 1.0
