@@ -42,7 +42,7 @@ def _code(flags: dict) -> object:
 @cli.command("score")
 @click.option("--records", "records", multiple=True, required=True, type=click.Path(path_type=str),
               help="RL records (JSONL/JSON/Parquet, any layout) holding answer, answer_type, prompt_type. Repeatable.")
-@config_options(ScoreConfig, "responses", "out", "progress", "shard_size", "answer_type")
+@config_options(ScoreConfig, "responses", "out", "layout", "reward_method", "progress", "shard_size", "answer_type")
 @_code_options
 @executor_options
 def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, ray_address: str | None,
@@ -103,8 +103,9 @@ def serve_rewards_cmd(**settings: Any) -> None:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str))
 @config_options(RlFilterConfig, "out")
 @backend_options
-@config_options(RlFilterConfig, "temperature", "top_p", "max_new_tokens", "n", "pass_threshold", "min_gap", "band",
-                "thresholds", "prompt_style", "templates", "progress", "shard_size", "answer_type")
+@config_options(RlFilterConfig, "preset", "layout", "reward_method", "temperature", "top_p", "max_new_tokens", "n",
+                "pass_threshold", "min_gap", "band", "min_reward_std", "thresholds", "prompt_style", "templates",
+                "progress", "shard_size", "answer_type")
 @image_root_option
 @image_limit_options
 @_code_options
@@ -143,4 +144,4 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, workers: int, executor: str
     console.print(f"kept {r.kept:,} of {r.records_in:,} prompts; dropped {r.dropped or {}}; errored {r.errored or {}}")
     console.print(f"mean reward {fmt(o.mean_reward)}, pass@1 {fmt(o.mean_pass_at_1)}, "
                   f"pass@N {fmt(o.mean_pass_at_n)}, truncation {fmt(o.truncation_rate)}")
-    console.print(f"kept: {out}/kept.jsonl   report: {out}/rl_filter.png   stats: {out}/stats.json")
+    console.print(f"kept: {out}/{stats.get('kept_file', 'kept.jsonl')}   report: {out}/rl_filter.png   stats: {out}/stats.json")

@@ -26,6 +26,7 @@ a :class:`BadRecord` with a stable reason (``malformed_json``, ``not_an_object``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from curate.core.formats.sources import default_id_prefix, default_source
 from curate.core.formats.conversations import CAPTION_PROMPT, IMAGE_TOKEN, messages_of  # noqa: F401 (re-exported)
 from curate.core.formats.placement import (count_placeholders, implied_image,  # noqa: F401 (re-exported)
                                            number_placeholders, place_images)
+from curate.core.formats.rl_layouts import rl_row
 from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, text_layout
 from curate.core.io import as_path
 
@@ -64,7 +66,9 @@ Record = dict[str, Any]
 #: gzipped tars are read. 10: tar members with an empty key (``.jpg``) are a group of their own, errored
 #: ``empty_key`` (they were skipped); JSON rows with a too long integer, nesting too deep or a lone surrogate are
 #: errored (``number_too_large``, ``nested_too_deep``, ``invalid_text``: curate.core.formats.jsontext).
-READER_VERSION = 10
+#: 11: rows of the RL trainers' layouts (verl's ``prompt`` and ``reward_model``, VLM-R1's ``accu_reward_method``,
+#: LLaVA-OneVision-1.5-RL's ``problem_type``) are read as RL records (curate.core.formats.rl_layouts).
+READER_VERSION = 11
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class BadRecord:
 # ---------------------------------------------------------------------------
 
 def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_source: str,
-                 text_field: str | None = None, text_only: bool = False) -> Record:
+                 text_field: str | None = None, text_only: bool = False, layout: str | None = None) -> Record:
     """Convert one raw row (any accepted layout) to a canonical record.
 
     Args:
@@ -96,12 +100,15 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
             (e.g. ``alt_text``), when it has it.
         text_only: the run reads text only (text matching): a caption or a URL row without image bytes is
             read as text instead of errored ``missing_image``.
+        layout: the RL layout the run names (``--layout``), else None: a row of an RL trainer's layout (verl,
+            VLM-R1, LLaVA-OneVision-1.5-RL) is detected by its keys (:mod:`curate.core.formats.rl_layouts`).
 
     Raises:
         RecordInvalid: the row is not a usable record (its ``reason`` is stable).
     """
     if not isinstance(raw, dict):
         raise RecordInvalid("not_an_object", f"row is a {type(raw).__name__}, not an object")
+    raw = rl_row(raw, layout)  # an RL trainer's row (verl, VLM-R1, LLaVA-OneVision-1.5-RL) as an RL record's row
     raw, images, numbers = normalize_row(raw, base_dir)  # paths or bytes, in every image layout (curate.core.formats)
     layout = text_layout(raw, text_field)
     if layout is None:
@@ -202,17 +209,22 @@ def _read_part(part: Part, heads: bool = False, views: bool = False) -> Iterator
             continue
         try:
             yield raw, to_canonical(raw, part.image_root or path.parent, fallback_id=fallback_id,
-                                    fallback_source=source, text_field=part.text_field, text_only=part.text_only)
+                                    fallback_source=source, text_field=part.text_field, text_only=part.text_only,
+                                    layout=part.layout)
         except RecordInvalid as exc:
             rid = (raw.get("id") or raw.get("key")) if isinstance(raw, dict) else None  # key: img2dataset
-            src = raw.get("source") if isinstance(raw, dict) else None
+            src = raw.get("source", raw.get("data_source")) if isinstance(raw, dict) else None  # data_source: verl
             where = f"{path.name} {container.row_word} {row + container.first_row}"
             yield raw, BadRecord(str(rid) if rid not in (None, "") else fallback_id,
                                  str(src) if isinstance(src, str) and src else source, exc.reason, f"{where}: {exc.detail}")
 
 
-def read_records(inputs: Sequence[str | os.PathLike[str]]) -> Iterator[Record | BadRecord]:
-    """Read every record of the inputs (files or folders) in order. Convenience for small data and tests."""
+def read_records(inputs: Sequence[str | os.PathLike[str]], *, layout: str | None = None,
+                 image_root: str | None = None) -> Iterator[Record | BadRecord]:
+    """Read every record of the inputs (files or folders) in order (``layout``: the RL layout the run names,
+    :func:`to_canonical`; ``image_root``: where relative image paths start). For small data, tests and the golds."""
     for path in expand_inputs(inputs):
         for part in split_file(path, 1 << 62):
+            if layout is not None or image_root is not None:
+                part = dataclasses.replace(part, layout=layout, image_root=image_root)
             yield from read_part(part)

@@ -89,7 +89,7 @@ class Shard:
 
 def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE, *,
                 text_field: str | None = None, image_root: str | os.PathLike[str] | None = None,
-                text_only: bool = False) -> list[Shard]:
+                text_only: bool = False, layout: str | None = None) -> list[Shard]:
     """Split inputs into shards of at most ``shard_size`` rows, in input order.
 
     Files are split at ``shard_size`` rows; consecutive small pieces of
@@ -98,8 +98,8 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     :func:`plan_hash`): ``text_field``, read rows in no known layout as captions from this field
     (:func:`curate.core.records.to_canonical`); ``image_root``, the folder relative image paths are
     read from (:func:`resolve_image_root`), instead of each file's own; ``text_only``, the stage reads text
-    only, so a caption or URL row without image bytes is text rather than ``missing_image``.
-    """
+    only, so a caption or URL row without image bytes is text rather than ``missing_image``; ``layout``, the RL
+    layout rows are read in (:mod:`curate.core.formats.rl_layouts`; None: detected row by row)."""
     if shard_size < 1:
         raise UserError(f"--shard-size must be at least 1, got {shard_size}")
     root = resolve_image_root(image_root)
@@ -108,8 +108,8 @@ def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFA
     rows = 0
     for parts in split_inputs(expand_inputs(inputs), shard_size):  # tars: walked in parallel, kept in a cache
         for part in parts:
-            if text_field is not None or root is not None or text_only:
-                part = replace(part, text_field=text_field, image_root=root, text_only=text_only)
+            if text_field is not None or root is not None or text_only or layout is not None:
+                part = replace(part, text_field=text_field, image_root=root, text_only=text_only, layout=layout)
             if rows + len(part) > shard_size and current:
                 shards.append(Shard(len(shards), tuple(current)))
                 current, rows = [], 0
@@ -142,8 +142,9 @@ def plan_hash(shards: Sequence[Shard]) -> str:
     for shard in shards:
         h.update(f"{shard.index}|{tuple(shard.meta)!r}|{shard.size}\n".encode())
         for part in shard.parts:
-            text_only = "|text-only" if part.text_only else ""  # absent when off: earlier plans keep their hashes
-            h.update(f"{part.path}|{part.start}|{part.stop}|{part.text_field}|{part.image_root}{text_only}\n".encode())
+            # each flag absent when off: earlier plans keep their hashes
+            flags = ("|text-only" if part.text_only else "") + (f"|layout={part.layout}" if part.layout else "")
+            h.update(f"{part.path}|{part.start}|{part.stop}|{part.text_field}|{part.image_root}{flags}\n".encode())
     return h.hexdigest()[:16]
 
 

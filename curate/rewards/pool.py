@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from curate.rewards.verdict import Deferred, RecordError, RewardResult
 from curate.rewards.runtime import deadline as _deadline
 from curate.rewards.runtime.cache import ResultCache
 from curate.rewards.runtime import limits, sandbox
 from curate.rewards.runtime.limits import Outcome, Task, WorkerPool
-
-if TYPE_CHECKING:
-    from curate.rewards.registry import Plan
 
 _cache = ResultCache()
 
@@ -78,11 +75,12 @@ def shutdown() -> None:
     sandbox.shutdown()
 
 
-def run_deferred(deferred: list[tuple[int, Plan, float, Deferred]], results: list, on_record_error: str,
-                 finish: Callable[[Plan, float | None, float, str | None], RewardResult]) -> None:
+def run_deferred(deferred: list[tuple[int, Any, Any, Deferred]], results: list, on_record_error: str,
+                 finish: Callable[[Any, float | None, Any, str | None], RewardResult]) -> None:
     """Run the isolated part of many scores on the worker pool and fill their ``results`` slots.
 
-    Each ``(slot, plan, format score, deferred work)`` becomes a pool task unless the
+    Each ``(slot, plan, format scores, deferred work)`` (the plan: the caller's, ``curate.rewards.registry.Plan``,
+    handed back to ``finish`` and read for its ``verifier.name`` only) becomes a pool task unless the
     result cache has it or an identical task is already in the batch; the whole batch
     goes to the pool at once (cut at the deadline of :mod:`curate.rewards.runtime.deadline`).
     ``finish`` turns a value or error into the slot's result. A record error raised by the

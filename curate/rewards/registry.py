@@ -19,13 +19,14 @@ A record in the RL layout carries:
 - optional ``reward`` (V-Triune style): ``{"verifier": name, "parameters": {...},
   "accuracy_ratio": a, "format_ratio": f}`` (``verifier_parm``/``verifier_params``/``params``
   and ``accuracy_weight``/``format_weight`` are accepted too). ``reward.verifier`` wins over
-  ``answer_type``.
+  ``answer_type``. ``reward.format`` names a seed's format check, ``reward.bonus`` a seed's bonus
+  (:mod:`curate.rewards.format`); any other key is the record's error (:data:`REWARD_KEYS`).
 - for boxes: ``image_size``, ``resized_size``, ``min_pixels``, ``max_pixels``,
   ``box_coords``, ``pred_coords`` (see :mod:`curate.rewards.boxes`).
 
 ``reward = a * accuracy + f * format`` with defaults ``a = 1``, ``f = 0`` (the anchor's
 reward is the accuracy; the format score is always reported). When ``a + f > 1`` both
-are divided by ``a + f``, so every reward is in [0, 1]; there is no bonus term.
+are divided by ``a + f``, so ``a * accuracy + f * format`` is in [0, 1]; a bonus adds to that.
 
 Errors: a record that cannot be scored (no ``answer``, an unknown ``answer_type`` or
 verifier, a malformed gold or ``reward`` object) raises :class:`RecordError`
@@ -43,9 +44,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from curate.core.answers import annotator_answers, is_multiple_choice, multiple_choice
-from curate.rewards.verifiers import bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg
+from curate.rewards.verifiers import (bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg,
+                                      llava_ov_rl, v_triune, vlm_r1)
 from curate.rewards.verifiers import math as math_verifier
-from curate.rewards.format import PROMPT_TYPES, format_score
+from curate.rewards.format import FORMAT_CHECKS, PROMPT_TYPES, bonus_terms, format_and_bonus, format_score
 from curate.rewards.runtime import deadline as _deadline
 from curate.rewards.counters import count
 from curate.rewards.pool import run_deferred
@@ -104,6 +106,9 @@ VERIFIERS: dict[str, Verifier] = {
         Verifier("svg", svg.verify, svg.DEFAULT_TIME_LIMIT, isolated=True),
         Verifier("code", code.verify, 15.0, isolated=True, structured_gold=True, self_limited=True,
                  check_gold=code.check_gold),
+        Verifier("vlm-r1", vlm_r1.verify, vlm_r1.DEFAULT_TIME_LIMIT, isolated=True),
+        Verifier("v-triune-math", v_triune.verify, v_triune.DEFAULT_TIME_LIMIT, isolated=True),
+        Verifier("llava-ov-rl", llava_ov_rl.verify, INLINE_LIMIT),
     )
 }
 """Verifier name -> :class:`Verifier` (callable as ``VERIFIERS[name](record, response)``)."""
@@ -131,6 +136,12 @@ ALIASES: dict[str, str] = {
     "general-code": "code", "python": "code",
 }
 
+#: The keys a ``reward`` object may hold (V-Triune's names and ours); any other is the record's error, named, so a
+#: verifier parameter put beside ``parameters`` instead of inside it is never silently ignored.
+REWARD_KEYS = frozenset({"verifier", "parameters", "verifier_parm", "verifier_params", "params", "accuracy_ratio",
+                         "accuracy_weight", "format_ratio", "format_weight", "ground_truth", "format", "bonus"})
+
+
 def answer_types() -> list[str]:
     """Every accepted ``answer_type``: the LLaVA-OneVision-1.5-RL names, then the extra ones."""
     extra = sorted(set(ALIASES) - set(ANSWER_TYPES))
@@ -151,6 +162,11 @@ class Plan:
     prompt_type: str
     accuracy_weight: float
     format_weight: float
+    #: The format check (``reward.format``: a seed's own, :data:`curate.rewards.format.FORMAT_CHECKS`), else the
+    #: prompt style's.
+    format_rule: str = "normal"
+    #: Bonus terms added to the reward (``reward.bonus``: name -> weight, :data:`curate.rewards.format.BONUSES`).
+    bonus: tuple[tuple[str, float], ...] = ()
 
 
 def _weights(reward: Mapping[str, Any], rid: Any) -> tuple[float, float]:
@@ -187,6 +203,11 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
     reward = record.get("reward") or {}
     if not isinstance(reward, (dict, Mapping)):
         raise RecordError(f"{where(rid)}: 'reward' must be an object, got {type(reward).__name__}")
+    unknown = sorted(str(k) for k in reward if k not in REWARD_KEYS)
+    if unknown:
+        raise RecordError(f"{where(rid)}: unknown key {unknown[0]!r} under 'reward' (accepted: "
+                          f"{', '.join(sorted(REWARD_KEYS))}); verifier settings go under reward.parameters, e.g. "
+                          f"{{\"parameters\": {{\"{unknown[0]}\": ...}}}}")
     name = verifier or reward.get("verifier")
     if name is not None:
         resolved = ALIASES.get(_key(name))
@@ -238,7 +259,12 @@ def plan(record: Mapping[str, Any], verifier: str | None = None) -> Plan:
     if not isinstance(params, (dict, Mapping)):
         raise RecordError(f"{where(rid)}: reward.parameters must be an object")
     a, f = _weights(reward, rid)
-    return Plan(v, golds, params, _prompt_type(record), a, f)
+    prompt_type = _prompt_type(record)
+    rule = reward.get("format") or prompt_type
+    if rule not in FORMAT_CHECKS and rule not in PROMPT_TYPES:
+        raise RecordError(f"{where(rid)}: reward.format {rule!r} is not one of "
+                          f"{', '.join([*PROMPT_TYPES, *FORMAT_CHECKS])}")
+    return Plan(v, golds, params, prompt_type, a, f, str(rule), bonus_terms(reward.get("bonus"), rid))
 
 
 def _prompt_type(record: Mapping[str, Any]) -> str:
@@ -265,12 +291,14 @@ def format_only(record: Mapping[str, Any], response: Any) -> float:
     return format_score(text, prompt_type) if len(text) <= MAX_RESPONSE_CHARS else 0.0
 
 
-def _finish(p: Plan, accuracy: float | None, fmt: float, error: str | None) -> RewardResult:
+def _finish(p: Plan, accuracy: float | None, scores: tuple[float, float], error: str | None) -> RewardResult:
+    fmt, bonus = scores
     if error is not None or accuracy is None:
         result = RewardResult(0.0, fmt, 0.0, error or "verifier_error", p.verifier.name)
     else:
         acc = clamp01(accuracy)
-        reward = clamp01(p.accuracy_weight * acc + p.format_weight * fmt)
+        # a bonus (LLaVA-OneVision-1.5-RL's box in the thinking) adds to the reward as the seed's does, past 1
+        reward = clamp01(p.accuracy_weight * acc + p.format_weight * fmt) + bonus
         result = RewardResult(acc, fmt, reward, None, p.verifier.name)
     count(p.verifier.name, result.error)
     return result
@@ -344,7 +372,7 @@ def score_many(items: Sequence[tuple[Mapping[str, Any], str]], *, progress: floa
     if progress is not None and not 0.0 <= float(progress) <= 1.0:
         raise ValueError(f"progress must be a training fraction in [0, 1], got {progress!r}")
     results: list[RewardResult | None] = [None] * len(items)
-    deferred: list[tuple[int, Plan, float, Deferred]] = []
+    deferred: list[tuple[int, Plan, tuple[float, float], Deferred]] = []
     plans: dict[int, Plan] = {}
     for i, (record, response) in enumerate(items):
         try:
@@ -356,7 +384,7 @@ def score_many(items: Sequence[tuple[Mapping[str, Any], str]], *, progress: floa
             if _deadline.passed():
                 results[i] = RewardResult(0.0, 0.0, 0.0, _deadline.DEADLINE, p.verifier.name)
                 continue
-            fmt = format_score(text, p.prompt_type) if len(text) <= MAX_RESPONSE_CHARS else 0.0
+            fmt = format_and_bonus(text, p.format_rule, p.bonus) if len(text) <= MAX_RESPONSE_CHARS else (0.0, 0.0)
             out, error = _inline(p, text, progress, record)
         except RecordError as exc:
             if on_record_error == "raise":

@@ -9,6 +9,7 @@ module they belong to.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,12 +19,14 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.location import Location, as_location, locations
 from curate.core.record_limits import ImageReading
+from curate.core.formats.rl_layouts import LAYOUTS, layout_setting
+from curate.core.formats.vlm_r1 import METHODS as VLM_R1_METHODS
 from curate.core.settings import setting
 from curate.generate.checks import check_backend, check_sampling
-from curate.generate.settings import (BackendSettings, backend_of, max_new_tokens_setting, temperature_setting,
-                                      top_p_setting)
+from curate.generate.settings import BackendSettings, backend_of, temperature_setting, top_p_setting
 from curate.rewards.format import PROMPT_TYPES
 from curate.rewards.runtime.sandbox import CodeSandbox
+from curate.rl.presets import PRESETS, preset_sources, preset_values
 from curate.rl.selection import load_thresholds
 
 PathLike = str | os.PathLike[str]
@@ -49,6 +52,29 @@ def _answer_type_setting() -> Any:
     return setting(None, metavar="TYPE",
                    help="answer_type of the records that name no verifier (no answer_type, no reward.verifier), e.g. "
                         "math for a set of problem/answer rows; default: such records are errored, each named.")
+
+
+def _layout_setting() -> Any:
+    return setting("auto", choices=LAYOUTS,
+                   help="Row layout of the RL records: vlm-r1 (VLM-R1's JSONL: image, conversations, accu_reward_method), "
+                        "verl (verl/V-Triune Parquet: prompt, images, reward_model, extra_info), llava-ov-rl "
+                        "(LLaVA-OneVision-1.5-RL's Parquet), or auto: each row's by its keys (a VLM-R1 row without "
+                        "accu_reward_method reads as a plain conversation unless vlm-r1 is named).")
+
+
+def _reward_method_setting() -> Any:
+    return setting(None, metavar="METHOD",
+                   help="With --layout vlm-r1: the accuracy reward of rows without accu_reward_method, as VLM-R1's "
+                        "--reward_method (default, mcq, yes_no, all_match, map, od_ap, od_ap50, odLength, "
+                        "weighted_sum; rec: its REC IoU reward). Default: default.")
+
+
+def _check_layout(layout: str, reward_method: str | None) -> None:
+    v.one_of("--layout", layout, LAYOUTS)
+    if reward_method is not None:
+        if layout != "vlm-r1":
+            raise UserError(f"--reward-method {reward_method}: it is VLM-R1's; give it with --layout vlm-r1")
+        v.one_of("--reward-method", reward_method, VLM_R1_METHODS)
 
 
 def _seed_setting(what: str) -> Any:
@@ -84,7 +110,8 @@ class RlFilterConfig(ImageReading):
         prompt_style: Force ``normal`` or ``think`` (default: each record's ``prompt_type``).
         templates: YAML/JSON prompt templates file.
         thresholds: YAML/JSON per-source thresholds file.
-        pass_threshold, min_gap, band: Default selection thresholds (None: the built-ins); ``band`` may be ``"LO,HI"``.
+        pass_threshold, min_gap, band, min_reward_std: Default selection thresholds (None: the built-ins); ``band``
+            may be ``"LO,HI"``.
         progress: Training progress in [0, 1] for the dynamic IoU threshold.
         seed: Seed of the sampling.
         shard_size: Prompts per shard.
@@ -101,10 +128,20 @@ class RlFilterConfig(ImageReading):
     n: int = setting(16, help="Answers sampled per prompt (N of pass@N).")
     temperature: float = temperature_setting(1.0)
     top_p: float = top_p_setting(1.0)
-    max_new_tokens: int = max_new_tokens_setting(1024)
+    max_new_tokens: int = setting(
+        4096, help="Longest answer in tokens (default 4096, the LLaVA-OneVision-1.5-RL sampling length, so a thinking "
+                   "answer is not cut): a longer answer is cut there, counted as truncated (per source in stats.json) "
+                   "and scored as it stands, so one cut before its <answer> scores 0.")
+    preset: str | None = setting(
+        None, choices=tuple(PRESETS),
+        help="A seed's own settings (N, sampling length, temperature, layout, reward, per-source band; see "
+             "docs/rl-filter.md): llava-ov-1.5-rl, vlm-r1-rec or v-triune. A flag given with another value wins.")
     pass_threshold: float | None = setting(
         None, help="A sample passes when its accuracy reaches this (default 1.0; e.g. 0.5 for IoU rewards).")
     min_gap: float | None = setting(None, help="Keep only prompts with pass@N - pass@1 at least this (default 0.0).")
+    min_reward_std: float | None = setting(
+        None, help="Keep only prompts whose N rewards spread more than this (population std); 0 is DAPO's dynamic "
+                   "sampling rule (std > 0: not all samples scored the same). Default: no spread rule.")
     band: tuple[float, float] | str | None = setting(
         None, metavar="LO,HI", help="Keep prompts whose mean reward is strictly inside (LO, HI) (default 0.0,0.6, as "
                                     "the LLaVA-OneVision-1.5-RL filter).")
@@ -118,12 +155,20 @@ class RlFilterConfig(ImageReading):
     progress: float | None = _progress_setting()
     shard_size: int = setting(1000, help="Prompts per shard.")
     answer_type: str | None = _answer_type_setting()
+    layout: str = _layout_setting()
+    reward_method: str | None = _reward_method_setting()
     seed: int = _seed_setting("the sampling")
     plot: bool = True
     image_root: Location | PathLike | None = _image_root_setting()
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
+        if self.preset is not None:
+            v.one_of("--preset", self.preset, tuple(PRESETS))
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name, value in preset_values(self.preset).items():
+                if getattr(self, name) == defaults[name]:  # not given (or given as its default): the seed's value
+                    object.__setattr__(self, name, value)
         locations(self, {"out": "--out", "templates": "--templates", "thresholds": "--thresholds",
                          "image_root": "--image-root"})
         object.__setattr__(self, "backend", backend_of(self.backend))
@@ -132,6 +177,7 @@ class RlFilterConfig(ImageReading):
         v.in_dir("--image-root", self.image_root)
         self.check_image_reading()
         _answer_type(self.answer_type)
+        _check_layout(self.layout, self.reward_method)
         v.at_least("--n", self.n, 1)
         v.at_most("--n", self.n, MAX_N, "answers sampled, held and scored per prompt")
         if self.prompt_style is not None:
@@ -139,6 +185,7 @@ class RlFilterConfig(ImageReading):
         v.in_file("--templates", self.templates)
         v.within("--pass-threshold", self.pass_threshold, 0.0, 1.0)
         v.finite("--min-gap", self.min_gap)
+        v.finite("--min-reward-std", self.min_reward_std)
         if self.band is not None:
             lo, hi = self.band
             v.finite("--band", lo)
@@ -151,10 +198,17 @@ class RlFilterConfig(ImageReading):
         check_sampling({"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens})
         check_backend(self.backend)
 
+    @property
+    def part_layout(self) -> str | None:
+        """The layout the run's parts carry (:func:`curate.core.formats.rl_layouts.layout_setting`)."""
+        return layout_setting(self.layout, self.reward_method)
+
     def selection(self) -> tuple[Any, dict[str, Any]]:
         """The default and per-source :class:`curate.rl.selection.Thresholds` (reads ``thresholds``)."""
         return load_thresholds(self.thresholds, {"pass_threshold": self.pass_threshold, "min_gap": self.min_gap,
-                                                 "band": list(self.band) if self.band else None})
+                                                 "band": list(self.band) if self.band else None,
+                                                 "min_reward_std": self.min_reward_std},
+                               preset_sources(self.preset))
 
 
 def score_records(inputs: Sequence[Location | PathLike] | Location | PathLike) -> tuple[Location, ...]:
@@ -185,15 +239,23 @@ class ScoreConfig:
     seed: int = _seed_setting("the run")
     shard_size: int = setting(20_000, help="Responses per shard.")
     answer_type: str | None = _answer_type_setting()
+    layout: str = _layout_setting()
+    reward_method: str | None = _reward_method_setting()
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
         _answer_type(self.answer_type)
+        _check_layout(self.layout, self.reward_method)
         locations(self, {"responses": "--responses", "out": "--out"})
         v.in_file("--responses", self.responses)
         v.out_dir("--out", self.out)
         _progress(self.progress)
         v.at_least("--shard-size", self.shard_size, 1)
+
+    @property
+    def part_layout(self) -> str | None:
+        """The layout the records are read in (:func:`curate.core.formats.rl_layouts.layout_setting`)."""
+        return layout_setting(self.layout, self.reward_method)
 
 
 def _unprinted(declared: Any) -> Any:

@@ -19,12 +19,13 @@ import pyarrow.compute as pc
 
 from curate.core.columns import as_array, counts_by_source, first_occurrences, rows, source_codes
 from curate.core.stats import StageStats
-from curate.rl.selection import METRICS, Thresholds
+from curate.rewards.monitor import BOX_FIGURES
+from curate.rl.selection import METRICS, Thresholds, box_report
 
 KEPT, DROPPED, ERRORED = 0, 1, 2
 DUPLICATE = "duplicate_id"
 DECISIONS = ("kept", "dropped", "errored")
-_REASONS = ("", "unfiltered", "too_hard", "too_easy", "small_gap")
+_REASONS = ("", "unfiltered", "too_hard", "too_easy", "small_gap", "low_spread")
 OUTPUT_COLUMNS = ("id", "source", "answer_type", "prompt_type", "n", "passes", "pass_at_1", "pass_at_n", "gap",
                   "mean_reward", "reward_std", "reward_sum", "decision", "reason")
 
@@ -44,7 +45,8 @@ def _per_code(names: list[str], default: Thresholds, per_source: Mapping[str, Th
             "min_gap": np.array([t.min_gap for t in ths], float),
             "pass_threshold": np.array([t.pass_threshold for t in ths], float),
             "metric": np.array([METRICS.index(t.metric) for t in ths], np.int64),
-            "inclusive": np.array([t.inclusive for t in ths], bool), "filter": np.array([t.filter for t in ths], bool)}
+            "inclusive": np.array([t.inclusive for t in ths], bool), "filter": np.array([t.filter for t in ths], bool),
+            "min_std": np.array([-np.inf if t.min_reward_std is None else t.min_reward_std for t in ths], float)}
 
 
 def mark_repeats(prompts: pa.Table) -> pa.Table:
@@ -97,9 +99,11 @@ def decide(prompts: pa.Table, default: Thresholds, per_source: Mapping[str, Thre
         below = np.where(th["inclusive"], value < th["lo"], value <= th["lo"])
         above = np.where(th["inclusive"], value > th["hi"], value >= th["hi"])
         small = gap < th["min_gap"]
+        flat_rewards = ~(std > th["min_std"])
         filt = th["filter"]
-        rules = [~filt, filt & below, filt & ~below & above, filt & ~below & ~above & small]
-        for code, mask in zip((1, 2, 3, 4), rules):
+        inside = filt & ~below & ~above
+        rules = [~filt, filt & below, filt & ~below & above, inside & small, inside & ~small & flat_rewards]
+        for code, mask in zip((1, 2, 3, 4, 5), rules):
             reason_code[mask & ~errored] = code
         decision[(reason_code >= 2) & ~errored] = DROPPED
         decision[errored] = ERRORED
@@ -171,7 +175,12 @@ def _report(idx: np.ndarray, fidx: dict[str, np.ndarray], cols: dict[str, Any]) 
         at = fidx[key]
         return values[at[cols["scored"][row[at]]]]
 
-    chars, truncated, formats, refl = (samples(k) for k in ("response_chars", "truncated", "format", "reflection"))
+    chars, truncated, formats, refl, accuracy = (samples(k) for k in ("response_chars", "truncated", "format",
+                                                                       "reflection", "accuracy"))
+    refl = refl.astype(bool)
+    box_values, box_row = cols["box"]
+    box_at = fidx["box"]
+    boxes = box_values[box_at[cols["scored"][box_row[box_at]]]]
     return {
         "prompts_in": int(len(idx)), "kept": int((decision == KEPT).sum()),
         "dropped": by_reason(DROPPED), "errored": by_reason(ERRORED),
@@ -181,7 +190,22 @@ def _report(idx: np.ndarray, fidx: dict[str, np.ndarray], cols: dict[str, Any]) 
         "response_chars_p95": float(np.percentile(chars, 95)) if len(chars) else None,
         "truncation_rate": _mean(truncated.astype(float)), "format_failure_rate": _mean((formats < 1.0).astype(float)),
         "reflection_rate": _mean(refl.astype(float)),
+        "truncated": int(truncated.astype(bool).sum()),
+        "accuracy_with_reflection": _mean(accuracy[refl]), "accuracy_without_reflection": _mean(accuracy[~refl]),
+        "box": box_report(boxes),
     }
+
+
+def _box_rows(decided: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The ``box`` column as one row of figures per answer and the prompt each belongs to (no column: none)."""
+    width = len(BOX_FIGURES)
+    if "box" not in decided.column_names:
+        return np.zeros((0, width)), np.zeros(0, np.int64)
+    per_answer = pc.list_flatten(as_array(decided.column("box")))
+    parents = np.asarray(pc.list_parent_indices(as_array(decided.column("box"))).to_numpy(zero_copy_only=False),
+                         dtype=np.int64)
+    values = np.asarray(pc.list_flatten(per_answer).to_numpy(zero_copy_only=False), dtype=float)
+    return values.reshape(-1, width), parents
 
 
 def _groups(codes: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,9 +228,10 @@ def reports(decided: pa.Table, sources: list[str]) -> tuple[dict[str, Any], dict
                                                  dtype=object)}
     for key in ("mean_reward", "pass_at_1", "pass_at_n"):
         cols[key] = decided.column(key).to_numpy()
-    lists = ("response_chars", "truncated", "format", "reflection")
-    for key in lists:
+    lists = ("response_chars", "truncated", "format", "reflection", "accuracy", "box")
+    for key in lists[:-1]:
         cols[key] = flat(decided.column(key))
+    cols["box"] = _box_rows(decided)
     overall = _report(np.arange(size), {k: np.arange(len(cols[k][0])) for k in lists}, cols)
     order, bounds = _groups(codes, len(names))
     forders = {k: _groups(codes[cols[k][1]], len(names)) for k in lists}

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from curate.core.remote import local_file, writing
+from curate.core.remote import writing
 from curate.core.formats.writeback import dumps_record, loads_record, with_resolved_paths, write_records
 from curate.core.errors import UserError
 from curate.rl.config import RlFilterConfig
@@ -42,20 +42,13 @@ from curate.rl.golds import with_answer_type
 from curate.core.images import refusal
 from curate.core.io import write_parquet
 from curate.core.journal import end_line, read_journal
-from curate.core.records import IMAGE_TOKEN
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
 from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask
-
-#: Prompt templates by style; ``{problem}`` is the record's problem text (with its ``<image>`` placeholders).
-DEFAULT_TEMPLATES = {
-    "normal": "{problem}\nPut ONLY your final answer within <answer></answer>.",
-    "think": ("{problem}\nFirst think through the problem step by step inside <think></think>, then give the "
-              "final answer inside <answer></answer>. Use exactly one <think> block followed by one <answer> block."),
-}
+from curate.rewards.prompts import DEFAULT_TEMPLATES, load_templates, prompt_style_of, prompt_text  # noqa: F401 (re-exported)
 
 ROLLOUT_SCHEMA = pa.schema([
     ("id", pa.string()), ("sample", pa.int32()), ("response", pa.string()), ("truncated", pa.bool_()),
@@ -67,50 +60,11 @@ PROMPT_SCHEMA = pa.schema([
     ("format", pa.list_(pa.float64())), ("truncated", pa.list_(pa.bool_())),
     ("response_chars", pa.list_(pa.int32())), ("reflection", pa.list_(pa.bool_())),
     ("error", pa.string()), ("error_detail", pa.string()),
+    # per response of a prompt scored on boxes, curate.rewards.monitor.BOX_FIGURES (empty for other prompts)
+    ("box", pa.list_(pa.list_(pa.float64()))),
 ])
 REFLECTION_WORDS = ("wait", "however", "re-check", "recheck", "double-check", "double check", "let me verify",
                     "on second thought", "hmm", "alternatively", "re-evaluate", "reconsider", "actually")
-
-
-def load_templates(path: str | os.PathLike[str] | None) -> dict[str, str]:
-    """The prompt templates: defaults, overridden by a JSON or YAML file ``{normal: ..., think: ...}``."""
-    templates = dict(DEFAULT_TEMPLATES)
-    if path is None:
-        return templates
-    p = local_file(path, "--templates")  # a local file, or a bucket's object (a cached copy)
-    assert p is not None
-    if not p.is_file():
-        raise UserError(f"--templates {path}: no such file")
-    text = p.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else __import__("yaml").safe_load(text)
-    except Exception as exc:  # JSON and YAML raise different types
-        raise UserError(f"--templates {path}: cannot parse ({exc})") from None
-    if not isinstance(data, dict) or not set(data) <= set(DEFAULT_TEMPLATES):
-        raise UserError(f"--templates {path}: expected a mapping with keys normal and/or think")
-    for key, value in data.items():
-        if not isinstance(value, str) or "{problem}" not in value:
-            raise UserError(f"--templates {path}: template {key!r} must be a string containing {{problem}}")
-        templates[key] = value
-    return templates
-
-
-def prompt_style_of(rec: dict[str, Any], prompt_style: str | None, templates: dict[str, str]) -> str:
-    """The prompt style of a record: ``prompt_style`` (``--prompt-style``), else its ``prompt_type``, else normal."""
-    style = prompt_style or str(rec.get("prompt_type") or "normal").lower()
-    return style if style in templates else "normal"
-
-
-def prompt_text(rec: dict[str, Any], templates: dict[str, str], style: str) -> str:
-    """The user turn rl-filter sends for a canonical record (also the trainer's prompt, see
-    :mod:`curate.rewards.trainers.kept`): the problem, with ``<image>`` placeholders put in
-    front when it has images but none, inside the template of ``style``."""
-    problem = rec.get("problem")
-    if not isinstance(problem, str):
-        problem = next((m["content"] for m in rec["messages"] if m["role"] == "user"), "")
-    if rec["images"] and IMAGE_TOKEN not in problem:
-        problem = IMAGE_TOKEN * len(rec["images"]) + "\n" + problem
-    return templates[style].replace("{problem}", problem)
 
 
 def reflection(text: str) -> bool:
@@ -171,13 +125,17 @@ class RolloutTask(GenerationTask):
         """The generation request of one prompt."""
         from curate.generate import GenerationRequest, SamplingParams
 
-        text = prompt_text(rec, self.templates, self.style_of(rec))
-        return GenerationRequest(key=rec["id"], messages=[{"role": "user", "content": text}],
+        text = prompt_text(rec, self.templates, self.style_of(rec), self.sampling["seed"])
+        messages = [{"role": "user", "content": text}]
+        if rec.get("prompt_ready"):  # a trainer's chat prompt (verl): sent as it stands, its system turn too
+            messages = [m for m in rec["messages"] if m["role"] != "assistant"]
+        return GenerationRequest(key=rec["id"], messages=messages,
                                  images=list(rec["images"]), n=self.n, sampling=SamplingParams(**self.sampling))
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Generate (resuming from the journal), score and write one shard."""
         from curate.rewards import plan as check_record
+        from curate.rewards.verifiers.vlm_r1 import with_input_sizes
 
         self.setup()
         stats = StageStats()
@@ -197,6 +155,7 @@ class RolloutTask(GenerationTask):
                 stats.drop(rec["id"], rec["source"], TOO_LONG, long)
                 ctx.progress(1)
                 continue
+            rec = with_input_sizes(rec)  # VLM-R1's REC reward scales boxes from the model input to the image
             try:
                 check_record(rec)
             except UserError as exc:  # unknown answer type, missing gold...: the record, not the model
@@ -233,6 +192,7 @@ class RolloutTask(GenerationTask):
     def _write(self, prompts: list[dict[str, Any]], raws: list[Any], done: dict[str, dict[str, Any]],
                stats: StageStats, work: Path, shard_id: str) -> None:
         from curate.rewards import score_many
+        from curate.rewards.monitor import box_figures, is_box_task
 
         rollouts: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []
@@ -255,6 +215,7 @@ class RolloutTask(GenerationTask):
                          "accuracy": [r.accuracy for r in results], "reward": [r.reward for r in results],
                          "format": [r.format for r in results], "truncated": [bool(t) for t in truncated[:len(responses)]],
                          "response_chars": [len(t) for t in responses], "reflection": [reflection(t) for t in responses],
+                         "box": _box_figures(rec, responses, is_box_task, box_figures),
                          "error": entry["error"] if entry["error"] is not None else _short(responses, self.n),
                          "error_detail": entry.get("detail") or (f"{len(responses)} of --n {self.n} answers"
                                                                  if _short(responses, self.n) else "")})
@@ -265,6 +226,15 @@ class RolloutTask(GenerationTask):
         path = work / "records" / f"{shard_id}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
+
+
+def _box_figures(rec: dict[str, Any], responses: list[str], is_box: Any, figures: Any) -> list[list[float]]:
+    """Each response's box figures (:mod:`curate.rewards.monitor`) when the prompt is scored on boxes and its
+    gold boxes read; else none."""
+    if not responses or not is_box(rec):
+        return []
+    out = [figures(rec, t) for t in responses]
+    return [] if any(f is None for f in out) else out
 
 
 def _short(responses: list[str], n: int) -> str | None:
@@ -334,7 +304,7 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
         raise UserError(f"--n {config.n}: --rollouts {config.backend.get('rollouts')} holds at most {most} answers "
                         f"per prompt; give --n {most} or fewer (or a file with {config.n} answers per prompt)")
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
-    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
+    shards = plan_shards(inputs, config.shard_size, image_root=config.image_root, layout=config.part_layout)
     reused = shards_done(out, task.stage, shards)
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]

@@ -22,17 +22,19 @@ import pyarrow as pa
 from curate.core.answers import is_multiple_choice
 from curate.core.io import atomic_path
 from curate.core.records import BadRecord, read_records
+from curate.rewards.verifiers.vlm_r1 import with_input_sizes
 
 #: What scoring reads of a record (:func:`curate.rewards.registry` plans, the per-source counts); each worker
 #: holds only these, never the images or the prompt text, so its memory follows the golds, not the records.
 SCORED_FIELDS = ("id", "source", "answer", "answer_type", "prompt_type", "reward", "answers", "choices", "options",
-                 "correct_choice_idx")
+                 "correct_choice_idx", "image_size", "resized_size")
 #: The golds of a run, relative to ``OUT``.
 GOLDS_FILE = "_golds.arrow"
 _SCHEMA = pa.schema([("id", pa.string()), ("fields", pa.binary()), ("bad", pa.string())])
 _BATCH = 65536
 
-Golds = tuple[dict[str, dict[str, Any]], dict[str, str]]
+#: ``(records by id, {id: (reason, source)} of the rows that are not records)``.
+Golds = tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]
 
 
 def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[str, Any]:
@@ -50,21 +52,23 @@ def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[st
     return record
 
 
-def _rows(paths: Sequence[str | os.PathLike[str]],
-          answer_type: str | None = None) -> Iterator[tuple[str, dict[str, Any] | None, str | None]]:
-    """``(id, scored fields, None)`` for each record and ``(id, None, reason)`` for each row that is not one."""
-    for rec in read_records(paths):
+def _rows(paths: Sequence[str | os.PathLike[str]], answer_type: str | None = None,
+          layout: str | None = None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """``(id, scored fields, None)`` for each record and ``(id, {"source": ...}, reason)`` for each row that is
+    not one (its source kept: a response to it is counted under its source, not an unknown one)."""
+    for rec in read_records(paths, layout=layout):
         if isinstance(rec, BadRecord):
-            yield rec.id, None, rec.reason
+            yield rec.id, {"source": rec.source}, rec.reason
         else:
-            rec = with_answer_type(rec, answer_type)
+            rec = with_input_sizes(with_answer_type(rec, answer_type))  # VLM-R1's REC: the model input's size
             yield rec["id"], {k: rec[k] for k in SCORED_FIELDS if k in rec}, None
 
 
 def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str],
-                answer_type: str | None = None) -> int:
+                answer_type: str | None = None, layout: str | None = None) -> int:
     """Read the records once and write their golds to ``target`` (atomically); returns the rows written
-    (``answer_type``: the default of records that name no verifier, :func:`with_answer_type`)."""
+    (``answer_type``: the default of records that name no verifier, :func:`with_answer_type`; ``layout``: the RL
+    layout the run names, :func:`curate.core.formats.rl_layouts.rl_row`)."""
     rows = 0
     with atomic_path(target) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
         batch: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
@@ -74,9 +78,9 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
             for column in batch:
                 column.clear()
 
-        for rid, fields, reason in _rows(paths, answer_type):
+        for rid, fields, reason in _rows(paths, answer_type, layout):
             batch[0].append(rid)
-            batch[1].append(None if fields is None else pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
+            batch[1].append(pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
             batch[2].append(reason)
             rows += 1
             if len(batch[0]) >= _BATCH:
@@ -88,9 +92,9 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
 
 def load_golds(path: str | os.PathLike[str]) -> Golds:
     """The golds written by :func:`write_golds`: records by id (only :data:`SCORED_FIELDS`), and the ids of rows
-    that could not be read with their reason (a later row of an id replaces an earlier one)."""
+    that could not be read with their reason and source (a later row of an id replaces an earlier one)."""
     by_id: dict[str, dict[str, Any]] = {}
-    bad: dict[str, str] = {}
+    bad: dict[str, tuple[str, str]] = {}
     with pa.memory_map(str(Path(path))) as source:
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
@@ -100,5 +104,5 @@ def load_golds(path: str | os.PathLike[str]) -> Golds:
                 if reason is None:
                     by_id[rid] = pickle.loads(blob)
                 else:
-                    bad[rid] = reason
+                    bad[rid] = (reason, str((pickle.loads(blob) if blob else {}).get("source", "")))
     return by_id, bad

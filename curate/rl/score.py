@@ -66,10 +66,11 @@ class ScoreTask(ShardTask):
         self.progress = config.progress
         self.code = config.code  # how model-written programs run (limits, --trust-code)
         self.answer_type = config.answer_type  # the default of records that name no verifier (curate.rl.golds)
+        self.layout = config.part_layout  # the RL layout the records are read in (None: detected row by row)
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver; a relative
         # path is in OUT (with OUT in a bucket, a node that lacks it fetches it: reads_out)
         self._by_id: dict[str, dict[str, Any]] | None = None
-        self._bad: dict[str, str] = {}
+        self._bad: dict[str, tuple[str, str]] = {}
         self._warm = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -79,7 +80,7 @@ class ScoreTask(ShardTask):
         """Scores depend on the records, the training progress (dynamic IoU threshold), the default
         answer type and how programs run (their limits, --trust-code, the sandbox found)."""
         return {"records": self.records, "progress": self.progress, "answer_type": self.answer_type,
-                "code": self.code.identity()}
+                "code": self.code.identity(), **({"layout": self.layout} if self.layout else {})}
 
     def setup(self) -> None:
         """Start the verifier pool (in the background) and load the golds (those of OUT with the first shard),
@@ -126,7 +127,8 @@ class ScoreTask(ShardTask):
                     continue
                 rid = str(raw.get("id")) if isinstance(raw, dict) and raw.get("id") is not None else f"row:{row_no}"
                 rec = self._by_id.get(rid)
-                source = str(rec.get("source")) if rec else UNKNOWN_SOURCE
+                bad = self._bad.get(rid)  # a row that was no record keeps its source
+                source = str(rec.get("source")) if rec else bad[1] if bad and bad[1] else UNKNOWN_SOURCE
                 stats.seen(source)
                 sample = raw.get("sample") if isinstance(raw, dict) else None
                 wide = isinstance(sample, int) and not -(1 << 63) <= sample < 1 << 63  # the column is int64
@@ -141,8 +143,8 @@ class ScoreTask(ShardTask):
                     stats.error(rid, source, "malformed_response",
                                 f"{Path(part.path).name} row {row_no + 1}: {problem or 'no response text'}")
                 elif rec is None:
-                    reason = "bad_record" if rid in self._bad else "unknown_id"
-                    row["error"] = f"{reason}: {self._bad[rid]}" if rid in self._bad else reason
+                    reason = "bad_record" if bad else "unknown_id"
+                    row["error"] = f"{reason}: {bad[0]}" if bad else reason
                     stats.error(rid, source, reason, row["error"])
                 else:
                     pending.append((len(rows) - 1, rec, text))
@@ -261,7 +263,7 @@ def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Exe
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker
-            write_golds(task.records, out / GOLDS_FILE, config.answer_type)
+            write_golds(task.records, out / GOLDS_FILE, config.answer_type, config.part_layout)
             push_files(out, [GOLDS_FILE])  # --out in a bucket: workers on other nodes fetch it (reads_out)
         stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
         (out / GOLDS_FILE).unlink(missing_ok=True)  # the workers' copy of the records is done with

@@ -5,9 +5,11 @@ threshold), the unbiased estimator of pass@k is ``1 − C(n−c, k) / C(n, k)``:
 pass@1 = c/n and pass@N = 1 if c > 0 else 0.
 
 A prompt is kept when its metric (``mean_reward`` by default) lies inside the
-band — strictly, ``lo < m < hi``, as the LLaVA-OneVision-1.5-RL filter — and
-``pass@N − pass@1 ≥ min_gap``. Otherwise it is dropped as ``too_hard`` (m ≤ lo),
-``too_easy`` (m ≥ hi) or ``small_gap``. Prompts whose generation failed are
+band — strictly, ``lo < m < hi``, as the LLaVA-OneVision-1.5-RL filter —,
+``pass@N − pass@1 ≥ min_gap`` and, when ``min_reward_std`` is set, the spread of
+its rewards is above it (``--min-reward-std 0``: DAPO's dynamic sampling, std > 0).
+Otherwise it is dropped as ``too_hard`` (m ≤ lo), ``too_easy`` (m ≥ hi),
+``small_gap`` or ``low_spread``. Prompts whose generation failed are
 errored, not dropped.
 
 Per-source thresholds come from a YAML or JSON file::
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from curate.core.errors import UserError
+from curate.rewards.monitor import BOX_FIGURES
 
 METRICS = ("mean_reward", "reward_sum", "pass_at_1")
 DEFAULT_BAND = (0.0, 0.6)
@@ -51,6 +54,9 @@ class Thresholds:
     metric: str = "mean_reward"
     inclusive: bool = False
     filter: bool = True
+    #: Keep only prompts whose samples' reward spread (population std) is strictly above this; None: no such rule.
+    #: 0 is DAPO's dynamic sampling (a group whose rewards are all equal teaches GRPO nothing).
+    min_reward_std: float | None = None
 
     def check(self, where: str) -> Thresholds:
         """Validate; raise a one-line UserError naming ``where``."""
@@ -68,6 +74,9 @@ class Thresholds:
         if not 0.0 <= self.min_gap <= 1.0:
             raise UserError(f"{where}: {'--min-gap' if flags else 'min_gap'} must be within [0, 1] (pass@N - pass@1 "
                             f"is), got {self.min_gap:g}")
+        if self.min_reward_std is not None and not 0.0 <= self.min_reward_std < 0.5:
+            raise UserError(f"{where}: {'--min-reward-std' if flags else 'min_reward_std'} must be within [0, 0.5) (the "
+                            f"spread of rewards in [0, 1] is at most 0.5), got {self.min_reward_std:g}")
         if not 0.0 <= self.pass_threshold <= 1.0:
             raise UserError(f"{where}: pass_threshold must be within [0, 1], got {self.pass_threshold}")
         return self
@@ -86,7 +95,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def _parse(entry: Any, where: str, base: Thresholds) -> Thresholds:
     if not isinstance(entry, dict):
         raise UserError(f"{where}: expected a mapping of settings, got {type(entry).__name__}")
-    unknown = set(entry) - {"band", "min_gap", "pass_threshold", "metric", "inclusive", "filter"}
+    unknown = set(entry) - {"band", "min_gap", "pass_threshold", "metric", "inclusive", "filter", "min_reward_std"}
     if unknown:
         raise UserError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
@@ -95,8 +104,8 @@ def _parse(entry: Any, where: str, base: Thresholds) -> Thresholds:
         if not (isinstance(band, (list, tuple)) and len(band) == 2 and all(isinstance(x, (int, float)) for x in band)):
             raise UserError(f"{where}: band must be [lo, hi]")
         values["band"] = (float(band[0]), float(band[1]))
-    for key in ("min_gap", "pass_threshold"):
-        if key in entry:
+    for key in ("min_gap", "pass_threshold", "min_reward_std"):
+        if key in entry and entry[key] is not None:
             values[key] = float(entry[key])
     for key in ("inclusive", "filter"):
         if key in entry:
@@ -106,8 +115,10 @@ def _parse(entry: Any, where: str, base: Thresholds) -> Thresholds:
     return replace(base, **values).check(where)
 
 
-def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any]) -> tuple[Thresholds, dict[str, Thresholds]]:
-    """Default and per-source thresholds: built-ins < file ``default`` < CLI flags given < file ``sources``."""
+def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any],
+                    preset: dict[str, dict[str, Any]] | None = None) -> tuple[Thresholds, dict[str, Thresholds]]:
+    """Default and per-source thresholds: built-ins < file ``default`` < CLI flags given < file ``sources``; a
+    preset's per-source entries (``preset``, :mod:`curate.rl.presets`) stand under the file's."""
     base = Thresholds()
     data: dict[str, Any] = {}
     if path is not None:
@@ -129,8 +140,8 @@ def load_thresholds(path: str | os.PathLike[str] | None, cli: dict[str, Any]) ->
     given = {k: v for k, v in cli.items() if v is not None}
     if given:
         base = _parse(given, CLI, base)
-    per_source = {str(src): _parse(entry, f"--thresholds: sources.{src}", base)
-                  for src, entry in (data.get("sources") or {}).items()}
+    entries = {**(preset or {}), **(data.get("sources") or {})}
+    per_source = {str(src): _parse(entry, f"--thresholds: sources.{src}", base) for src, entry in entries.items()}
     return base, per_source
 
 
@@ -158,6 +169,8 @@ def evaluate(row: dict[str, Any], th: Thresholds) -> dict[str, Any]:
         return {**metrics, "decision": "dropped", "reason": "too_easy"}
     if metrics["gap"] < th.min_gap:
         return {**metrics, "decision": "dropped", "reason": "small_gap"}
+    if th.min_reward_std is not None and not metrics["reward_std"] > th.min_reward_std:
+        return {**metrics, "decision": "dropped", "reason": "low_spread"}
     return {**metrics, "decision": "kept", "reason": ""}
 
 
@@ -175,6 +188,8 @@ def source_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     chars = [c for r in scored for c in r["response_chars"]]
     flat = lambda key: [x for r in scored for x in r[key]]  # noqa: E731
     truncated, formats, refl = flat("truncated"), flat("format"), flat("reflection")
+    accuracy = [a for r in scored for a in (r["accuracy"] if r.get("accuracy") is not None else [])]
+    boxes = [b for r in scored for b in (r.get("box") or [])]
 
     def mean(values: list[float]) -> float | None:
         return float(np.mean(values)) if values else None
@@ -191,7 +206,18 @@ def source_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "truncation_rate": mean([float(t) for t in truncated]),
         "format_failure_rate": mean([float(f < 1.0) for f in formats]),
         "reflection_rate": mean([float(x) for x in refl]),
+        "truncated": int(sum(bool(t) for t in truncated)),
+        "accuracy_with_reflection": mean([a for a, x in zip(accuracy, refl) if x]),
+        "accuracy_without_reflection": mean([a for a, x in zip(accuracy, refl) if not x]),
+        "box": box_report(np.asarray(boxes, float).reshape(-1, len(BOX_FIGURES))),
     }
+
+
+def box_report(figures: np.ndarray) -> dict[str, float] | None:
+    """The mean of each box figure (:data:`curate.rewards.monitor.BOX_FIGURES`) over answers (rows), or None."""
+    if not len(figures):
+        return None
+    return {name: float(v) for name, v in zip(BOX_FIGURES, figures.mean(axis=0))}
 
 
 def plot_pass_at_1(path: Path, prompts: Any, thresholds: dict[str, Thresholds]) -> None:

@@ -27,8 +27,9 @@ class Part:
     member groups), 0 otherwise. Reading settings of the run, carried by its parts to the workers:
     ``text_field`` (a caption field for rows in no known layout: :func:`curate.core.records.to_canonical`),
     ``image_root`` (the folder or bucket prefix relative image paths are read from instead of the file's own:
-    ``--image-root``) and ``text_only`` (the run reads text only: a caption or URL row without an image is
-    text, not ``missing_image``).
+    ``--image-root``), ``text_only`` (the run reads text only: a caption or URL row without an image is
+    text, not ``missing_image``) and ``layout`` (the RL layout the run names, ``--layout``: rows are read as
+    :mod:`curate.core.formats.rl_layouts` converts that layout; None: detected row by row).
     """
 
     path: str
@@ -39,6 +40,7 @@ class Part:
     text_field: str | None = None
     image_root: str | None = None
     text_only: bool = False
+    layout: str | None = None
 
     def __len__(self) -> int:
         return self.stop - self.start

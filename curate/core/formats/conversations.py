@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from curate.core.answers import annotator_answers, choice_question, multiple_choice
@@ -70,6 +71,9 @@ def messages_of(raw: dict[str, Any], layout: str, caption: bool) -> list[dict[st
     else:  # problem
         problem = as_text(raw["problem"], "problem")
         answer = raw.get("answer", "")
+        structured = isinstance(answer, list) and answer and not isinstance(answer[0], (str, int, float))
+        if isinstance(answer, dict) or structured:  # a detection list of boxes: its JSON text
+            answer = json.dumps(answer, ensure_ascii=False)
         answer_text = answer[0] if isinstance(answer, list) and answer else answer
         return [{"role": "user", "content": problem},
                 {"role": "assistant", "content": as_text(answer_text if answer_text is not None else "", "answer")}]

@@ -54,7 +54,29 @@ def rl_filter_html(folder: Path, stats: dict[str, Any], assets: Assets, samples:
              + filters("rl-cards", {"source": sorted({str(p.get("source")) for p in picks}), "decision": decisions},
                        "search prompts, responses")
              + f'<div id="rl-cards" class="cards">{"".join(cards)}</div>')
-    return section("Prompts and responses", inner, "samples")
+    return monitoring_html(stats) + section("Prompts and responses", inner, "samples")
+
+
+#: The per-source figures the RL seeds log, as ``stats.json`` has them (curate.rl.selection.source_report).
+MONITORED = (("responses", "answers"), ("response_chars_mean", "answer chars"), ("truncated", "truncated"),
+             ("reflection_rate", "reflection rate"), ("accuracy_with_reflection", "accuracy, reflecting"),
+             ("accuracy_without_reflection", "accuracy, not reflecting"))
+BOX_COLUMNS = ("iou", "precision@0.5", "recall@0.5", "precision@0.75", "recall@0.75", "precision@0.95", "recall@0.95")
+
+
+def monitoring_html(stats: dict[str, Any]) -> str:
+    """Per source: answer length, truncation, reflection and accuracy with and without it; for box answers IoU,
+    precision and recall at IoU 0.5, 0.75 and 0.95 (what V-Triune logs)."""
+    per = stats.get("per_source") or {}
+    if not per:
+        return ""
+    rows = [[src, *(fig.get(k) for k, _ in MONITORED)] for src, fig in sorted(per.items())]
+    out = table(["source", *(name for _, name in MONITORED)], rows, numeric=set(range(1, len(MONITORED) + 1)))
+    boxes = [[src, *((fig.get("box") or {}).get(k) for k in BOX_COLUMNS)] for src, fig in sorted(per.items())
+             if fig.get("box")]
+    if boxes:
+        out += "<h3>Box answers</h3>" + table(["source", *BOX_COLUMNS], boxes, numeric=set(range(1, 8)))
+    return section("Monitoring per source", out, "monitoring")
 
 
 def _thumb(assets: Assets, image: Any, alt: str) -> str:

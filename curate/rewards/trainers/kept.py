@@ -21,7 +21,7 @@ from curate.core.images import ImageError, check, read_bytes
 from curate.core.records import IMAGE_TOKEN, RecordInvalid, to_canonical
 from curate.rewards import plan
 from curate.rewards.verdict import RecordError
-from curate.rl.filter import load_templates, prompt_text, prompt_style_of
+from curate.rewards.prompts import load_templates, prompt_style_of, prompt_text
 
 logger = logging.getLogger("curate.rewards.trainers")
 _EXTRA = ("pass_at_1", "pass_at_n", "mean_reward")

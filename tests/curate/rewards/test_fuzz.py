@@ -42,6 +42,12 @@ RECORDS = {
     "svg": ({"answer": SVG_GOLD, "answer_type": "svg-code", "reward": {"parameters": {"time_limit": 2.0}}}, 2.0 + SLACK),
     "code": ({"answer": CODE_GOLD, "answer_type": "general-code",
               "reward": {"parameters": {"wall_seconds": 2.0, "cpu_seconds": 1}}}, 2.0 + SLACK),
+    "vlm-r1": ({"answer": "B", "reward": {"verifier": "vlm-r1", "parameters": {"method": "default", "time_limit": 2.0}}},
+               2.0 + SLACK),
+    "v-triune-math": ({"answer": "42", "reward": {"verifier": "v-triune-math", "parameters": {"time_limit": 2.0}}},
+                      2.0 + SLACK),
+    "llava-ov-rl": ({"answer": "[10, 10, 50, 50]", "reward": {"verifier": "llava-ov-rl",
+                                                               "parameters": {"answer_type": "bbox"}}}, INLINE_LIMIT),
 }
 KNOWN_ERRORS = {"timeout", "verifier_crashed", "response_too_large", "answer_too_long", "answer_too_deep"}
 

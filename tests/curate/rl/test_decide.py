@@ -20,7 +20,7 @@ def _prompts(seed: int = 3, count: int = 400) -> list[dict]:
     for i in range(count):
         n = rng.choice([0, 1, 3, 4, 8, 16])
         acc = [rng.choice([0.0, 0.25, 0.5, 1.0, 1.0]) for _ in range(n)]
-        rows.append({"id": f"p{i}", "source": rng.choice(["alpha", "beta", "gamma", "delta"]),
+        rows.append({"id": f"p{i}", "source": rng.choice(["alpha", "beta", "gamma", "delta", "eps"]),
                      "answer_type": "number", "prompt_type": "normal", "n": n, "accuracy": acc,
                      "reward": [a * rng.choice([1.0, 0.9]) for a in acc],
                      "format": [rng.choice([0.0, 1.0]) for _ in range(n)],
@@ -28,7 +28,8 @@ def _prompts(seed: int = 3, count: int = 400) -> list[dict]:
                      "response_chars": [rng.randrange(5, 900) for _ in range(n)],
                      "reflection": [rng.random() < 0.3 for _ in range(n)],
                      "error": rng.choice([None] * 8 + ["timeout: server", "no_responses", ""]),
-                     "error_detail": rng.choice(["", "detail"])})
+                     "error_detail": rng.choice(["", "detail"]),
+                     "box": [[rng.random() for _ in range(7)] for _ in range(n)] if rng.random() < 0.4 else []})
     return rows
 
 
@@ -44,14 +45,16 @@ def test_columns_agree_with_the_one_prompt_rules() -> None:
     rows = _prompts()
     default = Thresholds(band=(0.0, 0.6), min_gap=0.1)
     per_source = {"beta": Thresholds(band=(1.5, 6.0), metric="reward_sum", inclusive=True, pass_threshold=0.5),
-                  "gamma": Thresholds(filter=False), "delta": Thresholds(band=(0.2, 0.9), metric="pass_at_1")}
+                  "gamma": Thresholds(filter=False), "delta": Thresholds(band=(0.2, 0.9), metric="pass_at_1"),
+                  "eps": Thresholds(band=(-0.1, 1.1), inclusive=True, min_reward_std=0.0)}  # DAPO: spread > 0
     decided = decide(pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA), default, per_source)
     got = decided.to_pylist()
     want = [{**r, **evaluate(r, per_source.get(r["source"], default))} for r in rows]
     for g, w in zip(got, want):
         assert _close({k: g[k] for k in w}, w), (g["id"], g, w)
     assert {r["decision"] for r in want} == {"kept", "dropped", "errored"}
-    assert {r["reason"] for r in want} >= {"too_hard", "too_easy", "small_gap", "unfiltered", "timeout"}
+    assert {r["reason"] for r in want} >= {"too_hard", "too_easy", "small_gap", "unfiltered", "timeout",
+                                                 "low_spread"}
     # the accounting: every prompt seen once, kept ones out, the rest rejected with their reason
     stats = account(decided)
     assert stats.records_in == len(rows) and stats.records_out == sum(r["decision"] == "kept" for r in want)
@@ -59,7 +62,11 @@ def test_columns_agree_with_the_one_prompt_rules() -> None:
     assert [r[0] for r in stats.rejects] == [r["id"] for r in want if r["decision"] != "kept"]  # input order
     assert [r[2:4] for r in stats.rejects] == [(r["decision"], r["reason"]) for r in want if r["decision"] != "kept"]
     # the monitoring figures, overall and per source (a source without prompts too)
+    eps = [r for r in want if r["source"] == "eps" and r["decision"] == "kept"]
+    assert eps and all(min(r["reward"]) < max(r["reward"]) for r in eps)  # every kept eps prompt has a spread
     overall, per = reports(decided, ["alpha", "beta", "delta", "gamma", "zeta"])
+    assert overall["box"] is not None and overall["truncated"] == sum(sum(r["truncated"]) for r in want
+                                                                      if r["decision"] != "errored")
     assert _close(overall, source_report(want))
     for source in ("alpha", "beta", "gamma", "delta", "zeta"):
         assert _close(per[source], source_report([r for r in want if r["source"] == source])), source

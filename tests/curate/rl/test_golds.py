@@ -14,11 +14,12 @@ from curate.rl.score import ScoreTask, score
 
 
 def _read_directly(paths: list[Path]) -> tuple[dict, dict]:
-    """What each worker built by reading every record itself: the scored fields by id, bad rows' reasons."""
+    """What each worker built by reading every record itself: the scored fields by id, bad rows' reasons and
+    sources."""
     by_id, bad = {}, {}
     for rec in read_records(paths):
         if isinstance(rec, BadRecord):
-            bad[rec.id] = rec.reason
+            bad[rec.id] = (rec.reason, rec.source)
         else:
             by_id[rec["id"]] = {k: rec[k] for k in SCORED_FIELDS if k in rec}
     return by_id, bad
@@ -75,3 +76,17 @@ def test_score_with_two_workers_equals_one_and_cleans_up(sample_data, tmp_path) 
     assert one["scored"] == two["scored"] == len(rec)
     assert pq.read_table(tmp_path / "one" / "scores.parquet").equals(pq.read_table(tmp_path / "two" / "scores.parquet"))
     assert not (tmp_path / "one" / GOLDS_FILE).exists() and not (tmp_path / "two" / GOLDS_FILE).exists()
+
+
+def test_responses_to_rows_that_are_no_records_keep_their_source(tmp_path) -> None:
+    """A response to an unreadable row is errored ``bad_record`` under the row's source, not ``(unknown)``."""
+    records = tmp_path / "vqa.jsonl"
+    records.write_text(json.dumps({"id": "ok", "source": "chart", "problem": "1+1?", "answer": "2", "answer_type": "number"})
+                       + "\n" + json.dumps({"id": "bad", "source": "chart", "problem": ["not text"], "answer": "2"}) + "\n")
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps({"id": i, "response": "<answer>2</answer>"}) + "\n" for i in ("ok", "bad")))
+    stats = score([records], ScoreConfig(responses=responses, out=tmp_path / "out"))
+    assert stats["errored"] == {"bad_record": 1}
+    assert set(stats["per_source"]) == {"chart"} and stats["per_source"]["chart"]["responses"] == 2
+    rejects = pq.read_table(tmp_path / "out" / "rejects.parquet").to_pylist()
+    assert [(r["id"], r["source"]) for r in rejects] == [("bad", "chart")]
