@@ -278,6 +278,7 @@ class PackedDataset(torch.utils.data.IterableDataset):
         self._yielded = 0  # sequences yielded by this process in this pass (counted from the pass's start)
         self._builder: PackedSequenceBuilder | None = None
         self._index: PackIndex | None = None
+        self._dp: int | None = None  # data-parallel ranks of a compute-balanced pack
 
     # --- the split --------------------------------------------------------------------------------------
 
@@ -295,6 +296,7 @@ class PackedDataset(torch.utils.data.IterableDataset):
             rank, world = self.rank, self.world_size
         elif torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            self.rank, self.world_size = rank, world  # kept: DataLoader workers get a copy
         else:
             rank, world = 0, 1
         if not 0 <= rank < world:
@@ -306,16 +308,14 @@ class PackedDataset(torch.utils.data.IterableDataset):
         index = self.index
         if world == 1 or not index.balanced:
             return False
-        dp = int(index.ranks.max()) + 1 if index.ranks is not None else 1
-        dp = max(dp, self._pack_dp())
+        if self._dp is None:
+            meta = first_meta(self.shards[int(index.tar_of[0])])
+            self._dp = max(int(index.ranks.max()) + 1, int((meta or {}).get("dp") or 1))  # type: ignore[union-attr]
+        dp = self._dp
         if dp != world:
             raise ValueError(f"{self.shards[0]}: packed for --dp {dp} data-parallel ranks, read with "
                              f"world_size {world}; repack with --dp {world} (or read it with world_size {dp})")
         return True
-
-    def _pack_dp(self) -> int:
-        meta = first_meta(self.shards[int(self.index.tar_of[0])])
-        return int((meta or {}).get("dp") or 1)
 
     def _rank_list(self) -> tuple[np.ndarray, int]:
         """Pack positions of this rank's sequences in this pass, and how many of them are repeats."""
@@ -526,6 +526,44 @@ def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ids": [i for b in batch for i in b["ids"]],
         "sources": [s for b in batch for s in b["sources"]],
     }
+    with_images = [b for b in batch if "pixel_values" in b]
+    if with_images:
+        out["pixel_values"] = torch.cat([b["pixel_values"] for b in with_images])
+        if all("image_grid_thw" in b for b in with_images):
+            out["image_grid_thw"] = torch.cat([b["image_grid_thw"] for b in with_images])
+    return out
+
+
+def collate_padded(batch: Sequence[dict[str, Any]], *, pad_id: int = 0) -> dict[str, Any]:
+    """Stack packed sequences into a padded ``(B, L)`` batch, ``L`` the longest of the batch.
+
+    ``input_ids`` padded with ``pad_id``, ``labels`` with -100, ``position_ids`` with 0 (``(3, B, L)``
+    for multimodal rotary ids, else ``(B, L)``), ``attention_mask`` (B, L) 1 on real tokens,
+    ``mm_token_type_ids`` with 0; ``cu_seqlens`` stays a list of each row's own boundaries (for a block
+    mask per row: :func:`block_causal_mask`); images are concatenated in row order, as in
+    :func:`collate_packed`.
+    """
+    from packer.tokens import IGNORE_INDEX
+
+    lengths = [int(b["input_ids"].numel()) for b in batch]
+    width = max(lengths)
+
+    def pad(key: str, value: int) -> torch.Tensor:
+        rows = [torch.nn.functional.pad(b[key], (0, width - n), value=value) for b, n in zip(batch, lengths)]
+        return torch.stack(rows, dim=-2)
+
+    out: dict[str, Any] = {
+        "input_ids": pad("input_ids", pad_id),
+        "labels": pad("labels", IGNORE_INDEX),
+        "position_ids": pad("position_ids", 0),
+        "attention_mask": torch.stack([(torch.arange(width) < n).to(torch.int64) for n in lengths]),
+        "cu_seqlens": [b["cu_seqlens"] for b in batch],
+        "max_seqlen": max(b["max_seqlen"] for b in batch),
+        "ids": [b["ids"] for b in batch],
+        "sources": [b["sources"] for b in batch],
+    }
+    if all("mm_token_type_ids" in b for b in batch):
+        out["mm_token_type_ids"] = pad("mm_token_type_ids", 0)
     with_images = [b for b in batch if "pixel_values" in b]
     if with_images:
         out["pixel_values"] = torch.cat([b["pixel_values"] for b in with_images])
