@@ -47,6 +47,7 @@ from packer.rope import mrope_positions, text_positions
 from packer.sampler import (
     STATE_FORMAT,
     PackIndex,
+    StaleIndex,
     balanced_lists,
     epoch_order,
     index_path,
@@ -432,10 +433,15 @@ class PackedDataset(torch.utils.data.IterableDataset):
                     if len(opened) >= 8:
                         opened.pop(next(iter(opened))).close()
                     opened[t] = open_input(index.tars[t])
-                members = read_members(opened[t], int(index.starts[pos]), int(index.ends[pos]))
-                if "json" not in members:
-                    raise ValueError(f"{index.tars[t]}: no JSON member at byte {int(index.starts[pos])}; the index "
-                                     f"{index_path(index.tars[t])} is stale: delete it")
+                try:
+                    members = read_members(opened[t], int(index.starts[pos]), int(index.ends[pos]))
+                except StaleIndex as exc:
+                    raise StaleIndex(f"{index.tars[t]}: {exc}") from None
+                expected = index.keys[pos] if index.keys is not None else None
+                if "json" not in members or (expected is not None and members["__key__"].decode() != expected):
+                    raise StaleIndex(f"{index.tars[t]}: sequence {expected or '?'} is not at byte "
+                                     f"{int(index.starts[pos])}; the tar changed after its index was written: delete "
+                                     f"{index_path(index.tars[t])} (it is rebuilt from the tar headers)")
                 meta = json.loads(members["json"])
                 images = [members[name] for name in meta["image_members"]]
                 yield {"meta": meta, "images": images, "key": meta.get("key"), "shard": index.tars[t]}

@@ -57,6 +57,7 @@ class TarIndex:
     steps: np.ndarray | None = None
     ranks: np.ndarray | None = None
     micros: np.ndarray | None = None
+    keys: list[str] | None = None
 
     def __len__(self) -> int:
         return int(self.starts.size)
@@ -64,15 +65,17 @@ class TarIndex:
     def to_json(self, size: int) -> dict[str, Any]:
         """The index file's content for a tar of ``size`` bytes."""
         out: dict[str, Any] = {"format": INDEX_FORMAT, "tar_size": int(size), "start": self.starts.tolist(),
-                               "end": self.ends.tolist()}
+                               "end": self.ends.tolist(), "key": self.keys}
         if self.steps is not None:
             out.update(step=self.steps.tolist(), rank=self.ranks.tolist(), micro=self.micros.tolist())
         return out
 
 
-def build_index(starts: Sequence[int], ends: Sequence[int], balance: Sequence[dict[str, Any]] | None) -> TarIndex:
-    """A :class:`TarIndex` from the writer's offsets (``balance``: each sequence's step/rank/micro, or None)."""
-    idx = TarIndex(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
+def build_index(starts: Sequence[int], ends: Sequence[int], balance: Sequence[dict[str, Any]] | None,
+                keys: Sequence[str] | None = None) -> TarIndex:
+    """A :class:`TarIndex` from the writer's offsets and keys (``balance``: each sequence's step/rank/micro, or None)."""
+    idx = TarIndex(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64),
+                   keys=list(keys) if keys is not None else None)
     if balance:
         idx.steps = np.asarray([b["step"] for b in balance], dtype=np.int64)
         idx.ranks = np.asarray([b["rank"] for b in balance], dtype=np.int64)
@@ -131,7 +134,8 @@ def load_index(tar: str) -> TarIndex:
         return scan_tar(tar)
     if data.get("format") != INDEX_FORMAT or data.get("tar_size") != size:
         return scan_tar(tar)
-    idx = TarIndex(np.asarray(data["start"], dtype=np.int64), np.asarray(data["end"], dtype=np.int64))
+    idx = TarIndex(np.asarray(data["start"], dtype=np.int64), np.asarray(data["end"], dtype=np.int64),
+                   keys=data.get("key"))
     if "step" in data:
         idx.steps, idx.ranks, idx.micros = (np.asarray(data[k], dtype=np.int64) for k in ("step", "rank", "micro"))
     return idx
@@ -152,6 +156,7 @@ class PackIndex:
     steps: np.ndarray | None = None
     ranks: np.ndarray | None = None
     micros: np.ndarray | None = None
+    keys: list[str | None] | None = None
 
     def __len__(self) -> int:
         return int(self.starts.size)
@@ -162,13 +167,14 @@ class PackIndex:
         return self.steps is not None
 
 
-def pack_index(tars: Sequence[str]) -> PackIndex:
-    """The :class:`PackIndex` of the tars, in the order given (each indexed by :func:`load_index`)."""
-    parts = [load_index(t) for t in tars]
+def pack_index(tars: Sequence[str], *, scan: bool = False) -> PackIndex:
+    """The :class:`PackIndex` of the tars, in the order given (each by :func:`load_index`, or :func:`scan_tar`)."""
+    parts = [scan_tar(t) if scan else load_index(t) for t in tars]
     sizes = [len(p) for p in parts]
     tar_of = np.repeat(np.arange(len(tars), dtype=np.int32), sizes)
     cat = (lambda arrays: np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64))
-    out = PackIndex(list(tars), tar_of, cat([p.starts for p in parts]), cat([p.ends for p in parts]))
+    out = PackIndex(list(tars), tar_of, cat([p.starts for p in parts]), cat([p.ends for p in parts]),
+                    keys=[k for p in parts for k in (p.keys or [None] * len(p))])
     with_steps = [p.steps is not None for p in parts if len(p)]
     if with_steps and all(with_steps):
         out.steps = cat([p.steps for p in parts if len(p)])
@@ -182,15 +188,25 @@ def read_members(fh: Any, start: int, end: int) -> dict[str, bytes]:
     fh.seek(start)
     data = fh.read(end - start)
     out: dict[str, bytes] = {"__key__": b""}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
-        for member in tf:
-            if not member.isfile():
-                continue
-            name = member.name.split("/")[-1]
-            key, _, suffix = name.partition(".")
-            out["__key__"] = key.encode()
-            out[suffix] = tf.extractfile(member).read()  # type: ignore[union-attr]
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
+            for member in tf:
+                if not member.isfile():
+                    continue
+                name = member.name.split("/")[-1]
+                key, _, suffix = name.partition(".")
+                if out["__key__"] and key.encode() != out["__key__"]:
+                    raise tarfile.ReadError(f"two keys ({out['__key__'].decode()}, {key}) in one sequence's range")
+                out["__key__"] = key.encode()
+                out[suffix] = tf.extractfile(member).read()  # type: ignore[union-attr]
+    except tarfile.TarError as exc:
+        raise StaleIndex(f"no packed sequence at bytes {start}..{end} ({exc}); the tar changed after its index "
+                         "was written: delete its .index.json (it is rebuilt from the tar headers)") from None
     return out
+
+
+class StaleIndex(ValueError):
+    """A sequence index that no longer matches its tar."""
 
 
 # --- the epoch: order, split, position -----------------------------------------------------------------

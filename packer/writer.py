@@ -129,6 +129,7 @@ class ShardWriteTask(ShardTask):
         sequences = 0
         starts: list[int] = []
         ends: list[int] = []
+        keys: list[str] = []
         steps: list[dict[str, Any]] = []
         path = work / "shards" / f"{shard.id}.tar"  # work is private: the runner renames the file into place
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,6 +146,7 @@ class ShardWriteTask(ShardTask):
                     payload = json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8")
                     key = meta["key"]
                     starts.append(tar.offset)
+                    keys.append(key)
                     tar.addfile(_tarinfo(f"{key}.json", len(payload)), io.BytesIO(payload))
                     for name, data in blobs:
                         tar.addfile(_tarinfo(f"{key}.{name}", len(data)), io.BytesIO(data))
@@ -153,7 +155,7 @@ class ShardWriteTask(ShardTask):
                         steps.append(meta)
                     sequences += 1
                     ctx.progress(1)
-        index = build_index(starts, ends, steps or None).to_json(path.stat().st_size)
+        index = build_index(starts, ends, steps or None, keys).to_json(path.stat().st_size)
         with open(index_path(str(path)), "w", encoding="utf-8") as fh:  # the loader's random access (packer.sampler)
             json.dump(index, fh, separators=(",", ":"))
         stats.extra["sequences"] = sequences
