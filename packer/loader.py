@@ -280,6 +280,7 @@ class PackedDataset(torch.utils.data.IterableDataset):
         self._builder: PackedSequenceBuilder | None = None
         self._index: PackIndex | None = None
         self._dp: int | None = None  # data-parallel ranks of a compute-balanced pack
+        _ = self.index  # read here, once: DataLoader workers get it with their copy of the dataset
 
     # --- the split --------------------------------------------------------------------------------------
 

@@ -91,34 +91,69 @@ def scan_tar(tar: str) -> TarIndex:
     """Index a tar by reading its headers only (the JSON members too when it is compute-balanced).
 
     Member groups are consecutive members sharing the key before the first dot (the WebDataset rule).
+    Plain ustar headers are parsed directly (one seek and 512-byte read per member); a tar with
+    extended headers (pax, GNU long names) is read with ``tarfile``.
     """
     from curate.core.io import open_input
 
     starts: list[int] = []
     ends: list[int] = []
+    keys: list[str] = []
     metas: list[dict[str, Any]] = []
     balanced: bool | None = None
-    last_key = None
-    with open_input(tar) as fh, tarfile.open(fileobj=fh, mode="r:") as tf:
-        for member in tf:
-            if not member.isfile():
-                continue
-            folder, _, base = member.name.rpartition("/")
-            key = (folder, base.split(".", 1)[0])
-            end = member.offset_data + _padded(member.size)
-            if key != last_key:
-                starts.append(member.offset)
+    last: tuple[str, str] | None = None
+    with open_input(tar) as fh:
+        for name, offset, data_at, size in _headers(fh, tar):
+            folder, _, base = name.rpartition("/")
+            key = base.split(".", 1)[0]
+            end = data_at + _padded(size)
+            if (folder, key) != last:
+                starts.append(offset)
                 ends.append(end)
-                last_key = key
+                keys.append(key)
+                last = (folder, key)
             else:
                 ends[-1] = end
-            if member.name.endswith(".json") and balanced is not False:
-                data = tf.extractfile(member).read()  # type: ignore[union-attr]
-                meta = json.loads(data)
+            if name.endswith(".json") and balanced is not False:
+                fh.seek(data_at)
+                meta = json.loads(fh.read(size))
                 balanced = meta.get("step") is not None
                 if balanced:
                     metas.append(meta)
-    return build_index(starts, ends, metas if balanced else None)
+    return build_index(starts, ends, metas if balanced else None, keys)
+
+
+def _headers(fh: Any, tar: str) -> Any:
+    """``(name, header offset, data offset, size)`` of every regular file of a tar."""
+    offset = 0
+    while True:
+        fh.seek(offset)
+        block = fh.read(_BLOCK)
+        if len(block) < _BLOCK or block == bytes(_BLOCK):
+            return
+        kind = block[156:157]
+        if kind not in (b"0", b"\0", b"5", b"1", b"2"):  # pax or GNU extensions: let tarfile read them
+            yield from _tarfile_headers(fh, tar, offset)
+            return
+        try:
+            size = int(block[124:136].rstrip(b"\0 ").decode() or "0", 8)
+        except ValueError:
+            raise ValueError(f"{tar}: not a tar (bad header at byte {offset})") from None
+        name = block[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+        if block[257:262] == b"ustar" and block[345:500].strip(b"\0"):
+            name = block[345:500].split(b"\0", 1)[0].decode("utf-8", "replace") + "/" + name
+        if kind in (b"0", b"\0"):
+            yield name, offset, offset + _BLOCK, size
+        offset += _BLOCK + _padded(size)
+
+
+def _tarfile_headers(fh: Any, tar: str, offset: int) -> Any:
+    fh.seek(0)
+    with tarfile.open(fileobj=fh, mode="r:") as tf:
+        members = [m for m in tf if m.isfile()]
+    for m in members:
+        if m.offset >= offset:
+            yield m.name, m.offset, m.offset_data, m.size
 
 
 def load_index(tar: str) -> TarIndex:
