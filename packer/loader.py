@@ -15,17 +15,19 @@
 
 Token ids are rebuilt with the processor and must reproduce the stored counts:
 a disagreement raises :class:`ProcessorDrift` instead of training on shifted
-boundaries. Shards are split over distributed ranks, then over data-loader
-workers, so each packed sequence is read exactly once per epoch.
+boundaries.
+
+Work is split by sequence (:mod:`packer.sampler`: a per-tar index of byte ranges):
+every rank yields the same number of sequences per epoch (``len()``; the remainder
+repeated, or dropped with ``drop_last``), DataLoader workers take a rank's
+sequences in turns of ``batch_size``, ``shuffle``/``seed``/``set_epoch`` give a
+deterministic global permutation, and ``state_dict``/``load_state_dict`` resume
+exactly, on any number of ranks and workers (docs/loader.md).
 
 A compute-balanced pack (``curate pack --balance-compute --dp N``) assigns every
-sequence to a step and a rank, and each of its tars holds one rank's sequences.
-With ``world_size`` > 1 (it must equal the pack's ``dp``), rank ``r`` reads only its
-own tars and yields, in step order (then micro-batch), exactly the sequences
-assigned to it, so ranks are disjoint and every step's cost stays balanced.
-Data-loader workers take turns (worker ``w`` of ``W`` builds the rank's
-sequences ``w, w + W, …``), which keeps that order through a ``DataLoader``; each
-worker reads the rank's tars and skips the sequences of the others.
+sequence to a step and a rank. Read by ``world_size`` > 1 ranks (it must equal the
+pack's ``dp``), rank ``r`` yields, step by step (then micro-batch), exactly the
+sequences assigned to it; with ``shuffle`` whole steps are permuted.
 """
 
 from __future__ import annotations

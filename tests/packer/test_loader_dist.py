@@ -203,19 +203,22 @@ def train_job(path: str) -> None:
     loader state, then ``latest.json`` once every rank has saved), logs each step's sample ids. ``train`` False:
     the same loop reading only (the 4-rank restore)."""
     from torchdata.stateful_dataloader import StatefulDataLoader
-    from transformers import AutoModelForImageTextToText
 
     from packer.loader import block_causal_mask
-    from packer.tokens import TokenCounter
 
     args = json.loads(Path(path).read_text())
     rank, world = _init()
     ckpt, save = Path(args["ckpt"]), Path(args["save"])
     save.mkdir(exist_ok=True)
     torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_pretrained(args["vlm"], attn_implementation="sdpa").train() \
-        if args["train"] else None
-    processor = TokenCounter(args["vlm"], max_pixels=MAX_PIXELS) if args["train"] else None  # None: read only
+    model, processor = None, None  # read only (the 4-rank restore)
+    if args["train"]:
+        from transformers import AutoModelForImageTextToText
+
+        from packer.tokens import TokenCounter
+
+        model = AutoModelForImageTextToText.from_pretrained(args["vlm"], attn_implementation="sdpa").train()
+        processor = TokenCounter(args["vlm"], max_pixels=MAX_PIXELS)
     ds = PackedDataset(args["shards"], processor, shuffle=True, seed=5, batch_size=BATCH)
     ds.set_epoch(3)
     first = 0
