@@ -310,3 +310,80 @@ def test_training_killed_and_restored_sees_exactly_the_epoch(packs: dict[str, Pa
     sequences = [sum(json.loads(x)["sequences"] for x in Path(wide.format(rank=r)).read_text().splitlines())
                  for r in range(4)]
     assert sequences == [(20 - 2 * BATCH * KILL_AT) // 4] * 4  # the rest of the epoch, split evenly
+
+
+# --- in one process: many ranks and workers, drop_last, compute-balanced steps -----------------------------
+
+
+def test_one_tar_feeds_8_ranks_of_4_workers_and_drop_last(packs: dict[str, Path]) -> None:
+    everything = [item["key"] for item in PackedDataset(packs["1"], None)]
+    seen = []
+    for rank in range(8):
+        ds = PackedDataset(packs["1"], None, rank=rank, world_size=8)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4)
+        keys = [item["key"] for item in loader]
+        assert len(keys) == len(ds) == 3  # ceil(20 / 8), in the rank's order through 4 workers
+        assert keys == [item["key"] for item in ds]
+        seen += keys
+    assert set(seen) == set(everything) and len(seen) == 24
+    dropped = [len(PackedDataset(packs["1"], None, rank=r, world_size=8, drop_last=True)) for r in range(8)]
+    assert dropped == [2] * 8
+    with pytest.raises(ValueError, match="cannot give each of 32 ranks one with drop_last"):
+        len(PackedDataset(packs["1"], None, rank=0, world_size=32, drop_last=True))
+    assert len(PackedDataset(packs["1"], None, rank=31, world_size=32)) == 1  # 20 sequences still feed 32 ranks
+
+
+def test_resume_with_other_workers_and_a_plain_loop_state(packs: dict[str, Path]) -> None:
+    full = PackedDataset(packs["17"], None, rank=1, world_size=2, shuffle=True, seed=9, batch_size=2)
+    order = [item["key"] for item in full]
+    loader = torch.utils.data.DataLoader(full, batch_size=2, num_workers=3, collate_fn=lambda b: [i["key"] for i in b])
+    delivered = []
+    for batch in loader:
+        delivered += batch
+        if len(delivered) == 4:
+            break
+    assert delivered == order[:4]  # batches arrive in the rank's order through 3 workers
+    state = full.state_at(sequences=4)
+    for workers in (0, 2):
+        again = PackedDataset(packs["17"], None, rank=1, world_size=2, shuffle=True, seed=9, batch_size=2)
+        again.load_state_dict(state)
+        again.set_epoch(0)  # the restored epoch: the position stays
+        rest = [k for b in torch.utils.data.DataLoader(again, batch_size=2, num_workers=workers,
+                                                        collate_fn=lambda b: [i["key"] for i in b]) for k in b]
+        assert rest == order[4:] and len(again) == len(order) - 4
+        again.set_epoch(1)
+        assert len(again) == len(order)  # another epoch starts at its beginning
+    other = PackedDataset(packs["3"], None, shuffle=True, seed=8)
+    with pytest.raises(ValueError, match="seed 9 \\(here 8\\)"):
+        other.load_state_dict(state)
+
+
+def test_compute_balanced_steps_are_shuffled_whole(sample_data: Path, tiny_vlm_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "balanced"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+        pack([sample_data / "records.jsonl", sample_data / "llava.jsonl"], out=out, ctx=CTX, processor=str(tiny_vlm_dir),
+             max_pixels=MAX_PIXELS, seed=1, verify_fraction=0.0, plot=False, balance_compute=True, dp=2,
+             micro_batches=2)
+    ranks = []
+    for rank in range(2):
+        ds = PackedDataset(out / "shards", None, rank=rank, world_size=2, shuffle=True, seed=4)
+        ds.set_epoch(1)
+        ranks.append([(item["meta"]["step"], item["meta"]["micro"], item["meta"]["rank"]) for item in ds])
+        plain = [(i["meta"]["step"], i["meta"]["micro"]) for i in PackedDataset(out / "shards", None, rank=rank,
+                                                                                 world_size=2)]
+        assert plain == sorted(plain)  # unshuffled: step order, then micro-batch
+        assert sorted((s, m) for s, m, _ in ranks[-1]) == plain and {r for *_, r in ranks[-1]} == {rank}
+    steps = [[s for s, _, _ in r] for r in ranks]
+    assert steps[0] == steps[1] and steps[0] != sorted(steps[0])  # the same steps together on both ranks, permuted
+    for r in ranks:  # a step's micro-batches stay together and in order
+        for s in set(steps[0]):
+            at = [i for i, x in enumerate(r) if x[0] == s]
+            assert at == list(range(at[0], at[0] + len(at))) and [r[i][1] for i in at] == sorted(r[i][1] for i in at)
+    # resumed mid-epoch (each rank its own list, 2 workers): the rest of the rank's steps
+    ds = PackedDataset(out / "shards", None, rank=1, world_size=2, shuffle=True, seed=4)
+    ds.set_epoch(1)
+    ds.load_state_dict(ds.state_at(sequences=2))
+    rest = [(i["meta"]["step"], i["meta"]["micro"], 1) for i in torch.utils.data.DataLoader(ds, batch_size=None,
+                                                                                             num_workers=2)]
+    assert rest == ranks[1][2:]
