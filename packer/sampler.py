@@ -334,9 +334,13 @@ def restore_position(state: dict[str, Any]) -> dict[str, Any]:
     items = sum(int(s["yielded"]) for s in states)
     if len(states) != int(first["workers"]):
         raise ValueError(f"the state holds {len(states)} worker states for {first['workers']} workers")
+    # batches delivered after the workers' last snapshot (StatefulDataLoader's snapshot_every_n_steps > 1)
+    items += int(state.get("_steps_since_snapshot") or 0) * int(first["batch_size"])
     if first["balanced"]:
-        consumed = int(first["start"]) + items
+        consumed = min(int(first["start"]) + items, int(first["n"]))
     else:
+        rest = max(int(first["n"]) - int(first["start"]), 0)
+        items = min(items, per_rank(rest, int(first["world"]), bool(first["drop_last"])))
         consumed = min(int(first["start"]) + items * int(first["world"]), int(first["n"]))
     return {k: first[k] for k in ("epoch", "seed", "shuffle", "drop_last", "n", "balanced")} | {"consumed": consumed}
 

@@ -272,6 +272,10 @@ def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     return collate_packed(items) | {"sequences": len(items)}
 
 
+def _keys(items: list[dict[str, Any]]) -> list[str]:
+    return [item["key"] for item in items]
+
+
 def _logged(pattern: str, rank: int, *, upto: int | None = None) -> list[str]:
     lines = [json.loads(x) for x in Path(pattern.format(rank=rank)).read_text().splitlines()]
     return [i for x in lines if upto is None or x["step"] <= upto for i in x["ids"]]
@@ -353,6 +357,15 @@ def test_resume_with_other_workers_and_a_plain_loop_state(packs: dict[str, Path]
         assert rest == order[4:] and len(again) == len(order) - 4
         again.set_epoch(1)
         assert len(again) == len(order)  # another epoch starts at its beginning
+    # a StatefulDataLoader snapshotting every 3 batches: its state still gives the exact position
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    sparse = StatefulDataLoader(full, batch_size=2, num_workers=2, collate_fn=_keys, snapshot_every_n_steps=3)
+    batches = iter(sparse)
+    delivered = [k for _ in range(4) for k in next(batches)]
+    again = PackedDataset(packs["17"], None, rank=1, world_size=2, shuffle=True, seed=9, batch_size=2)
+    again.load_state_dict(sparse.state_dict())
+    assert delivered + [item["key"] for item in again] == order
     other = PackedDataset(packs["3"], None, shuffle=True, seed=8)
     with pytest.raises(ValueError, match="seed 9 \\(here 8\\)"):
         other.load_state_dict(state)
