@@ -84,6 +84,11 @@ class PackConfig(ImageReading):
     energon: str | None = setting(None, metavar="TRAIN,VAL,TEST",
                                   help="Also make OUT a Megatron-Energon dataset with this split of the shards, e.g. "
                                        "1,0,0 (see curate energon-prepare).")
+    energon_layout: str = setting(
+        "curate", choices=("curate", "llava-ov-1.5"),
+        help="What --energon writes: curate (OUT itself, sample type packer.energon.PackedSequenceSample) or "
+             "llava-ov-1.5 (also OUT/llava-ov/: LLaVA-OneVision-1.5's offline-packing layout, PackedCaptioningSample; "
+             "docs/energon.md).")
     balance_compute: bool = setting(
         False, help="Lay the bins out in training steps of equal compute per data-parallel rank (needs --dp).")
     dp: int | None = setting(None, metavar="N", help="Data-parallel ranks that train on the pack.")
@@ -127,6 +132,8 @@ class PackConfig(ImageReading):
         if self.energon is not None:
             parse_split_ratio(self.energon)
             energon_here("--energon", self.out)
+        if self.energon_layout != "curate" and self.energon is None:
+            raise UserError(f"--energon-layout {self.energon_layout} needs --energon TRAIN,VAL,TEST (e.g. 1,0,0)")
         v.at_most("--dp", self.dp, MAX_DP, "ranks laid out per training step")  # bounded before the compute
         v.at_most("--micro-batches", self.micro_batches, MAX_MICRO_BATCHES)  # balance sizes its arrays by them
         _ = self.balance  # the --balance-compute flags checked (and the cost model read) once, here

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from megatron.energon import Sample, TaskEncoder, stateless
 from megatron.energon.edataclass import edataclass
@@ -47,6 +48,7 @@ from curate.core.io import atomic_open, read_json
 from packer.config import SPLITS, energon_here, parse_split_ratio  # noqa: F401 (parse_split_ratio re-exported)
 from packer.loader import PackedSequenceBuilder, ProcessorDrift, SampleError, collate_packed
 from packer.tokens import TokenCounter
+from packer.verify_seed import SEED_DIR, seed_dataset_definition, seed_fields, seed_sample_loader_source
 
 DATASET_YAML = "dataset.yaml"
 SAMPLE_LOADER_FILE = "sample_loader.py"
@@ -338,3 +340,70 @@ class PackedTaskEncoder(TaskEncoder[PackedSequenceSample, dict, dict, dict]):
 
 __all__ = ["PackedSequenceSample", "PackedTaskEncoder", "prepare_energon", "parse_split_ratio", "split_counts",
            "sample_loader", "part_filter", "sample_loader_source", "dataset_definition"]
+
+
+# --- LLaVA-OneVision-1.5's own offline-packing layout (`curate pack --energon ... --energon-layout llava-ov-1.5`) ---
+
+def write_seed_layout(out: str | os.PathLike[str], *, split_ratio: str | Sequence[float] = "1,0,0",
+                      workers: int = 1) -> dict[str, Any]:
+    """Write ``OUT/llava-ov/``: the packed sequences of ``OUT/shards`` in LLaVA-OneVision-1.5's offline-packing layout.
+
+    One tar ``pretrain-NNNNNN.tar`` per pack shard, one member group per packed sequence (same key and
+    order): ``KEY.json`` ``{"images", "prompts", "captions"}`` (one entry per packed sample; ``images``
+    names the members) and ``KEY.img<i>.jpg`` (the original bytes of sample i's image, named ``.jpg``
+    whatever their format, as the seed's conversion does). ``.nv-meta/dataset.yaml`` names the sample type
+    ``aiak_training_llm.data.multimodal.PackedCaptioningSample`` and ``sample_loader.py``; Energon's
+    preparation indexes the tars (train/val/test whole shards, ``split_ratio``).
+
+    Raises:
+        UserError: a sample that is not one image, one prompt and one answer (named), or no shards.
+    """
+    from packer.sampler import pack_index, read_members
+
+    root = Path(out)
+    tars = sorted((root / "shards").glob("*.tar"))
+    if not tars:
+        raise UserError(f"{root}/shards holds no tars; run curate pack --out {root} first")
+    dest = root / SEED_DIR
+    if dest.exists():
+        import shutil
+        shutil.rmtree(dest)
+    (dest / MAIN_FOLDER_NAME).mkdir(parents=True)
+    index = pack_index([str(t) for t in tars], scan=True)  # every member is read anyway: trust no index file
+    names = []
+    for t, tar in enumerate(tars):
+        name = f"pretrain-{tar.stem}.tar"
+        names.append(name)
+        with open(tar, "rb") as fh, open(dest / name, "wb") as raw, \
+                tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as sink:
+            for pos in np.flatnonzero(index.tar_of == t).tolist():
+                members = read_members(fh, int(index.starts[pos]), int(index.ends[pos]))
+                meta = json.loads(members["json"])
+                fields = seed_fields(meta)
+                if isinstance(fields, str):
+                    raise UserError(f"{tar}: sequence {meta['key']}: {fields}; pack only such records for this "
+                                    "layout, or use --energon-layout curate")
+                prompts, captions = fields
+                images = [f"img{i}.jpg" for i in range(len(meta["image_members"]))]
+                payload = json.dumps({"images": images, "prompts": prompts, "captions": captions},
+                                     ensure_ascii=False).encode("utf-8")
+                _add(sink, f"{meta['key']}.json", payload)
+                for i, member in enumerate(meta["image_members"]):
+                    _add(sink, f"{meta['key']}.img{i}.jpg", members[member])
+    counts = split_counts(len(names), parse_split_ratio(split_ratio))
+    bounds = [0, counts[0], counts[0] + counts[1], len(names)]
+    patterns = [(split, _exact_pattern(names[bounds[i]:bounds[i + 1]])) for i, split in enumerate(SPLITS)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        BaseWebdatasetFactory.prepare_dataset(EPath(dest), names, split_parts_patterns=patterns, shuffle_seed=None,
+                                              workers=max(1, min(workers, len(names))))
+    with atomic_open(dest / MAIN_FOLDER_NAME / SAMPLE_LOADER_FILE, "w") as fh:
+        fh.write(seed_sample_loader_source())
+    with atomic_open(dest / MAIN_FOLDER_NAME / DATASET_YAML, "w") as fh:
+        yaml.safe_dump(seed_dataset_definition(), fh, sort_keys=False)
+    return {"path": str(dest), "shards": len(names), "sequences": len(index)}
+
+
+def _add(sink: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = len(data), 0, 0o644, 0, 0, "", ""
+    sink.addfile(info, io.BytesIO(data))

@@ -15,17 +15,19 @@
 
 Token ids are rebuilt with the processor and must reproduce the stored counts:
 a disagreement raises :class:`ProcessorDrift` instead of training on shifted
-boundaries. Shards are split over distributed ranks, then over data-loader
-workers, so each packed sequence is read exactly once per epoch.
+boundaries.
+
+Work is split by sequence (:mod:`packer.sampler`: a per-tar index of byte ranges):
+every rank yields the same number of sequences per epoch (``len()``; the remainder
+repeated, or dropped with ``drop_last``), DataLoader workers take a rank's
+sequences in turns of ``batch_size``, ``shuffle``/``seed``/``set_epoch`` give a
+deterministic global permutation, and ``state_dict``/``load_state_dict`` resume
+exactly, on any number of ranks and workers (docs/loader.md).
 
 A compute-balanced pack (``curate pack --balance-compute --dp N``) assigns every
-sequence to a step and a rank, and each of its tars holds one rank's sequences.
-With ``world_size`` > 1 (it must equal the pack's ``dp``), rank ``r`` reads only its
-own tars and yields, in step order (then micro-batch), exactly the sequences
-assigned to it, so ranks are disjoint and every step's cost stays balanced.
-Data-loader workers take turns (worker ``w`` of ``W`` builds the rank's
-sequences ``w, w + W, …``), which keeps that order through a ``DataLoader``; each
-worker reads the rank's tars and skips the sequences of the others.
+sequence to a step and a rank. Read by ``world_size`` > 1 ranks (it must equal the
+pack's ``dp``), rank ``r`` yields, step by step (then micro-batch), exactly the
+sequences assigned to it; with ``shuffle`` whole steps are permuted.
 """
 
 from __future__ import annotations
@@ -44,6 +46,19 @@ from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.threads import cap_threads
 from curate.core.io import is_url
 from packer.rope import mrope_positions, text_positions
+from packer.sampler import (
+    STATE_FORMAT,
+    PackIndex,
+    StaleIndex,
+    balanced_lists,
+    epoch_order,
+    index_path,
+    pack_index,
+    rank_positions,
+    read_members,
+    restore_position,
+    worker_slots,
+)
 from packer.tokens import TokenCounter
 
 
@@ -102,12 +117,6 @@ def _remote_shards(item: str) -> list[str]:
         if stem in by_folder[root]:
             kept.append(f"{scheme}://{tar}")
     return kept
-
-
-def _gopen_fsspec(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> Any:
-    from curate.core.io import open_input
-
-    return open_input(url, mode)
 
 
 class SampleError(RuntimeError):
@@ -220,11 +229,23 @@ class PackedSequenceBuilder:
 class PackedDataset(torch.utils.data.IterableDataset):
     """Packed sequences from ``curate pack`` shards, one dict per sequence (see module docstring).
 
+    Work is split at sequence granularity (:mod:`packer.sampler`): every rank yields the same number of
+    sequences per epoch (:meth:`__len__`), whatever the number of tars, and a rank's DataLoader workers
+    take its sequences in turns of ``batch_size``. Docs: docs/loader.md.
+
     Args:
         shards: a shard folder, glob, brace pattern (``shards/{000000..000009}.tar``) or list of paths.
-        processor: the processor folder or hub id the shards were packed with (or a TokenCounter).
+        processor: the processor folder or hub id the shards were packed with (or a TokenCounter); ``None``
+            yields the raw sequence (``meta``: its JSON, ``images``: the image bytes, ``key``, ``shard``).
         rank, world_size: distributed position; by default read from ``torch.distributed`` when
             initialised, else 0 and 1.
+        shuffle, seed: a permutation of the epoch's sequences seeded by ``(seed, epoch)``
+            (:meth:`set_epoch`); a compute-balanced pack permutes whole steps.
+        drop_last: each rank yields ``rest // world_size`` sequences (the last few of the epoch order are
+            dropped); by default ``ceil(rest / world_size)``, the remainder filled by repeating the first
+            sequences of the epoch order (how many: :attr:`repeated`).
+        batch_size: the ``DataLoader``'s batch size (workers take turns by whole batches, which keeps
+            what a loader has delivered a prefix of the rank's sequences: needed for an exact resume).
         check: verify processor fingerprint, token counts and image grids (recommended).
         on_error: a sample whose image does not decode (a pack ``curate verify`` fails): ``"raise"`` (the
             default: :class:`SampleError` naming the shard, sequence and sample) or ``"skip"`` (the sequence is
@@ -237,92 +258,219 @@ class PackedDataset(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-                 processor: str | os.PathLike[str] | TokenCounter, *, rank: int | None = None,
-                 world_size: int | None = None, check: bool = True, threads: int = 1, on_error: str = "raise",
+                 processor: str | os.PathLike[str] | TokenCounter | None, *, rank: int | None = None,
+                 world_size: int | None = None, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+                 batch_size: int = 1, check: bool = True, threads: int = 1, on_error: str = "raise",
                  limits: ImageLimits = DEFAULT_LIMITS) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         super().__init__()
         self.threads = threads
         self.shards = expand_shards(shards)
         self.processor = processor
         self.rank, self.world_size = rank, world_size
+        self.shuffle, self.seed, self.drop_last, self.batch_size = shuffle, int(seed), drop_last, batch_size
         self.check = check
         self.on_error, self.limits = on_error, limits
+        self.epoch = 0
+        self._start = 0  # position of the epoch where this pass begins (restored by load_state_dict)
+        self._skip: int | None = None  # a worker's own resume: slots already yielded (same config only)
+        self._saved: dict[str, Any] | None = None  # that worker state, to check the config it came from
+        self._yielded = 0  # sequences yielded by this process in this pass (counted from the pass's start)
         self._builder: PackedSequenceBuilder | None = None
-        self._firsts: dict[str, dict[str, Any] | None] = {}  # first sequence's step/rank/dp per tar
+        self._index: PackIndex | None = None
+        self._dp: int | None = None  # data-parallel ranks of a compute-balanced pack
+        _ = self.index  # read here, once: DataLoader workers get it with their copy of the dataset
+
+    # --- the split --------------------------------------------------------------------------------------
+
+    @property
+    def index(self) -> PackIndex:
+        """The sequence index of the shards (index files, or tar headers scanned), loaded once."""
+        if self._index is None:
+            self._index = pack_index(self.shards)
+            if len(self._index) == 0:
+                raise ValueError(f"{self.shards[0]}: the shards hold no packed sequence")
+        return self._index
 
     def _dist(self) -> tuple[int, int]:
         if self.rank is not None and self.world_size is not None:
-            return self.rank, self.world_size
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size()
-        return 0, 1
-
-    def _balanced(self, rank: int, world: int) -> list[str] | None:
-        """This rank's tars of a compute-balanced pack read by ``world`` > 1 ranks, else ``None``."""
-        if world == 1:
-            return None
-        first = self._first_meta(self.shards[0])
-        if first is None or first.get("step") is None:
-            return None
-        if int(first["dp"]) != world:
-            raise ValueError(f"{self.shards[0]}: packed for --dp {first['dp']} data-parallel ranks, read with "
-                             f"world_size {world}; repack with --dp {world} (or read it with world_size {first['dp']})")
+            rank, world = self.rank, self.world_size
+        elif torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            self.rank, self.world_size = rank, world  # kept: DataLoader workers get a copy
+        else:
+            rank, world = 0, 1
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is outside 0..{world - 1}")
-        return [path for path in self.shards if (self._first_meta(path) or {}).get("rank") == rank]
+        return rank, world
 
-    def _first_meta(self, path: str) -> dict[str, Any] | None:
-        if path not in self._firsts:
-            meta = first_meta(path)
-            self._firsts[path] = None if meta is None else {k: meta.get(k) for k in ("step", "rank", "dp")}
-        return self._firsts[path]
+    def _balanced(self, world: int) -> bool:
+        """Whether the pack is compute-balanced and read by ``world`` > 1 ranks (which must equal its dp)."""
+        index = self.index
+        if world == 1 or not index.balanced:
+            return False
+        if self._dp is None:
+            meta = first_meta(self.shards[int(index.tar_of[0])])
+            self._dp = max(int(index.ranks.max()) + 1, int((meta or {}).get("dp") or 1))  # type: ignore[union-attr]
+        dp = self._dp
+        if dp != world:
+            raise ValueError(f"{self.shards[0]}: packed for --dp {dp} data-parallel ranks, read with "
+                             f"world_size {world}; repack with --dp {world} (or read it with world_size {dp})")
+        return True
 
-    def my_shards(self) -> list[str]:
-        """The shards this rank and data-loader worker reads (rank-major, then worker).
-
-        For a compute-balanced pack read by several ranks: all of this rank's tars
-        (every worker reads them and keeps its turn of the sequences).
-        """
+    def _rank_list(self) -> tuple[np.ndarray, int]:
+        """Pack positions of this rank's sequences in this pass, and how many of them are repeats."""
         rank, world = self._dist()
-        balanced = self._balanced(rank, world)
-        if balanced is not None:
-            return balanced
+        n = len(self.index)
+        if self._balanced(world):
+            lists = balanced_lists(self.index, world=world, shuffle=self.shuffle, seed=self.seed,
+                                   epoch=self.epoch, drop_last=self.drop_last)
+            own = int((self.index.ranks == rank).sum())
+            return lists[rank][self._start:], max(0, lists[rank].size - max(own, self._start))
+        if self.drop_last and self._start == 0 and n < world:
+            raise ValueError(f"{self.shards[0]}: {n} packed sequences cannot give each of {world} ranks one with "
+                             "drop_last; load with drop_last=False (sequences repeated to fill) or pack smaller")
+        positions = rank_positions(n, self._start, rank, world, self.drop_last)
+        order = epoch_order(n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        return order[positions % n], int((positions >= n).sum())
+
+    def __len__(self) -> int:
+        """Sequences this rank yields in this pass: the epoch's share, or its rest after a mid-epoch restore."""
+        return int(self._rank_list()[0].size)
+
+    @property
+    def repeated(self) -> int:
+        """Sequences of this rank's pass that repeat an earlier one of the epoch (filling, without drop_last)."""
+        return self._rank_list()[1]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (its permutation with ``shuffle``); another epoch than the current starts at its beginning.
+
+        Call it on the dataset before iterating the DataLoader (not with ``persistent_workers``).
+        Setting the epoch a restored state is in keeps its position.
+        """
+        if int(epoch) != self.epoch:
+            self.epoch, self._start, self._skip, self._saved = int(epoch), 0, None, None
+            self._yielded = 0
+
+    # --- state --------------------------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        rank, world = self._dist()
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        mine = self.shards[rank::world]
-        return mine[worker::workers]
+        return {"format": STATE_FORMAT, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
+                "drop_last": self.drop_last, "n": len(self.index), "balanced": self._balanced(world),
+                "start": self._start, "world": world, "rank": rank, "workers": workers, "worker": worker,
+                "batch_size": self.batch_size}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's position in the epoch (called by torchdata's ``StatefulDataLoader`` in each worker).
+
+        Save the loader's ``state_dict()`` (or, with a plain loop, :meth:`state_at`); restore with
+        :meth:`load_state_dict`.
+        """
+        return self._config() | {"yielded": self._yielded}
+
+    def state_at(self, sequences: int) -> dict[str, Any]:
+        """The state after this rank has consumed ``sequences`` sequences of this pass (for a plain training loop)."""
+        return self._config() | {"workers": 1, "worker": 0, "yielded": int(sequences)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the epoch of ``state`` with exactly the sequences not yet yielded.
+
+        ``state`` is one of ours (:meth:`state_dict`, :meth:`state_at`) or the ``state_dict()`` of the
+        ``StatefulDataLoader`` that read this dataset, saved by any rank (all ranks agree on the position).
+        Called on the dataset before building the loader, it works for any world size and number of
+        workers (the rest of the epoch is split again); ``StatefulDataLoader.load_state_dict`` (same
+        world size and workers) also works.
+        """
+        info = torch.utils.data.get_worker_info()
+        own = state.get("format") == STATE_FORMAT and info is not None and int(state["workers"]) > 1
+        if own:  # torchdata hands each worker its own state: same workers, so continue its own slots
+            self._check_same(state, {"epoch", "seed", "shuffle", "drop_last", "n"})
+            mine = self._config()
+            if any(mine[k] != state[k] for k in ("world", "rank", "workers", "worker", "batch_size")):
+                raise ValueError("this worker state was saved with another world size, rank, workers or batch size; "
+                                 "load the whole loader state on the dataset (dataset.load_state_dict(state)) "
+                                 "before building the loader")
+            self.epoch, self._start = int(state["epoch"]), int(state["start"])
+            self._skip, self._yielded = int(state["yielded"]), int(state["yielded"])
+            return
+        position = restore_position(state)
+        self._check_same(position, {"seed", "shuffle", "drop_last", "n"})
+        self.epoch, self._start, self._skip, self._yielded = int(position["epoch"]), int(position["consumed"]), None, 0
+
+    def _check_same(self, state: dict[str, Any], keys: set[str]) -> None:
+        mine = {"seed": self.seed, "shuffle": self.shuffle, "drop_last": self.drop_last, "n": len(self.index),
+                "epoch": self.epoch}
+        bad = sorted(k for k in keys if k != "epoch" and state[k] != mine[k])
+        if bad:
+            raise ValueError("the state was saved by another loader: " + ", ".join(
+                f"{k} {state[k]!r} (here {mine[k]!r})" for k in bad) + "; load it with the same shards and settings")
+
+    # --- reading ------------------------------------------------------------------------------------------
+
+    def _my_slots(self) -> np.ndarray:
+        """Pack positions this process yields in this pass (after a worker's own resume)."""
+        mine, _ = self._rank_list()
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        slots = mine[worker_slots(mine.size, worker, workers, self.batch_size)]
+        return slots[self._skip or 0:]
+
+    def raw(self) -> Iterator[dict[str, Any]]:
+        """This process's sequences as stored: ``meta`` (the JSON), ``images`` (bytes), ``key``, ``shard``."""
+        index = self.index
+        slots = self._my_slots()
+        opened: dict[int, Any] = {}
+        from curate.core.io import open_input
+
+        try:
+            for pos in slots.tolist():
+                t = int(index.tar_of[pos])
+                if t not in opened:
+                    if len(opened) >= 8:
+                        opened.pop(next(iter(opened))).close()
+                    opened[t] = open_input(index.tars[t])
+                try:
+                    members = read_members(opened[t], int(index.starts[pos]), int(index.ends[pos]))
+                except StaleIndex as exc:
+                    raise StaleIndex(f"{index.tars[t]}: {exc}") from None
+                expected = index.keys[pos] if index.keys is not None else None
+                if "json" not in members or (expected is not None and members["__key__"].decode() != expected):
+                    raise StaleIndex(f"{index.tars[t]}: sequence {expected or '?'} is not at byte "
+                                     f"{int(index.starts[pos])}; the tar changed after its index was written: delete "
+                                     f"{index_path(index.tars[t])} (it is rebuilt from the tar headers)")
+                meta = json.loads(members["json"])
+                images = [members[name] for name in meta["image_members"]]
+                yield {"meta": meta, "images": images, "key": meta.get("key"), "shard": index.tars[t]}
+        finally:
+            for fh in opened.values():
+                fh.close()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        import webdataset as wds
-
         if torch.utils.data.get_worker_info() is not None:
             cap_threads(self.threads)  # a DataLoader worker: before the processor loads
-        if self._builder is None:
+        if self._builder is None and self.processor is not None:
             self._builder = PackedSequenceBuilder(self.processor, check=self.check, limits=self.limits,
                                                   on_error=self.on_error)
         rank, world = self._dist()
-        balanced = self._balanced(rank, world) is not None
-        mine = self.my_shards()
-        if not mine:
-            return
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None and balanced else (0, 1)
-        from webdataset.gopen import gopen_schemes
-
-        for url in mine:  # shards in object storage are read through fsspec
-            if is_url(url):
-                gopen_schemes[url.split("://", 1)[0]] = _gopen_fsspec
-        dataset = wds.WebDataset(mine, shardshuffle=False, nodesplitter=None, workersplitter=None, empty_check=False)
-        for i, sample in enumerate(dataset):
-            if i % workers != worker:
-                continue
-            meta = json.loads(sample["json"])
+        balanced = self._balanced(world)
+        self._yielded = self._skip or 0
+        for item in self.raw():
+            meta = item["meta"]
             if balanced and meta.get("rank") != rank:
                 raise ValueError(f"sequence {meta.get('key')} is assigned to rank {meta.get('rank')}, read by rank {rank}")
-            images = [sample[name] for name in meta["image_members"]]
-            built = self._builder.build(meta, images, shard=str(sample.get("__url__", "")))
+            if self._builder is None:
+                self._yielded += 1
+                yield item
+                continue
+            built = self._builder.build(meta, item["images"], shard=item["shard"])
+            self._yielded += 1  # counted even when every sample was skipped: positions, not items
             if built is not None:
                 yield built
 
@@ -387,6 +535,44 @@ def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ids": [i for b in batch for i in b["ids"]],
         "sources": [s for b in batch for s in b["sources"]],
     }
+    with_images = [b for b in batch if "pixel_values" in b]
+    if with_images:
+        out["pixel_values"] = torch.cat([b["pixel_values"] for b in with_images])
+        if all("image_grid_thw" in b for b in with_images):
+            out["image_grid_thw"] = torch.cat([b["image_grid_thw"] for b in with_images])
+    return out
+
+
+def collate_padded(batch: Sequence[dict[str, Any]], *, pad_id: int = 0) -> dict[str, Any]:
+    """Stack packed sequences into a padded ``(B, L)`` batch, ``L`` the longest of the batch.
+
+    ``input_ids`` padded with ``pad_id``, ``labels`` with -100, ``position_ids`` with 0 (``(3, B, L)``
+    for multimodal rotary ids, else ``(B, L)``), ``attention_mask`` (B, L) 1 on real tokens,
+    ``mm_token_type_ids`` with 0; ``cu_seqlens`` stays a list of each row's own boundaries (for a block
+    mask per row: :func:`block_causal_mask`); images are concatenated in row order, as in
+    :func:`collate_packed`.
+    """
+    from packer.tokens import IGNORE_INDEX
+
+    lengths = [int(b["input_ids"].numel()) for b in batch]
+    width = max(lengths)
+
+    def pad(key: str, value: int) -> torch.Tensor:
+        rows = [torch.nn.functional.pad(b[key], (0, width - n), value=value) for b, n in zip(batch, lengths)]
+        return torch.stack(rows, dim=-2)
+
+    out: dict[str, Any] = {
+        "input_ids": pad("input_ids", pad_id),
+        "labels": pad("labels", IGNORE_INDEX),
+        "position_ids": pad("position_ids", 0),
+        "attention_mask": torch.stack([(torch.arange(width) < n).to(torch.int64) for n in lengths]),
+        "cu_seqlens": [b["cu_seqlens"] for b in batch],
+        "max_seqlen": max(b["max_seqlen"] for b in batch),
+        "ids": [b["ids"] for b in batch],
+        "sources": [b["sources"] for b in batch],
+    }
+    if all("mm_token_type_ids" in b for b in batch):
+        out["mm_token_type_ids"] = pad("mm_token_type_ids", 0)
     with_images = [b for b in batch if "pixel_values" in b]
     if with_images:
         out["pixel_values"] = torch.cat([b["pixel_values"] for b in with_images])

@@ -137,6 +137,11 @@ def _verify(config: VerifyConfig, out: Path, executor: Any, workers: int) -> Ver
     keys = columns.filter(pc.equal(kind, "key")).column("value").combine_chunks()
     ids = columns.filter(pc.equal(kind, "id")).column("value").combine_chunks()
     _whole_pack(out, stats, keys, ids, report)
+    if (out / "llava-ov").is_dir():  # --energon-layout llava-ov-1.5: the seed's layout holds exactly the pack
+        from packer.verify_seed import check_seed_layout
+
+        for problem in check_seed_layout(out):
+            report.add(problem)
     if balance:
         steps = StepRecorder(balance)
         steps.rows = [tuple(r) for summary in summaries for r in (summary["steps"] or [])]

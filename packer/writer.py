@@ -13,6 +13,10 @@ One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
   its file or its tar member (seek + read), or taken from the store for other bytes (Parquet cells
   among them: see :mod:`packer.lengths`).
 
+Beside each tar, ``shards/NNNNNN.index.json`` records the byte range of every sequence's member group
+(and its step, rank and micro-batch when compute-balanced): the training loader reads one sequence with
+one seek (:mod:`packer.sampler`).
+
 Keys are the bin's position in the plan (``%010d``), so sample ids with dots,
 slashes, spaces or any Unicode live only inside the JSON and round-trip. Tar
 headers are fixed (mtime 0, uid/gid 0, mode 0644) so a rerun gives the same bytes.
@@ -35,6 +39,7 @@ from curate.core.images import ImageError, read_bytes
 from curate.core.io import open_input
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from packer.sampler import build_index, index_path
 
 PLAN_ARRAYS = "_plan/plan.npz"
 
@@ -122,6 +127,10 @@ class ShardWriteTask(ShardTask):
         base = int(offsets[first])
         records = self._store.take(pa.array(members[base:offsets[stop]])).to_pylist()
         sequences = 0
+        starts: list[int] = []
+        ends: list[int] = []
+        keys: list[str] = []
+        steps: list[dict[str, Any]] = []
         path = work / "shards" / f"{shard.id}.tar"  # work is private: the runner renames the file into place
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as fh, contextlib.ExitStack() as opened:
@@ -136,11 +145,19 @@ class ShardWriteTask(ShardTask):
                     meta.update(self._step_of(b))
                     payload = json.dumps(meta, ensure_ascii=False, sort_keys=True).encode("utf-8")
                     key = meta["key"]
+                    starts.append(tar.offset)
+                    keys.append(key)
                     tar.addfile(_tarinfo(f"{key}.json", len(payload)), io.BytesIO(payload))
                     for name, data in blobs:
                         tar.addfile(_tarinfo(f"{key}.{name}", len(data)), io.BytesIO(data))
+                    ends.append(tar.offset)
+                    if "step" in meta:
+                        steps.append(meta)
                     sequences += 1
                     ctx.progress(1)
+        index = build_index(starts, ends, steps or None, keys).to_json(path.stat().st_size)
+        with open(index_path(str(path)), "w", encoding="utf-8") as fh:  # the loader's random access (packer.sampler)
+            json.dump(index, fh, separators=(",", ":"))
         stats.extra["sequences"] = sequences
         return stats
 

@@ -54,6 +54,12 @@ def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **
 
         prepare_energon(out, split_ratio=energon, workers=config.workers)
         click.echo(f"energon dataset: {out} (.nv-meta/, split {energon}); check with: energon lint {out}", err=True)
+        if config.energon_layout == "llava-ov-1.5":
+            from packer.energon import write_seed_layout
+
+            seed = write_seed_layout(out, split_ratio=energon, workers=config.workers)
+            click.echo(f"LLaVA-OneVision-1.5 layout: {seed['path']} ({seed['sequences']:,} packed samples); train "
+                       "with OFFLINE_PACKED_DATA=1 (docs/energon.md)", err=True)
 
 
 def _summary_pack(stats: dict, out: str) -> None:
