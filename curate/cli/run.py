@@ -11,7 +11,7 @@ import click
 
 from curate.cli.group import cli, command
 from curate.core.environ import environ
-from curate.core.errors import UserError
+from curate.core.errors import UserError, command_line
 from curate.run.plan import OptionInfo, VerbInfo
 
 
@@ -60,10 +60,11 @@ class ClickVerbs:
         """Parse argv with the verb's parser: every parameter's value, defaults included."""
         cmd = self._command(verb)
         try:
-            ctx = cmd.make_context(verb, list(argv), resilient_parsing=False)
+            with command_line():
+                ctx = cmd.make_context(verb, list(argv), resilient_parsing=False)
         except click.ClickException as exc:
             raise UserError(exc.format_message()) from None
-        with ctx:
+        with ctx, command_line():
             params = dict(ctx.params)
             params.update({k.split(".", 1)[1]: v for k, v in ctx.meta.items() if k.startswith("curate.")})
         return params
@@ -75,7 +76,7 @@ class ClickVerbs:
         from curate.core import validate
 
         cmd = self._command(verb)
-        with _as_command(verb, argv), validate.made_later(later):
+        with _as_command(verb, argv), validate.made_later(later), command_line():
             try:
                 ctx = cmd.make_context(verb, list(argv))
                 ctx.meta["curate.check_only"] = True

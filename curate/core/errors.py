@@ -1,16 +1,51 @@
-"""User-facing errors: one line, no traceback, non-zero exit."""
+"""User-facing errors: one line, no traceback, non-zero exit.
+
+A message names a setting as the user gave it: by its flag (``--near-threshold``) on the command
+line, by its config field (``near_threshold``) when called from Python. Messages are written with
+flags; raised outside a command (:func:`command_line` not active), the flags of config settings become
+their field names, from the one table :func:`curate.core.settings.flag_fields`.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+_COMMANDS = [0]  # command-line invocations running in this process (a process-wide count: worker threads too)
+_FLAG = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*")
+
+
+@contextlib.contextmanager
+def command_line() -> Iterator[None]:
+    """While active (the CLI runs a verb), errors name settings by their flags."""
+    _COMMANDS[0] += 1
+    try:
+        yield
+    finally:
+        _COMMANDS[0] -= 1
+
+
+def python_names(message: str) -> str:
+    """``message`` with every flag of a config setting replaced by the field's name (``--top-k`` → ``top_k``)."""
+    from curate.core.settings import flag_fields
+
+    table = flag_fields()
+    return _FLAG.sub(lambda m: table.get(m.group(0), m.group(0)), message)
 
 
 class UserError(Exception):
     """A mistake the user can fix (bad flag, missing file, malformed input).
 
     The CLI prints ``error: <message>`` on one line and exits with code 2.
-    The message should name the file, the line or record id, and what to do.
+    The message should name the file, the line or record id, and what to do; it names settings by their
+    flags, which Python callers read as the config's field names.
     """
 
     exit_code = 2
 
     def __init__(self, message: str) -> None:
-        super().__init__(message.replace("\n", " ").strip())
+        text = message.replace("\n", " ").strip()
+        if not _COMMANDS[0] and "--" in text:
+            text = python_names(text)
+        super().__init__(text)

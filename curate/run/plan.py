@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from curate.core.errors import UserError
+from curate.core.errors import UserError, command_line
 from curate.stages import STAGES
 from curate.core.io import RemotePath, dumps_json, is_url, path_exists, read_text_at, write_text_at
 from curate.run.recipe import Recipe, Step, from_folder
@@ -327,6 +327,12 @@ def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None
     Raises:
         UserError: a bad step, an unknown --from/--until/--force step, a missing recipe input.
     """
+    with command_line():  # a recipe spells options as the command line does: its messages name flags
+        return _plan_run(recipe, out, verbs, start=start, until=until, force=force)
+
+
+def _plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None, until: str | None,
+              force: str | None) -> list[PlannedStep]:
     names = [s.name for s in recipe.steps]
     for flag, name in (("--from", start), ("--until", until), ("--force", force)):
         if name is not None and name not in names:

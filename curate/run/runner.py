@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from curate import __version__
-from curate.core.errors import UserError
+from curate.core.errors import UserError, command_line
 from curate.core.io import RemotePath, as_path, dumps_json, is_url, path_exists, url_fs, write_text_at
 from curate.core.lock import let_go, out_lock
 from curate.core.stats import versions
@@ -154,6 +154,12 @@ def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | No
     Raises:
         UserError: a bad recipe, a refused step, a step whose input does not exist.
     """
+    with command_line():  # a recipe spells options as the command line does: its messages name flags
+        return _run_recipe(recipe, out, verbs, start=start, until=until, force=force, dry_run=dry_run, echo=echo)
+
+
+def _run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None, until: str | None,
+                force: str | None, dry_run: bool, echo: Callable[[str], None]) -> list[PlannedStep]:
     planned = plan_run(recipe, out, verbs, start=start, until=until, force=force)
     if dry_run:
         for line in plan_lines(recipe, planned, out):
