@@ -52,6 +52,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from curate.core.validate import configure
 from curate.core.formats.writeback import merge_record_lines
 from curate.core.remote import writing
 from curate.core.io import write_parquet
@@ -62,7 +63,8 @@ from curate.recaption.report import caption_report
 from curate.recaption.task import CAPTION_SCHEMA, RecaptionTask
 
 
-def recaption(inputs: list[str], config: RecaptionConfig, *, executor: Any = None) -> dict[str, Any]:
+def recaption(inputs: list[str], config: RecaptionConfig | None = None, *, executor: Any = None,
+              **settings: Any) -> dict[str, Any]:
     """Caption the images of ``inputs`` into ``config.out``; returns the content of ``stats.json``.
 
     Args:
@@ -70,9 +72,12 @@ def recaption(inputs: list[str], config: RecaptionConfig, *, executor: Any = Non
         config: The settings (see :class:`RecaptionConfig`): backend, languages or mix, prompts,
             sampling, caption rules, seed, shard size.
         executor: An executor (default: local, one worker).
+        **settings: fields of :class:`RecaptionConfig` (``out=``, ``backend=``, ``langs=``...), instead of or
+            over ``config``.
 
     Outputs in ``config.out``: ``captions.parquet``, ``records.jsonl``, ``rejects.parquet``, ``stats.json``.
     """
+    config = configure(RecaptionConfig, config, **settings)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
         return _recaption(inputs, config, folder, executor)
 
