@@ -27,11 +27,16 @@ def command_line() -> Iterator[None]:
 
 
 def python_names(message: str) -> str:
-    """``message`` with every flag of a config setting replaced by the field's name (``--top-k`` → ``top_k``)."""
+    """``message`` with every flag of a config setting replaced by the field's name (``--top-k`` → ``top_k``);
+    a command it suggests (``curate vocab embed --vocab FILE``, up to the next ``;``) keeps its flags."""
     from curate.core.settings import flag_fields
 
     table = flag_fields()
-    return _FLAG.sub(lambda m: table.get(m.group(0), m.group(0)), message)
+    parts = re.split(r"(;)", message)
+    for i, part in enumerate(parts):
+        head, command, tail = part.partition("curate ")
+        parts[i] = _FLAG.sub(lambda m: table.get(m.group(0), m.group(0)), head) + command + tail
+    return "".join(parts)
 
 
 class UserError(Exception):
