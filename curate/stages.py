@@ -63,7 +63,7 @@ _SPECS = (
     StageSpec("resample", "balance", "Draw a concept-balanced selection of the tagged records.", report=True,
               plots=("balance.png",), view="pages.balance:balance_html", config="curate.balance.config:ResampleConfig",
               result="curate.balance.results:ResampleResult"),
-    StageSpec("recaption", "recaption", "Write new English and Chinese captions for the images of records.",
+    StageSpec("recaption", "recaption", "Write new captions (English and Chinese, or any language) for every image of records.",
               main_output=("records.jsonl", "records.parquet"), report=True, view="pages.recaption:recaption_html",
               config="curate.recaption.config:RecaptionConfig",
               result="curate.recaption.results:RecaptionResult"),
