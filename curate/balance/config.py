@@ -290,8 +290,7 @@ _SHARED = ("out", "model", "precision", "device", "threads", "seed")
 
 
 class _FlatOrSteps(type):
-    """``BalanceConfig(out=..., vocab=..., model=...)`` (the flags' names) is :meth:`BalanceConfig.build`;
-    ``BalanceConfig(embed=..., vocab=..., tag=..., resample=...)`` holds step configs as they are."""
+    """``BalanceConfig(out=..., vocab=...)`` is :meth:`BalanceConfig.build`; with ``embed=`` it holds step configs."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if not args and "embed" not in kwargs:
@@ -301,11 +300,8 @@ class _FlatOrSteps(type):
 
 @dataclass(frozen=True)
 class BalanceConfig(metaclass=_FlatOrSteps):
-    """Settings of ``curate balance``: one config per step it runs, all in one folder.
-
-    ``BalanceConfig(out="balanced/", vocab="vocab.txt", model=..., fraction=0.5)`` takes the flat settings
-    of :meth:`build` (the flags of ``curate balance``, as field names).
-    """
+    """Settings of ``curate balance``: one config per step it runs, all in one folder; ``BalanceConfig(out=...,
+    vocab=..., model=..., fraction=...)`` takes the flat settings of :meth:`build` (the flags' field names)."""
 
     embed: EmbedConfig
     vocab: VocabEmbedConfig
