@@ -9,21 +9,27 @@ their field names, from the one table :func:`curate.core.settings.flag_fields`.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterator
 
-_COMMANDS = [0]  # command-line invocations running in this process (a process-wide count: worker threads too)
+#: Set while a command runs: its worker threads and the worker processes it starts (which inherit it) name flags.
+NAMES_ENV = "CURATE_ERROR_NAMES"
 _FLAG = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*")
 
 
 @contextlib.contextmanager
 def command_line() -> Iterator[None]:
     """While active (the CLI runs a verb), errors name settings by their flags."""
-    _COMMANDS[0] += 1
+    saved = os.environ.get(NAMES_ENV)
+    os.environ[NAMES_ENV] = "flags"
     try:
         yield
     finally:
-        _COMMANDS[0] -= 1
+        if saved is None:
+            os.environ.pop(NAMES_ENV, None)
+        else:
+            os.environ[NAMES_ENV] = saved
 
 
 def python_names(message: str) -> str:
@@ -51,6 +57,6 @@ class UserError(Exception):
 
     def __init__(self, message: str) -> None:
         text = message.replace("\n", " ").strip()
-        if not _COMMANDS[0] and "--" in text:
+        if "--" in text and os.environ.get(NAMES_ENV) != "flags":
             text = python_names(text)
         super().__init__(text)
