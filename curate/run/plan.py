@@ -369,9 +369,9 @@ def _plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | Non
         record = record_path(out, p)
         recorded = json.loads(read_text_at(record)) if path_exists(record) else None
         finished, started = path_exists(p.folder / "stats.json"), path_exists(p.folder)
-        if started and recorded is None:
-            p.status, p.why = "refuse", (f"{p.folder} holds a finished run not made by this recipe" if finished
-                                         else f"{p.folder} holds files not made by this recipe")
+        if started and recorded is None:  # never emptied: it may be a run made by hand
+            p.status, p.why = (("refuse", f"{p.folder} holds a finished run not made by this recipe") if finished
+                               else ("resume", "started, not finished"))  # the verb checks its own settings
             continue
         changes = _changes(recorded, p, out) if recorded is not None else []
         if p.step.name == force and started:

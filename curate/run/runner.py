@@ -107,7 +107,6 @@ def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Folder, ver
     fresh = plan_step(planned[i].step, recipe, out, verbs)
     fresh.status, fresh.why = planned[i].status, planned[i].why
     fresh.upstream = upstream_of(fresh, {p.step.name: p for p in planned}, out)
-    fresh.inputs = fresh.inputs if planned[i].status in ("run", "rerun", "resume") else planned[i].inputs
     planned[i] = fresh
 
 
