@@ -36,5 +36,5 @@ def test_one_table_from_the_settings() -> None:
     assert table["--max-images-per-record"] == "max_images"  # a flag that is not its field's name
     # flags of no config (run's --from) and a command a message suggests keep their spelling
     assert python_names("--from x; rerun with --top-k 3") == "--from x; rerun with top_k 3"
-    assert python_names("--concepts c.npy: no such file; make it with curate vocab embed --vocab FILE") == \
-        "concepts c.npy: no such file; make it with curate vocab embed --vocab FILE"
+    assert python_names("--vocab v.txt: empty; make one with curate vocab build --size 10 --out v.txt") == \
+        "vocab v.txt: empty; make one with curate vocab build --size 10 --out v.txt"
