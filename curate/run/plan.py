@@ -385,7 +385,7 @@ def _plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | Non
         elif started:
             p.status, p.why = "resume", "started, not finished"
         else:
-            p.status, p.why = "run", "" if first is None else f"after step {first.step.name!r}"
+            p.status, p.why = "run", ""
         if first is None and p.status in ("run", "rerun"):
             first = p
     return planned
