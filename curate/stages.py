@@ -28,6 +28,7 @@ class StageSpec:
         view: the function drawing its report page's samples (``module:function`` under ``curate.report``).
         config: the class of its settings (``module:Class``), whose fields declare its options once
             (:mod:`curate.core.settings`).
+        result: the typed view of its ``stats.json`` (``module:Class``; :func:`curate.core.results.from_stats`).
     """
 
     name: str
@@ -38,44 +39,56 @@ class StageSpec:
     plots: tuple[str, ...] = ()
     view: str | None = None
     config: str | None = None
+    result: str | None = None
 
 
 _SPECS = (
     StageSpec("dedup", "dedup", "Remove exact, near and semantic duplicate records, and copies of benchmark images.",
               main_output=("records",), report=True, view="pages.dedup:dedup_html",
-              config="curate.dedup.config:DedupConfig"),
+              config="curate.dedup.config:DedupConfig",
+              result="curate.dedup.results:DedupResult"),
     StageSpec("balance", "balance", "Concept-balance records: embed → concept embeddings → tag → resample → report.",
               main_output=("records",), report=True, plots=("balance.png",), view="pages.balance:balance_html",
-              config="curate.balance.config:BalanceConfig"),
+              config="curate.balance.config:BalanceConfig",
+              result="curate.balance.results:BalanceResult"),
     StageSpec("embed", "balance", "Embed the images of records with open_clip (L2-normalised, float16).", report=True,
-              config="curate.balance.config:EmbedConfig"),
+              config="curate.balance.config:EmbedConfig",
+              result="curate.balance.results:EmbedResult"),
     StageSpec("tag", "balance", "Tag every embedding with its top-K nearest concepts (FAISS).", report=True,
-              config="curate.balance.config:TagConfig"),
+              config="curate.balance.config:TagConfig",
+              result="curate.balance.results:TagResult"),
     StageSpec("match", "balance", "Tag records by MetaCLIP's substring matching of their text against a vocabulary.",
-              report=True, config="curate.balance.config:MatchConfig"),
+              report=True, config="curate.balance.config:MatchConfig",
+              result="curate.balance.results:TagResult"),
     StageSpec("resample", "balance", "Draw a concept-balanced selection of the tagged records.", report=True,
-              plots=("balance.png",), view="pages.balance:balance_html", config="curate.balance.config:ResampleConfig"),
-    StageSpec("recaption", "recaption", "Write new English and Chinese captions for the images of records.",
+              plots=("balance.png",), view="pages.balance:balance_html", config="curate.balance.config:ResampleConfig",
+              result="curate.balance.results:ResampleResult"),
+    StageSpec("recaption", "recaption", "Write new captions (English and Chinese, or any language) for every image of records.",
               main_output=("records.jsonl", "records.parquet"), report=True, view="pages.recaption:recaption_html",
-              config="curate.recaption.config:RecaptionConfig"),
+              config="curate.recaption.config:RecaptionConfig",
+              result="curate.recaption.results:RecaptionResult"),
     StageSpec("rl-filter", "rl", "Keep the RL prompts a model solves sometimes but not reliably.",
               main_output=("kept.jsonl", "kept.parquet"), report=True, plots=("rl_filter.png",),
-              view="pages.rl:rl_filter_html", config="curate.rl.config:RlFilterConfig"),
+              view="pages.rl:rl_filter_html", config="curate.rl.config:RlFilterConfig",
+              result="curate.rl.results:RlFilterResult"),
     StageSpec("score", "rl", "Score model responses with the rule-based verifiers (curate.rewards).",
               main_output=("scores.parquet",), report=True, view="pages.rl:score_html",
-              config="curate.rl.config:ScoreConfig"),
+              config="curate.rl.config:ScoreConfig",
+              result="curate.rl.results:ScoreResult"),
     StageSpec("serve-rewards", "rl", "Serve the reward verifiers over HTTP for RL trainers.",
               config="curate.rl.config:ServeRewardsConfig"),
     StageSpec("pack", "pack", "Pack records into sequences of at most --ctx tokens, as WebDataset shards.",
               main_output=("",), report=True, plots=("packing.png",), view="pages.pack:pack_html",
-              config="packer.config:PackConfig"),
+              config="packer.config:PackConfig",
+              result="packer.results:PackResult"),
     StageSpec("verify", "pack",
               "Check a packed folder: every shard, boundary and count against its JSON and stats.json.",
               main_output=("",), config="packer.config:VerifyConfig"),
     StageSpec("energon-prepare", "pack",
               "Make a curate pack output folder a Megatron-Energon dataset (writes OUT/.nv-meta/)."),
     StageSpec("vocab", "vocab", "Build and embed the concept vocabulary used by curate balance.",
-              config="curate.balance.config:VocabEmbedConfig"),
+              config="curate.balance.config:VocabEmbedConfig",
+              result="curate.balance.results:VocabEmbedResult"),
     StageSpec("run", "run", "Run a recipe: an ordered list of steps, each a verb with its options."),
     StageSpec("report", "report", "Write OUT/report/: a static HTML site showing what each stage did to the data."),
 )

@@ -206,6 +206,8 @@ class ResampleConfig:
         None, cli=False, help="Input record files/folders; the selected records are written to OUT/records/ in "
                               "their layout. Repeatable.")
     plot: bool = setting(True, cli=False, help="Draw OUT/balance.png.")
+    pass_text_only: bool = setting(False, cli=False, help="Write the records without images to OUT/records/ too, "
+                                                          "untouched (curate balance: they have no image to tag).")
     image_root: Location | PathLike | None = setting(None, flag="--image-root", metavar="DIR", help=_IMAGE_ROOT_HELP)
 
     def __post_init__(self) -> None:
@@ -287,9 +289,19 @@ class MatchConfig:
 _SHARED = ("out", "model", "precision", "device", "threads", "seed")
 
 
+class _FlatOrSteps(type):
+    """``BalanceConfig(out=..., vocab=...)`` is :meth:`BalanceConfig.build`; with ``embed=`` it holds step configs."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not args and "embed" not in kwargs:
+            return cls.build(**kwargs)  # type: ignore[attr-defined]
+        return super().__call__(*args, **kwargs)
+
+
 @dataclass(frozen=True)
-class BalanceConfig:
-    """Settings of ``curate balance``: one config per step it runs, all in one folder."""
+class BalanceConfig(metaclass=_FlatOrSteps):
+    """Settings of ``curate balance``: one config per step it runs, all in one folder; ``BalanceConfig(out=...,
+    vocab=..., model=..., fraction=...)`` takes the flat settings of :meth:`build` (the flags' field names)."""
 
     embed: EmbedConfig
     vocab: VocabEmbedConfig

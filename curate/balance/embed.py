@@ -46,6 +46,8 @@ from curate.core.validate import configure
 
 EMBED_DIR = "embeddings"
 IDS_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string())])
+#: The drop reason of a record without images (``curate balance`` passes such records through to ``records/``).
+NO_IMAGE = "no_image"
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class EmbedTask(ShardTask):
         (Parquet cells, tar members; Parquet cells decode in place); a record without any is dropped ``no_image``."""
         for rec in readable_records(shard, stats, ctx, views=True, max_images=self.max_images):
             if not rec["images"]:
-                stats.drop(rec["id"], rec["source"], "no_image", "record has no image to embed")
+                stats.drop(rec["id"], rec["source"], NO_IMAGE, "record has no image to embed")
                 ctx.progress(1)
             else:
                 yield _Item(rec["id"], rec["source"], tuple(rec["images"]))

@@ -10,7 +10,8 @@ Layout of ``OUT``::
     concepts.npy + concepts.json           the vocabulary's embeddings (curate vocab embed; cached)
     tags/NNNNNN.parquet, tags.parquet      top-K concepts per record (curate tag)
     selection.parquet                      id, source, copies, weight (curate resample)
-    records/                               the selected records, in their input files' layout
+    records/                               the selected records, in their input files' layout, and the
+                                           records without images (text only: nothing to tag), untouched
     balance.png                            concept frequency vs rank, before and after
     rejects.parquet, stats.json            every dropped/errored record with its reason; all counts
 
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
-from curate.balance.embed import EMBED_DIR, embed_step
+from curate.balance.embed import EMBED_DIR, NO_IMAGE, embed_step
 from curate.balance.match import match_step
 from curate.balance.results import BalanceResult, language_lines, records_lines
 from curate.core.results import from_stats
@@ -142,11 +143,13 @@ def _resample(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, o
     t1 = time.perf_counter()
     text = config.match == "text"
     console.print("[bold]2/2[/bold] resample and report" if text else "[bold]4/4[/bold] resample and report")
-    step = replace(config.resample, records=tuple(inputs) if config.write_records else None)
+    passing = config.write_records and not text  # records without images go to OUT/records/ untouched
+    step = replace(config.resample, records=tuple(inputs) if config.write_records else None, pass_text_only=passing)
     with console.status("resampling"):
         res_result, res_stats = resample_step(out / "tags.parquet", step, out)
     timings["resample"] = time.perf_counter() - t1
     total = tagged.stats.then(res_stats)
+    text_only = pass_text_only(total) if passing else 0
     r = config.resample
     settings = {**tagged.matching,
                 "vocab": str(config.vocab.vocab) if not config.vocabularies else dict(config.vocabularies),
@@ -167,7 +170,29 @@ def _resample(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, o
         timings={**{k: round(v, 3) for k, v in timings.items()}, "wall": round(time.perf_counter() - t0, 3)},
         outputs={**tagged.made, "selection": "selection.parquet", "plot": "balance.png", "rejects": "rejects.parquet",
                  **({"records": f"{RECORDS_DIR}/"} if config.write_records else {})})
+    if passing:  # out = selected + passed through: records_in = records_out + dropped + errored
+        result = {**result, "records_selected": total.records_out - text_only, "text_only": text_only,
+                  "records_out": total.records_out}
     return finish_stage(out, result, total)
+
+
+def pass_text_only(total: StageStats) -> int:
+    """The records without images (``embed`` dropped them ``no_image``: nothing to tag) counted out, not dropped:
+    :func:`~curate.balance.selected.write_selected_records` writes them to ``OUT/records/`` untouched. Returns how
+    many; their rows leave the rejects."""
+    import pyarrow.compute as pc
+
+    n = total.dropped.pop(NO_IMAGE, 0)
+    if not n:
+        return 0
+    total.records_out += n
+    for entry in total.per_source.values():
+        entry["records_out"] += entry["dropped"].pop(NO_IMAGE, 0)
+    total.rejects = [r for r in total.rejects if (r[2], r[3]) != ("dropped", NO_IMAGE)]
+    total.reject_blocks = [t.filter(pc.invert(pc.and_(pc.equal(t["kind"], "dropped"), pc.equal(t["reason"], NO_IMAGE))))
+                           for t in total.reject_blocks]
+    total.check()
+    return n
 
 
 def _step(result: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +213,9 @@ def summary_lines(result: BalanceResult | dict[str, Any], out: str | os.PathLike
         f"top-1% share {b.head_share_before:.3f} → {b.head_share_after:.3f}; "
         f"normalised entropy {b.normalized_entropy_before:.3f} → {b.normalized_entropy_after:.3f}",
     ]
+    if r.text_only:
+        lines.append(f"passed through untouched: {r.text_only:,} text-only records (no image to tag) → "
+                     f"{out}/{RECORDS_DIR}/")
     lines += language_lines(r.languages)
     if r.rejected:
         lines.append(f"dropped {dict(r.dropped)}  errored {dict(Counter(r.errored))}  → {out}/rejects.parquet")

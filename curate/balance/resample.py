@@ -317,7 +317,7 @@ def _write_records(tags: str | os.PathLike[str], selection: pa.Table, config: Re
     from curate.balance.match import matched_text_field
 
     written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags),
-                                     image_root=config.image_root)
+                                     image_root=config.image_root, pass_text_only=config.pass_text_only)
     timings["write_records"] = time.perf_counter() - t1
     if selection.num_rows and not written.get("records"):  # unrelated files: nothing to write is not a result
         raise UserError(f"--records {' '.join(records)}: none of the {selection.num_rows:,} selected "

@@ -79,6 +79,8 @@ class BalanceResult(Counts):
     balance: BalanceReport = field(default_factory=BalanceReport)
     records_written: dict[str, Any] | None = None
     languages: dict[str, Any] | None = None
+    text_only: int = 0  #: records without images, written to records/ untouched (not selected, not dropped)
+    records_out: int = 0  #: records_selected + text_only
 
 
 def language_lines(languages: dict[str, Any] | None, most: int = 8) -> list[str]:

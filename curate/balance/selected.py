@@ -79,7 +79,8 @@ def _share(index: SelectionIndex) -> None:
 
 def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: pa.Table,
                            folder: Path, *, workers: int | None = None, text_field: str | None = None,
-                           image_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                           image_root: str | os.PathLike[str] | None = None,
+                           pass_text_only: bool = False) -> dict[str, Any]:
     """Write each selected record ``copies`` times, in its input file's format and layout.
 
     Each input file ``NAME`` gives ``folder/NAME`` (same format; ``folder/DATASET/NAME`` when the name is
@@ -91,7 +92,9 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     same files as one process. ``text_field``: rows in no known layout are read with this caption
     field, as ``curate match`` read them (:func:`curate.core.records.to_canonical`), so their ids
     are found. ``image_root``: the folder the inputs' relative image paths start from (``--image-root``;
-    default each file's own); the written paths are rewritten from there. Returns counts per output file.
+    default each file's own); the written paths are rewritten from there. ``pass_text_only``: records without
+    images (which ``curate balance`` cannot tag) are written too, once, in their place (``curate balance``).
+    Returns counts per output file.
     """
     from curate.core.formats.sources import default_id_prefix
     from curate.core.records import expand_inputs, input_format
@@ -115,7 +118,7 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     index = SelectionIndex(selection)
     _share(index)
     root = resolve_image_root(image_root)
-    jobs = [(str(p), n, str(folder.resolve()), text_field, root) for p, n in zip(paths, names)]
+    jobs = [(str(p), n, str(folder.resolve()), text_field, root, pass_text_only) for p, n in zip(paths, names)]
     size = min(workers or available_cpus(), len(jobs))
     results = _run(jobs, index, size)
     seen = np.zeros(len(index), bool)
@@ -141,7 +144,7 @@ def _drop_stale(folder: Path, written: set[str]) -> None:
             path.rmdir()
 
 
-def _run(jobs: list[tuple[str, str, str, str | None, str | None]], index: SelectionIndex,
+def _run(jobs: list[tuple[str, str, str, str | None, str | None, bool]], index: SelectionIndex,
          size: int) -> list[tuple[int, np.ndarray]]:
     """Every job through :func:`_write_file`: here when one worker is enough, else in worker processes."""
     from curate.core.progress import StageProgress
@@ -167,10 +170,10 @@ def _run(jobs: list[tuple[str, str, str, str | None, str | None]], index: Select
 
 
 def _write_file(path: str, name: str, dest: str, text_field: str | None = None, image_root: str | None = None,
-                skip: frozenset[int] = frozenset()) -> tuple[int, np.ndarray]:
+                pass_text_only: bool = False, skip: frozenset[int] = frozenset()) -> tuple[int, np.ndarray]:
     """Write the selected records of one input file to ``dest/name``; returns the records written and the
-    index positions found, in row order (``skip``: positions not to write; ``text_field``, ``image_root``: see
-    :func:`write_selected_records`)."""
+    index positions found, in row order (``skip``: positions not to write; ``text_field``, ``image_root``,
+    ``pass_text_only``: see :func:`write_selected_records`)."""
     from curate.core.formats.writeback import with_resolved_paths
     from curate.core.io import as_path
     from curate.core.records import BadRecord, input_format, read_part, split_file
@@ -191,6 +194,8 @@ def _write_file(path: str, name: str, dest: str, text_field: str | None = None, 
                 # image paths as the reader resolved them (the file's folder or --image-root), for the new folder
                 row = with_resolved_paths(raw, images, relative_to=str(target.parent))
                 rows_out.extend((c, (rid, src, row)) for c in range(1, int(_INDEX.copies[at]) + 1))
+            elif at < 0 and pass_text_only and not images:  # nothing to tag: passed through as it was read
+                rows_out.append((1, (rid, src, raw)))
         batch.clear()
 
     for part in split_file(source, 1 << 62):

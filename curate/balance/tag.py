@@ -87,7 +87,7 @@ def portable(path: str | os.PathLike[str], out: Path, copied: tuple[Path, str] |
         except ValueError:
             continue
         return f"{name}/{rel}" if name else rel
-    return str(path)
+    return str(path) if is_url(path) or p.is_absolute() else str(p.resolve())  # relative: from here, not OUT
 
 
 class TagTask(ShardTask):

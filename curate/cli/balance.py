@@ -231,7 +231,8 @@ def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], threads:
     command after an interruption. Tags are only meaningful with a real MetaCLIP
     checkpoint; the tiny test model exercises the pipeline. With --match text the
     first steps are curate match's (no model); without --target/--fraction half the
-    tagged records are kept.
+    tagged records are kept. Records without images (text-only chats) have nothing
+    to tag: they are passed through to records/ untouched (text_only in stats.json).
 
     \b
     Examples:

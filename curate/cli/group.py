@@ -12,6 +12,7 @@ import importlib
 import click
 
 from curate import __version__
+from curate.core.errors import command_line
 from curate.stages import STAGES
 
 class _ReportingCommand(click.Command):
@@ -30,6 +31,11 @@ class _Group(click.Group):
 
     command_class = _ReportingCommand
     _listing = False  # True while the help lists the verbs
+
+    def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - click's own signature
+        """click's ``main``, with errors naming settings by their flags (curate.core.errors)."""
+        with command_line():
+            return super().main(*args, **kwargs)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *STAGES})

@@ -26,22 +26,25 @@ from curate.recaption.config import RecaptionConfig
 @executor_options
 def recaption_cmd(inputs: tuple[str, ...], out: str, truncated: str, workers: int, executor: str,
                   ray_address: str | None, **settings: Any) -> None:
-    """Write new English and Chinese captions for the images of records.
+    """Write new captions (English and Chinese, or any language) for every image of records.
 
-    Each record's first image gets one caption per language (or one language drawn
+    Every image of a record gets one caption per language (or one language drawn
     per record with --mix) from --model ckpt/, --endpoint URL or --rollouts FILE
-    (keys <id>#<lang>, retries <id>#<lang>#retry). Every caption is cleaned of chat
+    (keys <id>#<lang>, <id>#2#<lang> for a record's second image..., retries
+    <key>#retry): each caption is a single-image pair. --langs takes any ISO 639-1
+    code py3langid identifies (fr, de, ja...). Every caption is cleaned of chat
     artefacts (<think> blocks, "Sure! Here is a caption:", Markdown, quotes) and
-    checked: language (Latin words or Han characters >= 70% of its units), empty,
+    checked: language (en, zh: Latin words or Han characters >= 70% of its units;
+    others: py3langid identifies the language asked), empty,
     garbled, refusal, repetition, too short (< 3 units). A failing caption is asked
     again once with another seed, then recorded with its reason. Records without
     an image are dropped (no_image). Answers are journaled as they arrive: a rerun
     after a crash never asks for them again.
 
     \b
-    Outputs in OUT: captions.parquet (id, source, lang, image, caption, model, error,
+    Outputs in OUT: captions.parquet (id, source, lang, image, image_index, caption, model, error,
     detail, attempts, truncated, raw), records.jsonl (one canonical record per kept
-    caption, id <id>#<lang>), rejects.parquet, stats.json (per source and language:
+    caption, id <id>#<lang> or <id>#<n>#<lang>), rejects.parquet, stats.json (per source and language:
     images, kept, failures by reason, mean caption length), history.json (generation
     counts, retries, timings, resumes: how the run went, apart from its results).
 

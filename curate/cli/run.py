@@ -11,7 +11,7 @@ import click
 
 from curate.cli.group import cli, command
 from curate.core.environ import environ
-from curate.core.errors import UserError
+from curate.core.errors import UserError, command_line
 from curate.run.plan import OptionInfo, VerbInfo
 
 
@@ -60,10 +60,11 @@ class ClickVerbs:
         """Parse argv with the verb's parser: every parameter's value, defaults included."""
         cmd = self._command(verb)
         try:
-            ctx = cmd.make_context(verb, list(argv), resilient_parsing=False)
+            with command_line():
+                ctx = cmd.make_context(verb, list(argv), resilient_parsing=False)
         except click.ClickException as exc:
             raise UserError(exc.format_message()) from None
-        with ctx:
+        with ctx, command_line():
             params = dict(ctx.params)
             params.update({k.split(".", 1)[1]: v for k, v in ctx.meta.items() if k.startswith("curate.")})
         return params
@@ -75,7 +76,7 @@ class ClickVerbs:
         from curate.core import validate
 
         cmd = self._command(verb)
-        with _as_command(verb, argv), validate.made_later(later):
+        with _as_command(verb, argv), validate.made_later(later), command_line():
             try:
                 ctx = cmd.make_context(verb, list(argv))
                 ctx.meta["curate.check_only"] = True
@@ -101,25 +102,31 @@ class ClickVerbs:
               help="Run folder (default: the recipe's out:). Step N writes OUT/NN-name/.")
 @click.option("--from", "start", default=None, metavar="STEP", help="First step to run; earlier ones must have finished.")
 @click.option("--until", default=None, metavar="STEP", help="Last step to run.")
+@click.option("--force", default=None, metavar="STEP",
+              help="Run STEP again even if it finished unchanged (its folder is emptied); the steps after it follow.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (steps, inputs, outputs, what is skipped); run nothing.")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
               help="Override a variable of the recipe's vars: (repeatable).")
 @click.option("--no-report", is_flag=True, help="Do not write OUT/report/ at the end.")
-def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, dry_run: bool,
+def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, force: str | None, dry_run: bool,
             sets: tuple[str, ...], no_report: bool) -> None:
     """Run a recipe: an ordered list of steps, each a verb with its options.
 
     Steps run in order, each as its own command (same flags, checks and outputs as
-    by hand) into OUT/NN-name/. A finished step (stats.json present, settings
-    unchanged) is skipped; a started one resumes; a finished step whose settings
-    changed is refused. OUT/recipe.lock.yaml keeps the recipe, every step's
-    resolved settings and the library versions; OUT/report/index.html shows the data.
+    by hand) into OUT/NN-name/. A finished step whose settings and inputs are
+    unchanged is skipped; a started one resumes; the first step whose settings or
+    inputs changed runs again from an emptied folder, and so does every step after
+    it (the run, and --dry-run, say which and why). Relative paths in the recipe are
+    taken from the recipe's folder; --set values from the current folder.
+    OUT/recipe.lock.yaml keeps the recipe, every step's resolved settings and the
+    library versions; OUT/report/index.html shows the data.
 
     \b
     Examples:
       curate run recipes/llava-ov-midtraining.yaml --set models=demo-out/models --out demo-out/run
       curate run recipes/rl-selection.yaml --dry-run
       curate run recipes/llava-ov-midtraining.yaml --from pack
+      curate run recipes/llava-ov-midtraining.yaml --force recaption
     """
     from curate.core.io import is_url
     from curate.core.progress import console
@@ -130,7 +137,7 @@ def run_cmd(recipe: str, out: str | None, start: str | None, until: str | None, 
         raise UserError(f"RECIPE {recipe}: a recipe is read from this machine's disk; copy it here and run that copy")
     parsed = load_recipe(recipe, parse_sets(sets))
     folder = out_folder(parsed, out)
-    run_recipe(parsed, folder, ClickVerbs(), start=start, until=until, dry_run=dry_run,
+    run_recipe(parsed, folder, ClickVerbs(), start=start, until=until, force=force, dry_run=dry_run,
                echo=lambda line: console.print(line, markup=False, highlight=False))
     if dry_run:
         return

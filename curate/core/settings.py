@@ -10,6 +10,7 @@ the settings the config holds. So a setting's name, default and help are written
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import types
 import typing
@@ -93,3 +94,39 @@ def _info(f: dataclasses.Field, hints: dict[str, Any]) -> SettingInfo:
                        type=kind, default=default, required=required, optional=optional or default is None,
                        metavar=meta.get("metavar"), choices=meta.get("choices"),
                        show_default=meta.get("show_default", True))
+
+
+@functools.lru_cache(maxsize=1)
+def flag_fields() -> dict[str, str]:
+    """Every stage's settings by flag: ``{"--near-threshold": "near_threshold", ...}`` (the configs of
+    :data:`curate.stages.STAGES` and the dataclasses they hold), for errors raised from Python."""
+    import importlib
+
+    from curate.stages import STAGES
+
+    table: dict[str, str] = {"--out": "out"}
+    seen: set[type] = set()
+
+    def walk(cls: type) -> None:
+        if cls in seen or not dataclasses.is_dataclass(cls):
+            return
+        seen.add(cls)
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve: its plain fields still count
+            hints = {}
+        for f in dataclasses.fields(cls):
+            if "help" in f.metadata:
+                table.setdefault(f.metadata.get("flag") or "--" + f.name.replace("_", "-"), f.name)
+            for kind in (hints.get(f.name), *typing.get_args(hints.get(f.name))):
+                if isinstance(kind, type):
+                    walk(kind)
+
+    for spec in STAGES.values():
+        if spec.config:
+            module, _, name = spec.config.partition(":")
+            try:
+                walk(getattr(importlib.import_module(module), name))
+            except ImportError:  # an optional stage whose extra is not installed
+                continue
+    return table

@@ -34,7 +34,8 @@ Everything here is a pure function of the text. :func:`check_caption` runs, in o
    :attr:`max_phrase_tokens` (50) tokens repeated :attr:`max_phrase_repeats` (3)
    times in a row; or, from :attr:`distinct_min_tokens` (40) tokens on, fewer than
    :attr:`min_distinct_trigrams` (50 %) distinct token trigrams.
-7. **language**: *units* are Han characters (one each), kana and Hangul characters
+7. **language**: for a language other than English and Chinese, the caption's language as ``py3langid``
+   identifies it must be the one asked for. For ``en`` and ``zh``: *units* are Han characters (one each), kana and Hangul characters
    (one each), and words (maximal runs of letters of one script; Latin letters are
    ``A–Z``, ``a–z`` and the accented letters of Latin-1 and Latin Extended). An
    English caption needs Latin words ≥ :attr:`min_script_share` (70 %) of its units;
@@ -50,11 +51,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from curate.core.settings import setting
 
-LANGS = ("en", "zh")
+LANGS = ("en", "zh")  # checked by their script; any other language py3langid knows, by identification
+_IDENTIFIER: list[Any] = []  # the language identifier, loaded once per process when a caption needs it
 REASONS = ("truncated", "empty", "garbled", "refusal", "repetition", "language", "too_short", "too_long")
 TRUNCATED_POLICIES = ("trim", "drop", "keep")
 
@@ -149,6 +151,20 @@ def script_counts(text: str) -> ScriptCounts:
         else:
             other += 1
     return ScriptCounts(han, latin, other)
+
+
+def known_languages() -> frozenset[str]:
+    """Every language a caption may be asked in: ``en``, ``zh`` and the codes py3langid identifies."""
+    return identifier().codes() | frozenset(LANGS)
+
+
+def identifier() -> Any:
+    """py3langid's model (:class:`curate.balance.matching.languages.LanguageIdentifier`), loaded once."""
+    if not _IDENTIFIER:
+        from curate.balance.matching.languages import LanguageIdentifier
+
+        _IDENTIFIER.append(LanguageIdentifier())
+    return _IDENTIFIER[0]
 
 
 def language_share(text: str, lang: str) -> float:
@@ -319,7 +335,7 @@ def repetition(text: str, rules: CaptionRules | None = None) -> str:
 
 
 def check_caption(text: str, lang: str, *, truncated: bool = False, rules: CaptionRules | None = None) -> CaptionCheck:
-    """Clean a model answer and check it as a caption in ``lang`` (``en`` or ``zh``).
+    """Clean a model answer and check it as a caption in ``lang`` (``en``, ``zh`` or any code py3langid knows).
 
     Args:
         text: The answer as the model wrote it.
@@ -330,8 +346,6 @@ def check_caption(text: str, lang: str, *, truncated: bool = False, rules: Capti
     Returns:
         The cleaned caption and the first failing rule (None when it passes).
     """
-    if lang not in LANGS:
-        raise ValueError(f"unknown language {lang!r}; use one of {', '.join(LANGS)}")
     rules = rules or CaptionRules()
     caption = clean_caption(text)
     if truncated and rules.truncated != "keep":
@@ -351,7 +365,11 @@ def check_caption(text: str, lang: str, *, truncated: bool = False, rules: Capti
     rep = repetition(caption, rules)
     if rep:
         return CaptionCheck(caption, "repetition", rep)
-    share = (counts.latin if lang == "en" else counts.han) / counts.units
+    if lang not in LANGS:
+        found = identifier().identify(caption)
+        if found != lang:
+            return CaptionCheck(caption, "language", f"identified as {found or 'no language'}, not {lang} (py3langid)")
+    share = 1.0 if lang not in LANGS else (counts.latin if lang == "en" else counts.han) / counts.units
     if share < rules.min_script_share:
         script = "Latin words" if lang == "en" else "Han characters"
         return CaptionCheck(caption, "language", f"{script} are {share:.0%} of {counts.units} units "

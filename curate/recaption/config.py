@@ -32,14 +32,43 @@ DEFAULT_PROMPTS = {
            "caption only, as plain text."),
     "zh": "请用中文为这张图片写一段详细的描述，说明画面中的主要对象及其特征和动作、场景与背景，以及图中可见的文字。只输出描述本身，使用纯文本。",
 }
+#: Names of common languages, for the default prompt of a language other than English and Chinese.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "bn": "Bengali", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "es": "Spanish",
+    "fa": "Persian", "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
+    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "ms": "Malay", "nl": "Dutch",
+    "no": "Norwegian", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sv": "Swedish",
+    "sw": "Swahili", "ta": "Tamil", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "ur": "Urdu",
+    "vi": "Vietnamese",
+}
+#: The prompt of a language other than English and Chinese (``{language}``: its name, or its code).
+OTHER_PROMPT = ("Write a detailed caption for this image in {language}. Describe the main subjects, their attributes "
+                "and actions, the setting and background, and any text visible in the image. Answer with the "
+                "caption only, as plain text, in {language}.")
+
+
+def _check_codes(flag: str, text: str, langs: list[str]) -> None:
+    """Every language is ``en``, ``zh`` or a code py3langid identifies (the check of a caption's language)."""
+    unknown = [lang for lang in langs if lang not in LANGS]
+    if not unknown:
+        return
+    from curate.recaption.checks import known_languages
+
+    bad = [lang for lang in unknown if lang not in known_languages()]
+    if bad:
+        raise UserError(f"{flag} {text!r}: unknown language code {bad[0]!r}; give ISO 639-1 codes that py3langid "
+                        "identifies (en, zh, fr, de, es, ja, ko, ru, ar, hi...)")
+
+
 def parse_langs(text: str | None) -> list[str]:
-    """``"en,zh"`` → ``["en", "zh"]`` (None → both); unknown or repeated languages are a UserError."""
+    """``"en,zh"`` → ``["en", "zh"]`` (None → both); any code py3langid identifies (``fr``, ``ja``...) is accepted;
+    unknown or repeated languages are a UserError."""
     if text is None:
         return list(LANGS)
     langs = [p.strip().lower() for p in text.split(",") if p.strip()]
-    bad = [lang for lang in langs if lang not in LANGS]
-    if not langs or bad or len(set(langs)) != len(langs):
-        raise UserError(f"--langs {text!r}: give a comma-separated subset of {', '.join(LANGS)} without repeats")
+    if not langs or len(set(langs)) != len(langs):
+        raise UserError(f"--langs {text!r}: give comma-separated language codes (en, zh, fr...) without repeats")
+    _check_codes("--langs", text, langs)
     return langs
 
 
@@ -55,10 +84,11 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
             weight = float(value)
         except ValueError:
             weight = float("nan")
-        if not sep or lang not in LANGS or lang in mix or not 0 <= weight < float("inf"):
+        if not sep or not lang or lang in mix or not 0 <= weight < float("inf"):
             raise UserError(f"--mix {text!r}: expected LANG=WEIGHT pairs such as en=0.76,zh=0.24 "
-                            f"(languages {', '.join(LANGS)}, finite weights >= 0)")
+                            "(language codes, finite weights >= 0)")
         mix[lang] = weight
+    _check_codes("--mix", text, list(mix))
     total = sum(mix.values())
     if not mix or total <= 0:
         raise UserError(f"--mix {text!r}: the weights must not all be zero")
@@ -66,11 +96,14 @@ def parse_mix(text: str | None) -> dict[str, float] | None:
 
 
 def resolve_prompts(langs: list[str], prompts: dict[str, str | None] | None) -> dict[str, str]:
-    """The prompt of every language: given ones, else :data:`DEFAULT_PROMPTS`; checked for one ``<image>`` at most."""
+    """The prompt of every language: given ones, else :data:`DEFAULT_PROMPTS` (:data:`OTHER_PROMPT` for another
+    language); checked for one ``<image>`` at most."""
     out = {}
     for lang in langs:
         text = (prompts or {}).get(lang)
-        text = DEFAULT_PROMPTS[lang] if text is None else text
+        if text is None:
+            text = DEFAULT_PROMPTS.get(lang) or OTHER_PROMPT.format(
+                language=LANGUAGE_NAMES.get(lang, f"the language whose ISO 639 code is '{lang}'"))
         if not text.strip():
             raise UserError(f"--prompt-{lang}: the prompt is empty")
         if text.count(IMAGE_TOKEN) > 1:
@@ -114,7 +147,9 @@ class RecaptionConfig(ImageReading):
     max_new_tokens: int = max_new_tokens_setting(512)
     langs: list[str] | tuple[str, ...] | str | None = setting(
         None, metavar="LANGS",
-        help="Caption every image in each of these languages (comma-separated: en, zh).  [default: en,zh]")
+        help="Caption every image in each of these languages (comma-separated ISO 639-1 codes: en, zh, or any "
+             "py3langid identifies, e.g. fr, de, ja; a caption in another language than asked is dropped as "
+             "'language').  [default: en,zh]")
     mix: Mapping[str, float] | str | None = setting(
         None, metavar="LANG=W,...",
         help="Instead: one caption per image, its language drawn with these weights (seeded, keyed on the "
@@ -123,6 +158,9 @@ class RecaptionConfig(ImageReading):
                              help="English prompt ('<image>\\n' is put in front unless it holds <image>).")
     prompt_zh: str = setting(DEFAULT_PROMPTS["zh"], metavar="TEXT",
                              help="Chinese prompt ('<image>\\n' is put in front unless it holds <image>).")
+    other_prompts: Mapping[str, str] | None = setting(
+        None, cli=False, help="The prompt of each language other than en and zh, {code: text} (default: "
+                              "OTHER_PROMPT naming the language).")
     rules: CaptionRules | None = None
     shard_size: int = setting(1000, help="Records per shard.")
     seed: int = setting(0, cli=False, help="Seed of the sampling and of the --mix draw (the verb's --seed).")
@@ -147,7 +185,8 @@ class RecaptionConfig(ImageReading):
             langs = list(weights)
         object.__setattr__(self, "langs", langs)
         object.__setattr__(self, "mix", weights)
-        object.__setattr__(self, "prompts", resolve_prompts(langs, {"en": self.prompt_en, "zh": self.prompt_zh}))
+        object.__setattr__(self, "prompts", resolve_prompts(langs, {**dict(self.other_prompts or {}),
+                                                                          "en": self.prompt_en, "zh": self.prompt_zh}))
         object.__setattr__(self, "backend", backend_of(self.backend))
         check_backend(self.backend)
         check_sampling({"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens})

@@ -10,9 +10,10 @@ from curate.core.records import IMAGE_TOKEN
 from curate.generate.base import derive_seed
 
 
-def caption_key(rid: str, lang: str) -> str:
-    """The request key (and caption record id) of one record and language: ``<id>#<lang>``."""
-    return f"{rid}#{lang}"
+def caption_key(rid: str, lang: str, image: int = 0) -> str:
+    """The request key (and caption record id) of one image of a record in one language: ``<id>#<lang>`` for its
+    first image, ``<id>#<n>#<lang>`` for its ``n``-th (``n`` from 2)."""
+    return f"{rid}#{lang}" if image == 0 else f"{rid}#{image + 1}#{lang}"
 
 
 def choose_lang(seed: int, rid: str, mix: dict[str, float]) -> str:

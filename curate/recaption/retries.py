@@ -34,7 +34,8 @@ def final_row(item: Any, done: dict[str, dict[str, Any]], failed: dict[str, tupl
     recheck: checks one journaled answer in a language (the retry's).
     model: the backend's model name, recorded in the row.
     """
-    row = {"id": item.rid, "source": item.source, "lang": item.lang, "image": item.image, "caption": None,
+    row = {"id": item.rid, "source": item.source, "lang": item.lang, "image": item.image,
+           "image_index": getattr(item, "index", 0), "caption": None,
            "model": model, "error": None, "detail": "", "attempts": 1, "truncated": None,
            "raw": None}
     key = item.key

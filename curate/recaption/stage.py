@@ -1,15 +1,16 @@
-"""``curate recaption``: new English and Chinese captions for the images of records.
+"""``curate recaption``: new captions (English and Chinese, or any language) for the images of records.
 
 For every record with at least one image, the :class:`RecaptionTask` asks the
-generation backend (:mod:`curate.generate`) for one caption of the record's
-**first** image per language (``--langs en,zh``), or for one language drawn per
-record (``--mix en=0.76,zh=0.24``). Further images of a multi-image record are
-not captioned (counted as ``extra_images``): the captions are single-image
-training pairs, as in LLaVA-OneVision-1.5's mid-training data.
+generation backend (:mod:`curate.generate`) for one caption of **every** image of the
+record per language (``--langs en,zh``; any ISO 639-1 code py3langid identifies), or
+in one language drawn per record (``--mix en=0.76,zh=0.24``). Each caption is a
+single-image training pair, as in LLaVA-OneVision-1.5's mid-training data; an image the
+image gate refuses is not asked for (its rows carry the reason), and a record all of
+whose images are refused is errored.
 
 Requests: the user turn is ``<image>\\n`` + the language's prompt; the request key
-is ``<id>#<lang>`` (so seeds, and answers of a rollouts file, are per record and
-language). Every answer goes through :func:`curate.recaption.checks.check_caption`.
+is ``<id>#<lang>`` for a record's first image and ``<id>#<n>#<lang>`` for its ``n``-th
+(so seeds, and answers of a rollouts file, are per image and language). Every answer goes through :func:`curate.recaption.checks.check_caption`.
 An answer that fails a check is asked again **once**, as the request
 ``<id>#<lang>#retry`` (another key, hence another seed; a rollouts file may hold
 answers under that key); the retry's verdict is final. With ``--temperature 0``
@@ -52,6 +53,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from curate.core.validate import configure
 from curate.core.formats.writeback import merge_record_lines
 from curate.core.remote import writing
 from curate.core.io import write_parquet
@@ -62,7 +64,8 @@ from curate.recaption.report import caption_report
 from curate.recaption.task import CAPTION_SCHEMA, RecaptionTask
 
 
-def recaption(inputs: list[str], config: RecaptionConfig, *, executor: Any = None) -> dict[str, Any]:
+def recaption(inputs: list[str], config: RecaptionConfig | None = None, *, executor: Any = None,
+              **settings: Any) -> dict[str, Any]:
     """Caption the images of ``inputs`` into ``config.out``; returns the content of ``stats.json``.
 
     Args:
@@ -70,9 +73,12 @@ def recaption(inputs: list[str], config: RecaptionConfig, *, executor: Any = Non
         config: The settings (see :class:`RecaptionConfig`): backend, languages or mix, prompts,
             sampling, caption rules, seed, shard size.
         executor: An executor (default: local, one worker).
+        **settings: fields of :class:`RecaptionConfig` (``out=``, ``backend=``, ``langs=``...), instead of or
+            over ``config``.
 
     Outputs in ``config.out``: ``captions.parquet``, ``records.jsonl``, ``rejects.parquet``, ``stats.json``.
     """
+    config = configure(RecaptionConfig, config, **settings)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
         return _recaption(inputs, config, folder, executor)
 
@@ -105,7 +111,7 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
     result = stage_result(
         "recaption", stats, seed=seed, settings=task.settings(), inputs=inputs, captions=caption_report(rows),
         per_lang={lang: caption_report([r for r in rows if r["lang"] == lang]) for lang in lang_list},
-        per_source=per_source, extra_images=int(extra.get("extra_images", 0)), history=HISTORY,
+        per_source=per_source, images_captioned=int(extra.get("images_captioned", 0)), history=HISTORY,
         outputs={"captions": "captions.parquet", "records": records_name, "rejects": "rejects.parquet"})
     record_run(out, "recaption", timings=counts["timings"], shards=len(shards), reused=reused, generation=split_extra(extra),
                unanswered=int(extra.get(UNANSWERED, 0)), backend=task.backend.describe(),

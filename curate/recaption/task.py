@@ -31,7 +31,7 @@ from curate.recaption.retries import RETRY, final_row, retry_items
 CAPTION_SCHEMA = pa.schema([
     ("id", pa.string()), ("source", pa.string()), ("lang", pa.string()), ("image", pa.string()),
     ("caption", pa.string()), ("model", pa.string()), ("error", pa.string()), ("detail", pa.string()),
-    ("attempts", pa.int32()), ("truncated", pa.bool_()), ("raw", pa.string()),
+    ("attempts", pa.int32()), ("truncated", pa.bool_()), ("raw", pa.string()), ("image_index", pa.int32()),
 ])
 
 
@@ -44,14 +44,15 @@ class _Item:
     source: str
     image: str
     lang: str
+    index: int = 0  # which image of the record (0: the first)
 
     @property
     def key(self) -> str:
-        return caption_key(self.rid, self.lang)
+        return caption_key(self.rid, self.lang, self.index)
 
 
 class RecaptionTask(GenerationTask):
-    """Captions the first image of every record of a shard in each requested language (see the module docstring).
+    """Captions every image of every record of a shard in each requested language (see the module docstring).
 
     Args:
         config: The settings of the run (:class:`~curate.recaption.config.RecaptionConfig`): its backend, languages
@@ -74,7 +75,7 @@ class RecaptionTask(GenerationTask):
         # operational backend settings (concurrency, timeout...) may change on a rerun: not part of the settings
         return {"backend": backend_identity(self.backend.describe()), "langs": self.langs, "mix": self.mix,
                 "prompts": self.prompts,
-                "sampling": self.sampling, "rules": asdict(self.rules), "images": "first", **self.reading_settings()}
+                "sampling": self.sampling, "rules": asdict(self.rules), "images": "all", **self.reading_settings()}
 
     def langs_for(self, rid: str, seed: int) -> list[str]:
         """The languages a record is captioned in."""
@@ -104,24 +105,28 @@ class RecaptionTask(GenerationTask):
         journal_path = ctx.journal(self.stage, shard)
         done = read_journal(journal_path)
         records: list[tuple[dict[str, Any], list[_Item]]] = []
-        extra_images = 0
+        failed: dict[str, tuple[str, str]] = {}
         for rec in readable_records(shard, stats, ctx, max_images=self.max_images):
             rid, source = rec["id"], rec["source"]
             if not rec["images"]:
                 stats.drop(rid, source, "no_image", "the record has no image to caption")
                 ctx.progress(1)
                 continue
-            refused = refusal(rec["images"][:1], self.limits)  # the captioned image, through the one image gate
-            if refused is not None:
-                stats.error(rid, source, refused.reason, refused.detail)
+            refused = [refusal([image], self.limits) for image in rec["images"]]  # each through the one image gate
+            if all(r is not None for r in refused):
+                stats.error(rid, source, refused[0].reason, refused[0].detail)  # type: ignore[union-attr]
                 ctx.progress(1)
                 continue
-            extra_images += len(rec["images"]) - 1
-            items = [_Item(len(records), rid, source, rec["images"][0], lang) for lang in self.langs_for(rid, ctx.seed)]
+            langs = self.langs_for(rid, ctx.seed)
+            items = [_Item(len(records), rid, source, image, lang, j)
+                     for j, image in enumerate(rec["images"]) for lang in langs]
+            for item in items:  # an image the gate refuses is not asked for: its rows carry the reason
+                why = refused[item.index]
+                if why is not None:
+                    failed[item.key] = (why.reason, why.detail)
             records.append((rec, items))
-        failed: dict[str, tuple[str, str]] = {}
         items = [it for _, its in records for it in its]
-        first = [it for it in items if it.key not in done]
+        first = [it for it in items if it.key not in done and it.key not in failed]
         pending = Counter(it.rec for it in first)
         ctx.progress(len(records) - len(pending))
 
@@ -142,7 +147,8 @@ class RecaptionTask(GenerationTask):
         if unanswered:  # the server's failures: the shard is not complete, a rerun asks for them again
             stats.extra[UNANSWERED] = unanswered
         generation = self.backend.stats.reset()
-        stats.extra.update({"extra_images": extra_images, **{f"generation.{k}": v for k, v in generation.items()}})
+        stats.extra.update({"images_captioned": len({(it.rec, it.index) for it in items}),
+                            **{f"generation.{k}": v for k, v in generation.items()}})
         self._write(records, rows, work, shard.id)
         return stats
 
@@ -192,7 +198,7 @@ class RecaptionTask(GenerationTask):
         for r in rows:
             if r["error"] is not None:
                 continue
-            out = {"id": caption_key(r["id"], r["lang"]), "source": r["source"], "images": [r["image"]],
+            out = {"id": caption_key(r["id"], r["lang"], r["image_index"]), "source": r["source"], "images": [r["image"]],
                    "messages": [{"role": "user", "content": user_turn(self.prompts[r["lang"]])},
                                 {"role": "assistant", "content": r["caption"]}],
                    "lang": r["lang"], "recaption_of": r["id"], "caption_model": r["model"]}

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.core.validate import configure
 from curate.core.remote import writing
 from curate.core.formats.writeback import dumps_record, loads_record, with_resolved_paths, write_records
 from curate.core.errors import UserError
@@ -267,7 +268,8 @@ def write_kept(out: Path, sizes: list[int], shard_ids: list[str], kept: np.ndarr
     return write_records(out, "kept", rows)  # kept.parquet (image structs) when images are bytes
 
 
-def rl_filter(inputs: list[str], config: RlFilterConfig, *, executor: Any = None) -> dict[str, Any]:
+def rl_filter(inputs: list[str], config: RlFilterConfig | None = None, *, executor: Any = None,
+              **settings: Any) -> dict[str, Any]:
     """Sample, score and select the RL prompts of ``inputs`` into ``config.out``; returns the content of ``stats.json``.
 
     Outputs: ``kept.jsonl`` (kept prompts in their input layout plus ``pass_at_1``,
@@ -278,7 +280,9 @@ def rl_filter(inputs: list[str], config: RlFilterConfig, *, executor: Any = None
         inputs: RL record files or folders.
         config: The settings (see :class:`RlFilterConfig`), checked before the model loads.
         executor: An executor (default: local, one worker).
+        **settings: fields of :class:`RlFilterConfig` (``out=``, ``backend=``, ``n=``...), instead of or over ``config``.
     """
+    config = configure(RlFilterConfig, config, **settings)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
         return _rl_filter(inputs, config, folder, executor)
 

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from curate.core.validate import configure
 from curate.core.errors import UserError
 from curate.rewards.runtime.sandbox import announce
 from curate.rl.config import ScoreConfig, score_records
@@ -239,8 +240,8 @@ def _summaries(table: pa.Table) -> dict[str, Any]:
             "per_verifier": grouped("verifier")}
 
 
-def score(inputs: Sequence[str | os.PathLike[str]], config: ScoreConfig, *,
-          executor: Executor | None = None) -> dict[str, Any]:
+def score(inputs: Sequence[str | os.PathLike[str]], config: ScoreConfig | None = None, *,
+          executor: Executor | None = None, **settings: Any) -> dict[str, Any]:
     """Score ``config.responses`` against the RL records of ``inputs`` into ``config.out``; returns the stats
     written to ``stats.json``.
 
@@ -248,7 +249,9 @@ def score(inputs: Sequence[str | os.PathLike[str]], config: ScoreConfig, *,
         inputs: The RL records files or folders (``--records``), checked by :func:`score_records`.
         config: The settings (see :class:`ScoreConfig`).
         executor: An executor (default: local, one worker).
+        **settings: fields of :class:`ScoreConfig` (``out=``, ``responses=``...), instead of or over ``config``.
     """
+    config = configure(ScoreConfig, config, **settings)
     records = score_records(inputs)
     with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
         return _score(records, config, folder, executor)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from curate.core.errors import UserError
+from curate.core.errors import UserError, command_line
 from curate.stages import STAGES
 from curate.core.io import RemotePath, dumps_json, is_url, path_exists, read_text_at, write_text_at
-from curate.run.recipe import Recipe, Step
+from curate.run.recipe import Recipe, Step, from_folder
 
 #: What a step hands to the next one when it is named without a sub-path (:attr:`curate.stages.StageSpec.main_output`).
 MAIN_OUTPUT = {name: spec.main_output for name, spec in STAGES.items() if spec.main_output is not None}
@@ -75,7 +75,8 @@ class PlannedStep:
     depends: list[str] = field(default_factory=list)  #: names of the steps it reads
     reads: list[str] = field(default_factory=list)  #: paths it reads
     upstream: dict[str, str] = field(default_factory=dict)  #: step read -> hash of its settings and upstream
-    status: str = "run"  #: run, resume, skip, refuse, not selected
+    inputs: dict[str, str] = field(default_factory=dict)  #: path read that no step makes -> its size and mtime
+    status: str = "run"  #: run, rerun, resume, skip, refuse, not selected
     why: str = ""
 
     @property
@@ -96,7 +97,7 @@ def _ref(value: str, step: Step, recipe: Recipe, out: Folder, line: int,
     """Resolve a recipe input name, a step name or STEP/sub/path (added to ``reads``); others are literal paths."""
     paths = _resolve(value, step, recipe, out, line, depends)
     if paths is None:
-        return [value]
+        return [recipe.here(value)]
     reads.extend(paths)
     return paths
 
@@ -162,7 +163,7 @@ def _cycle(recipe: Recipe, start: str, out: Folder) -> list[str]:
     return walk(start, [start])
 
 
-def _option_args(name: str, value: Any, info: OptionInfo, resolve_path: Any) -> list[str]:
+def _option_args(name: str, value: Any, info: OptionInfo, resolve_path: Any, base: Path) -> list[str]:
     if value is None or value is False and info.off_flag is None and info.is_flag:
         return []
     if info.is_flag:
@@ -175,6 +176,8 @@ def _option_args(name: str, value: Any, info: OptionInfo, resolve_path: Any) -> 
     strs = ["true" if v is True else "false" if v is False else str(v) for v in values]
     if info.is_path:
         strs = [p for s in strs for p in resolve_path(s)]
+    else:  # a model or processor given as a folder (also local-dir:PATH) is taken from the recipe's folder
+        strs = [from_folder(s, base) if isinstance(v, str) else s for s, v in zip(strs, values)]
     if info.multiple:
         return [a for s in strs for a in (info.flag, s)]
     if len(strs) != 1 and not isinstance(value, list):
@@ -194,16 +197,19 @@ def plan_step(step: Step, recipe: Recipe, out: Folder, verbs: VerbTable) -> Plan
     folder = out / step.folder
     argv: list[str] = []
     reads: list[str] = []
+    option_reads: list[str] = []
+    positional: list[str] = []
     if step.inputs:
         if info.argument is None:
             raise UserError(f"{recipe.where(step.line)}: {step.verb} takes no input:; give its inputs as options "
                             f"({', '.join(n for n, o in info.options.items() if o.is_path and n != 'out')})")
         for value in step.inputs:
             paths = _ref(value, step, recipe, out, step.input_line or step.line, depends, reads)
-            if paths == [value] and value not in reads and not is_url(value) and not Path(value).exists():
+            if paths == [recipe.here(value)] and paths[0] not in reads and not is_url(value) and not Path(paths[0]).exists():
                 raise UserError(f"{recipe.where(step.input_line or step.line)}: step {step.name!r} reads {value!r}: no such file, "
                                 f"recipe input ({', '.join(recipe.inputs) or 'none'}) or earlier step")
             argv.extend(paths)
+            positional.extend(paths)
     elif info.argument_required:
         raise UserError(f"{recipe.where(step.line)}: step {step.name!r} needs an input: (a recipe input or an "
                         "earlier step)")
@@ -222,10 +228,12 @@ def plan_step(step: Step, recipe: Recipe, out: Folder, verbs: VerbTable) -> Plan
                             f"{_suggest(key, list(info.options))}see curate {step.verb} --help")
 
         def resolve_path(v: str, _line: int = line) -> list[str]:
-            return _ref(v, step, recipe, out, _line, depends, reads)
+            paths = _ref(v, step, recipe, out, _line, depends, reads)
+            option_reads.extend(paths)
+            return paths
 
         try:
-            argv.extend(_option_args(name, value, opt, resolve_path))
+            argv.extend(_option_args(name, value, opt, resolve_path, recipe.base))
         except ValueError as exc:
             raise UserError(f"{recipe.where(line)}: option {name!r} of {step.verb} {exc}") from None
     if info.writes_out:
@@ -234,8 +242,22 @@ def plan_step(step: Step, recipe: Recipe, out: Folder, verbs: VerbTable) -> Plan
         settings = verbs.resolve(step.verb, argv)
     except UserError as exc:
         raise UserError(f"{recipe.where(step.line)}: step {step.name!r}: {exc}") from None
+    stamps = {**_external(positional, out), **_external(option_reads, out, True)}
     return PlannedStep(step=step, folder=folder, argv=argv, settings=json.loads(json.dumps(settings, default=str)),
-                       depends=sorted(set(depends)), reads=reads)
+                       depends=sorted(set(depends)), reads=reads, inputs=stamps)
+
+
+def portable(obj: Any, out: Folder | str) -> Any:
+    """``obj`` (JSON-ready) with the run folder's path written ``$OUT``: a run folder moved or copied elsewhere
+    keeps its finished steps."""
+    text, where = json.dumps(obj, sort_keys=True), json.dumps(str(out).rstrip("/"))[1:-1]
+    return json.loads(re.sub(re.escape(where) + r'(?=[/"])', "$OUT", text)) if where else obj
+
+
+def upstream_of(p: PlannedStep, by_name: dict[str, PlannedStep], out: Folder) -> dict[str, str]:
+    """For each step ``p`` reads: a hash of that step's settings (its folder as ``$OUT``) and of what it read."""
+    return {d: digest({"settings": portable(by_name[d].settings, out), "upstream": by_name[d].upstream})
+            for d in p.depends}
 
 
 def digest(obj: Any) -> str:
@@ -245,7 +267,8 @@ def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _record_path(out: Folder, planned: PlannedStep) -> Folder:
+def record_path(out: Folder, planned: PlannedStep) -> Folder:
+    """``OUT/_run/NN-name.json``: the settings and inputs a step last ran with."""
     return out / RUN_DIR / f"{planned.step.folder}.json"
 
 
@@ -253,21 +276,74 @@ def _changed(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
 
 
+def _stamp(path: str) -> str:
+    """What identifies the content of an input the recipe reads (not made by a step): size and modification time
+    of a file, of every file of a folder; '' for a URL or a missing path (its settings still name it)."""
+    if is_url(path):
+        return ""
+    local = Path(path)
+    if local.is_file():
+        st = local.stat()
+        return f"{st.st_size}|{st.st_mtime_ns}"
+    if local.is_dir():
+        return digest(sorted((str(f.relative_to(local)), f.stat().st_size, f.stat().st_mtime_ns)
+                             for f in local.rglob("*") if f.is_file()))
+    return ""
+
+
+def _external(paths: list[str], out: Folder, files_only: bool = False) -> dict[str, str]:
+    """Stamps of the paths a step reads that no step of the run makes (its inputs, a vocabulary file...); with
+    ``files_only`` folders are left out (a cache or an image root: large, or filled by the step itself)."""
+    inside = str(out).rstrip("/") + "/"
+    return {r: _stamp(r) for r in paths
+            if not str(r).startswith(inside) and not (files_only and (is_url(r) or not Path(r).is_file()))}
+
+
+def _changes(recorded: dict[str, Any], p: PlannedStep, out: Folder) -> list[str]:
+    """What differs between a step's recorded run and its plan: settings by name, inputs by path."""
+    if recorded["verb"] != p.step.verb:
+        return [f"verb {recorded['verb']} -> {p.step.verb}"]
+    old_settings, settings = portable(recorded["settings"], recorded.get("out") or out), portable(p.settings, out)
+    what = [f"settings changed: {', '.join(_changed(old_settings, settings))}"] if old_settings != settings else []
+    old = recorded.get("upstream") or {}
+    what += [f"step {d} ran with other settings" for d in sorted(set(old) | set(p.upstream))
+             if old.get(d) != p.upstream.get(d)]
+    old_inputs = recorded.get("inputs")
+    if old_inputs is not None:  # runs recorded before inputs were stamped are compared by settings only
+        what += [f"input changed: {r}" for r in sorted(set(old_inputs) | set(p.inputs))
+                 if old_inputs.get(r) != p.inputs.get(r)]
+    return what
+
+
 def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None = None,
-             until: str | None = None) -> list[PlannedStep]:
-    """Plan every step and decide its status (run, resume, skip, refuse, not selected).
+             until: str | None = None, force: str | None = None) -> list[PlannedStep]:
+    """Plan every step and decide its status.
+
+    A step whose folder holds a finished run with the same verb, settings and inputs is skipped; the first step
+    whose settings or inputs changed (or ``force``, a step name) reruns, and so does every selected step after
+    it (its folder is emptied first); a started step resumes; a folder this recipe did not make is refused.
+    Statuses: run, rerun, resume, skip, refuse, not selected; ``why`` says why.
 
     Raises:
-        UserError: a bad step, an unknown --from/--until step, a missing recipe input.
+        UserError: a bad step, an unknown --from/--until/--force step, a missing recipe input.
     """
+    with command_line():  # a recipe spells options as the command line does: its messages name flags
+        return _plan_run(recipe, out, verbs, start=start, until=until, force=force)
+
+
+def _plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None, until: str | None,
+              force: str | None) -> list[PlannedStep]:
     names = [s.name for s in recipe.steps]
-    for flag, name in (("--from", start), ("--until", until)):
+    for flag, name in (("--from", start), ("--until", until), ("--force", force)):
         if name is not None and name not in names:
             raise UserError(f"{flag} {name}: {recipe.path} has no step {name!r} (steps: {', '.join(names)})")
     lo = names.index(start) if start else 0
     hi = names.index(until) if until else len(names) - 1
     if lo > hi:
         raise UserError(f"--from {start} comes after --until {until} in {recipe.path}; swap them")
+    if force is not None and not lo <= names.index(force) <= hi:
+        raise UserError(f"--force {force}: step {force!r} is not among the steps this run selects "
+                        f"({', '.join(names[lo:hi + 1])}); widen --from/--until")
     used = {v.partition("/")[0] for s in recipe.steps[lo:hi + 1] for v in s.inputs}
     for name, paths in recipe.inputs.items():
         for p in paths:
@@ -284,28 +360,34 @@ def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None
         check_step(p, recipe, verbs)
     by_name = {p.step.name: p for p in planned}
     for p in planned:  # a step is stale when a step it reads ran with other settings
-        p.upstream = {d: digest({"settings": by_name[d].settings, "upstream": by_name[d].upstream})
-                      for d in p.depends}
+        p.upstream = upstream_of(p, by_name, out)
+    first: PlannedStep | None = None  # the first selected step that runs again: every later one follows it
     for i, p in enumerate(planned):
         if not lo <= i <= hi:
             p.status, p.why = "not selected", ("before --from" if i < lo else "after --until")
             continue
-        stats = p.folder / "stats.json"
-        record = _record_path(out, p)
-        if path_exists(stats):
-            recorded = json.loads(read_text_at(record)) if path_exists(record) else None
-            if recorded is None:
-                p.status, p.why = "refuse", f"{p.folder} holds a finished run not made by this recipe"
-            elif (recorded["verb"], recorded["settings"], recorded.get("upstream") or {}) != (p.step.verb, p.settings,
-                                                                                      p.upstream):
-                what = _changed(recorded["settings"], p.settings) if recorded["verb"] == p.step.verb else ["verb"]
-                what += [f"input from step {d}" for d in sorted(set(recorded.get("upstream") or {}) | set(p.upstream))
-                         if (recorded.get("upstream") or {}).get(d) != p.upstream.get(d)]
-                p.status, p.why = "refuse", f"finished with other settings ({', '.join(what)})"
-            else:
-                p.status, p.why = "skip", "finished, settings unchanged"
-        elif path_exists(p.folder):
+        record = record_path(out, p)
+        recorded = json.loads(read_text_at(record)) if path_exists(record) else None
+        finished, started = path_exists(p.folder / "stats.json"), path_exists(p.folder)
+        if started and recorded is None:  # never emptied: it may be a run made by hand
+            p.status, p.why = (("refuse", f"{p.folder} holds a finished run not made by this recipe") if finished
+                               else ("resume", "started, not finished"))  # the verb checks its own settings
+            continue
+        changes = _changes(recorded, p, out) if recorded is not None else []
+        if p.step.name == force and started:
+            p.status, p.why = "rerun", f"--force {force}"
+        elif first is not None and started:
+            p.status, p.why = "rerun", f"after step {first.step.name!r}, which {first.status}s"
+        elif changes and started:
+            p.status, p.why = "rerun", "; ".join(changes)
+        elif finished:
+            p.status, p.why = "skip", "finished, settings and inputs unchanged"
+        elif started:
             p.status, p.why = "resume", "started, not finished"
+        else:
+            p.status, p.why = "run", ""
+        if first is None and p.status in ("run", "rerun"):
+            first = p
     return planned
 
 
@@ -356,5 +438,6 @@ def check_ready(planned: list[PlannedStep], recipe: Recipe, i: int) -> None:
 
 def write_record(out: Folder, p: PlannedStep) -> None:
     """Remember the settings a step runs with (``OUT/_run/NN-name.json``)."""
-    write_text_at(_record_path(out, p), dumps_json({"verb": p.step.verb, "command": p.command,
-                                                   "settings": p.settings, "upstream": p.upstream}))
+    write_text_at(record_path(out, p), dumps_json({"verb": p.step.verb, "command": p.command,
+                                                   "settings": p.settings, "upstream": p.upstream,
+                                                   "inputs": p.inputs, "out": str(out)}))

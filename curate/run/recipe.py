@@ -14,11 +14,14 @@ A recipe (see ``recipes/*.yaml``)::
         input: raw                         # a recipe input, a step (its main output) or STEP/sub/path
         options: {vocab: vocab/500k.txt, model: "local-dir:${models}/clip"}
 
+Relative paths written in a recipe are taken from the recipe file's folder (so a recipe runs from any
+folder); a ``--set`` value naming a local path is taken from the current folder, where it was typed.
 Every mistake raises :class:`~curate.core.errors.UserError` naming ``recipe.yaml:LINE``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from typing import Any
 import yaml
 
 from curate.core.errors import UserError
+from curate.core.io import is_url
 from curate.stages import RECIPE_VERBS
 
 #: Verbs a recipe step may run.
@@ -74,6 +78,12 @@ class Recipe:
     #: options given to every step whose verb has them (e.g. executor, workers, seed), unless the step sets them
     defaults: dict[str, Any] = field(default_factory=dict)
     default_lines: dict[str, int] = field(default_factory=dict)
+    #: the recipe file's folder (absolute): relative paths written in the recipe are taken from it
+    base: Path = field(default_factory=Path.cwd)
+
+    def here(self, value: str) -> str:
+        """A path written in the recipe, taken from the recipe's folder (URLs and absolute paths as they are)."""
+        return local_path(value, self.base)
 
     def where(self, line: int) -> str:
         """``recipe.yaml:LINE`` for messages."""
@@ -198,6 +208,42 @@ def _paths(value: Any, where: str, what: str) -> tuple[str, ...]:
     return tuple(str(v) for v in items)
 
 
+def local_path(value: str, base: Path) -> str:
+    """``value`` joined to ``base`` when it is a relative local path (not a URL, not absolute, not empty)."""
+    if not value or is_url(value) or os.path.isabs(os.path.expanduser(value)):
+        return os.path.expanduser(value) if value.startswith("~") else value
+    return os.path.normpath(os.path.join(base, value))
+
+
+def looks_local(value: str, base: Path) -> bool:
+    """Whether a value given where a path or a name may stand (``--model``, a ``--set`` value) is a local path
+    relative to ``base``: it starts with ``./``, ``../`` or ``~``, or it (or its folder) exists there. A hub id such as
+    ``Qwen/Qwen2-VL-2B-Instruct`` is not, unless a folder of that name is there."""
+    if not value or is_url(value) or os.path.isabs(value):
+        return False
+    if value.startswith(("./", "../", "~")) or value in (".", ".."):
+        return True
+    full = base / value
+    return full.exists() or ("/" in value.rstrip("/") and full.parent.is_dir() and full.parent != base)
+
+
+def _spec_parts(value: str) -> tuple[str, str]:
+    """``local-dir:PATH`` or ``ARCH:PATH`` (a model spec) as (``prefix:``, PATH); a plain value as ('', value)."""
+    head, colon, rest = value.partition(":")
+    if colon and "://" not in value and re.fullmatch(r"[A-Za-z][\w.-]*", head) and len(head) > 1:
+        return head + ":", rest
+    return "", value
+
+
+def from_folder(value: str, base: Path) -> str:
+    """A value that may name a local path (``--model``, ``--processor``, a ``--set`` value; also after a
+    ``local-dir:`` or ``ARCH:`` prefix) made absolute from ``base`` when :func:`looks_local`; others unchanged."""
+    prefix, rest = _spec_parts(value)
+    if looks_local(rest, base):
+        return prefix + local_path(rest, base)
+    return value
+
+
 def parse_sets(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     """``--set name=value`` pairs as a dict (a pair without ``=`` is a UserError)."""
     out: dict[str, str] = {}
@@ -243,7 +289,9 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
         if name not in variables:
             known = ", ".join(sorted(variables)) or "none"
             raise UserError(f"--set {name}=...: {path} has no variable {name!r} (its vars: {known})")
-    variables.update(overrides or {})
+    here = Path.cwd()  # a --set value typed on the command line names paths from the current folder
+    variables.update({k: from_folder(v, here) for k, v in (overrides or {}).items()})
+    base = path.resolve().parent
     variables = _resolve_vars(variables, path, raw_vars)
     body = {k: _substitute(v, variables, path, _line(doc, k)) for k, v in doc.items() if k != "vars"}
 
@@ -256,7 +304,7 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
         where = f"{path}:{_line(raw_inputs, name)}"
         if not isinstance(name, str) or not _NAME.match(name):
             raise UserError(f"{where}: input name {name!r} must start with a letter (letters, digits, - and _)")
-        inputs[name] = _paths(value, where, f"input {name!r}")
+        inputs[name] = tuple(local_path(p, base) for p in _paths(value, where, f"input {name!r}"))
         input_lines[name] = _line(raw_inputs, name)
 
     raw_steps = body.get("steps")
@@ -272,8 +320,9 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
     defaults = {str(k).lstrip("-"): v for k, v in raw_defaults.items()}
     default_lines = {str(k).lstrip("-"): _line(raw_defaults, k) for k in raw_defaults}
     out = body.get("out")
-    return Recipe(defaults=defaults, default_lines=default_lines, path=path, text=text, vars=variables, out=None if out is None else str(out), inputs=inputs,
-                  input_lines=input_lines, steps=tuple(steps))
+    return Recipe(defaults=defaults, default_lines=default_lines, path=path, text=text, vars=variables,
+                  out=None if out is None else local_path(str(out), base), inputs=inputs,
+                  input_lines=input_lines, steps=tuple(steps), base=base)
 
 
 def _resolve_vars(raw: dict[str, str], path: Path, lines: Any) -> dict[str, str]:

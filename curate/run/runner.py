@@ -2,13 +2,15 @@
 
 Each step is the verb's own command (the CLI's parser, checks and stage function),
 run in this process with its output in ``OUT/NN-name/``. A finished step (its
-``stats.json`` present, settings unchanged) is skipped; a started one resumes as the
-verb does; a finished step whose settings changed is refused before anything runs.
+``stats.json`` present, settings and inputs unchanged) is skipped; a started one resumes as the
+verb does; the first step whose settings or inputs changed (or ``--force STEP``) runs again from an
+emptied folder, and so does every step after it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,12 +19,12 @@ from typing import Any
 import yaml
 
 from curate import __version__
-from curate.core.errors import UserError
-from curate.core.io import RemotePath, as_path, dumps_json, is_url, path_exists, write_text_at
+from curate.core.errors import UserError, command_line
+from curate.core.io import RemotePath, as_path, dumps_json, is_url, path_exists, url_fs, write_text_at
 from curate.core.lock import let_go, out_lock
 from curate.core.stats import versions
-from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, check_ready, digest, plan_run, plan_step,
-                             write_record)
+from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, record_path, check_ready,
+                             plan_run, plan_step, upstream_of, write_record)
 from curate.run.recipe import Recipe
 
 LOCK_NAME = "recipe.lock.yaml"
@@ -40,9 +42,24 @@ def out_folder(recipe: Recipe, out: str | None) -> Path | RemotePath:
     return as_path(chosen)
 
 
+def summary(planned: list[PlannedStep]) -> str | None:
+    """One line naming the step the run starts again from and why, what it keeps; None when nothing reruns."""
+    again = [p for p in planned if p.status == "rerun"]
+    if not again:
+        return None
+    kept = [p.step.name for p in planned if p.status == "skip"]
+    first = again[0]
+    return (f"rerunning from step {first.step.name!r} ({first.why}): "
+            f"{', '.join(p.step.name for p in planned if p.status in ('run', 'rerun'))}"
+            + (f"; keeping {', '.join(kept)} (finished, unchanged)" if kept else ""))
+
+
 def plan_lines(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> list[str]:
     """The plan as text: one block per step (status, reads, writes, command)."""
     lines = [f"recipe {recipe.path} -> {out}/ ({len(planned)} steps)"]
+    line = summary(planned)
+    if line:
+        lines.append(line)
     for p in planned:
         status = p.status if not p.why else f"{p.status} ({p.why})"
         lines.append(f"{p.step.folder:<16} {p.step.verb:<10} {status}")
@@ -89,9 +106,7 @@ def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Folder, ver
     """Plan step ``i`` again now that the steps it reads have finished (e.g. records.parquet, not .jsonl)."""
     fresh = plan_step(planned[i].step, recipe, out, verbs)
     fresh.status, fresh.why = planned[i].status, planned[i].why
-    by_name = {p.step.name: p for p in planned}
-    fresh.upstream = {d: digest({"settings": by_name[d].settings, "upstream": by_name[d].upstream})
-                      for d in fresh.depends}
+    fresh.upstream = upstream_of(fresh, {p.step.name: p for p in planned}, out)
     planned[i] = fresh
 
 
@@ -102,8 +117,23 @@ def _finish_verify(p: PlannedStep, seconds: float) -> None:
                                                        "timings": {"total": round(seconds, 6)}}))
 
 
+def clear_step(out: Folder, p: PlannedStep) -> None:
+    """Empty a step's folder and forget its record before it runs again (a local folder or a bucket prefix)."""
+    for target, folder in ((p.folder, True), (record_path(out, p), False)):
+        if is_url(target):
+            fs, inner = url_fs(str(target))
+            fs.invalidate_cache()
+            if fs.exists(inner):
+                fs.rm(inner, recursive=folder)
+        elif folder:
+            if Path(target).exists():
+                shutil.rmtree(target)
+        else:
+            Path(target).unlink(missing_ok=True)
+
+
 def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None = None,
-               until: str | None = None, dry_run: bool = False,
+               until: str | None = None, force: str | None = None, dry_run: bool = False,
                echo: Callable[[str], None] = print) -> list[PlannedStep]:
     """Run (or with ``dry_run`` only print) a recipe's steps.
 
@@ -113,6 +143,7 @@ def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | No
         verbs: the verbs of the command line.
         start: first step to run (``--from``); earlier steps must have finished.
         until: last step to run (``--until``).
+        force: a step to run again even if it finished unchanged (``--force``); later steps follow it.
         dry_run: print the plan, run nothing, write nothing.
         echo: where progress lines go.
 
@@ -122,7 +153,13 @@ def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | No
     Raises:
         UserError: a bad recipe, a refused step, a step whose input does not exist.
     """
-    planned = plan_run(recipe, out, verbs, start=start, until=until)
+    with command_line():  # a recipe spells options as the command line does: its messages name flags
+        return _run_recipe(recipe, out, verbs, start=start, until=until, force=force, dry_run=dry_run, echo=echo)
+
+
+def _run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None, until: str | None,
+                force: str | None, dry_run: bool, echo: Callable[[str], None]) -> list[PlannedStep]:
+    planned = plan_run(recipe, out, verbs, start=start, until=until, force=force)
     if dry_run:
         for line in plan_lines(recipe, planned, out):
             echo(line)
@@ -130,7 +167,7 @@ def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | No
     refused = [p for p in planned if p.status == "refuse"]
     if refused:
         p = refused[0]
-        raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {p.folder} {p.why}; "
+        raise UserError(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {p.why}; "
                         f"use another --out, or delete {p.folder} to run it again")
     if not is_url(out):
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -142,6 +179,9 @@ def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | No
 def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: VerbTable,
                echo: Callable[[str], None]) -> None:
     write_lock(recipe, planned, out)
+    line = summary(planned)
+    if line:
+        echo(line)
     for i, p in enumerate(planned):
         if p.status in ("skip", "not selected"):
             echo(f"== {p.step.folder}: {p.status} ({p.why})")
@@ -149,7 +189,10 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: V
         _replan(planned, i, recipe, out, verbs)  # the steps before it made their outputs: name the right files
         p = planned[i]
         check_ready(planned, recipe, i)
-        echo(f"== {p.step.folder}: {'resuming' if p.status == 'resume' else 'running'} {p.command}")
+        doing = {"resume": "resuming", "rerun": f"rerunning ({p.why})"}.get(p.status, "running")
+        echo(f"== {p.step.folder}: {doing} {p.command}")
+        if p.status == "rerun":
+            clear_step(out, p)
         write_record(out, p)
         t0 = time.perf_counter()
         try:

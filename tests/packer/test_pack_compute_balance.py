@@ -134,9 +134,9 @@ def test_plan_only_and_user_errors(balanced, tmp_path) -> None:
                  balance_compute=True, dp=3, seed=5)
     assert (tmp_path / "q" / "plan.parquet").read_bytes() == (tmp_path / "p" / "plan.parquet").read_bytes()
     assert again["balance"] == stats["balance"]
-    with pytest.raises(UserError, match="needs --dp"):
+    with pytest.raises(UserError, match="needs dp"):
         pack([], out=tmp_path / "e", ctx=2048, lengths=out / "lengths.parquet", plan_only=True, balance_compute=True)
-    with pytest.raises(UserError, match="only applies with --balance-compute"):
+    with pytest.raises(UserError, match="only applies with balance_compute"):
         pack([], out=tmp_path / "e", ctx=2048, lengths=out / "lengths.parquet", plan_only=True, dp=2)
     bad = tmp_path / "cost.yaml"
     bad.write_text("lm_layers: many\n")
@@ -238,7 +238,7 @@ def test_pack_fits_a_timing_log(balanced, tiny_vlm_dir, sample_data, tmp_path) -
     assert "cost model fitted to 40 timings" in said and "other cost models" in said and "image-token share" in said
     cli = json.loads((tmp_path / "c" / "stats.json").read_text())
     assert cli["settings"]["balance"]["step_mix"] == 2 and cli["balance"]["step_mix"] == 2
-    with pytest.raises(UserError, match="--step-mix only applies with --balance-compute"):
+    with pytest.raises(UserError, match="step_mix only applies with balance_compute"):
         pack([], out=tmp_path / "d", ctx=2048, lengths=out / "lengths.parquet", plan_only=True, step_mix=2)
     short = tmp_path / "short.csv"
     short.write_text("tokens,tokens_sq,patches,patches_sq,seconds\n1,1,0,0,0.5\n")

@@ -131,11 +131,11 @@ def test_balance_options() -> None:
     assert balance_options(False, None, None, None) is None
     opts = balance_options(True, 8, None, None)
     assert (opts.dp, opts.micro_batches, opts.cost_model) == (8, 1, CostModel())
-    with pytest.raises(UserError, match="needs --dp"):
+    with pytest.raises(UserError, match="needs dp"):
         balance_options(True, None, 2, None)
-    with pytest.raises(UserError, match="only applies with --balance-compute"):
+    with pytest.raises(UserError, match="only applies with balance_compute"):
         balance_options(False, 8, None, None)
-    with pytest.raises(UserError, match="--micro-batches must be >= 1"):
+    with pytest.raises(UserError, match="micro_batches must be >= 1"):
         balance_options(True, 8, 0, None)
 
 
@@ -228,9 +228,9 @@ def test_step_mix_trades_balance_for_mixed_steps() -> None:
     single, _ = run(1, 1)
     mixed, _ = run(1, 4)
     assert mixed["p99"] > single["p99"] + 0.05  # one micro-batch: mixing costs the balance
-    with pytest.raises(UserError, match="--step-mix 3 must divide"):
+    with pytest.raises(UserError, match="step_mix 3 must divide"):
         balanced_layout(np.ones(16), 4, 1, mix=3)
-    with pytest.raises(UserError, match="--step-mix"):
+    with pytest.raises(UserError, match="step_mix"):
         balance_options(True, 4, 1, None, step_mix=0)
 
 

@@ -41,7 +41,7 @@ def test_sample_is_fixed_seeded_and_spread(sample_data, tmp_path) -> None:
     assert big.choose_verified(shards, seed=0) == total  # never more than the records
     assert task_of(verify_fraction=0.5).choose_verified(shards, seed=0) == 0  # the older share
     assert task_of(verify_sample=0).choose_verified(shards, seed=0) == 0
-    with pytest.raises(UserError, match="--verify-sample"):  # the config refuses it; the task takes it as checked
+    with pytest.raises(UserError, match="verify_sample"):  # the config refuses it; the task takes it as checked
         task_of(verify_sample=-1)
 
 

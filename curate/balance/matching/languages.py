@@ -40,6 +40,10 @@ class LanguageIdentifier:
         # A text with no feature the model knows scores every language alike: the confidence of the empty text.
         self._floor = float(self._model.classify("")[1]) + 1e-6
 
+    def codes(self) -> frozenset[str]:
+        """The languages the model knows (ISO 639-1 codes, a few ISO 639-3)."""
+        return frozenset(str(c) for c in self._model.nb_classes)
+
     def identify(self, text: str) -> str:
         """The language of ``text`` (its ISO 639-1 code), ``""`` when the text gives no evidence."""
         text = text.strip()

@@ -176,5 +176,7 @@ class ParquetRows(Container):
         for name in ("id", "source"):
             if name not in schema.names and any(name in obj for obj in rows):
                 schema = schema.append(pa.field(name, pa.string()))
-        write_parquet(dest, pa.Table.from_pylist(list(rows), schema=schema))
+        from curate.core.formats.writeback import with_hf_features
+
+        write_parquet(dest, with_hf_features(pa.Table.from_pylist(list(rows), schema=schema)))
         return len(rows)

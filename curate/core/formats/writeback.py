@@ -5,7 +5,8 @@ kept prompts) go through here. Records whose images are paths are written as JSO
 when any record carries image bytes the file is Parquet instead, with ``image`` a struct
 ``{bytes: binary, path: string}`` and ``images`` a list of them (the layout the Hugging Face
 ``datasets`` library reads as its ``Image`` feature), so the images travel with the records and no
-path points nowhere.
+path points nowhere. Such a file's schema carries the ``datasets`` features (metadata key ``huggingface``,
+:func:`with_hf_features`), so ``datasets.load_dataset("parquet", ...)`` reads its images as images.
 
 Per-shard intermediate files stay JSONL: :func:`dumps_record` writes bytes as ``{"$bytes": base64}``
 and :func:`loads_record` restores them.
@@ -25,6 +26,8 @@ import pyarrow as pa
 #: The ``datasets`` library's ``Image`` feature as a Parquet/Arrow type.
 IMAGE_STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 _TAG = "$bytes"
+#: Arrow types whose ``datasets`` dtype is not their Arrow name.
+_HF_DTYPES = {"float": "float32", "double": "float64", "halffloat": "float16"}
 _IMAGE_KEYS = ("images", "image")
 
 
@@ -135,7 +138,46 @@ def records_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
                 arr = pa.array([None if v is None else dumps_record(v) for v in values], type=pa.string())
         arrays.append(arr)
         names.append(key)
-    return pa.Table.from_arrays(arrays, names=names)
+    return with_hf_features(pa.Table.from_arrays(arrays, names=names))
+
+
+def _hf_feature(kind: pa.DataType) -> Any:
+    """The ``datasets`` feature (its JSON form) of an Arrow type; None for a type it has no plain feature for."""
+    if kind == IMAGE_STRUCT:
+        return {"_type": "Image"}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        inner = _hf_feature(kind.value_type)
+        return None if inner is None else {"feature": inner, "_type": "List"}
+    if pa.types.is_struct(kind):
+        fields = {kind.field(i).name: _hf_feature(kind.field(i).type) for i in range(kind.num_fields)}
+        return None if any(v is None for v in fields.values()) else fields
+    if pa.types.is_dictionary(kind) or pa.types.is_map(kind) or pa.types.is_union(kind) \
+            or pa.types.is_fixed_size_list(kind) or pa.types.is_decimal(kind):
+        return None
+    return {"dtype": _HF_DTYPES.get(str(kind), str(kind)), "_type": "Value"}
+
+
+def _holds_images(kind: pa.DataType) -> bool:
+    if kind == IMAGE_STRUCT:
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _holds_images(kind.value_type)
+    return pa.types.is_struct(kind) and any(_holds_images(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def with_hf_features(table: pa.Table) -> pa.Table:
+    """``table`` with the Hugging Face ``datasets`` features in its schema metadata (key ``huggingface``, as
+    ``datasets`` writes it: ``Image`` for the image structs, ``List``, ``Value``) when a column holds images,
+    or made again when the table already had some (a source file's, whose columns may have changed); a table with
+    a column ``datasets`` has no plain feature for keeps none."""
+    metadata = dict(table.schema.metadata or {})
+    if not any(_holds_images(f.type) for f in table.schema) and b"huggingface" not in metadata:
+        return table
+    features = {f.name: _hf_feature(f.type) for f in table.schema}
+    metadata.pop(b"huggingface", None)
+    if all(v is not None for v in features.values()):
+        metadata[b"huggingface"] = json.dumps({"info": {"features": features}}).encode("utf-8")
+    return table.replace_schema_metadata(metadata or None)
 
 
 def write_records(folder: str | Path, stem: str, rows: Iterable[dict[str, Any]]) -> str:

@@ -56,8 +56,14 @@ def test_balance_end_to_end_through_the_cli(tiny_clip_spec: str, sample_data: Pa
     stats = json.loads((out / "stats.json").read_text())
     n_in = stats["records_in"]
     assert n_in == sum(1 for _ in read_records(inputs))
-    assert n_in == stats["records_selected"] + sum(stats["dropped"].values()) + sum(stats["errored"].values())
-    assert stats["errored"]["duplicate_id"] >= 1 and stats["dropped"]["no_image"] >= 1
+    assert n_in == stats["records_out"] + sum(stats["dropped"].values()) + sum(stats["errored"].values())
+    # records without images (the chat source) are passed through untouched: out, not dropped (issue 49)
+    text_only = [r for r in read_records(inputs) if isinstance(r, dict) and not r["images"]]
+    assert stats["text_only"] == len({r["id"] for r in text_only}) >= 4 and "no_image" not in stats["dropped"]
+    assert stats["records_out"] == stats["records_selected"] + stats["text_only"]
+    assert stats["per_source"]["chat"]["records_out"] == stats["per_source"]["chat"]["records_in"] >= 4
+    assert f"passed through untouched: {stats['text_only']} text-only records" in err
+    assert stats["errored"]["duplicate_id"] >= 1
     assert {"truncated", "missing_image", "not_an_image"} <= set(stats["errored"])
     assert stats["concepts"]["skipped"] == {"cjk": len(CHINESE)}
     concepts = np.load(out / "concepts.npy")
@@ -71,7 +77,9 @@ def test_balance_end_to_end_through_the_cli(tiny_clip_spec: str, sample_data: Pa
     sel = pq.read_table(out / "selection.parquet")
     assert sel.num_rows == stats["records_selected"] == round(0.5 * stats["pool"])
     written = [r for r in read_records([out / "records"]) if isinstance(r, dict)]
-    assert sorted(r["id"] for r in written) == sorted(sel.column("id").to_pylist())
+    assert sorted(r["id"] for r in written if r["images"]) == sorted(sel.column("id").to_pylist())
+    passed = {r["id"]: r for r in written if not r["images"]}
+    assert passed == {r["id"]: r for r in text_only}  # the same records, as they were read
     rejects = pq.read_table(out / "rejects.parquet")
     assert rejects.num_rows == sum(stats["errored"].values()) + sum(
         n for reason, n in stats["dropped"].items() if reason != "not_selected")

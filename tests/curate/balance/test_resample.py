@@ -166,9 +166,9 @@ def test_duplicates_and_untagged_records_are_accounted(tmp_path: Path) -> None:
     ({"target": 5, "fraction": 0.5}, "exactly one of"),
     ({"target": 0}, "at least 1"),
     ({"fraction": -1.0}, "positive"),
-    ({"mode": "metaclip", "target": 3}, "drop --target"),
+    ({"mode": "metaclip", "target": 3}, "drop target/fraction"),  # a Python caller reads field names
     ({"mode": "nope"}, "inverse, metaclip or worldwide"),
-    ({"mode": "metaclip", "tail_share": 0.1}, "--mode worldwide"),
+    ({"mode": "metaclip", "tail_share": 0.1}, "mode worldwide"),
     ({"mode": "worldwide", "tail_share": 1.5}, "within"),
     ({"mode": "metaclip", "per": "pair"}, "record or text"),
 ])

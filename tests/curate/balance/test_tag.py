@@ -140,7 +140,7 @@ def test_tagging_is_deterministic_and_resumable(tmp_path: Path) -> None:
 def test_dimension_mismatch_is_a_user_error(tmp_path: Path) -> None:
     np.save(tmp_path / "c.npy", np.ones((5, 16), np.float16))
     _write_curate_layout(tmp_path / "emb", np.ones((3, 8)), ["a", "b", "c"], per_file=3)
-    with pytest.raises(UserError, match="same --model"):
+    with pytest.raises(UserError, match="same model"):
         tag(tmp_path / "emb", tmp_path / "c.npy", out=tmp_path / "out")
 
 

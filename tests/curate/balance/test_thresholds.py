@@ -117,11 +117,11 @@ def test_tail_share_given_and_no_english(tmp_path: Path) -> None:
     assert r["languages"]["tail_share_from"] == "--tail-share"
     zh_only = [row for row in rows if row["lang"] == "zh"]
     pq.write_table(pa.Table.from_pylist(zh_only), tmp_path / "zh.parquet")
-    with pytest.raises(UserError, match="--tail-share"):
+    with pytest.raises(UserError, match="tail_share"):
         resample(tmp_path / "zh.parquet", out=tmp_path / "z", mode="worldwide", seed=0, plot=False)
     pq.write_table(pa.Table.from_pylist([{k: v for k, v in row.items() if k != "lang"} for row in rows]),
                    tmp_path / "nolang.parquet")
-    with pytest.raises(UserError, match="--lang-id"):
+    with pytest.raises(UserError, match="lang_id"):
         resample(tmp_path / "nolang.parquet", out=tmp_path / "n", mode="worldwide", seed=0, plot=False)
     stats = json.loads((tmp_path / "o" / "stats.json").read_text())
     assert stats["settings"]["mode"] == "worldwide" and stats["settings"]["t"] == 170000

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from curate.cli.generate_options import backend_from_flags, backend_options
 from curate.cli.options import config_options
-from curate.core.errors import UserError
+from curate.core.errors import UserError, command_line
 from curate.generate import GenerationRequest, SamplingParams, make_backend
 from curate.generate.settings import BackendSettings, sampling_of
 from curate.recaption.config import RecaptionConfig
@@ -45,10 +45,11 @@ def test_flags_build_a_backend_and_sampling(tmp_path: Path) -> None:
 def test_flags_for_another_backend_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text('{"id": "a", "response": "x"}\n')
-    result = CliRunner().invoke(demo, ["--rollouts", str(path), "--batch-size", "4"])
+    with command_line():  # as under `curate`: the message names flags
+        result = CliRunner().invoke(demo, ["--rollouts", str(path), "--batch-size", "4"])
     assert isinstance(result.exception, UserError) and "--batch-size cannot be used with --rollouts" in str(result.exception)
     given = BackendSettings(endpoint="http://127.0.0.1:1", api_key="k", trust_remote_code=False, concurrency=2)
     kwargs = given.kwargs()
     assert kwargs == {"endpoint": "http://127.0.0.1:1", "api_key": "k", "concurrency": 2}
-    with pytest.raises(UserError, match="--top-p"):
+    with pytest.raises(UserError, match="top_p"):
         RecaptionConfig(out=tmp_path / "o", backend={"rollouts": str(path)}, top_p=0.0)

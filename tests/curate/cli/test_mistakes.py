@@ -126,7 +126,7 @@ MISTAKES: list[tuple[str, str]] = [
     (f"balance {R} --vocab {{d}}/vocab.txt --out {{d}}/afile", "--out"),
     (f"balance {R} --vocab {{d}}/vocab.txt --out {{d}}/b --cache-dir {{d}}/afile", "--cache-dir"),
     # recaption
-    (f"recaption {R} --out {{d}}/c {ANS} --langs de", "--langs"),
+    (f"recaption {R} --out {{d}}/c {ANS} --langs xx", "--langs"),  # de, fr... are accepted (issue 49)
     (f"recaption {R} --out {{d}}/c {ANS} --mix en=abc", "--mix"),
     (f"recaption {R} --out {{d}}/c {ANS} --temperature nan", "--temperature"),
     (f"recaption {R} --out {{d}}/c {ANS} --shard-size 0", "--shard-size"),

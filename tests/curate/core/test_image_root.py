@@ -64,9 +64,9 @@ def test_relative_image_paths_start_at_the_root(tmp_path: Path, sample_data: Pat
 
 def test_a_missing_root_is_one_line_and_a_bucket_root_stays_a_url(tmp_path: Path, sample_data: Path) -> None:
     ann, root, names = llava_tree(tmp_path, sample_data / "images")
-    with pytest.raises(UserError, match="--image-root .*nope: no such folder"):
+    with pytest.raises(UserError, match="image_root .*nope: no such folder"):
         plan_shards([ann], image_root=tmp_path / "nope")
-    with pytest.raises(UserError, match="--image-root"):
+    with pytest.raises(UserError, match="image_root"):
         plan_shards([ann], image_root=ann)  # a file, not a folder
     rooted = records_of(plan_shards([ann], image_root="s3://bucket/llava/images/"))
     assert rooted["q1"] == [f"s3://bucket/llava/images/coco/train2017/{names[1]}"]

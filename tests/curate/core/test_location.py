@@ -47,7 +47,7 @@ def test_configs_hold_locations_and_refuse_a_bucket_for_local_only_settings(tmp_
     assert isinstance(config.out, Location) and config.out.is_remote
     assert config.inputs == (Location("s3://b/a.jsonl"), Location(tmp_path))
     assert config.cache == Location(tmp_path / "c") and not config.cache.is_remote
-    with pytest.raises(UserError, match="^--cache-dir s3://b/cache: must be a folder on this machine's disk"):
+    with pytest.raises(UserError, match="^cache_dir s3://b/cache: must be a folder on this machine's disk"):
         _Config(out=tmp_path, cache="s3://b/cache")
 
 

@@ -22,3 +22,24 @@ def test_missing_sections_keep_their_defaults() -> None:
     r = from_stats(RlFilterResult, {"records_in": 5, "kept": 2, "overall": {"mean_reward": 0.25}})
     assert r.kept == 2 and r.overall.mean_reward == 0.25 and r.overall.mean_pass_at_1 is None
     assert not r.rejected
+
+
+def test_from_stats_picks_the_result_of_the_stage(tmp_path) -> None:
+    """Issue 49: ``from_stats(stats)`` (or a folder, or its stats.json) needs no class: the stage names it."""
+    import json
+
+    import pytest
+
+    from curate.core.errors import UserError
+    from curate.core.results import from_stats
+    from packer.results import PackResult
+
+    stats = {"stage": "pack", "records_in": 5, "records_packed": 4, "bins": 2, "dropped": {"too_long": 1}}
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    assert from_stats(stats) == from_stats(tmp_path) == from_stats(str(tmp_path / "stats.json")) \
+        == from_stats(PackResult, stats)
+    assert isinstance(from_stats(stats), PackResult) and from_stats(stats).bins == 2
+    with pytest.raises(UserError, match="no typed result"):
+        from_stats({"stage": "report"})
+    with pytest.raises(UserError, match="no stats.json there"):
+        from_stats(tmp_path / "nope")

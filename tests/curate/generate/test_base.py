@@ -84,13 +84,13 @@ def test_stats_count_by_reason_and_reset() -> None:
 def test_make_backend_needs_exactly_one_source(tmp_path) -> None:
     with pytest.raises(UserError, match="exactly one"):
         make_backend()
-    with pytest.raises(UserError, match="--model and --endpoint"):
+    with pytest.raises(UserError, match="model and endpoint"):
         make_backend(model=str(tmp_path), endpoint="http://127.0.0.1:9")
-    with pytest.raises(UserError, match="--served-model goes with --endpoint"):
+    with pytest.raises(UserError, match="served_model goes with endpoint"):
         make_backend(model=str(tmp_path), served_model="m")
     rollouts = tmp_path / "r.jsonl"
     rollouts.write_text('{"id": "a", "response": "1"}\n')
-    with pytest.raises(UserError, match="--device cannot be used with --rollouts"):
+    with pytest.raises(UserError, match="device cannot be used with rollouts"):
         make_backend(rollouts=str(rollouts), device="cpu")
     # unset (None) options are ignored, so CLI flags can be passed as they are
     backend = make_backend(rollouts=str(rollouts), device=None, concurrency=None)

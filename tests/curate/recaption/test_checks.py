@@ -213,8 +213,16 @@ def test_truncated_answers_are_trimmed_to_the_last_sentence() -> None:
     assert trim_to_sentence("It is 3.5 m tall and") == ""  # a decimal point is not a sentence end
 
 
+def test_other_languages_are_identified() -> None:
+    """A language other than en and zh is checked by py3langid's identification (issue 49)."""
+    fr = "Un chat tigré dort sur un canapé rouge près d'une fenêtre aux rideaux blancs."
+    de = "Eine getigerte Katze schläft auf einem roten Sofa neben einem Fenster mit weißen Vorhängen."
+    assert check_caption(fr, "fr").ok and check_caption(de, "de").ok
+    wrong = check_caption(CAT_EN, "fr")
+    assert wrong.reason == "language" and wrong.detail == "identified as en, not fr (py3langid)"
+    assert check_caption(de, "fr").reason == "language"
+
+
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="language"):
-        check_caption(CAT_EN, "fr")
     with pytest.raises(ValueError, match="truncated"):
         CaptionRules(truncated="cut")  # type: ignore[arg-type]

@@ -49,7 +49,9 @@ def generation(out: Path) -> dict:
 
 
 def caption_rows(out: Path) -> dict[tuple[str, str], dict]:
-    return {(r["id"], r["lang"]): r for r in pq.read_table(out / "captions.parquet").to_pylist()}
+    """Rows by (id, lang); the n-th image of a record (n from 2) as (id#n, lang)."""
+    return {(r["id"] + (f"#{r['image_index'] + 1}" if r["image_index"] else ""), r["lang"]): r
+            for r in pq.read_table(out / "captions.parquet").to_pylist()}
 
 
 # ---------------------------------------------------------------------------
@@ -88,9 +90,12 @@ def designed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ("r3#en", "A rocket. A rocket. A rocket. A rocket. A rocket."),
         ("r3#en#retry", "Rocket rocket rocket rocket on the pad."),
         ("r3#zh", "抱歉，我无法查看这张图片。"),
-        # r5: only the first image is captioned
+        # r5: every image is captioned (its second under the key r5#2#LANG); the second's zh answer is English
         ("r5#en", ROCKET_EN),
         ("r5#zh", CUP_ZH),
+        ("r5#2#en", CAT_EN),
+        ("r5#2#zh", CAT_EN),
+        ("r5#2#zh#retry", CAT_ZH),
     ]
     rollouts = jsonl(tmp / "answers.jsonl", [{"id": k, "response": v} for k, v in answers])
     expected = {  # (id, lang) -> (caption or None, error or None, attempts)
@@ -98,6 +103,7 @@ def designed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ("r2", "en"): (CUP_EN, None, 2), ("r2", "zh"): (None, "language", 2),
         ("r3", "en"): (None, "repetition", 2), ("r3", "zh"): (None, "refusal", 2),
         ("r5", "en"): (ROCKET_EN, None, 1), ("r5", "zh"): (CUP_ZH, None, 1),
+        ("r5#2", "en"): (CAT_EN, None, 1), ("r5#2", "zh"): (CAT_ZH, None, 2),
         ("r6", "en"): (None, "no_rollouts", 1), ("r6", "zh"): (None, "no_rollouts", 1),
     }
     return {"src": src, "rollouts": rollouts, "expected": expected, "images": img, "tmp": tmp}
@@ -113,6 +119,7 @@ def test_known_captions_records_and_accounting(designed: dict, tmp_path: Path) -
         row = rows[key]
         assert (row["caption"], row["error"], row["attempts"]) == (caption, error, attempts), (key, row)
     assert rows[("r5", "en")]["image"] == str(designed["images"][0])
+    assert rows[("r5#2", "en")]["image"] == str(designed["images"][1]) and rows[("r5#2", "en")]["image_index"] == 1
     assert "retry failed: no_rollouts" in rows[("r3", "zh")]["detail"]
     assert all(r["model"] == "rollouts:answers.jsonl" for r in rows.values())
 
@@ -120,11 +127,12 @@ def test_known_captions_records_and_accounting(designed: dict, tmp_path: Path) -
     recs = list(read_records([out / "records.jsonl"]))
     assert not any(isinstance(r, BadRecord) for r in recs)
     kept = {k: v for k, v in expected.items() if v[1] is None}
-    assert [r["id"] for r in recs] == [f"{i}#{lang}" for i, lang in kept]  # input order, languages in --langs order
-    source_of = {"r1": "coyo", "r2": "llava", "r3": "coyo", "r5": "llava", "r6": "llava"}
+    # input order, images in record order, languages in --langs order; the second image's ids are r5#2#LANG
+    assert [r["id"] for r in recs] == [f"{i}#{lang}" for i, lang in kept]
+    source_of = {"r1": "coyo", "r2": "llava", "r3": "coyo", "r5": "llava", "r5#2": "llava", "r6": "llava"}
     for rec in recs:
-        rid, lang = rec["id"].split("#")
-        assert rec["source"] == source_of[rid] and rec["lang"] == lang and rec["recaption_of"] == rid
+        rid, lang = rec["id"].rsplit("#", 1)
+        assert rec["source"] == source_of[rid] and rec["lang"] == lang and rec["recaption_of"] == rid.split("#")[0]
         assert rec["messages"] == [{"role": "user", "content": "<image>\n" + DEFAULT_PROMPTS[lang]},
                                    {"role": "assistant", "content": kept[(rid, lang)][0]}]
         assert len(rec["images"]) == 1 and Path(rec["images"][0]).is_file()
@@ -153,13 +161,13 @@ def test_known_captions_records_and_accounting(designed: dict, tmp_path: Path) -
             assert got["mean_chars"] == (round(sum(lengths) / len(lengths), 1) if lengths else None)
             assert got["attempts"] == sum(v[2] for _, v in mine)
     assert on_disk["per_source"]["coyo"]["records_in"] == 3 and on_disk["per_source"]["coyo"]["records_out"] == 1
-    assert on_disk["extra_images"] == 1  # r5's second image
-    # generation: 10 first requests + 4 retries (r2 en/zh, r3 en/zh); the rollouts backend errs on 3 of them
+    assert on_disk["images_captioned"] == 6  # r1, r2, r3, r5 (two), r6
+    # generation: 12 first requests + 5 retries (r2 en/zh, r3 en/zh, r5#2 zh); the rollouts backend errs on 3
     history = json.loads((out / "history.json").read_text())["recaption"]
     assert "generation" not in on_disk and "timings" not in on_disk  # how the run went: history.json
-    assert history["generation"]["requests"] == 14
+    assert history["generation"]["requests"] == 17
     assert history["generation"]["errors"] == 3
-    assert on_disk["captions"]["retried"] == 4 and on_disk["captions"]["kept_after_retry"] == 1
+    assert on_disk["captions"]["retried"] == 5 and on_disk["captions"]["kept_after_retry"] == 2
 
 
 def test_resume_never_regenerates(designed: dict, tmp_path: Path) -> None:
@@ -254,12 +262,30 @@ def test_mix_proportions_sharding_and_order(tmp_path: Path) -> None:
 def test_flags_are_checked() -> None:
     assert parse_langs(None) == ["en", "zh"] and parse_langs(" zh ") == ["zh"]
     assert parse_mix("en=3,zh=1") == {"en": 0.75, "zh": 0.25}
-    for bad in ("en,fr", "en,en", ""):
-        with pytest.raises(UserError, match="--langs"):
+    assert parse_langs("en,fr,ja") == ["en", "fr", "ja"]  # any language py3langid identifies
+    for bad in ("en,xx", "en,en", ""):
+        with pytest.raises(UserError, match="langs"):
             parse_langs(bad)
-    for bad in ("en=0.7,zh", "en=x", "fr=1", "en=-1,zh=2", "en=0,zh=0", "en=1,en=2"):
-        with pytest.raises(UserError, match="--mix"):
+    assert parse_mix("en=1,fr=1") == {"en": 0.5, "fr": 0.5}
+    for bad in ("en=0.7,zh", "en=x", "qq=1", "en=-1,zh=2", "en=0,zh=0", "en=1,en=2"):
+        with pytest.raises(UserError, match="mix"):
             parse_mix(bad)
+
+
+def test_any_language_with_a_language_check(designed: dict, tmp_path: Path) -> None:
+    """--langs takes any code py3langid identifies: a French caption is kept, an English one asked in German is
+    dropped as 'language'; the prompt names the language (issue 49)."""
+    fr = "Un chat tigré dort sur un canapé rouge près d'une fenêtre aux rideaux blancs."
+    rollouts = jsonl(tmp_path / "answers.jsonl", [{"id": k, "response": v} for k, v in [
+        ("r1#fr", fr), ("r1#de", CAT_EN), ("r1#de#retry", CAT_EN)]])
+    out = tmp_path / "o"
+    recaption([str(designed["src"])], RecaptionConfig(out=out, backend={"rollouts": str(rollouts)}, langs="fr,de"))
+    rows = caption_rows(out)
+    assert rows[("r1", "fr")]["caption"] == fr and rows[("r1", "fr")]["error"] is None
+    assert rows[("r1", "de")]["error"] == "language" and "identified as en, not de" in rows[("r1", "de")]["detail"]
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in recs] == ["r1#fr"]
+    assert "in French" in recs[0]["messages"][0]["content"]
 
 
 def test_cli_verb(designed: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -271,10 +297,10 @@ def test_cli_verb(designed: dict, tmp_path: Path, capsys: pytest.CaptureFixture[
     text = capsys.readouterr().err
     assert "captioned 3 of 7 records" in text.replace("\n", " ")
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert [r["id"] for r in recs] == ["r1#en", "r2#en", "r5#en"]
+    assert [r["id"] for r in recs] == ["r1#en", "r2#en", "r5#en", "r5#2#en"]
     assert recs[0]["messages"][0]["content"] == "<image>\nCaption the picture in one sentence."
     for argv, message in ((["--mix", "en=1", "--langs", "zh"], "--mix names en"),
-                          (["--langs", "de"], "--langs"),
+                          (["--langs", "en,xx"], "--langs 'en,xx': unknown language code 'xx'"),
                           (["--model", str(tmp_path / "nope")], "no such checkpoint folder"),
                           (["--prompt-zh", "<image><image>请描述。"], "at most one <image>")):
         with pytest.raises(SystemExit) as exc:

@@ -50,7 +50,7 @@ def test_score_with_a_default_answer_type(tmp_path: Path) -> None:
     got = {r["id"]: (r["verifier"], r["accuracy"]) for r in pq.read_table(tmp_path / "math" / "scores.parquet").to_pylist()}
     assert got["p0"][1] == 1.0 and got["p1"][1] == 0.0 and got["p2"][1] == 1.0 and got["p3"][1] == 1.0
     assert got["p0"][0] == got["p1"][0] != got["p2"][0]  # the default's verifier; p2 kept its own
-    with pytest.raises(UserError, match="--answer-type"):
+    with pytest.raises(UserError, match="answer_type"):
         score([records], ScoreConfig(responses=answers, out=tmp_path / "bad", answer_type="no-such-type"))
 
 

@@ -69,7 +69,7 @@ def test_rerun_is_skipped_and_identical(sample_data, responses, tmp_path) -> Non
 
 
 def test_user_errors(sample_data, tmp_path) -> None:
-    with pytest.raises(UserError, match="--responses .*: no such file"):
+    with pytest.raises(UserError, match="responses .*: no such file"):
         score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=tmp_path / "none.jsonl",
                                                                   out=tmp_path / "o"))
     (tmp_path / "r.csv").write_text("id,response\n")

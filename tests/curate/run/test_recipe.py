@@ -113,7 +113,7 @@ def test_unknown_from_until(tmp_path: Path) -> None:
                                          ("rl-selection", ["rl-filter", "score"])])
 def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], tmp_path: Path, monkeypatch) -> None:
     root = Path(__file__).resolve().parents[3]
-    monkeypatch.chdir(root)  # the recipes name data/sample and vocab/ from the repository's root
+    monkeypatch.chdir(tmp_path)  # any folder: the recipes name ../data/sample and ../vocab/ from their own folder
     for model in ("clip", "vlm", "processor"):  # the steps' settings are checked: their model folders must exist
         (tmp_path / "models" / model).mkdir(parents=True)
     lines: list[str] = []
@@ -124,6 +124,10 @@ def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], t
     for p in planned[1:]:
         assert p.depends == [planned[0].step.name] or p.depends == [planned[planned.index(p) - 1].step.name]
     assert sum(line.startswith("    $ curate ") for line in lines) == len(steps)
+    assert planned[0].reads == [str(root / "data" / "sample" / p) for p in
+                                (["records.jsonl", "llava.jsonl", "captions.jsonl"] if len(steps) == 5
+                                 else ["rl/prompts.jsonl"])]
+    assert recipe.out == str(root / "demo-out" / ("run" if len(steps) == 5 else "rl"))
 
 
 def test_defaults_apply_to_the_steps_whose_verb_has_them(tmp_path: Path) -> None:

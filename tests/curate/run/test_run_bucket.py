@@ -13,7 +13,7 @@ from curate.cli.run import ClickVerbs
 from curate.core.io import as_path
 from curate.run import load_recipe, plan_run
 from curate.run.plan import write_record
-from curate.run.runner import write_lock
+from curate.run.runner import clear_step, write_lock
 
 
 def test_run_folder_in_a_bucket(bucket: str, tmp_path: Path) -> None:
@@ -39,9 +39,13 @@ def test_run_folder_in_a_bucket(bucket: str, tmp_path: Path) -> None:
         fs.pipe_file(f"{inner}/{p.step.folder}/stats.json", json.dumps({"stage": p.step.verb}).encode())
     assert [p.status for p in plan_run(load_recipe(recipe_path), out, ClickVerbs())] == ["skip", "skip"]
     changed = plan_run(load_recipe(recipe_path, {"ctx": "128"}), out, ClickVerbs())
-    assert [p.status for p in changed] == ["refuse", "refuse"]
-    assert changed[0].why == "finished with other settings (ctx)"
+    assert [p.status for p in changed] == ["rerun", "rerun"]
+    assert changed[0].why == "settings changed: ctx" and changed[1].why == "after step 'pack', which reruns"
     fs.pipe_file(f"{inner}/02-verify/_shards/x.json", b"{}")  # started, not finished
     fs.rm(f"{inner}/02-verify/stats.json")
     fs.invalidate_cache()
     assert [p.status for p in plan_run(load_recipe(recipe_path), out, ClickVerbs())] == ["skip", "resume"]
+    clear_step(out, changed[0])  # a step run again starts from an empty prefix, its record forgotten
+    fs.invalidate_cache()
+    assert not fs.exists(f"{inner}/01-pack") and not fs.exists(f"{inner}/_run/01-pack.json")
+    assert fs.exists(f"{inner}/_run/02-verify.json")
