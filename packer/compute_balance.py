@@ -14,7 +14,11 @@ parts (:mod:`packer.cost`: ``a·T``, ``b·T²``, ``c·ΣP``, ``e·ΣP²``), and
    step carry nearly equal amounts of every part, so the plan stays balanced
    when the real weights of the parts differ from the model's) and puts them in
    rank-major output order;
-4. reports the imbalance under the model and under the models that move its
+4. exchanges bins between steps where that lowers a bad step's imbalance under
+   the worst of the models below (:func:`swap_pass`: the k-d groups are sparse
+   when there are few bins, tens of thousands, and some steps stay unbalanced
+   under a model far from the plan's);
+5. reports the imbalance under the model and under the models that move its
    attention and vision weights by x0.5 or x2 (:func:`packer.steps.other_models`),
    and how much what steps hold varies (:func:`packer.steps.step_composition`).
 
@@ -28,6 +32,8 @@ under every model of the benchmark.
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -39,6 +45,7 @@ import pyarrow.compute as pc
 from curate.core.errors import UserError
 from packer.cost import CostModel, load_cost_model, table_components
 from packer.steps import (
+    MODEL_FACTORS,
     StepLayout,
     balanced_layout,
     check_dp,
@@ -169,9 +176,169 @@ def _split_sums(sums: list[np.ndarray], per_record: list[np.ndarray], offsets: n
     return out
 
 
+def judge_weights(parts: int) -> np.ndarray:
+    """``(models, parts)`` weights: the plan's model (all 1) and the models scaling every part but the first
+    by x0.5 or x2 (:data:`packer.steps.MODEL_FACTORS`; 9 models for the four cost parts)."""
+    rows = [np.ones(parts)]
+    rows += [np.array([1.0, *f]) for f in itertools.product(MODEL_FACTORS, repeat=parts - 1)] if parts > 1 else []
+    return np.stack(rows)
+
+
+def step_worst(bin_parts: np.ndarray, layout: StepLayout) -> np.ndarray:
+    """Imbalance (max / mean rank load) of every step under the worst of :func:`judge_weights` (1.0 when empty)."""
+    parts = np.asarray(bin_parts, dtype=np.float64)
+    parts = parts[:, None] if parts.ndim == 1 else parts
+    loads = _model_loads(parts @ judge_weights(parts.shape[1]).T, layout)
+    return _worst(loads)
+
+
+def _model_loads(bin_model_cost: np.ndarray, layout: StepLayout) -> np.ndarray:
+    """``(steps, dp, models)`` rank loads under each model."""
+    cost = bin_model_cost[layout.order]
+    idx = layout.step * layout.dp + layout.rank
+    cols = [np.bincount(idx, weights=cost[:, w], minlength=layout.steps * layout.dp) for w in range(cost.shape[1])]
+    return np.stack(cols, axis=1).reshape(layout.steps, layout.dp, cost.shape[1])
+
+
+def _worst(loads: np.ndarray) -> np.ndarray:
+    """Max over models of max / mean rank load, per step, for ``(..., dp, models)`` loads."""
+    total = loads.sum(axis=-2)
+    top = loads.max(axis=-2)
+    ratio = np.where(total > 0, top * loads.shape[-2] / np.where(total > 0, total, 1.0), 1.0)
+    return ratio.max(axis=-1)
+
+
+SWAP_SHARE = 0.03
+"""Share of the complete steps, the worst under the models, that :func:`swap_pass` tries to improve per round."""
+SWAP_ROUNDS = 6
+SWAP_MIN_STEPS = 64
+"""Steps tried per round at least (small plans)."""
+SWAP_FLOOR = 1.01
+"""Steps at or below this imbalance under every model are not worth an exchange."""
+SWAP_WINDOW = 512
+"""Candidate bins per exchange on each side of the wanted cost (in bins sorted by cost under the plan's model)."""
+
+
+def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None = None, rounds: int | None = None,
+              window: int | None = None) -> tuple[StepLayout, int]:
+    """Exchange bins between complete steps to lower the worst steps' imbalance under every model.
+
+    Each round takes the ``share`` of complete steps with the highest imbalance under the worst
+    of :func:`judge_weights` (worst first). For a bin on such a step's most or least loaded rank
+    (under the model that judges it worst), the candidates are the ``2 × window`` bins of other
+    complete steps whose cost under the plan's model is nearest to the cost that would bring that
+    rank to the step's mean. The exchange kept is the one with the lowest larger imbalance of the
+    two steps, provided the step improves and the partner step ends no higher than it was or than
+    the 90th percentile of the steps' imbalance before the pass. So, for every level at or above that
+    percentile, the number of steps above it never grows: the p99 and the maximum never rise.
+
+    Positions keep their step, rank and micro-batch; only which bin sits where changes (the short
+    last step is left alone). Deterministic: no randomness, ties to the lower index.
+
+    Args:
+        bin_parts: ``(bins, k)`` cost parts per input bin (or ``(bins,)`` costs).
+        layout: The layout to improve (:func:`packer.steps.balanced_layout`).
+        share, rounds, window: Effort (module constants by default).
+
+    Returns:
+        The new layout and the number of exchanges made.
+    """
+    share = SWAP_SHARE if share is None else share
+    rounds = SWAP_ROUNDS if rounds is None else rounds
+    window = SWAP_WINDOW if window is None else window
+    parts = np.asarray(bin_parts, dtype=np.float64)
+    parts = parts[:, None] if parts.ndim == 1 else parts
+    dp = layout.dp
+    full = np.bincount(layout.step, minlength=layout.steps) == dp * layout.micro_batches
+    n_full = int(full.sum())
+    if dp < 2 or n_full < 2 or rounds < 1 or share <= 0:
+        return layout, 0
+    bc = parts @ judge_weights(parts.shape[1]).T  # (bins, models)
+    order = layout.order.copy()
+    pos_of = np.empty_like(order)
+    pos_of[order] = np.arange(order.shape[0])
+    loads = _model_loads(bc, layout)  # (steps, dp, models)
+    worst = _worst(loads)
+    tau = float(np.percentile(worst[full], 90))
+    by_cost = np.argsort(bc[:, 0], kind="stable")  # bins by cost under the plan's model
+    sorted_cost = bc[by_cost, 0]
+    swappable = full[layout.step]  # per position
+    starts = layout.rank_starts()
+    swaps = 0
+    for _ in range(rounds):
+        bad = np.flatnonzero(full)
+        count = min(n_full, max(SWAP_MIN_STEPS, math.ceil(share * n_full)))
+        bad = bad[np.argsort(-worst[bad], kind="stable")[:count]]
+        bad = bad[worst[bad] > SWAP_FLOOR]
+        before = swaps
+        for s in bad.tolist():
+            swaps += _improve_step(s, bc, layout, order, pos_of, loads, worst, tau, by_cost, sorted_cost, swappable,
+                                   starts, window)
+        if swaps == before:
+            break
+    if not swaps:
+        return layout, 0
+    return StepLayout(dp, layout.micro_batches, layout.steps, order, layout.step, layout.rank, layout.micro), swaps
+
+
+def _improve_step(s: int, bc: np.ndarray, layout: StepLayout, order: np.ndarray, pos_of: np.ndarray,
+                  loads: np.ndarray, worst: np.ndarray, tau: float, by_cost: np.ndarray, sorted_cost: np.ndarray,
+                  swappable: np.ndarray, starts: np.ndarray, window: int) -> int:
+    """One exchange for step ``s`` (:func:`swap_pass`) if one helps; updates the arrays in place, returns 0 or 1."""
+    dp = layout.dp
+    ls = loads[s]  # (dp, models)
+    total = ls.sum(axis=0)
+    ratio = ls.max(axis=0) * dp / np.where(total > 0, total, 1.0)
+    w = int(np.argmax(ratio))
+    ranks = sorted({int(np.argmax(ls[:, w])), int(np.argmin(ls[:, w]))})
+    m = layout.micro_batches
+    outs = [int(starts[r]) + s * m + j for r in ranks for j in range(m)]  # rank-major; s is a complete step
+    mean0 = total[0] / dp
+    cands, out_of = [], []
+    for p in outs:
+        b = int(order[p])
+        want = bc[b, 0] - (ls[int(layout.rank[p]), 0] - mean0)
+        i = int(np.searchsorted(sorted_cost, want))
+        c = by_cost[max(0, i - window):i + window]
+        cp = pos_of[c]
+        c = c[swappable[cp] & (layout.step[cp] != s)]
+        cands.append(c)
+        out_of.append(np.full(c.shape[0], p, dtype=np.int64))
+    cand = np.concatenate(cands)
+    if cand.size == 0:
+        return 0
+    out_pos = np.concatenate(out_of)
+    in_pos = pos_of[cand]
+    d = bc[cand] - bc[order[out_pos]]  # (C, models): added to s's rank, taken from t's rank
+    r_s, t, r_t = layout.rank[out_pos], layout.step[in_pos], layout.rank[in_pos]
+    new_s = _after(ls[None], r_s, d)
+    new_t = _after(loads[t], r_t, -d)
+    ok = (new_s < worst[s] - 1e-12) & (new_t <= np.maximum(worst[t], tau))
+    if not ok.any():
+        return 0
+    score = np.where(ok, np.maximum(new_s, new_t), np.inf)
+    j = int(np.argmin(score))
+    ps, pt = int(out_pos[j]), int(in_pos[j])
+    b, c = int(order[ps]), int(order[pt])
+    order[ps], order[pt] = c, b
+    pos_of[b], pos_of[c] = pt, ps
+    ts, rt, rs = int(t[j]), int(r_t[j]), int(r_s[j])
+    loads[s, rs] += d[j]
+    loads[ts, rt] -= d[j]
+    worst[s], worst[ts] = _worst(loads[s]), _worst(loads[ts])
+    return 1
+
+
+def _after(loads: np.ndarray, ranks: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """:func:`_worst` of steps ``loads`` (``(C or 1, dp, models)``) after adding ``delta[i]`` to rank ``ranks[i]``."""
+    new = np.repeat(loads, delta.shape[0], axis=0) if loads.shape[0] == 1 else loads.copy()
+    new[np.arange(delta.shape[0]), ranks] += delta
+    return _worst(new)
+
+
 def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarray, cost: np.ndarray, *,
                  dp: int, micro_batches: int = 1, seed: int = 0, mix: int | None = None,
-                 image_tokens: np.ndarray | None = None) -> BalancedBins:
+                 image_tokens: np.ndarray | None = None, swap: bool = True) -> BalancedBins:
     """Lay the bins of a token plan out in compute-balanced steps (module docstring).
 
     Args:
@@ -186,6 +353,7 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
         seed: Seed of the layout.
         mix: Groups of similar bins per step (:func:`packer.steps.balanced_layout`).
         image_tokens: Image tokens per record, for the composition report (0 when None).
+        swap: Run :func:`swap_pass` on the layout (off: the k-d grouping alone, for comparisons).
 
     Returns:
         The :class:`BalancedBins`.
@@ -217,12 +385,16 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
             bin_cost = bin_parts.sum(axis=1)
         bin_offsets = offsets
     layout = balanced_layout(bin_parts, dp, micro_batches, seed=seed, mix=mix)
+    swaps = 0
+    if swap:
+        layout, swaps = swap_pass(bin_parts, layout)
     after_parts = rank_loads(bin_parts, layout)
     after_loads = after_parts.sum(axis=0)
     after = {**imbalance_stats(after_loads), **micro_batch_imbalance(bin_cost, layout),
              "other_models": other_models(after_parts)}
     offsets, ordered = reorder_bins(bin_offsets, members, layout.order)
     stats = {"dp": dp, "micro_batches": micro_batches, "step_mix": mix, "steps": layout.steps, "split_bins": split,
+             "swaps": swaps,
              "imbalance": {"token_only": token_stats, "balanced": after},
              "composition": {"token_only": token_mix,
                              "balanced": step_composition(layout, sums[0], sums[1], np.diff(bin_offsets))},
