@@ -253,87 +253,90 @@ def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None 
     n_full = int(full.sum())
     if dp < 2 or n_full < 2 or rounds < 1 or share <= 0:
         return layout, 0
-    bc = parts @ judge_weights(parts.shape[1]).T  # (bins, models)
-    order = layout.order.copy()
-    pos_of = np.empty_like(order)
-    pos_of[order] = np.arange(order.shape[0])
-    loads = _model_loads(bc, layout)  # (steps, dp, models)
-    worst = _worst(loads)
-    tau = float(np.percentile(worst[full], 90))
-    by_cost = np.argsort(bc[:, 0], kind="stable")  # bins by cost under the plan's model
-    sorted_cost = bc[by_cost, 0]
-    swappable = full[layout.step]  # per position
-    starts = layout.rank_starts()
+    state = _Swaps(parts @ judge_weights(parts.shape[1]).T, layout, full, window)
     swaps = 0
     for _ in range(rounds):
         bad = np.flatnonzero(full)
         count = min(n_full, max(SWAP_MIN_STEPS, math.ceil(share * n_full)))
-        bad = bad[np.argsort(-worst[bad], kind="stable")[:count]]
-        bad = bad[worst[bad] > SWAP_FLOOR]
+        bad = bad[np.argsort(-state.worst[bad], kind="stable")[:count]]
+        bad = bad[state.worst[bad] > SWAP_FLOOR]
         before = swaps
         for s in bad.tolist():
-            swaps += _improve_step(s, bc, layout, order, pos_of, loads, worst, tau, by_cost, sorted_cost, swappable,
-                                   starts, window)
+            swaps += state.improve(s)
         if swaps == before:
             break
     if not swaps:
         return layout, 0
-    return StepLayout(dp, layout.micro_batches, layout.steps, order, layout.step, layout.rank, layout.micro), swaps
+    return StepLayout(dp, layout.micro_batches, layout.steps, state.order, layout.step, layout.rank,
+                      layout.micro), swaps
 
 
-def _improve_step(s: int, bc: np.ndarray, layout: StepLayout, order: np.ndarray, pos_of: np.ndarray,
-                  loads: np.ndarray, worst: np.ndarray, tau: float, by_cost: np.ndarray, sorted_cost: np.ndarray,
-                  swappable: np.ndarray, starts: np.ndarray, window: int) -> int:
-    """One exchange for step ``s`` (:func:`swap_pass`) if one helps; updates the arrays in place, returns 0 or 1."""
-    dp = layout.dp
-    ls = loads[s]  # (dp, models)
-    total = ls.sum(axis=0)
-    ratio = ls.max(axis=0) * dp / np.where(total > 0, total, 1.0)
-    w = int(np.argmax(ratio))
-    ranks = sorted({int(np.argmax(ls[:, w])), int(np.argmin(ls[:, w]))})
-    m = layout.micro_batches
-    outs = [int(starts[r]) + s * m + j for r in ranks for j in range(m)]  # rank-major; s is a complete step
-    mean0 = total[0] / dp
-    cands, out_of = [], []
-    for p in outs:
-        b = int(order[p])
-        want = bc[b, 0] - (ls[int(layout.rank[p]), 0] - mean0)
-        i = int(np.searchsorted(sorted_cost, want))
-        c = by_cost[max(0, i - window):i + window]
-        cp = pos_of[c]
-        c = c[swappable[cp] & (layout.step[cp] != s)]
-        cands.append(c)
-        out_of.append(np.full(c.shape[0], p, dtype=np.int64))
-    cand = np.concatenate(cands)
-    if cand.size == 0:
-        return 0
-    out_pos = np.concatenate(out_of)
-    in_pos = pos_of[cand]
-    d = bc[cand] - bc[order[out_pos]]  # (C, models): added to s's rank, taken from t's rank
-    r_s, t, r_t = layout.rank[out_pos], layout.step[in_pos], layout.rank[in_pos]
-    new_s = _after(ls[None], r_s, d)
-    new_t = _after(loads[t], r_t, -d)
-    ok = (new_s < worst[s] - 1e-12) & (new_t <= np.maximum(worst[t], tau))
-    if not ok.any():
-        return 0
-    score = np.where(ok, np.maximum(new_s, new_t), np.inf)
-    j = int(np.argmin(score))
-    ps, pt = int(out_pos[j]), int(in_pos[j])
-    b, c = int(order[ps]), int(order[pt])
-    order[ps], order[pt] = c, b
-    pos_of[b], pos_of[c] = pt, ps
-    ts, rt, rs = int(t[j]), int(r_t[j]), int(r_s[j])
-    loads[s, rs] += d[j]
-    loads[ts, rt] -= d[j]
-    worst[s], worst[ts] = _worst(loads[s]), _worst(loads[ts])
-    return 1
+class _Swaps:
+    """The state of :func:`swap_pass`: where each bin sits, rank loads under every model and their top two."""
 
+    def __init__(self, bc: np.ndarray, layout: StepLayout, full: np.ndarray, window: int) -> None:
+        self.bc, self.layout, self.window = bc, layout, window
+        self.order = layout.order.copy()
+        self.pos_of = np.empty_like(self.order)
+        self.pos_of[self.order] = np.arange(self.order.shape[0])
+        self.loads = _model_loads(bc, layout)  # (steps, dp, models)
+        steps, _, models = self.loads.shape
+        self.total, self.top1, self.top2 = (np.zeros((steps, models)) for _ in range(3))
+        self.arg1 = np.zeros((steps, models), dtype=np.int64)
+        self.worst = np.ones(steps)
+        self.refresh(np.arange(steps))
+        self.tau = float(np.percentile(self.worst[full], 90))
+        self.by_cost = np.argsort(bc[:, 0], kind="stable")  # bins by cost under the plan's model
+        self.sorted_cost = bc[self.by_cost, 0]
+        self.swappable = full[layout.step]  # per position: in a complete step
+        self.starts = layout.rank_starts()
+        self.offsets = np.arange(-window, window)
 
-def _after(loads: np.ndarray, ranks: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """:func:`_worst` of steps ``loads`` (``(C or 1, dp, models)``) after adding ``delta[i]`` to rank ``ranks[i]``."""
-    new = np.repeat(loads, delta.shape[0], axis=0) if loads.shape[0] == 1 else loads.copy()
-    new[np.arange(delta.shape[0]), ranks] += delta
-    return _worst(new)
+    def refresh(self, steps: np.ndarray) -> None:
+        """Recompute the totals, top two loads and worst imbalance of ``steps`` from their loads."""
+        loads = self.loads[steps]
+        dp = loads.shape[1]
+        self.total[steps] = loads.sum(axis=1)
+        self.arg1[steps] = loads.argmax(axis=1)
+        part = np.partition(loads, dp - 2, axis=1) if dp > 1 else np.concatenate([loads, 0 * loads], axis=1)
+        self.top1[steps], self.top2[steps] = part[:, dp - 1], part[:, dp - 2]
+        self.worst[steps] = _worst(loads)
+
+    def improve(self, s: int) -> int:
+        """One exchange for step ``s`` if one helps (:func:`swap_pass`); returns 0 or 1."""
+        lay, bc, dp = self.layout, self.bc, self.layout.dp
+        ls, total = self.loads[s], self.total[s]
+        w = int(np.argmax(self.top1[s] / total))
+        ranks = np.unique([int(np.argmax(ls[:, w])), int(np.argmin(ls[:, w]))])
+        m = lay.micro_batches
+        outs = (self.starts[ranks][:, None] + s * m + np.arange(m)).ravel()  # rank-major; s is a complete step
+        want = bc[self.order[outs], 0] - (ls[lay.rank[outs], 0] - total[0] / dp)  # brings the rank to the mean
+        idx = np.searchsorted(self.sorted_cost, want)[:, None] + self.offsets
+        cand = self.by_cost[np.clip(idx, 0, self.by_cost.shape[0] - 1)].ravel()
+        out_pos = np.repeat(outs, self.offsets.shape[0])
+        in_pos = self.pos_of[cand]
+        keep = self.swappable[in_pos] & (lay.step[in_pos] != s)
+        cand, out_pos, in_pos = cand[keep], out_pos[keep], in_pos[keep]
+        if cand.size == 0:
+            return 0
+        d = bc[cand] - bc[self.order[out_pos]]  # (C, models): added to s's rank, taken from t's rank
+        r_s, t, r_t = lay.rank[out_pos], lay.step[in_pos], lay.rank[in_pos]
+        excl_s = np.where(np.arange(dp)[:, None] == self.arg1[s], self.top2[s], self.top1[s])  # (dp, models)
+        new_s = (np.maximum(excl_s[r_s], ls[r_s] + d) * dp / (total + d)).max(axis=1)
+        excl_t = np.where(self.arg1[t] == r_t[:, None], self.top2[t], self.top1[t])
+        new_t = (np.maximum(excl_t, self.loads[t, r_t] - d) * dp / (self.total[t] - d)).max(axis=1)
+        ok = (new_s < self.worst[s] - 1e-12) & (new_t <= np.maximum(self.worst[t], self.tau))
+        if not ok.any():
+            return 0
+        j = int(np.argmin(np.where(ok, np.maximum(new_s, new_t), np.inf)))
+        ps, pt, ts = int(out_pos[j]), int(in_pos[j]), int(t[j])
+        b, c = int(self.order[ps]), int(self.order[pt])
+        self.order[ps], self.order[pt] = c, b
+        self.pos_of[b], self.pos_of[c] = pt, ps
+        self.loads[s, int(r_s[j])] += d[j]
+        self.loads[ts, int(r_t[j])] -= d[j]
+        self.refresh(np.array([s, ts]))
+        return 1
 
 
 def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarray, cost: np.ndarray, *,
