@@ -213,7 +213,7 @@ SWAP_SHARE = 0.03
 SWAP_ROUNDS = 6
 SWAP_MIN_STEPS = 64
 """Steps tried per round at least (small plans)."""
-SWAP_FLOOR = 1.01
+SWAP_FLOOR = 1.02
 """Steps at or below this imbalance under every model are not worth an exchange."""
 SWAP_WINDOW = 512
 """Candidate bins per exchange on each side of the wanted cost (in bins sorted by cost under the plan's model)."""
