@@ -208,7 +208,7 @@ def _worst(loads: np.ndarray) -> np.ndarray:
     return ratio.max(axis=-1)
 
 
-SWAP_SHARE = 0.03
+SWAP_SHARE = 0.02
 """Share of the complete steps, the worst under the models, that :func:`swap_pass` tries to improve per round."""
 SWAP_ROUNDS = 6
 SWAP_MIN_STEPS = 64
@@ -254,15 +254,18 @@ def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None 
     if dp < 2 or n_full < 2 or rounds < 1 or share <= 0:
         return layout, 0
     state = _Swaps(parts @ judge_weights(parts.shape[1]).T, layout, full, window)
+    stuck = np.zeros(layout.steps, dtype=bool)
     swaps = 0
     for _ in range(rounds):
-        bad = np.flatnonzero(full)
+        bad = np.flatnonzero(full & ~stuck)  # a step no exchange helped is not tried again
         count = min(n_full, max(SWAP_MIN_STEPS, math.ceil(share * n_full)))
         bad = bad[np.argsort(-state.worst[bad], kind="stable")[:count]]
         bad = bad[state.worst[bad] > SWAP_FLOOR]
         before = swaps
         for s in bad.tolist():
-            swaps += state.improve(s)
+            made = state.improve(s)
+            stuck[s] = not made
+            swaps += made
         if swaps == before:
             break
     if not swaps:
@@ -320,12 +323,17 @@ class _Swaps:
         if cand.size == 0:
             return 0
         d = bc[cand] - bc[self.order[out_pos]]  # (C, models): added to s's rank, taken from t's rank
-        r_s, t, r_t = lay.rank[out_pos], lay.step[in_pos], lay.rank[in_pos]
+        r_s = lay.rank[out_pos]
         excl_s = np.where(np.arange(dp)[:, None] == self.arg1[s], self.top2[s], self.top1[s])  # (dp, models)
         new_s = (np.maximum(excl_s[r_s], ls[r_s] + d) * dp / (total + d)).max(axis=1)
+        better = new_s < self.worst[s] - 1e-12  # the step's side first: most candidates stop here
+        if not better.any():
+            return 0
+        d, r_s, new_s, in_pos, out_pos = d[better], r_s[better], new_s[better], in_pos[better], out_pos[better]
+        t, r_t = lay.step[in_pos], lay.rank[in_pos]
         excl_t = np.where(self.arg1[t] == r_t[:, None], self.top2[t], self.top1[t])
         new_t = (np.maximum(excl_t, self.loads[t, r_t] - d) * dp / (self.total[t] - d)).max(axis=1)
-        ok = (new_s < self.worst[s] - 1e-12) & (new_t <= np.maximum(self.worst[t], self.tau))
+        ok = new_t <= np.maximum(self.worst[t], self.tau)
         if not ok.any():
             return 0
         j = int(np.argmin(np.where(ok, np.maximum(new_s, new_t), np.inf)))
