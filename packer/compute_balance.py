@@ -223,8 +223,9 @@ def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None 
               window: int | None = None) -> tuple[StepLayout, int]:
     """Exchange bins between complete steps to lower the worst steps' imbalance under every model.
 
-    Each round takes the ``share`` of complete steps with the highest imbalance under the worst
-    of :func:`judge_weights` (worst first). For a bin on such a step's most or least loaded rank
+    Each round takes the ``share`` of complete steps (at least :data:`SWAP_MIN_STEPS`) with the
+    highest imbalance under the worst of :func:`judge_weights`, above :data:`SWAP_FLOOR`, worst
+    first, leaving out steps for which no exchange was found in an earlier round. For a bin on such a step's most or least loaded rank
     (under the model that judges it worst), the candidates are the ``2 × window`` bins of other
     complete steps whose cost under the plan's model is nearest to the cost that would bring that
     rank to the step's mean. The exchange kept is the one with the lowest larger imbalance of the
