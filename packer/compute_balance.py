@@ -263,10 +263,11 @@ def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None 
         bad = bad[np.argsort(-state.worst[bad], kind="stable")[:count]]
         bad = bad[state.worst[bad] > SWAP_FLOOR]
         before = swaps
-        for s in bad.tolist():
-            made = state.improve(s)
-            stuck[s] = not made
-            swaps += made
+        with np.errstate(divide="ignore", invalid="ignore"):  # a step of cost 0 can never be improved
+            for s in bad.tolist():
+                made = state.improve(s)
+                stuck[s] = not made
+                swaps += made
         if swaps == before:
             break
     if not swaps:

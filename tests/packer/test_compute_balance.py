@@ -101,3 +101,12 @@ def test_judge_weights_are_the_plan_and_the_8_other_models() -> None:
     assert w.shape == (9, 4) and np.all(w[0] == 1) and np.all(w[:, 0] == 1)
     assert {tuple(row) for row in w[1:, 1:]} == {(a, b, c) for a in (.5, 2.) for b in (.5, 2.) for c in (.5, 2.)}
     assert judge_weights(1).shape == (1, 1)
+
+
+def test_swap_pass_leaves_free_bins_and_one_rank_alone() -> None:
+    bp = np.zeros((64, 4))
+    bp[:8] = 1.0  # one step of equal bins, the others free
+    layout = balanced_layout(bp, 8, 1, seed=0)
+    assert swap_pass(bp, layout) == (layout, 0)
+    one = balanced_layout(np.arange(12.0), 1, 2, seed=0)
+    assert swap_pass(np.arange(12.0), one) == (one, 0)
