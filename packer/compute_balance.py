@@ -188,16 +188,23 @@ def step_worst(bin_parts: np.ndarray, layout: StepLayout) -> np.ndarray:
     """Imbalance (max / mean rank load) of every step under the worst of :func:`judge_weights` (1.0 when empty)."""
     parts = np.asarray(bin_parts, dtype=np.float64)
     parts = parts[:, None] if parts.ndim == 1 else parts
-    loads = _model_loads(parts @ judge_weights(parts.shape[1]).T, layout)
-    return _worst(loads)
+    return _worst(_model_loads(parts, judge_weights(parts.shape[1]), layout))
 
 
-def _model_loads(bin_model_cost: np.ndarray, layout: StepLayout) -> np.ndarray:
-    """``(steps, dp, models)`` rank loads under each model."""
-    cost = bin_model_cost[layout.order]
+def _model_loads(parts: np.ndarray, weights: np.ndarray, layout: StepLayout) -> np.ndarray:
+    """``(steps, dp, models)`` rank loads under each model: ``(bins, k)`` parts summed per rank, then weighted."""
     idx = layout.step * layout.dp + layout.rank
-    cols = [np.bincount(idx, weights=cost[:, w], minlength=layout.steps * layout.dp) for w in range(cost.shape[1])]
-    return np.stack(cols, axis=1).reshape(layout.steps, layout.dp, cost.shape[1])
+    cols = [np.bincount(idx, weights=parts[layout.order, k], minlength=layout.steps * layout.dp)
+            for k in range(parts.shape[1])]
+    return _weigh(np.stack(cols, axis=1), weights).reshape(layout.steps, layout.dp, weights.shape[0])
+
+
+def _weigh(parts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``parts @ weights.T`` summed part by part (no BLAS threads: (rows, 4) by (4, 9) is memory-bound)."""
+    out = np.multiply.outer(parts[:, 0], weights[:, 0])
+    for k in range(1, parts.shape[1]):
+        out += np.multiply.outer(parts[:, k], weights[:, k])
+    return out
 
 
 def _worst(loads: np.ndarray) -> np.ndarray:
@@ -254,7 +261,10 @@ def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None 
     n_full = int(full.sum())
     if dp < 2 or n_full < 2 or rounds < 1 or share <= 0:
         return layout, 0
-    state = _Swaps(parts @ judge_weights(parts.shape[1]).T, layout, full, window)
+    state = _Swaps(parts, layout, full, window)
+    if not (state.worst[full] > SWAP_FLOOR).any():
+        return layout, 0
+    state.prepare()
     stuck = np.zeros(layout.steps, dtype=bool)
     swaps = 0
     for _ in range(rounds):
@@ -279,23 +289,33 @@ def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None 
 class _Swaps:
     """The state of :func:`swap_pass`: where each bin sits, rank loads under every model and their top two."""
 
-    def __init__(self, bc: np.ndarray, layout: StepLayout, full: np.ndarray, window: int) -> None:
-        self.bc, self.layout, self.window = bc, layout, window
-        self.order = layout.order.copy()
-        self.pos_of = np.empty_like(self.order)
-        self.pos_of[self.order] = np.arange(self.order.shape[0])
-        self.loads = _model_loads(bc, layout)  # (steps, dp, models)
+    def __init__(self, parts: np.ndarray, layout: StepLayout, full: np.ndarray, window: int) -> None:
+        weights = judge_weights(parts.shape[1])
+        self.layout, self.window, self.full = layout, window, full
+        self.loads = _model_loads(parts, weights, layout)  # (steps, dp, models)
         steps, _, models = self.loads.shape
         self.total, self.top1, self.top2 = (np.zeros((steps, models)) for _ in range(3))
         self.arg1 = np.zeros((steps, models), dtype=np.int64)
         self.worst = np.ones(steps)
         self.refresh(np.arange(steps))
         self.tau = float(np.percentile(self.worst[full], 90))
+        self.parts, self.weights = parts, weights
+
+    def prepare(self) -> None:
+        """Where each bin sits and the bins sorted by cost (only once some step is worth an exchange)."""
+        layout, bc = self.layout, _weigh(self.parts, self.weights)  # (bins, models)
+        self.bc = bc
+        self.order = layout.order.copy()
+        self.pos_of = np.empty_like(self.order)
+        self.pos_of[self.order] = np.arange(self.order.shape[0])
         self.by_cost = np.argsort(bc[:, 0], kind="stable")  # bins by cost under the plan's model
         self.sorted_cost = bc[self.by_cost, 0]
-        self.swappable = full[layout.step]  # per position: in a complete step
+        self.bc_sorted = bc[self.by_cost]
+        self.place = np.empty_like(self.by_cost)  # a bin's place in by_cost
+        self.place[self.by_cost] = np.arange(self.by_cost.shape[0])
+        self.pos_sorted = self.pos_of[self.by_cost]  # kept up to date with pos_of
+        self.swappable = self.full[layout.step]  # per position: in a complete step
         self.starts = layout.rank_starts()
-        self.offsets = np.arange(-window, window)
 
     def refresh(self, steps: np.ndarray) -> None:
         """Recompute the totals, top two loads and worst imbalance of ``steps`` from their loads."""
@@ -316,19 +336,19 @@ class _Swaps:
         m = lay.micro_batches
         outs = (self.starts[ranks][:, None] + s * m + np.arange(m)).ravel()  # rank-major; s is a complete step
         want = bc[self.order[outs], 0] - (ls[lay.rank[outs], 0] - total[0] / dp)  # brings the rank to the mean
-        idx = np.searchsorted(self.sorted_cost, want)[:, None] + self.offsets
-        cand = self.by_cost[np.clip(idx, 0, self.by_cost.shape[0] - 1)].ravel()
-        out_pos = np.repeat(outs, self.offsets.shape[0])
-        in_pos = self.pos_of[cand]
-        keep = self.swappable[in_pos] & (lay.step[in_pos] != s)
-        cand, out_pos, in_pos = cand[keep], out_pos[keep], in_pos[keep]
-        if cand.size == 0:
+        at = np.searchsorted(self.sorted_cost, want)
+        lo, hi = np.maximum(at - self.window, 0), np.minimum(at + self.window, self.sorted_cost.shape[0])
+        # Candidates are runs of the bins sorted by cost: slices, not gathers, until the step's side is judged.
+        d = np.concatenate([self.bc_sorted[a:z] - bc[self.order[p]] for a, z, p in zip(lo, hi, outs)])
+        in_pos = np.concatenate([self.pos_sorted[a:z] for a, z in zip(lo, hi)])
+        out_pos = np.repeat(outs, hi - lo)
+        if d.shape[0] == 0:
             return 0
-        d = bc[cand] - bc[self.order[out_pos]]  # (C, models): added to s's rank, taken from t's rank
         r_s = lay.rank[out_pos]
         excl_s = np.where(np.arange(dp)[:, None] == self.arg1[s], self.top2[s], self.top1[s])  # (dp, models)
         new_s = (np.maximum(excl_s[r_s], ls[r_s] + d) * dp / (total + d)).max(axis=1)
         better = new_s < self.worst[s] - 1e-12  # the step's side first: most candidates stop here
+        better[better] = self.swappable[in_pos[better]] & (lay.step[in_pos[better]] != s)
         if not better.any():
             return 0
         d, r_s, new_s, in_pos, out_pos = d[better], r_s[better], new_s[better], in_pos[better], out_pos[better]
@@ -343,6 +363,7 @@ class _Swaps:
         b, c = int(self.order[ps]), int(self.order[pt])
         self.order[ps], self.order[pt] = c, b
         self.pos_of[b], self.pos_of[c] = pt, ps
+        self.pos_sorted[self.place[b]], self.pos_sorted[self.place[c]] = pt, ps
         self.loads[s, int(r_s[j])] += d[j]
         self.loads[ts, int(r_t[j])] -= d[j]
         self.refresh(np.array([s, ts]))
