@@ -4,6 +4,8 @@ Usage:
     python benchmarks/bench_compute_balance.py            # 1M samples, ctx 8192, dp 8, M = 1 and 4
     python benchmarks/bench_compute_balance.py --quick    # 100k samples
     python benchmarks/bench_compute_balance.py --micro-batches 2 --step-mix 1,2,4
+    python benchmarks/bench_compute_balance.py --mixture          # held-out mixture, 100k and 1M, swap pass off/on
+    python benchmarks/bench_compute_balance.py --mixture --quick  # 100k only
 
 The data is a seeded synthetic vision-language mixture at native resolution
 (image tokens from the Qwen2-VL rule: sides rounded to multiples of 28 within
@@ -26,6 +28,11 @@ parts were balanced) and for ``--balance-compute`` (bins matched part by part):
   and of the mean sample length;
 * bins / lower bound; planning wall time and its ratio to the token-only plan
   (both measured in this run; the balanced time includes computing the costs).
+
+With ``--mixture`` it runs on another, held-out mixture (:func:`mixture_samples`: 0-4 images
+per sample of up to 110×84 patches, ctx 16384 so that bins are few and the k-d groups
+sparse) and prints, for 100k and 1M samples, the p99 under each model without and with
+the swap pass (:func:`packer.compute_balance.swap_pass`), side by side, and both planning times.
 
 With ``--step-mix K,...`` it also prints, for each K, the balance and the
 composition of steps made of K groups of similar bins.
@@ -117,6 +124,17 @@ def synthetic_samples(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np
     return text + image_tokens, patches, owner
 
 
+def mixture_samples(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tokens, patches, owner)`` of the held-out mixture: 0-4 images per sample (15/40/20/15/10%), each a grid
+    of 4-110 × 4-84 patches (even sides, uniform), text of median 150 tokens (log-normal, sigma 1) + 20."""
+    rng = np.random.default_rng([seed, 46])
+    n_img = rng.choice(5, n, p=[.15, .40, .2, .15, .1])
+    owner = np.repeat(np.arange(n, dtype=np.int64), n_img)
+    patches = (2 * rng.integers(2, 56, owner.size)) * (2 * rng.integers(2, 43, owner.size))
+    text = np.maximum(8, rng.lognormal(np.log(150), 1.0, n)).astype(np.int64) + 20
+    return text + np.bincount(owner, weights=patches // 4, minlength=n).astype(np.int64), patches, owner
+
+
 def model_weights() -> list[tuple[str, np.ndarray]]:
     """The default model's ``(a, b, c, e)`` and the 8 models scaling ``b``, ``c``, ``e`` by x0.5 or x2."""
     base = np.array(CostModel().coefficients())
@@ -150,7 +168,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=5, help="timing runs of each plan (best is kept)")
     parser.add_argument("--quick", action="store_true", help="100k samples, 2 timing runs")
+    parser.add_argument("--mixture", action="store_true", help="the held-out mixture, swap pass off and on")
+    parser.add_argument("--mixture-ctx", type=int, default=16384)
     args = parser.parse_args(argv)
+    if args.mixture:
+        for n in ((100_000,) if args.quick else (100_000, 1_000_000)):
+            for m in (int(x) for x in args.micro_batches.split(",")):
+                run_mixture(args, n, m)
+        return
     if args.quick:
         args.n, args.repeat = 100_000, 2
     tokens, patches, owner = synthetic_samples(args.n, args.seed)
@@ -229,6 +254,43 @@ def run(args: argparse.Namespace, m: int, tokens: np.ndarray, image_tokens: np.n
         p99 = judged(segment_sums(components[mixed.members], mixed.bin_offsets), _in_order(mixed))
         print(f"  --step-mix {k:<3d} p99 {p99[0]:.4f}, worst other {max(p99[1:]):.4f}; "
               f"{composition_line(mixed.stats['composition']['balanced'])}")
+
+
+def run_mixture(args: argparse.Namespace, n: int, m: int) -> None:
+    """p99 under every model on the held-out mixture, without and with the swap pass; planning times."""
+    tokens, patches, owner = mixture_samples(n, args.seed)
+    components = sample_components(tokens, patches, owner)
+    coef = np.array(CostModel().coefficients())
+    parts = components * coef
+    plan = plan_bins(tokens, args.mixture_ctx, seed=args.seed)
+
+    def layout(swap: bool) -> object:
+        plan = plan_bins(tokens, args.mixture_ctx, seed=args.seed)
+        return balance_bins(plan.bin_offsets, plan.members, tokens, parts, dp=args.dp, micro_batches=m,
+                            seed=args.seed, swap=swap)
+
+    times: dict[bool, list[float]] = {False: [], True: []}
+    out: dict[bool, object] = {}
+    for _ in range(max(1, args.repeat)):  # alternate, so that load on the machine hits both alike
+        for swap in (False, True):
+            t0 = time.perf_counter()
+            out[swap] = layout(swap)
+            times[swap].append(time.perf_counter() - t0)
+    rows = {swap: judged(segment_sums(components[bb.members], bb.bin_offsets), _in_order(bb))
+            for swap, bb in out.items()}
+    print(f"\nheld-out mixture: {n:,} samples (0-4 images of up to 110x84 patches), ctx {args.mixture_ctx}, "
+          f"dp {args.dp}, M = {m}: {plan.bins:,} bins, {out[True].layout.steps:,} steps; "
+          f"load {os.getloadavg()[0]:.1f}")
+    print(f"  {'p99 step max/mean under':44s} {'k-d groups':>11s} {'+ swap pass':>12s}")
+    for i, (name, _) in enumerate(model_weights()):
+        print(f"  {name:44s} {rows[False][i]:11.4f} {rows[True][i]:12.4f}")
+    print(f"  {'worst of the 8 other models':44s} {max(rows[False][1:]):11.4f} {max(rows[True][1:]):12.4f}")
+    print(f"  {'p99 per micro-batch (default model)':44s} "
+          f"{out[False].stats['imbalance']['balanced']['micro_p99']:11.4f} "
+          f"{out[True].stats['imbalance']['balanced']['micro_p99']:12.4f}")
+    before, after = min(times[False]), min(times[True])
+    print(f"  exchanges {out[True].stats['swaps']:,}; planning time (token plan + split + k-d groups [+ swaps], "
+          f"best of {max(1, args.repeat)}): {before:.2f} s -> {after:.2f} s, ratio {after / before:.2f}x")
 
 
 def _in_order(bb: object) -> object:

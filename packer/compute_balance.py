@@ -14,7 +14,11 @@ parts (:mod:`packer.cost`: ``a·T``, ``b·T²``, ``c·ΣP``, ``e·ΣP²``), and
    step carry nearly equal amounts of every part, so the plan stays balanced
    when the real weights of the parts differ from the model's) and puts them in
    rank-major output order;
-4. reports the imbalance under the model and under the models that move its
+4. exchanges bins between steps where that lowers a bad step's imbalance under
+   the worst of the models below (:func:`swap_pass`: the k-d groups are sparse
+   when there are few bins, tens of thousands, and some steps stay unbalanced
+   under a model far from the plan's);
+5. reports the imbalance under the model and under the models that move its
    attention and vision weights by x0.5 or x2 (:func:`packer.steps.other_models`),
    and how much what steps hold varies (:func:`packer.steps.step_composition`).
 
@@ -28,6 +32,8 @@ under every model of the benchmark.
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -39,6 +45,7 @@ import pyarrow.compute as pc
 from curate.core.errors import UserError
 from packer.cost import CostModel, load_cost_model, table_components
 from packer.steps import (
+    MODEL_FACTORS,
     StepLayout,
     balanced_layout,
     check_dp,
@@ -169,9 +176,203 @@ def _split_sums(sums: list[np.ndarray], per_record: list[np.ndarray], offsets: n
     return out
 
 
+def judge_weights(parts: int) -> np.ndarray:
+    """``(models, parts)`` weights: the plan's model (all 1) and the models scaling every part but the first
+    by x0.5 or x2 (:data:`packer.steps.MODEL_FACTORS`; 9 models for the four cost parts)."""
+    rows = [np.ones(parts)]
+    rows += [np.array([1.0, *f]) for f in itertools.product(MODEL_FACTORS, repeat=parts - 1)] if parts > 1 else []
+    return np.stack(rows)
+
+
+def step_worst(bin_parts: np.ndarray, layout: StepLayout) -> np.ndarray:
+    """Imbalance (max / mean rank load) of every step under the worst of :func:`judge_weights` (1.0 when empty)."""
+    parts = np.asarray(bin_parts, dtype=np.float64)
+    parts = parts[:, None] if parts.ndim == 1 else parts
+    return _worst(_model_loads(parts, judge_weights(parts.shape[1]), layout))
+
+
+def _model_loads(parts: np.ndarray, weights: np.ndarray, layout: StepLayout) -> np.ndarray:
+    """``(steps, dp, models)`` rank loads under each model: ``(bins, k)`` parts summed per rank, then weighted."""
+    idx = layout.step * layout.dp + layout.rank
+    cols = [np.bincount(idx, weights=parts[layout.order, k], minlength=layout.steps * layout.dp)
+            for k in range(parts.shape[1])]
+    return _weigh(np.stack(cols, axis=1), weights).reshape(layout.steps, layout.dp, weights.shape[0])
+
+
+def _weigh(parts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``parts @ weights.T`` summed part by part (no BLAS threads: (rows, 4) by (4, 9) is memory-bound)."""
+    out = np.multiply.outer(parts[:, 0], weights[:, 0])
+    for k in range(1, parts.shape[1]):
+        out += np.multiply.outer(parts[:, k], weights[:, k])
+    return out
+
+
+def _worst(loads: np.ndarray) -> np.ndarray:
+    """Max over models of max / mean rank load, per step, for ``(..., dp, models)`` loads."""
+    total = loads.sum(axis=-2)
+    top = loads.max(axis=-2)
+    ratio = np.where(total > 0, top * loads.shape[-2] / np.where(total > 0, total, 1.0), 1.0)
+    return ratio.max(axis=-1)
+
+
+SWAP_SHARE = 0.02
+"""Share of the complete steps, the worst under the models, that :func:`swap_pass` tries to improve per round."""
+SWAP_ROUNDS = 6
+SWAP_MIN_STEPS = 64
+"""Steps tried per round at least (small plans)."""
+SWAP_FLOOR = 1.02
+"""Steps at or below this imbalance under every model are not worth an exchange."""
+SWAP_WINDOW = 512
+"""Candidate bins per exchange on each side of the wanted cost (in bins sorted by cost under the plan's model)."""
+
+
+def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None = None, rounds: int | None = None,
+              window: int | None = None) -> tuple[StepLayout, int]:
+    """Exchange bins between complete steps to lower the worst steps' imbalance under every model.
+
+    Each round takes the ``share`` of complete steps (at least :data:`SWAP_MIN_STEPS`) with the
+    highest imbalance under the worst of :func:`judge_weights`, above :data:`SWAP_FLOOR`, worst
+    first, leaving out steps for which no exchange was found in an earlier round. For a bin on such a step's most or least loaded rank
+    (under the model that judges it worst), the candidates are the ``2 × window`` bins of other
+    complete steps whose cost under the plan's model is nearest to the cost that would bring that
+    rank to the step's mean. The exchange kept is the one with the lowest larger imbalance of the
+    two steps, provided the step improves and the partner step ends no higher than it was or than
+    the 90th percentile of the steps' imbalance before the pass. So, for every level at or above that
+    percentile, the number of steps above it never grows: the p99 and the maximum never rise.
+
+    Positions keep their step, rank and micro-batch; only which bin sits where changes (the short
+    last step is left alone). Deterministic: no randomness, ties to the lower index.
+
+    Args:
+        bin_parts: ``(bins, k)`` cost parts per input bin (or ``(bins,)`` costs).
+        layout: The layout to improve (:func:`packer.steps.balanced_layout`).
+        share, rounds, window: Effort (module constants by default).
+
+    Returns:
+        The new layout and the number of exchanges made.
+    """
+    share = SWAP_SHARE if share is None else share
+    rounds = SWAP_ROUNDS if rounds is None else rounds
+    window = SWAP_WINDOW if window is None else window
+    parts = np.asarray(bin_parts, dtype=np.float64)
+    parts = parts[:, None] if parts.ndim == 1 else parts
+    dp = layout.dp
+    full = np.bincount(layout.step, minlength=layout.steps) == dp * layout.micro_batches
+    n_full = int(full.sum())
+    if dp < 2 or n_full < 2 or rounds < 1 or share <= 0:
+        return layout, 0
+    state = _Swaps(parts, layout, full, window)
+    if not (state.worst[full] > SWAP_FLOOR).any():
+        return layout, 0
+    state.prepare()
+    stuck = np.zeros(layout.steps, dtype=bool)
+    swaps = 0
+    for _ in range(rounds):
+        bad = np.flatnonzero(full & ~stuck)  # a step no exchange helped is not tried again
+        count = min(n_full, max(SWAP_MIN_STEPS, math.ceil(share * n_full)))
+        bad = bad[np.argsort(-state.worst[bad], kind="stable")[:count]]
+        bad = bad[state.worst[bad] > SWAP_FLOOR]
+        before = swaps
+        with np.errstate(divide="ignore", invalid="ignore"):  # a step of cost 0 can never be improved
+            for s in bad.tolist():
+                made = state.improve(s)
+                stuck[s] = not made
+                swaps += made
+        if swaps == before:
+            break
+    if not swaps:
+        return layout, 0
+    return StepLayout(dp, layout.micro_batches, layout.steps, state.order, layout.step, layout.rank,
+                      layout.micro), swaps
+
+
+class _Swaps:
+    """The state of :func:`swap_pass`: where each bin sits, rank loads under every model and their top two."""
+
+    def __init__(self, parts: np.ndarray, layout: StepLayout, full: np.ndarray, window: int) -> None:
+        weights = judge_weights(parts.shape[1])
+        self.layout, self.window, self.full = layout, window, full
+        self.loads = _model_loads(parts, weights, layout)  # (steps, dp, models)
+        steps, _, models = self.loads.shape
+        self.total, self.top1, self.top2 = (np.zeros((steps, models)) for _ in range(3))
+        self.arg1 = np.zeros((steps, models), dtype=np.int64)
+        self.worst = np.ones(steps)
+        self.refresh(np.arange(steps))
+        self.tau = float(np.percentile(self.worst[full], 90))
+        self.parts, self.weights = parts, weights
+
+    def prepare(self) -> None:
+        """Where each bin sits and the bins sorted by cost (only once some step is worth an exchange)."""
+        layout, bc = self.layout, _weigh(self.parts, self.weights)  # (bins, models)
+        self.bc = bc
+        self.order = layout.order.copy()
+        self.pos_of = np.empty_like(self.order)
+        self.pos_of[self.order] = np.arange(self.order.shape[0])
+        self.by_cost = np.argsort(bc[:, 0], kind="stable")  # bins by cost under the plan's model
+        self.sorted_cost = bc[self.by_cost, 0]
+        self.bc_sorted = bc[self.by_cost]
+        self.place = np.empty_like(self.by_cost)  # a bin's place in by_cost
+        self.place[self.by_cost] = np.arange(self.by_cost.shape[0])
+        self.pos_sorted = self.pos_of[self.by_cost]  # kept up to date with pos_of
+        self.swappable = self.full[layout.step]  # per position: in a complete step
+        self.starts = layout.rank_starts()
+
+    def refresh(self, steps: np.ndarray) -> None:
+        """Recompute the totals, top two loads and worst imbalance of ``steps`` from their loads."""
+        loads = self.loads[steps]
+        dp = loads.shape[1]
+        self.total[steps] = loads.sum(axis=1)
+        self.arg1[steps] = loads.argmax(axis=1)
+        part = np.partition(loads, dp - 2, axis=1) if dp > 1 else np.concatenate([loads, 0 * loads], axis=1)
+        self.top1[steps], self.top2[steps] = part[:, dp - 1], part[:, dp - 2]
+        self.worst[steps] = _worst(loads)
+
+    def improve(self, s: int) -> int:
+        """One exchange for step ``s`` if one helps (:func:`swap_pass`); returns 0 or 1."""
+        lay, bc, dp = self.layout, self.bc, self.layout.dp
+        ls, total = self.loads[s], self.total[s]
+        w = int(np.argmax(self.top1[s] / total))
+        ranks = np.unique([int(np.argmax(ls[:, w])), int(np.argmin(ls[:, w]))])
+        m = lay.micro_batches
+        outs = (self.starts[ranks][:, None] + s * m + np.arange(m)).ravel()  # rank-major; s is a complete step
+        want = bc[self.order[outs], 0] - (ls[lay.rank[outs], 0] - total[0] / dp)  # brings the rank to the mean
+        at = np.searchsorted(self.sorted_cost, want)
+        lo, hi = np.maximum(at - self.window, 0), np.minimum(at + self.window, self.sorted_cost.shape[0])
+        # Candidates are runs of the bins sorted by cost: slices, not gathers, until the step's side is judged.
+        d = np.concatenate([self.bc_sorted[a:z] - bc[self.order[p]] for a, z, p in zip(lo, hi, outs)])
+        in_pos = np.concatenate([self.pos_sorted[a:z] for a, z in zip(lo, hi)])
+        out_pos = np.repeat(outs, hi - lo)
+        if d.shape[0] == 0:
+            return 0
+        r_s = lay.rank[out_pos]
+        excl_s = np.where(np.arange(dp)[:, None] == self.arg1[s], self.top2[s], self.top1[s])  # (dp, models)
+        new_s = (np.maximum(excl_s[r_s], ls[r_s] + d) * dp / (total + d)).max(axis=1)
+        better = new_s < self.worst[s] - 1e-12  # the step's side first: most candidates stop here
+        better[better] = self.swappable[in_pos[better]] & (lay.step[in_pos[better]] != s)
+        if not better.any():
+            return 0
+        d, r_s, new_s, in_pos, out_pos = d[better], r_s[better], new_s[better], in_pos[better], out_pos[better]
+        t, r_t = lay.step[in_pos], lay.rank[in_pos]
+        excl_t = np.where(self.arg1[t] == r_t[:, None], self.top2[t], self.top1[t])
+        new_t = (np.maximum(excl_t, self.loads[t, r_t] - d) * dp / (self.total[t] - d)).max(axis=1)
+        ok = new_t <= np.maximum(self.worst[t], self.tau)
+        if not ok.any():
+            return 0
+        j = int(np.argmin(np.where(ok, np.maximum(new_s, new_t), np.inf)))
+        ps, pt, ts = int(out_pos[j]), int(in_pos[j]), int(t[j])
+        b, c = int(self.order[ps]), int(self.order[pt])
+        self.order[ps], self.order[pt] = c, b
+        self.pos_of[b], self.pos_of[c] = pt, ps
+        self.pos_sorted[self.place[b]], self.pos_sorted[self.place[c]] = pt, ps
+        self.loads[s, int(r_s[j])] += d[j]
+        self.loads[ts, int(r_t[j])] -= d[j]
+        self.refresh(np.array([s, ts]))
+        return 1
+
+
 def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarray, cost: np.ndarray, *,
                  dp: int, micro_batches: int = 1, seed: int = 0, mix: int | None = None,
-                 image_tokens: np.ndarray | None = None) -> BalancedBins:
+                 image_tokens: np.ndarray | None = None, swap: bool = True) -> BalancedBins:
     """Lay the bins of a token plan out in compute-balanced steps (module docstring).
 
     Args:
@@ -186,6 +387,7 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
         seed: Seed of the layout.
         mix: Groups of similar bins per step (:func:`packer.steps.balanced_layout`).
         image_tokens: Image tokens per record, for the composition report (0 when None).
+        swap: Run :func:`swap_pass` on the layout (off: the k-d grouping alone, for comparisons).
 
     Returns:
         The :class:`BalancedBins`.
@@ -217,12 +419,16 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
             bin_cost = bin_parts.sum(axis=1)
         bin_offsets = offsets
     layout = balanced_layout(bin_parts, dp, micro_batches, seed=seed, mix=mix)
+    swaps = 0
+    if swap:
+        layout, swaps = swap_pass(bin_parts, layout)
     after_parts = rank_loads(bin_parts, layout)
     after_loads = after_parts.sum(axis=0)
     after = {**imbalance_stats(after_loads), **micro_batch_imbalance(bin_cost, layout),
              "other_models": other_models(after_parts)}
     offsets, ordered = reorder_bins(bin_offsets, members, layout.order)
     stats = {"dp": dp, "micro_batches": micro_batches, "step_mix": mix, "steps": layout.steps, "split_bins": split,
+             "swaps": swaps,
              "imbalance": {"token_only": token_stats, "balanced": after},
              "composition": {"token_only": token_mix,
                              "balanced": step_composition(layout, sums[0], sums[1], np.diff(bin_offsets))},
