@@ -23,7 +23,7 @@ from pathlib import Path
 from PIL import Image, ImageOps
 
 from curate.core.images.errors import DEFAULT_LIMITS, ImageError, ImageLimits, as_image_error
-from curate.core.images.opening import ImageInfo, as_file, pil_open, to_rgb, truncation
+from curate.core.images.opening import ImageInfo, open_image, to_rgb, truncation
 from curate.core.images.proof import PROVEN_FORMATS, prove
 from curate.core.images.read import ImageSource, image_label, read_bytes
 
@@ -38,7 +38,7 @@ def check(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str 
     data = read_bytes(src, limits)
     if not len(data):
         raise ImageError("empty_file", label)
-    img = pil_open(as_file(data), limits.max_pixels, label)
+    img = open_image(data, limits.max_pixels, label)
     fmt, mode = img.format or "unknown", img.mode
     proven = prove(img, data) if fmt in PROVEN_FORMATS else None
     if proven is None:  # another format, or a doubt: the full decode decides (and names the reason)
@@ -81,7 +81,7 @@ def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str,
     image Pillow has just opened from ``data`` (not loaded), when the caller has it."""
     if not len(data):
         raise ImageError("empty_file", label)
-    img = opened if opened is not None else pil_open(as_file(data), limits.max_pixels, label)
+    img = opened if opened is not None else open_image(data, limits.max_pixels, label)
     try:
         img.load()
         value = img.getexif().get(0x0112, 1)  # as exif_transpose reads it (TIFF's is gone once libtiff loaded it)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from curate.core.image_headers import claim_too_large
 from curate.core.images.errors import ImageError, as_image_error
 
 warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
@@ -118,6 +119,17 @@ def pil_open(fh: Any, max_pixels: int, label: str) -> Image.Image:
     if w * h > max_pixels:
         raise ImageError("decompression_bomb", f"{label}: {w}x{h} pixels exceeds {max_pixels:,} "
                                                "(raise --max-image-pixels to accept it)")
+    return img
+
+
+def open_image(data: bytes | memoryview, max_pixels: int, label: str) -> Image.Image:
+    """:func:`pil_open` on image bytes, the header's size then checked against the bytes
+    (:func:`curate.core.image_headers.claim_too_large`) before anything is decoded: a claim the data cannot
+    hold is ``truncated``, found without allocating the image."""
+    img = pil_open(as_file(data), max_pixels, label)
+    too_large = claim_too_large(data)
+    if too_large is not None:
+        raise ImageError("truncated", f"{label}: {too_large}")
     return img
 
 
