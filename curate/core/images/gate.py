@@ -22,7 +22,8 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from curate.core.images.errors import DEFAULT_LIMITS, ImageError, ImageLimits, as_image_error
+from curate.core.images.decoder_log import captured
+from curate.core.images.errors import DEFAULT_LIMITS, ImageError, ImageLimits, as_image_error, message_reason
 from curate.core.images.opening import ImageInfo, open_image, to_rgb, truncation
 from curate.core.images.proof import PROVEN_FORMATS, prove
 from curate.core.images.read import ImageSource, image_label, read_bytes
@@ -82,14 +83,21 @@ def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str,
     if not len(data):
         raise ImageError("empty_file", label)
     img = opened if opened is not None else open_image(data, limits.max_pixels, label)
-    try:
-        img.load()
-        value = img.getexif().get(0x0112, 1)  # as exif_transpose reads it (TIFF's is gone once libtiff loaded it)
-        orientation = value if isinstance(value, int) and 1 <= value <= 8 else 1
-        ImageOps.exif_transpose(img, in_place=True)  # upright, without a copy of an image that already is
-        rgb = to_rgb(img)
-    except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
-        raise truncation(as_image_error(exc, label), data) from None
+    with captured() as messages:  # libtiff's reports: into the reason, not onto the terminal
+        try:
+            img.load()
+            value = img.getexif().get(0x0112, 1)  # as exif_transpose reads it (TIFF's is gone once libtiff loaded it)
+            orientation = value if isinstance(value, int) and 1 <= value <= 8 else 1
+            ImageOps.exif_transpose(img, in_place=True)  # upright, without a copy of an image that already is
+            rgb = to_rgb(img)
+        except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
+            error = as_image_error(exc, label)
+            if messages:  # what the decoder printed says more than "decoder error -2"
+                said = "; ".join(messages)
+                reason = message_reason(said)
+                error = ImageError(reason if reason != "unreadable_image" else error.reason,
+                                   f"{error.detail} ({img.format or 'decoder'}: {said[:300]})")
+            raise truncation(error, data) from None
     check_aspect(rgb.width, rgb.height, limits, label)
     return rgb, orientation
 
