@@ -74,7 +74,7 @@ MESSAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
                             "cannot handle", "unknown raw mode", "unrecognized mode", "unknown data organization",
                             "not supported", "unsupported", "not implemented")),
     ("truncated", ("truncated", "premature end", "not enough image data", "not enough data", "expected to read",
-                   "end of file", "no more data", "unexpected end", "buffer overrun")),
+                   "end of file", "no more data", "unexpected end", "buffer overrun", "requires a buffer of at least")),
 )
 
 

@@ -118,14 +118,15 @@ def looks_complete(head: bytes, tail: bytes, size: int) -> bool:
     return _ends_early(head, tail, size) is not True
 
 
-def truncation(error: ImageError, data: Any) -> ImageError:
-    """``error`` settled by the bytes where they can tell: data that visibly ends early is ``truncated``, whatever
-    the decoder said (a cut file often reads as a broken stream); a file that is whole is not ``truncated``, even
-    when the decoder ran out of data (its structure is corrupt: ``unreadable_image``)."""
+def truncation(error: ImageError, data: Any, upgrade: bool = True) -> ImageError:
+    """``error`` settled by the bytes where they can tell: data that visibly ends early is ``truncated`` (with
+    ``upgrade``: a failure while decoding the pixels, where a cut file often reads as a broken stream); a file that
+    is whole is not ``truncated``, even when the decoder ran out of data (its structure is corrupt:
+    ``unreadable_image``)."""
     if error.reason not in ("unreadable_image", "truncated"):
         return error
     early = ends_early(data)
-    if early and error.reason == "unreadable_image":
+    if early and upgrade and error.reason == "unreadable_image":
         return ImageError("truncated", f"{error.detail} (the file ends early)")
     if early is False and error.reason == "truncated":
         return ImageError("unreadable_image", f"{error.detail} (the file is whole: its data is corrupt)")
@@ -143,8 +144,9 @@ def pil_open(fh: Any, max_pixels: int, label: str) -> Image.Image:
     except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
         error = as_image_error(exc, label)
         held = fh.getbuffer() if hasattr(fh, "getbuffer") else fh.read_all() if hasattr(fh, "read_all") else None
-        if error.reason == "not_an_image":
-            error = recognised_failure(fh, label) or error
+        found = recognised_failure(fh, label) if error.reason == "not_an_image" else None
+        if found is not None:  # refused in its header: the decoder's message says whether it ran out of data
+            raise (truncation(found, held, upgrade=False) if held is not None else found) from None
         raise (truncation(error, held) if held is not None else error) from None
     w, h = img.size
     if w <= 0 or h <= 0:
