@@ -188,11 +188,12 @@ def recognised_failure(fh: Any, label: str) -> ImageError | None:
 def open_image(data: bytes | memoryview, max_pixels: int, label: str) -> Image.Image:
     """:func:`pil_open` on image bytes, the header's size then checked against the bytes
     (:func:`curate.core.image_headers.claim_too_large`) before anything is decoded: a claim the data cannot
-    hold is ``truncated``, found without allocating the image."""
+    hold is ``truncated`` (``unreadable_image`` when the file is whole: its header lies), found without allocating
+    the image."""
     img = pil_open(as_file(data), max_pixels, label)
     too_large = claim_too_large(data)
-    if too_large is not None:
-        raise ImageError("truncated", f"{label}: {too_large}")
+    if too_large is not None:  # cut short, or (a whole file) a header that lies: corrupt
+        raise truncation(ImageError("truncated", f"{label}: {too_large}"), data, upgrade=False)
     return img
 
 

@@ -1,5 +1,5 @@
-"""Image headers that claim more pixels than their bytes can hold are ``truncated`` before a decoder allocates the
-image; true files at the edge of what the bytes can hold (flat colours, 1-bit, an optimised grey JPEG) pass."""
+"""Image headers that claim more pixels than their bytes can hold are refused before a decoder allocates the image
+(``truncated`` when the file ends early, ``unreadable_image`` when it is whole: its header lies); true files at the edge of what the bytes can hold (flat colours, 1-bit, an optimised grey JPEG) pass."""
 
 from __future__ import annotations
 
@@ -36,12 +36,14 @@ def _jpeg_claiming(width: int, height: int, **kw: object) -> bytes:
 
 @pytest.mark.parametrize("make, said", [(_png_claiming, "a 10000x10000 PNG needs 300,000,000 bytes of pixels"),
                                         (_jpeg_claiming, "a 10000x10000 JPEG needs more than its")])
-def test_a_size_the_bytes_cannot_hold_is_truncated_before_decoding(make, said) -> None:
-    data = make(10000, 10000)
-    for gate in (check, decode):
-        with pytest.raises(ImageError) as err:
-            gate(data)
-        assert err.value.reason == "truncated" and said in err.value.detail, err.value.detail
+def test_a_size_the_bytes_cannot_hold_is_refused_before_decoding(make, said) -> None:
+    whole = make(10000, 10000)
+    cut = whole[:-20]  # without its end marker
+    for data, reason in ((whole, "unreadable_image"), (cut, "truncated")):
+        for gate in (check, decode):
+            with pytest.raises(ImageError) as err:
+                gate(data)
+            assert err.value.reason == reason and said in err.value.detail, err.value.detail
 
 
 def test_true_files_at_the_edge_pass() -> None:
