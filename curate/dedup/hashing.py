@@ -36,6 +36,9 @@ ANCHORS = ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.5, 0.5))
 #: Perceptual hashes per image: the whole thumbnail's, then one per anchor.
 HASHES_PER_IMAGE = 1 + len(ANCHORS)
 DIGEST_BYTES = 16
+#: Pairs of images at most this many bits apart are candidates for the same pixels: their pixel digests are
+#: computed (the same pixels, one a JPEG hashed at a reduced scale, differed by up to 4 bits in tests).
+EXACT_CANDIDATE_BITS = 8
 
 _THUMB = 128
 _SIDE = 32

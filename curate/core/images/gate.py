@@ -76,10 +76,35 @@ def decode(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str
     return decode_bytes(read_bytes(src, limits), limits, label)[0]
 
 
+def decode_small(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str | None = None,
+                 size: tuple[int, int] = (256, 256)) -> tuple[Image.Image, int, int]:
+    """Decode an image for a signature: ``(upright RGB image, full displayed width, full displayed height)``.
+
+    The same gate as :func:`decode` (same reads, limits, reasons, orientation, aspect check on the full size), but a
+    JPEG is decoded at the largest DCT scale (1/2 to 1/8) that keeps it at least ``size`` (Pillow's ``draft``):
+    libjpeg still reads every coefficient, so a file refused here is refused by :func:`decode`, at a fraction of
+    the cost. Other formats are decoded fully.
+    """
+    label = label or image_label(src)
+    data = read_bytes(src, limits)
+    if not len(data):
+        raise ImageError("empty_file", label)
+    img = open_image(data, limits.max_pixels, label)
+    width, height = img.size
+    if img.format in ("JPEG", "MPO"):
+        img.draft("RGB" if img.mode == "RGB" else None, size)
+    rgb, orientation = decode_bytes(data, limits, label, opened=img, full_size=(width, height))
+    if orientation in (5, 6, 7, 8):
+        width, height = height, width
+    return rgb, width, height
+
+
 def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str,
-                 opened: Image.Image | None = None) -> tuple[Image.Image, int]:
+                 opened: Image.Image | None = None,
+                 full_size: tuple[int, int] | None = None) -> tuple[Image.Image, int]:
     """Decode image bytes: ``(upright RGB image, the EXIF orientation that was applied)``; ``opened``: the
-    image Pillow has just opened from ``data`` (not loaded), when the caller has it."""
+    image Pillow has just opened from ``data`` (not loaded), when the caller has it; ``full_size``: its stored size
+    before a reduced decode (the aspect check holds the full size)."""
     if not len(data):
         raise ImageError("empty_file", label)
     img = opened if opened is not None else open_image(data, limits.max_pixels, label)
@@ -98,7 +123,8 @@ def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str,
                 error = ImageError(reason if reason != "unreadable_image" else error.reason,
                                    f"{error.detail} ({img.format or 'decoder'}: {said[:300]})")
             raise truncation(error, data) from None
-    check_aspect(rgb.width, rgb.height, limits, label)
+    width, height = rgb.size if full_size is None else full_size
+    check_aspect(width, height, limits, label)
     return rgb, orientation
 
 
