@@ -48,7 +48,7 @@ PAIRS_DIR = "near_pairs"
 PAIR_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("bits", pa.int8())])
 DIGEST_SCHEMA = pa.schema([("id", pa.string()), ("pixel_key", pa.binary(DIGEST_BYTES))])
 #: The size a JPEG is decoded at, at least, for its perceptual hashes (their thumbnail is 128×128).
-SIGNATURE_SIZE = (256, 256)
+SIGNATURE_SIZE = (128, 128)
 HASH_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("images", pa.int32()),
                          ("pixels", pa.int64()), ("pixel_key", pa.binary(DIGEST_BYTES)),
                          ("bytes_key", pa.binary(DIGEST_BYTES)), ("phash", pa.list_(pa.uint64()))])
@@ -101,7 +101,7 @@ class HashTask(ShardTask):
 
     def settings(self) -> dict[str, Any]:
         """The decoding limit and the hashing scheme change the bytes (threads do not)."""
-        return {"max_image_pixels": self.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE, "hash_version": 2,
+        return {"max_image_pixels": self.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE, "hash_version": 3,
                 "signature_size": list(SIGNATURE_SIZE)}
 
     def _signature(self, src: Any, index: int, cache: dict[bytes, Signature]) -> Signature:
@@ -112,7 +112,7 @@ class HashTask(ShardTask):
         if key is not None and key in cache:
             return cache[key]
         img, width, height = decode_small(src, ImageLimits(max_pixels=self.max_image_pixels),
-                                          label=image_label(src, index), size=SIGNATURE_SIZE)
+                                          label=image_label(src, index), size=SIGNATURE_SIZE, grey=True)
         sig = Signature(width * height, b"", key, perceptual_hashes(img))
         if key is not None:
             cache[key] = sig

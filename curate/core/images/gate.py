@@ -77,13 +77,14 @@ def decode(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str
 
 
 def decode_small(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str | None = None,
-                 size: tuple[int, int] = (256, 256)) -> tuple[Image.Image, int, int]:
-    """Decode an image for a signature: ``(upright RGB image, full displayed width, full displayed height)``.
+                 size: tuple[int, int] = (256, 256), grey: bool = False) -> tuple[Image.Image, int, int]:
+    """Decode an image for a signature: ``(upright image, full displayed width, full displayed height)``.
 
     The same gate as :func:`decode` (same reads, limits, reasons, orientation, aspect check on the full size), but a
     JPEG is decoded at the largest DCT scale (1/2 to 1/8) that keeps it at least ``size`` (Pillow's ``draft``):
     libjpeg still reads every coefficient, so a file refused here is refused by :func:`decode`, at a fraction of
-    the cost. Other formats are decoded fully.
+    the cost. Other formats are decoded fully. With ``grey`` the image is 8-bit greyscale (``L``; a colour JPEG's
+    luma is decoded alone, without its chroma), else upright 8-bit RGB.
     """
     label = label or image_label(src)
     data = read_bytes(src, limits)
@@ -91,20 +92,21 @@ def decode_small(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, labe
         raise ImageError("empty_file", label)
     img = open_image(data, limits.max_pixels, label)
     width, height = img.size
-    if img.format in ("JPEG", "MPO"):
-        img.draft("RGB" if img.mode == "RGB" else None, size)
-    rgb, orientation = decode_bytes(data, limits, label, opened=img, full_size=(width, height))
+    if img.format in ("JPEG", "MPO") and img.mode in ("RGB", "L"):
+        img.draft("L" if grey else img.mode, size)
+    out, orientation = decode_bytes(data, limits, label, opened=img, full_size=(width, height), keep_grey=grey)
     if orientation in (5, 6, 7, 8):
         width, height = height, width
-    return rgb, width, height
+    return (out if not grey or out.mode == "L" else out.convert("L")), width, height
 
 
 def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str,
                  opened: Image.Image | None = None,
-                 full_size: tuple[int, int] | None = None) -> tuple[Image.Image, int]:
+                 full_size: tuple[int, int] | None = None, keep_grey: bool = False) -> tuple[Image.Image, int]:
     """Decode image bytes: ``(upright RGB image, the EXIF orientation that was applied)``; ``opened``: the
     image Pillow has just opened from ``data`` (not loaded), when the caller has it; ``full_size``: its stored size
-    before a reduced decode (the aspect check holds the full size)."""
+    before a reduced decode (the aspect check holds the full size); ``keep_grey``: an 8-bit greyscale image is
+    returned as it is, not as RGB."""
     if not len(data):
         raise ImageError("empty_file", label)
     img = opened if opened is not None else open_image(data, limits.max_pixels, label)
@@ -114,7 +116,7 @@ def decode_bytes(data: bytes | memoryview, limits: ImageLimits, label: str,
             value = img.getexif().get(0x0112, 1)  # as exif_transpose reads it (TIFF's is gone once libtiff loaded it)
             orientation = value if isinstance(value, int) and 1 <= value <= 8 else 1
             ImageOps.exif_transpose(img, in_place=True)  # upright, without a copy of an image that already is
-            rgb = to_rgb(img)
+            rgb = img if keep_grey and img.mode == "L" else to_rgb(img)
         except Exception as exc:  # noqa: BLE001 - a decoder may raise anything on a crafted file
             error = as_image_error(exc, label)
             if messages:  # what the decoder printed says more than "decoder error -2"
