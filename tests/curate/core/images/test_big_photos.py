@@ -33,15 +33,24 @@ def test_the_photos_are_past_the_boundary(big_photos: dict[str, Path]) -> None:
 def test_dedup_hashes_big_photos(big_photos: dict[str, Path], tmp_path: Path) -> None:
     from curate.dedup.stage import dedup
 
-    src = _jsonl(big_photos, tmp_path, sorted(big_photos))
-    stats = dedup([src], out=tmp_path / "dedup")
+    import pyarrow as pa
+
+    names = sorted(big_photos)
+    src = _jsonl(big_photos, tmp_path, names)
+    cells = tmp_path / "cells.parquet"  # the same photos as Parquet bytes (decoded from views on the Arrow buffers)
+    pq.write_table(pa.table({"id": [f"cell-{n}" for n in names], "caption": ["A big photo."] * len(names),
+                             "image": pa.array([{"bytes": big_photos[n].read_bytes(), "path": n} for n in names],
+                                               pa.struct([("bytes", pa.binary()), ("path", pa.string())]))}), cells)
+    stats = dedup([src, cells], out=tmp_path / "dedup")
     rejects = _rejects(tmp_path / "dedup")
     assert stats["errored"] == {}
-    # the same 12 MP pixels in another PNG: an exact duplicate (pixel digests of multi-block images agree);
-    # the 50 MP photo at half size: a near duplicate
-    assert sorted(reason for _, reason in rejects.values()) == ["exact_duplicate", "near_duplicate"], rejects
-    assert len(rejects.keys() & {"phone-12mp.png", "phone-12mp-again.png"}) == 1
-    assert len(rejects.keys() & {"camera-50mp.jpg", "camera-50mp-half.jpg"}) == 1
+    # each photo twice (file, cell: the same bytes); the same 12 MP pixels in another PNG (the pixel digests of
+    # multi-block images agree): one of the four 12 MP records kept; of the 50 MP photo and its half size, the
+    # half is a near duplicate
+    assert sorted(reason for _, reason in rejects.values()) == ["exact_duplicate"] * 5 + ["near_duplicate"], rejects
+    kept = {f"{prefix}{n}" for n in names for prefix in ("", "cell-")} - rejects.keys()
+    assert len(kept) == 2 and sum("12mp" in k for k in kept) == 1, kept
+    assert sum(k.endswith("camera-50mp.jpg") for k in kept) == 1, kept  # the full size is kept over its half
 
 
 @pytest.mark.slow
