@@ -142,6 +142,14 @@ def file_extension(info_format: str, path: str | bytes | None = None) -> str:
     known = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif"}
     if info_format in known:
         return known[info_format]
+    from curate.core.formats.rows import IMAGE_EXTS  # the one list: Pillow's extension for the format, if listed
+
+    Image.init()
+    if info_format.lower() in IMAGE_EXTS:
+        return info_format.lower()
+    for ext, fmt in Image.registered_extensions().items():
+        if fmt == info_format and ext.lstrip(".") in IMAGE_EXTS:
+            return ext.lstrip(".")
     if path and isinstance(path, str):
         suffix = Path(path).suffix.lower().lstrip(".")
         if suffix.isalnum() and len(suffix) <= 8:
