@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.formats.rows import IMAGE_EXTS
-from curate.core.images import ImageError, check, decode
+from curate.core.images import ImageError, check, decode, file_extension
 from curate.core.records import BadRecord, read_records
-from curate.fixtures.odd_images import decoder_cases, member_format_bytes
+from curate.fixtures.odd_images import MEMBER_FORMATS, decoder_cases, member_format_bytes
 
 
 def _reason(src: object) -> tuple[str, str]:
@@ -87,6 +87,8 @@ def test_every_documented_format_is_an_image_in_every_container(tmp_path: Path) 
         for rec in records:
             (image,) = rec["images"]
             assert _reason(image)[0] == "accepted", rec["id"]
+    for ext, (fmt, _) in MEMBER_FORMATS.items():  # pack stores each under its own extension, one the readers list
+        assert file_extension(fmt) == ext, fmt
 
 
 def test_the_extension_list_is_pillows(tmp_path: Path) -> None:
