@@ -180,10 +180,12 @@ def checked_num_rows(pf: pq.ParquetFile, path: str | Path, size: int) -> int:
         smallest = None
         for c in range(group.num_columns):
             col = group.column(c)
+            known = not col.has_dictionary_page or bool(col.dictionary_page_offset)  # some writers leave it 0
             start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset else \
                 col.data_page_offset
             length = col.total_compressed_size
-            if start is None or start < 4 or length < 0 or start + length > data_end:
+            if start is None or not 4 <= start <= data_end or not 0 <= length <= data_end - 4 \
+                    or (known and start + length > data_end):
                 raise FooterLie(f"{path}: not a readable Parquet file (row group {g}, column {col.path_in_schema!r} "
                                 f"claims {length:,} bytes at offset {start:,}, past the {max(data_end, 0):,} bytes of "
                                 "data the file holds; a corrupt or cut file)")
