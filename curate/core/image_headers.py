@@ -148,3 +148,65 @@ def _png(head: bytes, tail: bytes) -> Header | None:
             break
         pos += 12 + length
     return Header(width, height, "PNG", mode, orientation, b"IEND" in tail)
+
+
+#: Deflate's largest expansion (a 258-byte match costs at least 2 bits): the most raw bytes one byte of a PNG's
+#: image data can stand for.
+DEFLATE_MAX_RATIO = 1032
+#: Pixels one byte of a sequential Huffman-coded JPEG can stand for: every 8×8 luma block costs at least 2 bits
+#: (a DC code and an end-of-block code of 1 bit each), so at most 4 blocks of 64 pixels a byte.
+JPEG_PIXELS_PER_BYTE = 256
+
+
+def claim_too_large(data: bytes | memoryview) -> str | None:
+    """Why a PNG's or a sequential JPEG's header claims more pixels than its bytes can hold, or None.
+
+    Checked before a decoder allocates the image (Pillow allocates the whole image first): a PNG's image data
+    (its ``IDAT`` chunks) inflates to at most :data:`DEFLATE_MAX_RATIO` times its size; a baseline or extended
+    sequential JPEG (SOF0, SOF1) holds at most :data:`JPEG_PIXELS_PER_BYTE` pixels per byte. Other formats and
+    codings (progressive, arithmetic: end-of-band runs and arithmetic codes go below a bit a block) are left to
+    the pixel limit.
+    """
+    view = memoryview(data)
+    if bytes(view[:8]) == b"\x89PNG\r\n\x1a\n" and len(view) >= 33 and bytes(view[12:16]) == b"IHDR":
+        width, height, depth, color = struct.unpack_from(">IIBB", view, 16)
+        channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(color, 1)
+        need = (width * height * depth * channels + 7) // 8
+        held, pos = 0, 8
+        while pos + 8 <= len(view):
+            length = struct.unpack_from(">I", view, pos)[0]
+            kind = bytes(view[pos + 4:pos + 8])
+            if kind == b"IDAT":
+                held += min(length, len(view) - pos - 8)
+            elif kind == b"IEND":
+                break
+            pos += 12 + length
+        if need > DEFLATE_MAX_RATIO * (held + 1):
+            return (f"a {width}x{height} PNG needs {need:,} bytes of pixels, which its {held:,} bytes of image data "
+                    f"cannot hold (at most {DEFLATE_MAX_RATIO}:1)")
+        return None
+    if bytes(view[:3]) != b"\xff\xd8\xff":
+        return None
+    pos = 2
+    while pos + 4 <= len(view):
+        if view[pos] != 0xFF:
+            return None
+        marker = view[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in _NO_LENGTH:
+            pos += 2
+            continue
+        if marker in _SOF:
+            if marker not in (0xC0, 0xC1) or pos + 9 > len(view):
+                return None
+            height, width = struct.unpack_from(">HH", view, pos + 5)
+            if width * height > JPEG_PIXELS_PER_BYTE * len(view):
+                return (f"a {width}x{height} JPEG needs more than its {len(view):,} bytes (a sequential JPEG holds "
+                        f"at most {JPEG_PIXELS_PER_BYTE} pixels a byte)")
+            return None
+        if marker == 0xDA:
+            return None
+        pos += 2 + struct.unpack_from(">H", view, pos + 2)[0]
+    return None

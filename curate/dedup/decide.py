@@ -5,7 +5,8 @@ The driver holds one row per hashed record (and per reference image of ``--again
 1. ``benchmark_overlap``: a record whose images are the same pixels as, within the near threshold of, or (with
    embeddings) semantically close to a reference's; ``duplicate_of`` is the closest reference (fewest bits, highest
    cosine, then the smaller row);
-2. ``exact_duplicate``: records with the same pixel digest (identical bytes always have identical pixels);
+2. ``exact_duplicate``: records with the same pixel digest (identical bytes always have identical pixels; pixel
+   digests are computed only for records within a few bits of another: the same pixels hash alike);
 3. ``near_duplicate``: pairs within the threshold (:mod:`curate.dedup.search`);
 4. ``semantic_duplicate``: pairs at or above the cosine threshold.
 
@@ -49,6 +50,8 @@ class Hashed:
     pixel_key: pa.Array
     bytes_key: pa.Array
     phash: list[np.ndarray | None]  #: per row: images × HASHES_PER_IMAGE hashes, None without image
+    shards: list = field(default_factory=list)  #: the input shards hashed (the digest step reads them again)
+    shard_of: np.ndarray | None = None  #: per row: its shard's position in ``shards``
 
     @classmethod
     def from_table(cls, table: pa.Table) -> Hashed:

@@ -4,8 +4,8 @@
 * **pixels** (:func:`pixel_digest`): SHA-256 of the decoded upright RGB pixels and the size, cut to 16
   bytes; the same picture saved twice, or a JPEG wrapped in another container, has the same digest.
   (SHA-256 rather than BLAKE2: with the CPU's SHA instructions it hashed 3 MB in 5.7 ms here, BLAKE2b in 35 ms.)
-* **perceptual** (:func:`perceptual_hashes`): a DCT hash (pHash) of 63 bits, computed here: the image
-  squashed to a 128×128 grey thumbnail (Pillow's box filter after an integer reduction), a region of it
+* **perceptual** (:func:`perceptual_hashes`): a DCT hash (pHash) of 63 bits, computed here: the image (its luma;
+  the stage decodes a JPEG's luma alone at a reduced DCT scale) squashed to a 128×128 grey thumbnail (Pillow's box filter after an integer reduction), a region of it
   area-averaged down to 32×32, its 2-D DCT, and one bit per coefficient of the 8×8 lowest frequencies (the
   constant one left out) telling whether it is above their median. The averaging and the DCT are one matrix
   on each side (:func:`_projection`), so the six hashes cost a few small matrix products. Re-encoding (JPEG quality 30), resizing (0.5×–2×) and small overlays move few bits; crops move
@@ -21,6 +21,8 @@ Images are decoded by the one image gate, :func:`curate.core.images.decode` (the
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -34,6 +36,9 @@ ANCHORS = ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.5, 0.5))
 #: Perceptual hashes per image: the whole thumbnail's, then one per anchor.
 HASHES_PER_IMAGE = 1 + len(ANCHORS)
 DIGEST_BYTES = 16
+#: Pairs of images at most this many bits apart are candidates for the same pixels: their pixel digests are
+#: computed (the same pixels, one a JPEG hashed at a reduced scale, differed by up to 4 bits in tests).
+EXACT_CANDIDATE_BITS = 6
 
 _THUMB = 128
 _SIDE = 32
@@ -77,33 +82,60 @@ def bytes_digest(data: bytes | memoryview) -> bytes:
 def pixel_digest(img: Image.Image) -> bytes:
     """SHA-256 of a decoded image's mode, size and pixels, cut to :data:`DIGEST_BYTES`.
 
-    RGB pixels are hashed as Pillow stores them, 4 bytes each (red, green, blue, 255), read through its Arrow
-    export without a copy (Pillow ≥ 11.2): 1.4 ms for 512×512 here, against 4.3 ms through ``tobytes`` (a copy,
-    then the hash). Other modes hash ``tobytes``.
+    RGB pixels are hashed as Pillow stores them, 4 bytes each (red, green, blue, 255). An image Pillow holds in one
+    block is read through its Arrow export without a copy (Pillow >= 11.2): 1.4 ms for 512×512 here, against 4.3 ms
+    through ``tobytes`` (a copy, then the hash). Pillow keeps an image larger than its block size (16 MB, about
+    4.2 megapixels of RGB) in several blocks, which the export refuses: those, and Pillow versions without the
+    export, are hashed in strips of rows (:func:`_rgbx_strips`; the same digest, memory bounded by a strip).
+    Other modes hash ``tobytes``.
     """
     h = hashlib.sha256(f"{img.mode} {img.width}x{img.height}\n".encode("ascii"))
-    h.update(_rgbx(img) if img.mode == "RGB" else img.tobytes())
+    if img.mode != "RGB":
+        h.update(img.tobytes())
+        return h.digest()[:DIGEST_BYTES]
+    whole = _rgbx_view(img)
+    for part in ([whole] if whole is not None else _rgbx_strips(img)):
+        h.update(part)
     return h.digest()[:DIGEST_BYTES]
 
 
-def _rgbx(img: Image.Image) -> memoryview | np.ndarray:
-    """An RGB image's pixels as red, green, blue, 255 (the fourth byte set when Pillow's storage holds another)."""
-    n = img.width * img.height
-    data = None
-    if hasattr(img, "__arrow_c_array__"):
-        import pyarrow as pa
+#: Pixels per strip when an image is hashed in strips (16 MB of RGBX).
+STRIP_PIXELS = 1 << 22
 
-        data = pa.array(img).buffers()[-1]
-    if data is not None and data.size >= 4 * n:
-        view = np.frombuffer(data, np.uint8, count=4 * n)
-        if np.frombuffer(data, "<u4", count=n).min() >= 0xFF000000:  # every fourth byte is 255 (one SIMD pass)
-            return memoryview(view)
-        out = view.reshape(n, 4).copy()
-    else:
-        out = np.empty((n, 4), np.uint8)
-        out[:, :3] = np.frombuffer(img.tobytes(), np.uint8).reshape(n, 3)
+
+def _with_alpha(data: Any, n: int) -> memoryview | np.ndarray:
+    """``n`` RGBX pixels as red, green, blue, 255 (a copy only when a fourth byte is not 255 already)."""
+    view = np.frombuffer(data, np.uint8, count=4 * n)
+    if not n or np.frombuffer(data, "<u4", count=n).min() >= 0xFF000000:  # every fourth byte is 255 (one SIMD pass)
+        return memoryview(view)
+    out = view.reshape(n, 4).copy()
     out[:, 3] = 255
     return out
+
+
+def _rgbx_view(img: Image.Image) -> memoryview | np.ndarray | None:
+    """An RGB image's pixels from its zero-copy Arrow export, or None where there is none (several blocks)."""
+    if not hasattr(img, "__arrow_c_array__"):
+        return None
+    import pyarrow as pa
+
+    try:
+        data = pa.array(img).buffers()[-1]
+    except ValueError:  # "Image rows are not contiguous in memory": Pillow holds it in several blocks
+        return None
+    n = img.width * img.height
+    if data is None or data.size < 4 * n:
+        return None
+    return _with_alpha(data, n)
+
+
+def _rgbx_strips(img: Image.Image) -> Iterator[memoryview | np.ndarray]:
+    """An RGB image's pixels in strips of whole rows (about :data:`STRIP_PIXELS` each), top to bottom."""
+    rows = max(1, STRIP_PIXELS // max(1, img.width))
+    for top in range(0, img.height, rows):
+        bottom = min(img.height, top + rows)
+        strip = img if (top, bottom) == (0, img.height) else img.crop((0, top, img.width, bottom))
+        yield _with_alpha(strip.tobytes("raw", "RGBX"), img.width * (bottom - top))
 
 
 def combined_digest(digests: list[bytes]) -> bytes:
@@ -115,7 +147,8 @@ def combined_digest(digests: list[bytes]) -> bytes:
 
 def perceptual_hashes(img: Image.Image) -> np.ndarray:
     """The :data:`HASHES_PER_IMAGE` perceptual hashes of a decoded image (``uint64``; see the module docstring)."""
-    thumb = img.resize((_THUMB, _THUMB), Image.Resampling.BOX, reducing_gap=1.0).convert("L")
+    grey = img if img.mode == "L" else img.convert("L")  # one channel to shrink, not three
+    thumb = grey.resize((_THUMB, _THUMB), Image.Resampling.BOX, reducing_gap=1.0)
     x = np.asarray(thumb, np.float64)
     coeffs = np.stack([_PROJECT[n] @ x[y0:y0 + n, x0:x0 + n] @ _PROJECT[n].T for x0, y0, n in _BOXES])
     return hash_coefficients(coeffs)

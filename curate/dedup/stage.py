@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.columns import first_occurrences
@@ -41,8 +42,9 @@ from curate.core.stats import REJECT_SCHEMA, StageStats, finish_stage, stage_res
 from curate.core.validate import configure
 from curate.dedup.config import DedupConfig
 from curate.dedup.decide import REASONS, Decision, Hashed
-from curate.dedup.task import (AGAINST_DIR, HASH_SCHEMA, HASHES_DIR, INDEX_DIR, PAIRS_DIR, AgainstTask, HashTask,
-                               QueryBlock, SearchTask)
+from curate.dedup.hashing import DIGEST_BYTES, EXACT_CANDIDATE_BITS
+from curate.dedup.task import (AGAINST_DIR, HASH_SCHEMA, HASHES_DIR, INDEX_DIR, PAIRS_DIR, AgainstDigestTask,
+                               AgainstTask, DigestTask, HashTask, Needed, QueryBlock, SearchTask)
 
 RECORDS_DIR = "records"
 #: ``rejects.parquet`` of ``curate dedup``: every stage's columns, then whom a removed record copies and how far.
@@ -95,13 +97,62 @@ def _hash_step(task: HashTask, inputs: Sequence[Any], config: DedupConfig, out: 
     stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc=desc, settings=settings)
     tables = [pq.read_table(out / task.folder / f"{s.id}.parquet") for s in shards]
     hashed = Hashed.from_table(pa.concat_tables(tables) if tables else HASH_SCHEMA.empty_table())
+    hashed.shards = shards
+    hashed.shard_of = np.repeat(np.arange(len(shards), dtype=np.int64), [t.num_rows for t in tables]) \
+        if tables else np.zeros(0, np.int64)
     if per_input:
         hashed.sources = pa.array([n for n, t in zip(names, tables) for _ in range(t.num_rows)], pa.string())
     return stats, hashed, settings
 
 
-def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: Path, executor: Any
-                ) -> tuple[Any, Any]:
+def _needed(hashed: Hashed, rows: np.ndarray, partners: np.ndarray, other: Hashed) -> np.ndarray:
+    """Rows of ``hashed`` (among ``rows``) whose candidate partner (a row of ``other``) has other bytes, or unknown
+    bytes: only those need a pixel digest (the same bytes are the same pixels)."""
+    rows, partners = np.asarray(rows, np.int64), np.asarray(partners, np.int64)
+    if not len(rows):
+        return rows
+    mine = hashed.bytes_key.take(pa.array(rows))
+    theirs = other.bytes_key.take(pa.array(partners))
+    same = pc.fill_null(pc.equal(mine, theirs), False).to_numpy(zero_copy_only=False)
+    return np.unique(rows[~same])
+
+
+def _pixel_keys(hashed: Hashed, needed: np.ndarray, task: DigestTask, config: DedupConfig, out: Path,
+                executor: Any, desc: str) -> pa.Array:
+    """Every row's ``pixel_key``: the pixel digest (:class:`DigestTask`, run over the shards holding ``needed``
+    rows) where needed, else the bytes digest (the same bytes, the same pixels), else a key of the row's own."""
+    from curate.executors import run_stage
+
+    ids = hashed.ids.to_pylist()
+    wanted: dict[int, set[str]] = {}
+    for r in needed.tolist():
+        wanted.setdefault(int(hashed.shard_of[r]), set()).add(ids[r])
+    shards = [Shard(hashed.shards[k].index, hashed.shards[k].parts, meta=Needed(tuple(sorted(wanted[k]))))
+              for k in sorted(wanted)]
+    found: dict[tuple[int, str], bytes] = {}
+    if shards:
+        run_stage(task, shards, out, executor=executor, seed=config.seed, desc=desc,
+                  settings={**task.settings(), "plan": plan_hash(shards)})
+        for k, shard in zip(sorted(wanted), shards):
+            table = pq.read_table(out / task.folder / f"{shard.id}.parquet")
+            for rid, key in zip(table.column("id").to_pylist(), table.column("pixel_key").to_pylist()):
+                found[(k, rid)] = key
+    is_needed = np.zeros(len(hashed), bool)
+    is_needed[needed] = True
+    byte_keys = hashed.bytes_key.to_pylist()
+    keys = []
+    for r in range(len(hashed)):
+        key = found.get((int(hashed.shard_of[r]), ids[r])) if is_needed[r] else None
+        if key is None:
+            key = byte_keys[r]
+        if key is None:
+            key = hashlib.sha256(f"{task.folder}|row {r}".encode()).digest()[:DIGEST_BYTES]
+        keys.append(key)
+    return pa.array(keys, pa.binary(DIGEST_BYTES))
+
+
+def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: Path, executor: Any,
+                threshold: int) -> tuple[Any, Any]:
     """The index written and searched as shards of queries; ``(nodes, (a, b, bits))``."""
     from curate.core.remote_sync import push_files
     from curate.executors import run_stage
@@ -123,7 +174,7 @@ def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: 
     size = config.search_block
     blocks = [Shard(i, meta=QueryBlock(s, min(s + size, len(hashes))), size=min(size, len(hashes) - s))
               for i, s in enumerate(range(0, len(hashes), size))]
-    task = SearchTask(config.near_threshold, digest)
+    task = SearchTask(threshold, digest, config.near_threshold if config.near else None)
     run_stage(task, blocks, out, executor=executor, seed=config.seed, desc="search near duplicates",
               settings={**task.settings(), "plan": plan_hash(blocks)})
     found = [pq.read_table(out / PAIRS_DIR / f"{b.id}.parquet") for b in blocks]
@@ -151,8 +202,26 @@ def _run(inputs: list[Any], config: DedupConfig, out: Path, executor: Any) -> di
     first = first_occurrences(records.ids) if len(records) else np.zeros(0, bool)
     alive = first & (records.images > 0)
     nodes = near = None
-    if config.near and (alive.any() or refs is not None):
-        nodes, near = _near_pairs(records, refs, config, out, executor)
+    if alive.any() or refs is not None:  # near pairs; with --no-near still the candidates for the same pixels
+        search_bits = max(config.near_threshold, EXACT_CANDIDATE_BITS) if config.near else EXACT_CANDIDATE_BITS
+        nodes, found = _near_pairs(records, refs, config, out, executor, search_bits)
+        if config.near:
+            keep = found[2] <= config.near_threshold
+            near = (found[0][keep], found[1][keep], found[2][keep])
+        close = found[2] <= EXACT_CANDIDATE_BITS
+        (ra, rb, _), (xa, xb, _) = nodes.split(found[0][close], found[1][close], found[2][close])
+        need = np.unique(np.concatenate([_needed(records, ra, rb, records), _needed(records, rb, ra, records),
+                                         _needed(records, xa, xb, refs) if refs is not None else ra[:0]]))
+        records.pixel_key = _pixel_keys(records, need, DigestTask(decode_threads=config.decode_threads,
+                                                                  max_image_pixels=config.max_image_pixels),
+                                        config, out, executor, "digest candidate images")
+        if refs is not None:
+            need = _needed(refs, xb, xa, records)
+            refs.pixel_key = _pixel_keys(refs, need, AgainstDigestTask(
+                decode_threads=config.decode_threads, max_image_pixels=config.max_image_pixels), config, out,
+                executor, "digest candidate reference images")
+    else:
+        records.pixel_key = _pixel_keys(records, np.zeros(0, np.int64), DigestTask(), config, out, executor, "")
     timings["search"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     decision, pair_counts = decide(records, alive, prefer=tuple(config.prefer), near_pairs=near,

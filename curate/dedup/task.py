@@ -5,12 +5,15 @@ readable record, in input order:
 
 * ``id``, ``source``; ``images``: how many images the record has (0: it passes through untouched);
 * ``pixels``: the sum of its images' areas (the keep rule prefers the largest);
-* ``pixel_key``: the pixel digest of its images (:func:`~curate.dedup.hashing.pixel_digest`, combined over
-  several); ``bytes_key``: the same over the files' bytes (null for images read from a URL, which are not
+* ``pixel_key``: null here; the driver fills it (:class:`DigestTask`: the pixel digest of its images,
+  :func:`~curate.dedup.hashing.pixel_digest`, combined over several, for the records a near pair of at most
+  :data:`~curate.dedup.hashing.EXACT_CANDIDATE_BITS` bits needs; the bytes digest, or a key of its own, for the
+  others); ``bytes_key``: the same over the files' bytes (null for images read from a URL, which are not
   read twice: their pixels decide);
 * ``phash``: the :data:`~curate.dedup.hashing.HASHES_PER_IMAGE` perceptual hashes of each image, in order.
 
-Images are decoded by the image gate (:func:`curate.core.images.decode`), in a few threads (Pillow decodes
+Images are decoded by the image gate (:func:`curate.core.images.decode_small`: a JPEG at a reduced DCT scale, which
+is all the perceptual hashes need), in a few threads (Pillow decodes
 without holding the GIL); an image the gate refuses errors its record with the gate's reason
 (``missing_image``, ``truncated``, ...), as in every stage. Within a shard an image whose bytes were seen
 already is not decoded again. References (``--against``) go through the same task under another name
@@ -30,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.formats.refs import ImageAt
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, ImageLimits, decode, image_label
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, ImageLimits, decode, decode_small, image_label
 from curate.core.io import is_url, write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
@@ -38,10 +41,14 @@ from curate.dedup.hashing import (DIGEST_BYTES, HASHES_PER_IMAGE, bytes_digest, 
                                   pixel_digest)
 
 HASHES_DIR = "hashes"
+DIGESTS_DIR = "digests"
 AGAINST_DIR = "against"
 INDEX_DIR = "_index/near"
 PAIRS_DIR = "near_pairs"
 PAIR_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("bits", pa.int8())])
+DIGEST_SCHEMA = pa.schema([("id", pa.string()), ("pixel_key", pa.binary(DIGEST_BYTES))])
+#: The size a JPEG is decoded at, at least, for its perceptual hashes (their thumbnail is 128×128).
+SIGNATURE_SIZE = (128, 128)
 HASH_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("images", pa.int32()),
                          ("pixels", pa.int64()), ("pixel_key", pa.binary(DIGEST_BYTES)),
                          ("bytes_key", pa.binary(DIGEST_BYTES)), ("phash", pa.list_(pa.uint64()))])
@@ -94,15 +101,19 @@ class HashTask(ShardTask):
 
     def settings(self) -> dict[str, Any]:
         """The decoding limit and the hashing scheme change the bytes (threads do not)."""
-        return {"max_image_pixels": self.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE, "hash_version": 1}
+        return {"max_image_pixels": self.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE, "hash_version": 3,
+                "signature_size": list(SIGNATURE_SIZE)}
 
     def _signature(self, src: Any, index: int, cache: dict[bytes, Signature]) -> Signature:
+        """The image's size, bytes digest and perceptual hashes, from a reduced decode (no pixel digest: the
+        driver asks :class:`DigestTask` for those of the images a near pair needs)."""
         raw = _raw_bytes(src)
         key = bytes_digest(raw) if raw is not None and len(raw) else None
         if key is not None and key in cache:
             return cache[key]
-        img = decode(src, ImageLimits(max_pixels=self.max_image_pixels), label=image_label(src, index))
-        sig = Signature(img.width * img.height, pixel_digest(img), key, perceptual_hashes(img))
+        img, width, height = decode_small(src, ImageLimits(max_pixels=self.max_image_pixels),
+                                          label=image_label(src, index), size=SIGNATURE_SIZE, grey=True)
+        sig = Signature(width * height, b"", key, perceptual_hashes(img))
         if key is not None:
             cache[key] = sig
         return sig
@@ -125,7 +136,7 @@ class HashTask(ShardTask):
             cols["source"].append(item.source)
             cols["images"].append(len(sigs))
             cols["pixels"].append(sum(s.pixels for s in sigs))
-            cols["pixel_key"].append(combined_digest([s.pixel_key for s in sigs]) if sigs else None)
+            cols["pixel_key"].append(None)  # filled by the driver (DigestTask) where a near pair needs it
             keys = [s.bytes_key for s in sigs]
             cols["bytes_key"].append(combined_digest(keys) if sigs and None not in keys else None)
             cols["phash"].append(np.concatenate([s.phash for s in sigs]) if sigs else None)
@@ -165,6 +176,64 @@ class AgainstTask(HashTask):
     folder: ClassVar[str] = f"{AGAINST_DIR}/{HASHES_DIR}"
 
 
+class Needed(NamedTuple):
+    """A digest shard's ``meta``: the ids of the input shard whose pixel digests a near pair needs."""
+
+    ids: tuple[str, ...]
+
+
+class DigestTask(ShardTask):
+    """Pixel digests (:func:`~curate.dedup.hashing.pixel_digest`, full decode) of the records of one input shard
+    named in its ``meta`` (:class:`Needed`): ``digests/<shard>.parquet`` (id, pixel_key), first occurrence of an id.
+
+    A record whose image the full decode refuses (the reduced one accepted it) gets no row: it has no digest.
+    """
+
+    stage: ClassVar[str] = "dedup_digest"
+    folder: ClassVar[str] = DIGESTS_DIR
+    unit = "records"
+
+    def __init__(self, *, decode_threads: int | None = None, max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+        self.decode_threads = decode_threads or _default_threads()
+        self.max_image_pixels = max_image_pixels
+
+    def settings(self) -> dict[str, Any]:
+        """The decoding limit and the digest scheme (the ids are in the plan)."""
+        return {"max_image_pixels": self.max_image_pixels, "digest_version": 1}
+
+    def _digest(self, images: tuple[Any, ...]) -> bytes | None:
+        limits = ImageLimits(max_pixels=self.max_image_pixels)
+        try:
+            return combined_digest([pixel_digest(decode(src, limits, label=image_label(src, i)))
+                                    for i, src in enumerate(images)])
+        except ImageError:
+            return None
+
+    def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
+        """Digest the named records of one shard; write ``<folder>/<shard>.parquet``."""
+        wanted = set(Needed(*shard.meta).ids)
+        stats = StageStats()
+        items: list[_Item] = []
+        for rec in readable_records(shard, stats, ctx, views=True):
+            if rec["id"] in wanted and rec["images"]:
+                wanted.discard(rec["id"])
+                items.append(_Item(rec["id"], rec["source"], tuple(rec["images"])))
+            ctx.progress(1)
+        with ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="dedup-digest") as pool:
+            keys = list(pool.map(lambda item: self._digest(item.images), items))
+        rows = [(item.rid, key) for item, key in zip(items, keys) if key is not None]
+        write_parquet(work / self.folder / f"{shard.id}.parquet",
+                      pa.table({"id": [r for r, _ in rows], "pixel_key": [k for _, k in rows]}, schema=DIGEST_SCHEMA))
+        return StageStats()  # the hash step counted these records; this step only adds digests
+
+
+class AgainstDigestTask(DigestTask):
+    """:class:`DigestTask` for the reference images of ``--against`` (``against/digests/``)."""
+
+    stage: ClassVar[str] = "dedup_against_digest"
+    folder: ClassVar[str] = f"{AGAINST_DIR}/{DIGESTS_DIR}"
+
+
 class QueryBlock(NamedTuple):
     """A search shard's ``meta``: the queries ``start:stop`` of the near-duplicate index."""
 
@@ -184,13 +253,14 @@ class SearchTask(ShardTask):
     transient = ("index",)
     reads_out = (f"{INDEX_DIR}/*",)
 
-    def __init__(self, threshold: int, digest: str) -> None:
-        self.threshold, self.digest = threshold, digest
+    def __init__(self, threshold: int, digest: str, near: int | None = None) -> None:
+        self.threshold, self.digest, self.near = threshold, digest, near
         self.index: tuple[str, dict[str, np.ndarray]] | None = None
 
     def settings(self) -> dict[str, Any]:
-        """The threshold and the index (its digest) decide the pairs."""
-        return {"near_threshold": self.threshold, "index": self.digest}
+        """The threshold and the index (its digest) decide the pairs; ``near``, the run's near threshold (the
+        search may go further, for the candidates of the same pixels), is recorded with them."""
+        return {"near_threshold": self.near, "search_threshold": self.threshold, "index": self.digest}
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Write the pairs found from this block's queries."""

@@ -28,7 +28,8 @@ class DedupWorld:
 
 
 #: Outputs of ``curate dedup`` that must be the same bytes across executors and interrupted runs.
-SAME_BYTES = ("rejects.parquet", "records/*", "hashes/*.parquet", "near_pairs/*.parquet", "_shards/*/*.rejects.parquet")
+SAME_BYTES = ("rejects.parquet", "records/*", "hashes/*.parquet", "near_pairs/*.parquet", "digests/*.parquet",
+              "_shards/*/*.rejects.parquet")
 
 
 def same_files(a: Path, b: Path, patterns: tuple[str, ...] = SAME_BYTES) -> int:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from curate.core.errors import UserError
 from curate.core.formats.container import Container, Part, Row, even_parts
 from curate.core.formats.refs import ImageAt
-from curate.core.io import as_path, is_url, open_input, write_parquet
+from curate.core.io import as_path, input_size, is_url, open_input, write_parquet
 
 
 def _plain(view: memoryview, *_: int | str) -> bytes:
@@ -143,6 +143,91 @@ def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str,
         row += n
 
 
+#: Values one byte of a column chunk can hold at most: a data page holds at most 2^31 - 1 values (its header's
+#: ``num_values`` is an i32) and its header alone takes more than 16 bytes. Rows a footer claims beyond this, for
+#: the bytes its column chunks take, cannot be in the file.
+MAX_VALUES_PER_BYTE = 1 << 27
+#: Rows per byte of a row group's smallest column chunk beyond which its row count is verified by reading that
+#: column (real tables hold a few rows per byte; a group of millions of nulls is read in a moment).
+DENSE_ROWS_PER_BYTE = 256
+
+
+class FooterLie(UserError):
+    """A Parquet footer's counts that the file's bytes cannot hold (one line naming the file)."""
+
+
+def checked_num_rows(pf: pq.ParquetFile, path: str | Path, size: int) -> int:
+    """The rows of a Parquet file, its footer's counts checked against the file's ``size`` in bytes first.
+
+    The file's row count must be the sum of its row groups'; every column chunk must lie inside the file (before
+    the footer) and hold at least its group's rows in values; a group cannot claim more rows than
+    :data:`MAX_VALUES_PER_BYTE` times the bytes of its smallest column chunk, and a group claiming more than
+    :data:`DENSE_ROWS_PER_BYTE` is verified by reading that column (bounded batches: the pages say what they hold).
+
+    Raises:
+        FooterLie: a claim the file cannot hold, naming the file, the group and the column.
+    """
+    meta = pf.metadata
+    footer = meta.serialized_size + 8
+    data_end = size - footer
+    claimed = meta.num_rows
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        rows = group.num_rows
+        if rows < 0:
+            raise FooterLie(f"{path}: not a readable Parquet file (row group {g} claims {rows:,} rows)")
+        smallest = None
+        for c in range(group.num_columns):
+            col = group.column(c)
+            known = not col.has_dictionary_page or bool(col.dictionary_page_offset)  # some writers leave it 0
+            start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset else \
+                col.data_page_offset
+            length = col.total_compressed_size
+            if start is None or not 4 <= start <= data_end or not 0 <= length <= data_end - 4 \
+                    or (known and start + length > data_end):
+                raise FooterLie(f"{path}: not a readable Parquet file (row group {g}, column {col.path_in_schema!r} "
+                                f"claims {length:,} bytes at offset {start:,}, past the {max(data_end, 0):,} bytes of "
+                                "data the file holds; a corrupt or cut file)")
+            if col.num_values < 0 or (rows and col.num_values < rows and col.max_repetition_level == 0):
+                raise FooterLie(f"{path}: not a readable Parquet file (row group {g} claims {rows:,} rows but column "
+                                f"{col.path_in_schema!r} {col.num_values:,} values)")
+            if smallest is None or length < smallest[1]:
+                smallest = (c, length)
+        if smallest is not None and rows > MAX_VALUES_PER_BYTE * max(smallest[1], 1):
+            raise FooterLie(f"{path}: not a readable Parquet file (row group {g} claims {rows:,} rows in "
+                            f"{smallest[1]:,} bytes of column {group.column(smallest[0]).path_in_schema!r}, more "
+                            "than any encoding holds)")
+        if smallest is not None and rows > DENSE_ROWS_PER_BYTE * max(smallest[1], 1):
+            held = _rows_held(pf, g, smallest[0], path)
+            if held != rows:
+                raise FooterLie(f"{path}: not a readable Parquet file (row group {g} claims {rows:,} rows; its column "
+                                f"{group.column(smallest[0]).path_in_schema!r} holds {held:,})")
+        total += rows
+    if total != claimed:
+        raise FooterLie(f"{path}: not a readable Parquet file (the footer claims {claimed:,} rows, its row groups "
+                        f"hold {total:,})")
+    return claimed
+
+
+def _rows_held(pf: pq.ParquetFile, group: int, column: int, path: str | Path) -> int:
+    """The rows one column of a row group really holds, read in batches (memory bounded by a batch)."""
+    held = 0
+    try:
+        for batch in pf.iter_batches(batch_size=1 << 16, row_groups=[group], columns=[pf.schema_arrow.names[
+                _top_level(pf, column)]]):
+            held += batch.num_rows
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt pages
+        raise FooterLie(f"{path}: not a readable Parquet file (row group {group}: {exc})") from None
+    return held
+
+
+def _top_level(pf: pq.ParquetFile, leaf: int) -> int:
+    """The index of the top-level field a leaf column belongs to."""
+    name = pf.schema.column(leaf).path.split(".")[0]
+    return pf.schema_arrow.get_field_index(name)
+
+
 class ParquetRows(Container):
     """Parquet files (see the module docstring): parts of rows, read a row group in batches."""
 
@@ -150,10 +235,13 @@ class ParquetRows(Container):
     suffixes = (".parquet", ".pq")
 
     def split(self, path: Path, rows_per_part: int) -> list[Part]:
-        """Parts of the file's rows (from its footer alone)."""
+        """Parts of the file's rows (from its footer, checked against the file's size: :func:`checked_num_rows`)."""
         try:
             with open_input(path) as fh:
-                n = pq.ParquetFile(fh).metadata.num_rows
+                pf = pq.ParquetFile(fh)
+                n = checked_num_rows(pf, path, input_size(path))
+        except FooterLie:
+            raise
         except Exception as exc:  # pyarrow raises several types for corrupt files
             raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
         return even_parts(path, self.name, n, rows_per_part)

@@ -35,8 +35,21 @@ from typing import Any
 from curate.core.formats.refs import ImageAt
 from curate.core.io import as_path, is_url
 
-#: Column names (and WebDataset member extensions) that hold raw image bytes.
-IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm"})
+#: The one list of image formats, as file extensions: tar members with one of them are a sample's images, Parquet
+#: columns named by one hold raw image bytes. Every raster format Pillow reads (docs/images.md's table, accepted
+#: or refused with the gate's reason: the gate, not the name, decides what decodes), and HEIC/HEIF and JPEG XL,
+#: which need a plugin (without one: ``not_an_image``). Pillow's stubs for scientific and video files (BUFR,
+#: GRIB, HDF5, MPEG) and PostScript documents are not images here (tests check the list against Pillow's).
+IMAGE_EXTS = frozenset({
+    "jpg", "jpeg", "jpe", "jfif", "mpo", "png", "apng", "webp", "gif", "bmp", "dib", "tif", "tiff",
+    "ppm", "pgm", "pbm", "pnm", "pfm", "avif", "avifs", "jp2", "j2k", "jpc", "jpf", "jpx", "j2c", "psd", "tga",
+    "icb", "vda", "vst", "ico", "cur", "icns", "qoi", "sgi", "rgb", "rgba", "bw", "pcx", "dcx", "dds", "blp", "ftc",
+    "ftu", "im", "xbm", "xpm", "fits", "fit", "fli", "flc", "gbr", "msp", "pcd", "pxr", "ras", "eps", "wmf", "emf",
+    "iim", "heic", "heif", "jxl"})
+#: The extensions long used as image column names: a column so named must hold image bytes (other names of
+#: :data:`IMAGE_EXTS`, such as ``rgb`` or ``im``, are image columns only when they hold bytes).
+STRICT_IMAGE_COLUMNS = frozenset({"jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm",
+                                  "pnm"})
 #: The fields a conversation comes from, in the order they are looked for (:func:`text_layout`).
 TEXT_LAYOUTS = ("messages", "conversations", "caption", "problem", "question")
 #: Caption columns of the public image-text sets, read as ``caption`` in a row without ``messages``,
@@ -204,7 +217,9 @@ def normalize_row(raw: dict[str, Any], base_dir: Path | str) -> tuple[dict[str, 
             images = [image_item(row[embedded], embedded, base_dir)]
             row = {k: v for k, v in row.items() if k != embedded}
     else:
-        ext_cols = [k for k in row if isinstance(k, str) and k.lower() in IMAGE_EXTS]
+        ext_cols = [k for k in row if isinstance(k, str) and k.lower() in IMAGE_EXTS
+                    and (k.lower() in STRICT_IMAGE_COLUMNS or isinstance(row[k], (bytes, bytearray, memoryview, ImageAt))
+                         or (isinstance(row[k], dict) and "bytes" in row[k]))]
         images = []
         if ext_cols:
             for col in ext_cols:

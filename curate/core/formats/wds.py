@@ -81,6 +81,8 @@ def _empty_key(key: str) -> bool:
 
 
 _BLOCK = 512
+#: The largest extended header (PAX ``x``/``g``, GNU long name) read: they hold a path and a few fields.
+EXTENDED_LIMIT = 1 << 20
 _FILE_TYPES = frozenset(b"0\x007")  # regular files (tarfile's REGTYPE, AREGTYPE, CONTTYPE)
 _PAX_RECORD = re.compile(rb"(\d+) ")
 
@@ -173,6 +175,10 @@ def _walk(fh: IO[bytes], size: int, offset: int) -> Iterator[tuple[str, int, int
         if first is None:
             first = pos
         if kind in (0x78, 0x67, 0x4C):  # PAX x, PAX g, GNU long name: they describe the next header
+            if n > min(size - data_at, EXTENDED_LIMIT):  # a count checked before it is read: nothing allocated
+                raise _BadTar(f"an extended header at byte {pos} claims {n:,} bytes"
+                              + (f", past the end of the file ({size:,} bytes)" if n > size - data_at else
+                                 f", more than the {EXTENDED_LIMIT:,} read"))
             data = window.get(data_at, n)
             if len(data) < n:
                 raise _BadTar(f"the tar ends at byte {size} inside an extended header")
@@ -183,7 +189,10 @@ def _walk(fh: IO[bytes], size: int, offset: int) -> Iterator[tuple[str, int, int
                 if b"path" in fields:
                     long_name = fields[b"path"].decode("utf-8", "surrogateescape")
                 if b"size" in fields:
-                    pax_size = int(fields[b"size"])
+                    text = fields[b"size"].strip()
+                    if not text.isdigit() or len(text) > 19:
+                        raise _BadTar(f"a PAX header at byte {pos} gives the size {text[:24]!r}")
+                    pax_size = int(text)
             pos = data_at + ((n + _BLOCK - 1) // _BLOCK) * _BLOCK
             continue
         if pax_size is not None:

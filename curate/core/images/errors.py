@@ -65,12 +65,26 @@ class ImageLimits:
 
 DEFAULT_LIMITS = ImageLimits()
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_UNSUPPORTED = ("ghostscript", "cannot find loader", "not configured", "unsupported", "unimplemented",
-                "not supported", "unknown pixel format", "cannot handle", "cannot load this image",
-                "unknown raw mode", "unrecognized mode", "not implemented")
-_TRUNCATED = ("truncated", "premature", "not enough image data", "expected to read", "buffer overrun",
-              "end of file", "no more data")
+#: What a decoder's message says it found, checked in this order (the first match decides, so one message has one
+#: reason): a format or variant this installation cannot decode, then data that ends early. Any other failure of a
+#: recognised file is corrupt data (``unreadable_image``). Whether data ended early is then checked against the
+#: bytes for formats with an end marker (:func:`curate.core.images.opening.ends_early`).
+MESSAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("unsupported_format", ("not configured", "ghostscript", "cannot find loader", "unknown pixel mode",
+                            "cannot handle", "unknown raw mode", "unrecognized mode", "unknown data organization",
+                            "not supported", "unsupported", "not implemented")),
+    ("truncated", ("truncated", "premature end", "not enough image data", "not enough data", "expected to read",
+                   "end of file", "no more data", "unexpected end", "buffer overrun", "requires a buffer of at least")),
+)
+
+
+def message_reason(text: str) -> str:
+    """The reason a decoder's message names (:data:`MESSAGES`; ``unreadable_image`` when none matches)."""
+    low = text.lower()
+    for reason, words in MESSAGES:
+        if any(word in low for word in words):
+            return reason
+    return "unreadable_image"
 
 
 def reason_of(exc: BaseException) -> str:
@@ -85,12 +99,7 @@ def reason_of(exc: BaseException) -> str:
         return "not_an_image"
     if isinstance(exc, NotImplementedError):
         return "unsupported_format"
-    text = str(exc).lower()
-    if any(word in text for word in _TRUNCATED):
-        return "truncated"
-    if any(word in text for word in _UNSUPPORTED):
-        return "unsupported_format"
-    return "unreadable_image"
+    return message_reason(str(exc))
 
 
 _ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")

@@ -43,3 +43,15 @@ def test_edits_stay_close_and_distinct_photos_stay_apart() -> None:
             copy, _ = EDITS[name](data, rng)
             assert distance(h, perceptual_hashes(decode(copy))) <= 6, name
     assert min(distance(a, b) for a, b in itertools.combinations(hashes, 2)) > 12
+
+
+def test_pixel_digest_of_an_image_held_in_several_blocks() -> None:
+    """Past 16 MB of RGBX Pillow holds an image in several blocks, which its Arrow export refuses: the digest is
+    the same hash of the same bytes, read in strips."""
+    import hashlib
+
+    rgb = np.random.default_rng(1).integers(0, 256, size=(2100, 2110, 3), dtype=np.uint8)
+    rgbx = np.concatenate([rgb, np.full((*rgb.shape[:2], 1), 255, np.uint8)], axis=2)
+    for height in (2100, 300):  # several blocks, and one
+        expected = hashlib.sha256(f"RGB 2110x{height}\n".encode() + rgbx[:height].tobytes()).digest()[:16]
+        assert pixel_digest(Image.fromarray(rgb[:height])) == expected, height

@@ -210,3 +210,21 @@ def test_rerun_with_other_settings_is_refused(dedup_world, plain_run, tmp_path) 
     shutil.copytree(plain_run, copy, ignore=shutil.ignore_patterns("report"))
     with pytest.raises(UserError, match="other settings"):
         dedup(list(dedup_world.inputs), out=copy, shard_size=7, near_threshold=4)
+
+
+def test_pixel_digests_only_where_a_near_pair_needs_them(dedup_world, plain_run) -> None:
+    """Hashing decodes a JPEG at a reduced scale and digests no pixels; the full decode and pixel digest run only
+    for the records within a few bits of another with other bytes (the planted groups), and still find the same
+    pixels in another encoding (the ``png`` edit: ``exact_duplicate``, checked above)."""
+    digested = [rid for f in sorted((plain_run / "digests").glob("*.parquet"))
+                for rid in pq.read_table(f).column("id").to_pylist()]
+    assert len(digested) == len(set(digested)) > 0
+    members: dict[str, int] = {}
+    for group in dedup_world.groups.values():
+        members[group] = members.get(group, 0) + 1
+    in_groups = {rid for rid, group in dedup_world.groups.items() if members[group] > 1}
+    assert set(digested) <= in_groups, set(digested) - in_groups
+    png_copies = {rid for rid, edit in dedup_world.edits.items() if edit == "png"}
+    assert png_copies and png_copies <= set(digested)
+    hashed = pa.concat_tables([pq.read_table(f) for f in sorted((plain_run / "hashes").glob("*.parquet"))])
+    assert hashed.column("pixel_key").null_count == hashed.num_rows  # the hash step digests no pixels
