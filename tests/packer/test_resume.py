@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 
-def big_input(sample_data: Path, tmp: Path, copies: int = 8) -> Path:
+def big_input(sample_data: Path, tmp: Path, copies: int = 3) -> Path:
     lines = (sample_data / "records.jsonl").read_text(encoding="utf-8").splitlines()
     out = tmp / "big.jsonl"
     with open(out, "w", encoding="utf-8") as fh:
