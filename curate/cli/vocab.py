@@ -31,7 +31,8 @@ def _help(name: str) -> str:
 @click.option("--exclude", multiple=True, type=click.Path(path_type=str), help=_help("exclude"))
 @click.option("--wordfreq-lang", "wordfreq_languages", multiple=True, type=click.Choice(sorted(WORDFREQ_SCRIPTS)),
               help=_help("wordfreq_languages"))
-@config_options(VocabBuildConfig, "wordfreq", "max_chars", "max_words", "drop_single_han", "stats_out")
+@config_options(VocabBuildConfig, "wordfreq", "wordnet", "cedict", "jieba_dict", "min_zipf", "keep_function_words",
+                "max_chars", "max_words", "drop_single_han", "stats_out", "gloss_out")
 def vocab_build_cmd(wordfreq_languages: tuple[str, ...], **settings: object) -> None:
     """Build a concept vocabulary: exactly --size unique entries, English and Chinese.
 
