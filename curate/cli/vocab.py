@@ -66,6 +66,10 @@ def vocab_build_cmd(wordfreq_languages: tuple[str, ...], **settings: object) -> 
 def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Embed a concept vocabulary with the model's text tower (cached, resumable).
 
+    An entry the tower cannot read (Chinese, for MetaCLIP 1's English tower) is
+    embedded through its English gloss from NAME.gloss.tsv beside the vocabulary
+    (written by curate vocab build); without one it is a zero row, counted as skipped.
+
     The cache key is the model fingerprint + the vocabulary's hash + template +
     scripts: a second run only copies the cached matrix. A killed run resumes at
     the first unfinished chunk of 16,384 entries.
@@ -84,10 +88,11 @@ def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | N
     out = str(settings["out"])
     config = VocabEmbedConfig(**settings)  # type: ignore[arg-type]
     sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
-    r = from_stats(VocabEmbedResult, embed_vocab(None, config, executor=make_executor(executor, workers, ray_address)
-                                                 if sharded else None))
+    done = embed_vocab(None, config, executor=make_executor(executor, workers, ray_address) if sharded else None)
+    r = from_stats(VocabEmbedResult, done)
     skipped = ", ".join(f"{n:,} {s}" for s, n in r.skipped.items()) or "none"
+    glossed = f"{done['embedded_by_gloss']:,} through their English gloss; " if done.get("embedded_by_gloss") else ""
     console.print(f"[bold]{'reused' if r.cached else 'embedded'}[/bold] {r.embedded:,} of {r.rows:,} "
-                  f"concepts ({r.dim}-d; skipped: {skipped}) in {r.seconds:.1f}s")
+                  f"concepts ({r.dim}-d; {glossed}skipped: {skipped}) in {r.seconds:.1f}s")
     target = Location(out)
     console.print(f"concepts: {target} (+ {target.parent / sidecar_path(target.name).name})   cache: {r.cache_dir}")

@@ -21,11 +21,12 @@ so a killed run resumes at the first missing chunk; the finished matrix is
 Speed: tokenizing (pure Python) runs in a background thread while the model
 embeds the previous chunk; within a chunk texts are sorted by token count so
 that batches are cut after their longest text (see
-:meth:`curate.models.encoders.Encoder.encode_tokens`). ``vocab/500k.txt`` with the tiny
-test CLIP on 2 cores: 26 s on an idle machine (tokenizing the 250K English
-entries is most of it; the 250K Chinese ones are skipped), about 100 s on a busy
-one. A real ViT-B/32 text tower on a CPU takes hours: use a GPU, or let the
-chunks resume.
+:meth:`curate.models.encoders.Encoder.encode_tokens`). The earlier wordfreq-only
+``vocab/500k.txt`` with the tiny test CLIP on 2 cores: 26 s on an idle machine
+(tokenizing its 250K English entries was most of it; its 250K Chinese ones were
+skipped), about 100 s on a busy one; the current file embeds all 500K rows (its
+Chinese ones through their glosses), about twice that work. A real ViT-B/32 text
+tower on a CPU takes hours: use a GPU, or let the chunks resume.
 """
 
 from __future__ import annotations
