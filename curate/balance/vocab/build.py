@@ -71,7 +71,8 @@ class _Selector:
         self.dropped: dict[str, Counter] = {}
         self.lexicons = Lexicons()
 
-    def _drop(self, source: str, reason: str) -> bool:
+    def drop(self, source: str, reason: str) -> bool:
+        """Count a dropped candidate of ``source`` under ``reason``; returns False (not accepted)."""
         self.dropped.setdefault(source, Counter())[reason] += 1
         return False
 
@@ -81,13 +82,13 @@ class _Selector:
         reason, text = check_candidate(raw, self.max_chars, self.max_words, self.keep_single_han,
                                        self.drop_function_words)
         if reason:
-            self._drop(source, reason)
+            self.drop(source, reason)
             return None
         if script is not None:
             text = text.lower()  # wordfreq is lower-case; NFKC can add capitals (™ -> TM)
             reason = script_reason(text, script)
             if reason:
-                self._drop(source, reason)
+                self.drop(source, reason)
                 return None
         return text
 
@@ -95,11 +96,11 @@ class _Selector:
         """Accept a checked text unless it is excluded or a (near-)duplicate of an accepted entry."""
         key = near_duplicate_key(text)
         if key in self.excluded:
-            return self._drop(source, "excluded")
+            return self.drop(source, "excluded")
         if text in self.texts:
-            return self._drop(source, "duplicate")
+            return self.drop(source, "duplicate")
         if key in self.keys:
-            return self._drop(source, "near_duplicate")
+            return self.drop(source, "near_duplicate")
         self.texts.add(text)
         self.keys.add(key)
         self.entries.append(text)
@@ -129,7 +130,7 @@ class _Selector:
                             "unique: remove the repeat, or pass --filter-metadata")
         key = near_duplicate_key(normalize_entry(raw))
         if key in self.excluded:
-            self._drop(source, "excluded")
+            self.drop(source, "excluded")
             return
         self.texts.add(raw)
         self.keys.add(key)

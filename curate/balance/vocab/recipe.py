@@ -134,11 +134,11 @@ class Lexicons:
                 if text is None:
                     continue
                 if lang == "en" and has_function_edge(text):
-                    selector._drop(source, "function_edge")
+                    selector.drop(source, "function_edge")
                 elif lang == "zh" and self.glossary is not None and self.glossary.gloss(text) is None:
-                    selector._drop(source, "no_gloss")
+                    selector.drop(source, "no_gloss")
                 elif text in seen:
-                    selector._drop(source, "duplicate")
+                    selector.drop(source, "duplicate")
                 else:
                     seen[text] = source
         frequency = {text: wordfreq.word_frequency(text, lang) for text in seen}
