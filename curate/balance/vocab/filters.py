@@ -29,6 +29,7 @@ REASONS: tuple[str, ...] = (
     "script",  # dictionaries and wordfreq: not in the language's script
     "clitic",  # wordfreq English only: ends in 's 'm 're 've 'll 'd 't
     "function_edge",  # multi-word English dictionary and wordfreq entries: begins or ends with a function word
+    "gloss_phrase",  # CC-CEDICT's English senses: more than four words, or joined by "and"/"or"
     "rare",  # wordfreq unigrams only: below --min-zipf
     "no_gloss",  # Chinese entries (with CC-CEDICT): no English gloss, so an English text tower could not read it
     "excluded",  # near-duplicate of an entry of an --exclude list

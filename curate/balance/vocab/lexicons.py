@@ -181,29 +181,56 @@ def read_jieba_dict(path: Path | None = None) -> list[tuple[str, int]]:
     return out
 
 
+def _clean_sense(sense: str) -> str:
+    """A sense without its bracketed notes, spaces normalised."""
+    text = sense.strip()
+    while True:
+        cut = _PARENS.sub("", text)
+        if cut == text:
+            return " ".join(text.split())
+        text = cut
+
+
+def _name(part: str) -> str | None:
+    """One cleaned part of a sense, without a leading article or ``to``; None unless it is a short English text."""
+    text = _LEADING.sub("", " ".join(part.split())).strip()
+    if text and len(text) <= MAX_GLOSS_CHARS and _GLOSS_TEXT.fullmatch(text):
+        return text.lower() if not any(ch.isupper() for ch in text[1:]) else text
+    return None
+
+
+def _meaning(sense: str, verbs: bool) -> bool:
+    sense = sense.strip()
+    return bool(sense) and not _NOT_A_MEANING.match(sense) and (verbs or not sense.lower().startswith("to "))
+
+
 def english_gloss(senses: tuple[str, ...] | list[str], *, verbs: bool = True) -> str | None:
     """The first CC-CEDICT sense that names a meaning, cleaned, as a short English text; None when none does.
 
     Senses that point elsewhere or describe grammar (``CL:``, ``surname``, ``variant of``, ``see``, ``particle``,
     ``classifier`` ...) are skipped; bracketed notes are removed; a leading ``to``/``a``/``an``/``the`` is removed;
     what is left must be Latin letters, spaces, ``-`` and ``'``, at most :data:`MAX_GLOSS_CHARS` characters.
-    ``verbs`` False skips the senses that are verbs (``to ...``): the glosses offered as English entries are names.
+    ``verbs`` False skips the senses that are verbs (``to ...``).
     """
     for sense in senses:
-        sense = sense.strip()
-        if not sense or _NOT_A_MEANING.match(sense) or (not verbs and sense.lower().startswith("to ")):
-            continue
-        text = sense
-        while True:
-            cut = _PARENS.sub("", text)
-            if cut == text:
-                break
-            text = cut
-        text = " ".join(text.replace(";", ",").split(",")[0].split())
-        text = _LEADING.sub("", text).strip()
-        if text and len(text) <= MAX_GLOSS_CHARS and _GLOSS_TEXT.fullmatch(text):
-            return text.lower() if not any(ch.isupper() for ch in text[1:]) else text
+        if _meaning(sense, verbs):
+            name = _name(_clean_sense(sense).replace(";", ",").split(",")[0])
+            if name is not None:
+                return name
     return None
+
+
+def english_names(senses: tuple[str, ...] | list[str]) -> list[str]:
+    """Every English name among CC-CEDICT senses: each part (split at ``;`` and ``,``) of each sense that names a
+    meaning and is not a verb, cleaned as in :func:`english_gloss` (消防车: ``fire engine``, ``fire truck``)."""
+    out: list[str] = []
+    for sense in senses:
+        if _meaning(sense, verbs=False):
+            for part in _clean_sense(sense).replace(";", ",").split(","):
+                name = _name(part)
+                if name is not None and name not in out:
+                    out.append(name)
+    return out
 
 
 @dataclass

@@ -1,16 +1,16 @@
 """The default recipe, after MetaCLIP's: dictionary words and frequent unigrams of each language, ranked by frequency.
 
 English candidates: WordNet 3.1's lemmas (multi-word ones included, with ``--wordnet``), the bigrams of WordNet's
-glosses whose PMI passes ``--pmi-threshold`` and ``--min-bigram-count`` (``red algae``), the English glosses of
-CC-CEDICT (short English names of things: ``fire truck``), and wordfreq's unigrams of Zipf >= ``--min-zipf``.
-Chinese candidates: CC-CEDICT's Simplified headwords, jieba's dictionary, and wordfreq's Chinese unigrams of Zipf
->= ``--min-zipf``. Each candidate goes through the filters (:mod:`curate.balance.vocab.filters`); a Chinese one also
-needs an English gloss when CC-CEDICT is used (``no_gloss``), and is first mapped to Simplified characters
-(wordfreq's table: jieba's dictionary holds Traditional forms too), and a multi-word English one may not begin or
-end with a function word (``function_edge``: ``get to``, ``all the time``). The candidates of a language are then
-ranked by wordfreq's frequency of the whole entry (``word_frequency``, which combines the words of a multi-word entry), most
-frequent first, ties by BLAKE2b-64 hash; :meth:`Lexicons.ranked` gives that list, and the builder interleaves the
-languages.
+glosses whose PMI passes ``--pmi-threshold`` and ``--min-bigram-count`` (``red algae``), the English names among
+CC-CEDICT's senses (at most four words, no ``and``/``or``: ``fire truck``; :func:`is_short_name`), and wordfreq's
+unigrams of Zipf >= ``--min-zipf``. Chinese candidates: CC-CEDICT's Simplified headwords, jieba's dictionary, and
+wordfreq's Chinese unigrams of Zipf >= ``--min-zipf``. Each candidate goes through the filters
+(:mod:`curate.balance.vocab.filters`). A Chinese one is first mapped to Simplified characters (wordfreq's table:
+jieba's dictionary holds Traditional forms too) and needs an English gloss when CC-CEDICT is used (``no_gloss``);
+a multi-word English one may not begin or end with a function word (``function_edge``: ``get to``,
+``all the time``). The candidates of a language are then ranked by wordfreq's frequency of the whole entry
+(``word_frequency``, which combines the words of a multi-word entry), most frequent first, ties by BLAKE2b-64 hash;
+:meth:`Lexicons.ranked` gives that list, and the builder interleaves the languages.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from curate.balance.vocab.lexicons import (
     CedictEntry,
     Glossary,
     cedict_path,
-    english_gloss,
+    english_names,
     file_digest,
     jieba_dict_path,
     read_cedict,
@@ -120,7 +120,7 @@ class Lexicons:
         """The raw candidates of a language, per source, in source priority order."""
         wordfreq = [w for w, z in read_wordfreq_zipf(lang) if z >= config.min_zipf]
         if lang == "en":
-            glosses = [g for e in self.cedict if (g := english_gloss(e.senses, verbs=False)) is not None]
+            glosses = [name for e in self.cedict for name in english_names(e.senses)]
             return [("wordnet", self.wordnet), ("wordnet:pmi", self.wordnet_bigrams), ("cedict:gloss", glosses),
                     ("wordfreq:en", wordfreq)]
         return [("cedict", [e.simplified for e in self.cedict]), ("jieba", [w for w, _ in self.jieba]),
@@ -148,6 +148,8 @@ class Lexicons:
                     continue
                 if lang == "en" and has_function_edge(text):
                     selector.drop(source, "function_edge")
+                elif source == "cedict:gloss" and not is_short_name(text):
+                    selector.drop(source, "gloss_phrase")
                 elif lang == "zh" and self.glossary is not None and self.glossary.gloss(text) is None:
                     selector.drop(source, "no_gloss")
                 elif text in seen:
@@ -161,6 +163,14 @@ class Lexicons:
     def words(self) -> set[str]:
         """The Chinese words of the dictionaries (for :func:`is_chinese_compound`)."""
         return {e.simplified for e in self.cedict} | {w for w, _ in self.jieba}
+
+
+def is_short_name(text: str) -> bool:
+    """Whether a CC-CEDICT gloss phrase reads as a name: at most four words (split at spaces and hyphens), and no
+    ``and``/``or`` joining them, which describe rather than name (``long-haul flight``, not ``lofty and steep``).
+    A function word at either end is ``function_edge``, checked before."""
+    words = text.lower().replace("-", " ").split()
+    return len(words) <= 4 and "and" not in words and "or" not in words
 
 
 def is_chinese_compound(word: str, words: set[str]) -> bool:
