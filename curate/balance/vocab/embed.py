@@ -25,7 +25,7 @@ that batches are cut after their longest text (see
 ``vocab/500k.txt`` with the tiny test CLIP on 2 cores: 26 s on an idle machine
 (tokenizing its 250K English entries was most of it; its 250K Chinese ones were
 skipped), about 100 s on a busy one. The current file embeds all 500K rows (its
-299,867 Chinese ones through their glosses): 39 s of CPU, 279 s of wall time on a
+~300,000 Chinese ones through their glosses): 39 s of CPU, 279 s of wall time on a
 machine loaded 15 deep. A real ViT-B/32 text tower on a CPU takes hours: use a
 GPU, or let the chunks resume.
 """
