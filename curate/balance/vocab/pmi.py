@@ -14,7 +14,7 @@ import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,19 +191,38 @@ def mine_pmi_bigrams(
         UserError: The file is missing or holds no caption.
     """
     bad: Counter = Counter()
-    unigrams: Counter = Counter()
-    pairs: Counter = Counter()
     n_captions = 0
-    for caption in iter_captions(captions, caption_field=caption_field, bad=bad):
-        n_captions += 1
-        for run in caption_runs(caption):
-            unigrams.update(run)
-            pairs.update(zip(run, run[1:]))
+
+    def captions_read() -> Iterator[str]:
+        nonlocal n_captions
+        for caption in iter_captions(captions, caption_field=caption_field, bad=bad):
+            n_captions += 1
+            yield caption
+
+    result = mine_pmi_from_texts(captions_read(), pmi_threshold=pmi_threshold, min_count=min_count,
+                                 max_bigrams=max_bigrams)
     if n_captions == 0:
         raise UserError(
             f"{captions}: no caption found (--captions); expected JSONL with a '{caption_field}' "
             "string per line (.jsonl) or plain text with one caption per line"
         )
+    result.stats = {"captions": n_captions, "bad_records": dict(sorted(bad.items())), **result.stats}
+    return result
+
+
+def mine_pmi_from_texts(texts: Iterable[str], *, pmi_threshold: float = DEFAULT_PMI_THRESHOLD,
+                        min_count: int = DEFAULT_MIN_BIGRAM_COUNT, max_bigrams: int | None = None) -> BigramResult:
+    """:func:`mine_pmi_bigrams` over texts (WordNet's glosses, say) rather than a captions file.
+
+    Returns:
+        The passing bigrams, by count, then PMI, then text; the counts (tokens, distinct bigrams, ...).
+    """
+    unigrams: Counter = Counter()
+    pairs: Counter = Counter()
+    for text in texts:
+        for run in caption_runs(text):
+            unigrams.update(run)
+            pairs.update(zip(run, run[1:]))
     total = sum(unigrams.values())
     frequent = 0
     found: list[Bigram] = []
@@ -220,8 +239,6 @@ def mine_pmi_bigrams(
     if max_bigrams is not None:
         found = found[:max_bigrams]
     stats = {
-        "captions": n_captions,
-        "bad_records": dict(sorted(bad.items())),
         "tokens": total,
         "distinct_bigrams": len(pairs),
         "bigrams_min_count": frequent,

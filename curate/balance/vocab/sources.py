@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -119,3 +120,17 @@ def read_wordfreq(lang: str) -> list[str]:
     except ImportError:  # pragma: no cover - install extra
         raise UserError("wordfreq is not installed; run pip install 'curate[vocab]' or pass --no-wordfreq") from None
     return [w for band in wordfreq.get_frequency_list(lang, "large") for w in sorted(band, key=_tie_break)]
+
+
+@functools.cache
+def read_wordfreq_zipf(lang: str) -> tuple[tuple[str, float], ...]:
+    """wordfreq's large list for ``lang`` as (word, Zipf frequency), in the order of :func:`read_wordfreq`.
+
+    Band ``i`` of wordfreq's list holds the words of frequency 10^(-i/100), that is Zipf 9 - i/100.
+    """
+    try:
+        import wordfreq
+    except ImportError:  # pragma: no cover - install extra
+        raise UserError("wordfreq is not installed; run pip install 'curate[vocab]' or pass --no-wordfreq") from None
+    return tuple((w, round(9 - i / 100, 2)) for i, band in enumerate(wordfreq.get_frequency_list(lang, "large"))
+                 for w in sorted(band, key=_tie_break))

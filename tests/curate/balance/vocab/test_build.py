@@ -10,13 +10,11 @@ import pytest
 
 from curate.core.errors import UserError
 from curate.balance.vocab.build import build_vocab, build_vocab_file, summarize
-from curate.balance.vocab.files import default_stats_path, load_vocab, write_vocab
+from curate.balance.vocab.files import default_stats_path, load_vocab
 from curate.balance.vocab.filters import REASONS, entry_script, filter_reason, near_duplicate_key, normalize_entry
 from curate.balance.vocab.pmi import caption_runs, mine_pmi_bigrams
 from curate.balance.vocab.sources import read_wordfreq
 
-REPO = Path(__file__).resolve().parents[4]
-SHIPPED = REPO / "vocab" / "500k.txt"
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -92,7 +90,8 @@ def test_filter_reason(text: str, reason: str | None) -> None:
 
 
 def test_filter_limits_and_single_han_option() -> None:
-    assert filter_reason("a" * 50) is None
+    assert filter_reason("abcdefghij" * 5) is None
+    assert filter_reason("abcdefghij" * 5 + "k") == "too_long"
     assert filter_reason("one two three four five six") is None
     assert filter_reason("abc", max_chars=2) == "too_long"
     assert filter_reason("big red car", max_words=2) == "too_long"
@@ -356,54 +355,7 @@ def test_read_wordfreq_orders_by_band() -> None:
     assert len(set(words)) == len(words)
 
 
-@pytest.mark.slow
-def test_shipped_vocabulary_is_well_formed() -> None:
-    entries = load_vocab(SHIPPED)  # unique, no blank line
-    assert len(entries) == 500_000
-    assert SHIPPED.read_bytes().endswith(b"\n")
-    keys = set()
-    for entry in entries:
-        assert filter_reason(entry) is None, entry
-        assert normalize_entry(entry) == entry
-        keys.add(near_duplicate_key(entry))
-    assert len(keys) == len(entries)  # no near-duplicates
-    scripts = [entry_script(e) for e in entries[:1000]]
-    assert scripts == ["latin", "cjk"] * 500
-
-
-@pytest.fixture(scope="module")
-def default_build():
-    return build_vocab()
-
-
-@pytest.mark.slow
-def test_default_build_rebuilds_the_shipped_file(default_build, tmp_path: Path) -> None:
-    result = default_build
-    assert len(result.entries) == 500_000 == len(set(result.entries))
-    assert result.kept_per_script == {"latin": 250_000, "cjk": 250_000, "other": 0}
-    assert result.available > 500_000
-    out = tmp_path / "500k.txt"
-    write_vocab(result, out)
-    assert out.read_bytes() == SHIPPED.read_bytes()
-
-
-@pytest.mark.slow
-def test_default_build_interleaves_in_rank_order(default_build) -> None:
-    result = default_build
-    english = [e for e, s in zip(result.entries, result.entry_sources) if s == "wordfreq:en"]
-    chinese = [e for e, s in zip(result.entries, result.entry_sources) if s == "wordfreq:zh"]
-    assert result.entry_sources[:6] == ["wordfreq:en", "wordfreq:zh"] * 3
-    for words, lang in ((english, "en"), (chinese, "zh")):
-        rank: dict[str, int] = {}
-        for i, w in enumerate(read_wordfreq(lang)):
-            rank.setdefault(normalize_entry(w).lower(), i)
-        ranks = [rank[w] for w in words]
-        assert ranks == sorted(ranks)
-    assert all(entry_script(e) == "latin" for e in english)
-    assert all(entry_script(e) == "cjk" for e in chinese)
-    dropped = result.dropped
-    assert dropped["wordfreq:zh"]["script"] > 30_000  # the Latin words of the Chinese list
-    assert dropped["wordfreq:en"]["clitic"] > 10_000
+# The shipped vocabulary and the default recipe: tests/curate/balance/vocab/test_recipe.py.
 
 
 def test_vocab_build_options_are_the_config_fields() -> None:

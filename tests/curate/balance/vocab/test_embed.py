@@ -118,9 +118,45 @@ def test_sharded_chunks_equal_the_in_process_path(tiny_clip_spec, tmp_path) -> N
     words = [f"concept{i}" for i in range(CHUNK + 500)] + ["猫", "狗"]
     vocab = tmp_path / "v.txt"
     vocab.write_text("\n".join(words) + "\n", encoding="utf-8")
+    (tmp_path / "v.gloss.tsv").write_text("猫\tcat\n", encoding="utf-8")  # 狗 has none
     here = embed_vocab(vocab, out=tmp_path / "a.npy", model=tiny_clip_spec, cache_dir=tmp_path / "c1",
                        show_progress=False)
     sharded = embed_vocab(vocab, out=tmp_path / "b.npy", model=tiny_clip_spec, cache_dir=tmp_path / "c2",
                           show_progress=False, executor=get_executor("local", workers=1))
     assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
-    assert here["embedded"] == sharded["embedded"] == CHUNK + 500 and sharded["skipped"] == {"cjk": 2}
+    assert here["embedded"] == sharded["embedded"] == CHUNK + 501 and sharded["skipped"] == {"cjk": 1}
+    assert sharded["embedded_by_gloss"] == 1
+
+
+def test_chinese_entries_are_embedded_through_their_gloss(tiny_clip_spec: str, tmp_path: Path) -> None:
+    """An English text tower reads a Chinese entry through the gloss file beside the vocabulary; an entry with no
+    gloss stays a zero row, counted as skipped; the gloss file is part of the cache key."""
+    words = ["cat", "猫", "咖啡", "телескоп", "狗"]
+    vocab = _vocab(tmp_path, words)
+    kwargs = {"model": tiny_clip_spec, "cache_dir": tmp_path / "cache", "show_progress": False}
+    without = embed_vocab(vocab, out=tmp_path / "a.npy", **kwargs)
+    assert without["skipped"] == {"cjk": 3, "other": 1} and without["embedded_by_gloss"] == 0
+    (tmp_path / "vocab.gloss.tsv").write_text("猫\tcat\n咖啡\tcoffee\n", encoding="utf-8")
+    result = embed_vocab(vocab, out=tmp_path / "b.npy", **kwargs)
+    assert not result["cached"] and result["gloss_sha256"] == file_sha256(tmp_path / "vocab.gloss.tsv")
+    assert result["embedded"] == 3 and result["embedded_by_gloss"] == 2
+    assert result["skipped"] == {"cjk": 1, "other": 1}  # 狗 has no gloss, телескоп is not Chinese
+    matrix = np.load(tmp_path / "b.npy").astype(np.float32)
+    enc = load_encoder(tiny_clip_spec)
+    np.testing.assert_allclose(matrix[[1, 2]], enc.encode_texts(["cat", "coffee"]), atol=2e-3)
+    np.testing.assert_array_equal(matrix[1], matrix[0])  # 猫 is embedded as "cat"
+    assert not matrix[[3, 4]].any()
+    (tmp_path / "vocab.gloss.tsv").write_text("猫\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"vocab.gloss.tsv:1: expected 'entry<TAB>gloss'"):
+        embed_vocab(vocab, out=tmp_path / "c.npy", **kwargs)
+
+
+def test_a_multilingual_tower_embeds_the_chinese_entry_itself(tiny_clip_spec: str, tmp_path: Path) -> None:
+    words = ["cat", "猫"]
+    vocab = _vocab(tmp_path, words)
+    (tmp_path / "vocab.gloss.tsv").write_text("猫\tcat\n", encoding="utf-8")
+    result = embed_vocab(vocab, out=tmp_path / "a.npy", model=tiny_clip_spec, cache_dir=tmp_path / "cache",
+                         show_progress=False, scripts="all")
+    assert result["embedded"] == 2 and result["embedded_by_gloss"] == 0 and result["skipped_total"] == 0
+    matrix = np.load(tmp_path / "a.npy").astype(np.float32)
+    assert not np.allclose(matrix[0], matrix[1], atol=1e-3)  # 猫 itself, not its gloss

@@ -71,12 +71,15 @@ def test_fill_only_when_asked_and_never_with_a_near_duplicate(tmp_path: Path) ->
     meta.write_text(json.dumps(entries, ensure_ascii=False), encoding="utf-8")
     with pytest.raises(UserError, match=f"--size {len(entries) + 50}: the sources give only {len(entries)}"):
         build_vocab(size=len(entries) + 50, metaclip_metadata=meta, wordfreq_languages=())
-    filled = build_vocab(size=len(entries) + 300, metaclip_metadata=meta, wordfreq_languages=("en",))
+    filled = build_vocab(size=len(entries) + 300, metaclip_metadata=meta, wordfreq_languages=("en",), cedict=False,
+                         min_zipf=4.5)  # wordfreq's ~3,000 most frequent English words: enough, and fast
     assert filled.entries[:len(entries)] == entries
     added = filled.entries[len(entries):]
     keys = {near_duplicate_key(normalize_entry(e)) for e in entries}
     assert len(added) == 300 and not any(near_duplicate_key(a) in keys for a in added)  # no second "the", "apple"
-    assert filled.kept_per_source == {"metaclip_metadata": len(entries), "wordfreq:en": 300}
+    assert filled.kept_per_source["metaclip_metadata"] == len(entries)
+    assert sum(filled.kept_per_source.values()) == len(entries) + 300
+    assert set(filled.kept_per_source) == {"metaclip_metadata", "wordfreq:en"}
     cut = build_vocab(size=120, metaclip_metadata=meta, wordfreq_languages=())
     assert cut.entries == entries[:120]
 
