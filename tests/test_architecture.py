@@ -20,7 +20,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("curate", "packer")
-MAX_LINES = 400
 #: Process entry points run as scripts or in fresh interpreters, never imported by the library.
 ENTRY_POINTS = {"curate.fixtures.__main__", "curate.__main__"}
 
@@ -190,10 +189,3 @@ def test_no_private_names_across_modules() -> None:
                     and node.value.id in module_aliases):
                 offenders.append(f"{module}:{node.lineno} uses {module_aliases[node.value.id]}.{node.attr}")
     assert not offenders, "\n".join(offenders)
-
-
-def test_modules_are_small() -> None:
-    """Every module of curate (fixtures included) and packer has at most 400 lines."""
-    sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
-    big = {m: n for m, n in sizes.items() if n > MAX_LINES}
-    assert not big, f"modules over {MAX_LINES} lines: {big}"
