@@ -45,7 +45,7 @@ from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 from curate.executors import Executor, get_executor, run_stage
 from packer.compute_balance import BalancedBins, BalanceOptions, balance_table, plan_arrays, plan_columns
-from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
+from packer.config import PackConfig
 from packer.count import LENGTHS_FILE, LENGTHS_SHA, Counted, count_lengths, table_sources
 from packer.plan import batch_padding_tokens, plan_bins, reduction_ratio
 from packer.report import plot_packing
