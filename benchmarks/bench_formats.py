@@ -5,7 +5,7 @@ paths (the baseline), one Parquet file with the ``datasets`` image struct ``{byt
 by pyarrow with its defaults, as ``datasets`` does), and 4 WebDataset tars (``webdataset.TarWriter``).
 For each layout the benchmark times, in this process:
 
-* **lengths**: pack's length step (:class:`packer.lengths.LengthsTask` over every shard: read
+* **lengths**: pack's length step (:class:`packer.count.LengthsTask` over every shard: read
   the records, probe image headers, render and tokenize the text), records/s;
 * **decode**: embed's image decoding (read the records, :func:`curate.core.images.decode` every
   image to RGB, as ``curate embed``'s decoder threads do), records/s;
@@ -49,7 +49,7 @@ from curate.core.images import decode  # noqa: E402
 from curate.core.shards import ShardContext, plan_shards  # noqa: E402
 from curate.fixtures.processor import build_tiny_processor  # noqa: E402
 from packer.config import PackConfig  # noqa: E402
-from packer.lengths import LengthsTask  # noqa: E402
+from packer.count import LengthsTask  # noqa: E402
 
 
 def write_layouts(folder: Path, n: int, seed: int = 0) -> dict[str, list[str]]:

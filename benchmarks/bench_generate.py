@@ -30,7 +30,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from curate.generate import GenerationRequest, SamplingParams, make_backend  # noqa: E402
+from curate.generate.base import GenerationRequest, SamplingParams  # noqa: E402
+from curate.generate import make_backend  # noqa: E402
 
 
 def _images(folder: Path, count: int, seed: int) -> list[str]:

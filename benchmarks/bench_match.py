@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from curate.balance.match import TextMatcher, brute_force_counts  # noqa: E402
+from curate.balance.matching.automaton import TextMatcher, brute_force_counts  # noqa: E402
 from curate.balance.vocab.files import load_vocab  # noqa: E402
 
 

@@ -8,7 +8,7 @@ Usage:
 Prints bins, lower bound, their ratio, fill ratio, wall time, peak memory and
 padding reduction of ``packer.plan.plan_bins`` on the synthetic mixture of
 ``benchmarks/synthetic.py``, then the wall-time and bin-count ratios against
-``packer.ffd.first_fit_decreasing`` measured in the same process. FFD works
+``packer.plan.first_fit_decreasing`` measured in the same process. FFD works
 record by record in Python, so by default both run on the same first 1M lengths
 for the ratio (the synthetic generator's first m values do not depend on n).
 """
@@ -29,8 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import synthetic_lengths  # noqa: E402
 
-from packer.ffd import first_fit_decreasing  # noqa: E402
-from packer.plan import padding_reduction, plan_bins  # noqa: E402
+from packer.plan import first_fit_decreasing, padding_reduction, plan_bins  # noqa: E402
 
 
 def _maxrss_mib() -> float:

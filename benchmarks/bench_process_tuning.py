@@ -90,8 +90,8 @@ if variant == "gc" and sys.argv[1] == "resample":
     import curate.balance.resample as resample_module
     wrapped(resample_module, "resample", gc.disable, gc.enable)
 elif variant == "gc" and sys.argv[1] == "pack":  # during each counting shard, in the (forked) workers
-    import packer.lengths
-    wrapped(packer.lengths.LengthsTask, "run", gc.disable, gc.enable)
+    import packer.count
+    wrapped(packer.count.LengthsTask, "run", gc.disable, gc.enable)
 elif variant == "nofreeze":
     import contextlib, curate.executors.local as local
     local._frozen_heap = lambda ctx: contextlib.nullcontext()

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from curate.recaption.config import RecaptionConfig
 from curate.core.history import HISTORY  # noqa: E402
 from curate.recaption.checks import check_caption  # noqa: E402
-from curate.generate import GenerationRequest, SamplingParams, make_backend  # noqa: E402
+from curate.generate.base import GenerationRequest, SamplingParams  # noqa: E402
+from curate.generate import make_backend  # noqa: E402
 from curate.recaption.config import DEFAULT_PROMPTS  # noqa: E402
 from curate.recaption.prompts import caption_key, user_turn  # noqa: E402
 from curate.recaption.retries import RETRY  # noqa: E402

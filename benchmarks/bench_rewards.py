@@ -146,7 +146,7 @@ def _p(values: list[float], q: float) -> float:
 
 def bench_single(items: list[tuple[dict, str]]) -> tuple[float, float, float]:
     """``(responses/s, p50 ms, p99 ms)`` of one ``score`` call at a time."""
-    from curate.rewards import score
+    from curate.rewards.registry import score
 
     lat = []
     t0 = time.perf_counter()
@@ -159,7 +159,7 @@ def bench_single(items: list[tuple[dict, str]]) -> tuple[float, float, float]:
 
 
 def _batch_worker(items: list[tuple[dict, str]]) -> int:
-    from curate.rewards import score_many
+    from curate.rewards.registry import score_many
 
     for i in range(0, len(items), SAMPLES):
         score_many(items[i : i + SAMPLES])

@@ -31,7 +31,8 @@ from curate.fixtures.sampledata import make_sample_data  # noqa: E402
 from curate.fixtures.tiny_vlm import build_tiny_vlm  # noqa: E402
 from curate.generate import make_backend  # noqa: E402
 from curate.core.records import read_records  # noqa: E402
-from curate.rewards import score_many, warm_up  # noqa: E402
+from curate.rewards.registry import score_many  # noqa: E402
+from curate.rewards.runtime.limits import warm_up  # noqa: E402
 from curate.rl.filter import RolloutTask, rl_filter  # noqa: E402
 
 

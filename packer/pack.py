@@ -2,13 +2,13 @@
 
 Steps (each resumable; see ``curate.core.shards`` for the contract):
 
-1. **lengths** (per input shard, parallel): :class:`packer.lengths.LengthsTask`,
-   merged into ``OUT/lengths.parquet`` (:func:`packer.lengths_step.count_lengths`). Earlier counts are reused, at any ctx, only
+1. **lengths** (per input shard, parallel): :class:`packer.count.LengthsTask`,
+   merged into ``OUT/lengths.parquet`` (:func:`packer.count.count_lengths`). Earlier counts are reused, at any ctx, only
    where they still hold: pass ``--lengths OLD_OUT/lengths.parquet``, or let the
    lengths index find a folder that counted the same inputs; the text counts of the
    input's records whose key (processor fingerprint + messages) matches are reused,
    image headers are read again, other records are counted, and records of the old
-   table that are not in the input are ignored and reported (:mod:`packer.reuse`).
+   table that are not in the input are ignored and reported (:mod:`packer.count`).
    ``--lengths`` without INPUT (``--plan-only``) plans from the table as it is.
 2. **plan** (driver, global): duplicates and records longer than ctx are dropped
    with their reason; :func:`packer.plan.plan_bins` packs the rest; ``OUT/plan.parquet``.
@@ -45,11 +45,9 @@ from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 from curate.executors import Executor, get_executor, run_stage
 from packer.compute_balance import BalancedBins, BalanceOptions, balance_table, plan_arrays, plan_columns
-from packer.config import DEFAULT_SEQUENCES_PER_SHARD, PackConfig  # noqa: F401 (re-exported)
-from packer.lengths_file import LENGTHS_FILE, LENGTHS_SHA
-from packer.lengths_step import Counted, count_lengths, table_sources
-from packer.padding import batch_padding_tokens, reduction_ratio
-from packer.plan import plan_bins
+from packer.config import PackConfig
+from packer.count import LENGTHS_FILE, LENGTHS_SHA, Counted, count_lengths, table_sources
+from packer.plan import batch_padding_tokens, plan_bins, reduction_ratio
 from packer.report import plot_packing
 from packer.writer import PLAN_ARRAYS, BinRange, ShardWriteTask
 

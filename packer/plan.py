@@ -40,14 +40,17 @@ Conventions:
   (sorted token counts per bin) in a different bin order, with different records
   of equal length swapped between slots.
 
-The histogram side (input checks, the fill patterns, the grouping by length)
-lives in :mod:`packer.buckets`; the padding baseline the plan is measured
-against in :mod:`packer.padding` (re-exported here).
+This module also holds the two baselines the plan is measured against:
+random batches padded to their longest (:func:`padding_reduction`, reported
+by ``curate pack``) and plain first-fit decreasing
+(:func:`first_fit_decreasing`, used by the tests and ``benchmarks/bench_plan.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import math
+from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -55,16 +58,8 @@ from typing import Any, Callable
 import numpy as np
 
 from curate.core.errors import UserError
-from packer.buckets import (
-    check_int,
-    check_lengths,
-    length_histogram,
-    fill_patterns,
-    shuffle_groups,
-    stable_group_order,
-)
+from curate.core.validate import integer
 from packer.config import MAX_CTX
-from packer.padding import batch_padding_tokens, padding_reduction  # noqa: F401  (re-exported)
 
 TOO_LONG = -1
 """``bin_of`` value of a record longer than ``ctx``."""
@@ -74,6 +69,41 @@ EMPTY = -2
 
 _PARALLEL_MIN = 1 << 20
 _PIECE = 1 << 14
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int, or a UserError naming ``name`` when it is not an integer >= ``minimum``."""
+    if value is None:
+        raise UserError(f"{name} must be an integer, got None")
+    return integer(name, value, minimum)
+
+
+def check_lengths(lengths: Any, *, keep_int: bool = False) -> np.ndarray:
+    """Token lengths as a 1-D int64 array, or a UserError naming the first bad entry.
+
+    With ``keep_int``, an int32 or int64 array is checked and returned as it is (no int64 copy).
+    """
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise UserError(f"lengths must be a 1-D array of token counts, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.floor(arr))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise UserError(f"record {i}: token count {arr[i]!r} is not an integer")
+    elif arr.dtype.kind not in "iu":
+        raise UserError(f"lengths must be integer token counts, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
+        raise UserError("token counts do not fit in int64")
+    if not (keep_int and arr.dtype in (np.int32, np.int64)):
+        arr = arr.astype(np.int64, copy=False)
+    neg = arr < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg)[0])
+        raise UserError(f"record {i}: negative token count {int(arr[i])}; token counts are >= 0")
+    return arr
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,8 +266,97 @@ def plan_bins(lengths: np.ndarray, ctx: int, *, seed: int = 0, workers: int = 1)
 
 
 # ---------------------------------------------------------------------------
-# Internals
+# Internals: the length histogram, the fill patterns, the placement
 # ---------------------------------------------------------------------------
+
+
+def length_histogram(key: np.ndarray) -> np.ndarray:
+    """Records per key value (index = value), int64, at least one entry."""
+    if key.size == 0:
+        return np.zeros(1, dtype=np.int64)
+    return np.bincount(key).astype(np.int64, copy=False)
+
+
+def fill_patterns(
+    vals: list[int], cnts: list[int], ctx: int
+) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Greedy longest-first fill on the length histogram, one pattern at a time.
+
+    Args:
+        vals: Sorted distinct lengths (all in 1..ctx).
+        cnts: Records per length.
+        ctx: Capacity.
+
+    Returns:
+        For each pattern: its lengths (decreasing), copies of each, and how many
+        bins use it. Patterns come in the order the greedy made them.
+    """
+    d = len(vals)
+    cnt = [0] + list(cnts)  # rank r (1-based) ↔ vals[r - 1]; rank 0 is "none"
+    # parent[r] leads to the largest rank <= r that still has records (union-find).
+    parent = list(range(d + 1))
+    pat_lens: list[list[int]] = []
+    pat_mults: list[list[int]] = []
+    pat_reps: list[int] = []
+    top = d
+    while True:
+        # Largest rank still available.
+        root = top
+        while parent[root] != root:
+            root = parent[root]
+        top = root
+        if top == 0:
+            break
+        room = ctx
+        hi = top  # ranks 1..hi may still be chosen for this bin
+        ranks: list[int] = []
+        mults: list[int] = []
+        while hi > 0 and room > 0:
+            x = bisect_right(vals, room, 0, hi)
+            root = x
+            while parent[root] != root:
+                root = parent[root]
+            while parent[x] != root:  # path compression
+                parent[x], x = root, parent[x]
+            if root == 0:
+                break
+            length = vals[root - 1]
+            take = min(cnt[root], room // length)
+            ranks.append(root)
+            mults.append(take)
+            room -= take * length
+            hi = root - 1
+        reps = cnt[ranks[0]] // mults[0]
+        for r, m in zip(ranks, mults):
+            if cnt[r] // m < reps:
+                reps = cnt[r] // m
+        for r, m in zip(ranks, mults):
+            cnt[r] -= reps * m
+            if cnt[r] == 0:
+                parent[r] = r - 1
+        pat_lens.append([vals[r - 1] for r in ranks])
+        pat_mults.append(mults)
+        pat_reps.append(reps)
+    return pat_lens, pat_mults, pat_reps
+
+
+def stable_group_order(values: np.ndarray, max_value: int) -> np.ndarray:
+    """Stable argsort of non-negative integers below 2**32 (LSD radix, 16-bit digits)."""
+    if max_value < 1 << 16:
+        return np.argsort(values.astype(np.uint16, copy=False), kind="stable")
+    low = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
+    high = np.argsort((values[low] >> 16).astype(np.uint16), kind="stable")
+    return low[high]
+
+
+def shuffle_groups(order: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> None:
+    """Shuffle, in place, each consecutive run of ``counts[i]`` entries."""
+    ends = np.cumsum(counts).tolist()
+    start = 0
+    for end in ends:
+        if end - start > 1:
+            rng.shuffle(order[start:end])
+        start = end
 
 
 def _place(
@@ -343,3 +462,163 @@ def _split(n: int, workers: int, fn: Callable[[int, int], Any]) -> None:
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(run, [pieces[i::workers] for i in range(workers)]))
+
+
+# ---------------------------------------------------------------------------
+# Baseline 1: random batches padded to their longest (reported by `curate pack`)
+# ---------------------------------------------------------------------------
+
+
+def batch_padding_tokens(lengths: np.ndarray, *, batch_size: int = 8, seed: int = 0) -> int:
+    """Padding of random batches of ``batch_size`` samples, each padded to its longest.
+
+    The samples are shuffled with ``seed`` and cut into consecutive batches; the
+    last batch may be smaller and is padded to its own longest sample.
+
+    Args:
+        lengths: Token count per sample.
+        batch_size: Samples per batch (>= 1).
+        seed: Seed of the shuffle.
+
+    Returns:
+        Σ over batches of (longest × batch size − Σ lengths).
+    """
+    lengths = check_lengths(lengths, keep_int=True)  # sums below are taken in int64
+    batch_size = check_int("batch_size", batch_size, 1)
+    seed = check_int("seed", seed, 0)
+    n = lengths.shape[0]
+    if n == 0:
+        return 0
+    shuffled = lengths.copy()  # shuffled in place: the same order as lengths[rng.permutation(n)], no index array
+    np.random.default_rng([seed, 2]).shuffle(shuffled)
+    starts = np.arange(0, n, batch_size)
+    longest = np.maximum.reduceat(shuffled, starts)
+    sizes = np.diff(np.append(starts, n))
+    return int((longest.astype(np.int64) * sizes).sum(dtype=np.int64) - shuffled.sum(dtype=np.int64))
+
+
+def padding_reduction(
+    lengths: np.ndarray, plan: PackPlan, *, batch_size: int = 8, seed: int = 0
+) -> float:
+    """How many times less padding the plan has than random padded batches.
+
+    The baseline batches the packed records (too-long and empty records are left
+    out of both sides) at random into batches of ``batch_size``, each padded to
+    its longest sample (see :func:`batch_padding_tokens`); the plan's padding is
+    ``ctx − used`` summed over its bins.
+
+    Edge cases: when the bins have no padding at all the reduction is infinite
+    and ``math.inf`` is returned (a JSON writer should store it as ``null``);
+    when neither side has padding (no records, or e.g. all records of equal
+    length filling every bin exactly) the result is 1.0, nothing to reduce.
+
+    Args:
+        lengths: The token counts the plan was made from.
+        plan: The plan.
+        batch_size: Samples per baseline batch.
+        seed: Seed of the baseline batching.
+
+    Returns:
+        baseline padding / packed padding.
+    """
+    lengths = check_lengths(lengths)
+    if lengths.shape[0] != plan.bin_of.shape[0]:
+        raise UserError(
+            f"padding_reduction: {lengths.shape[0]} lengths but the plan covers "
+            f"{plan.bin_of.shape[0]} records; pass the lengths the plan was made from"
+        )
+    baseline = batch_padding_tokens(lengths[plan.bin_of >= 0], batch_size=batch_size, seed=seed)
+    return reduction_ratio(baseline, plan.padding_tokens)
+
+
+def reduction_ratio(baseline: int, packed: int) -> float:
+    """``baseline / packed`` padding; ``math.inf`` when the bins have none, 1.0 when neither side has any."""
+    if packed == 0:
+        return 1.0 if baseline == 0 else math.inf
+    return baseline / packed
+
+
+# ---------------------------------------------------------------------------
+# Baseline 2: plain first-fit decreasing (tests and benchmarks/bench_plan.py)
+# ---------------------------------------------------------------------------
+
+
+# Records are taken from the longest to the shortest (ties by position) and each
+# goes into the first bin, in opening order, that still has room; a new bin is
+# opened when none has. "First bin with room" is found with a max segment tree
+# over the bins' free space, so one record costs O(log n) instead of a scan over
+# all open bins. It works record by record in plain Python, as a straightforward
+# packer would, and is kept only to measure plan_bins against.
+
+
+@dataclass(frozen=True, eq=False)
+class FFDResult:
+    """Bins found by first-fit decreasing.
+
+    Attributes:
+        bin_of: int64 per record: its bin (in opening order), ``TOO_LONG`` (-1)
+            or ``EMPTY`` (-2), as in :class:`packer.plan.PackPlan`.
+        bin_tokens: int64 used tokens per bin.
+    """
+
+    bin_of: np.ndarray
+    bin_tokens: np.ndarray
+
+    @property
+    def bins(self) -> int:
+        """Number of bins."""
+        return int(self.bin_tokens.shape[0])
+
+
+def first_fit_decreasing(lengths: np.ndarray, ctx: int) -> FFDResult:
+    """Pack with first-fit decreasing.
+
+    Args:
+        lengths: Token count per record, 1-D integers.
+        ctx: Bin capacity in tokens.
+
+    Returns:
+        The :class:`FFDResult`; records longer than ``ctx`` or of 0 tokens are
+        left out exactly as :func:`packer.plan.plan_bins` leaves them out.
+    """
+    lengths = check_lengths(lengths)
+    ctx = check_int("ctx", ctx, 1)
+    n = lengths.shape[0]
+    bin_of = np.full(n, TOO_LONG, dtype=np.int64)
+    bin_of[lengths == 0] = EMPTY
+    packable = np.flatnonzero((lengths >= 1) & (lengths <= ctx))
+    # Longest first; ties keep their position order.
+    order = packable[np.argsort(-lengths[packable], kind="stable")]
+    sizes = lengths[order].tolist()
+
+    leaves = 1
+    while leaves < max(1, len(sizes)):
+        leaves <<= 1
+    tree = [ctx] * (2 * leaves)  # tree[i] = most free space in the subtree of node i
+    assigned = [0] * len(sizes)
+    opened = 0
+    for j, size in enumerate(sizes):
+        node = 1
+        while node < leaves:  # leftmost leaf with free space >= size
+            node <<= 1
+            if tree[node] < size:
+                node += 1
+        tree[node] -= size
+        b = node - leaves
+        assigned[j] = b
+        if b >= opened:
+            opened = b + 1
+        node >>= 1
+        while node:
+            left = tree[2 * node]
+            right = tree[2 * node + 1]
+            best = left if left > right else right
+            if tree[node] == best:
+                break
+            tree[node] = best
+            node >>= 1
+
+    bin_ids = np.array(assigned, dtype=np.int64)
+    bin_of[order] = bin_ids
+    bin_tokens = np.bincount(bin_ids, weights=lengths[order], minlength=opened)
+    return FFDResult(bin_of=bin_of, bin_tokens=bin_tokens.astype(np.int64))

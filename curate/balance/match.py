@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 
 from curate.balance.config import MatchConfig
-from curate.balance.matching.automaton import TextMatcher, brute_force_counts  # noqa: F401 (re-exported)
+from curate.balance.matching.automaton import TextMatcher
 from curate.balance.matching.languages import LanguageIdentifier, counting_language, lang_id_version
-from curate.balance.matching.rules import match_rules, no_space_char, spaced_entry, spaced_text  # noqa: F401
-from curate.balance.matching.texts import record_text, texts_to_match  # noqa: F401 (re-exported)
+from curate.balance.matching.rules import match_rules
+from curate.balance.matching.texts import texts_to_match
 from curate.balance.matching.vocabularies import VocabArg, VocabPart, parts_metadata, vocab_parts
 from curate.core.io import write_parquet
 from curate.core.remote import writing

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.balance.concepts import sidecar_path
-from curate.balance.config import DEFAULT_NLIST, DEFAULT_NPROBE, DEFAULT_TOP_K, TagConfig  # noqa: F401 (re-exported)
+from curate.balance.config import DEFAULT_NPROBE, DEFAULT_TOP_K, TagConfig
 from curate.balance.index import (SEARCH_BATCH, auto_nlist, concept_matrix, exact_index, ivf_file, maybe_gpu,
                                   measure_recall, search)
 from curate.balance.tag_inputs import EmbeddingFile, find_embeddings, read_ids, sample_rows

@@ -7,36 +7,18 @@ Three implementations of :class:`GenerationBackend`:
   server (vLLM, SGLang, ``transformers serve``), concurrent, with retries;
 * ``rollouts`` (``--rollouts FILE``): answers generated elsewhere.
 
-:func:`make_backend` builds one from the CLI flags.
+:func:`make_backend` builds one from the CLI flags; the requests, results and sampling
+parameters they share are in :mod:`curate.generate.base`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from curate.generate.base import (
-    GenerationBackend,
-    GenerationRequest,
-    GenerationResult,
-    GenerationStats,
-    SamplingParams,
-    derive_seed,
-    summarize,
-)
-from curate.generate.checks import BACKEND_OPTIONS, backend_kind
+from curate.generate.checks import backend_kind
 
-__all__ = [
-    "GenerationBackend",
-    "GenerationRequest",
-    "GenerationResult",
-    "GenerationStats",
-    "SamplingParams",
-    "derive_seed",
-    "make_backend",
-    "summarize",
-]
-
-_OPTIONS = BACKEND_OPTIONS  # kept for callers of the old name
+if TYPE_CHECKING:
+    from curate.generate.base import GenerationBackend
 
 
 def make_backend(model: str | None = None, endpoint: str | None = None, served_model: str | None = None,

@@ -92,7 +92,7 @@ def max_new_tokens_setting(default: int) -> Any:
 
 
 def sampling_of(config: Any) -> dict[str, Any]:
-    """The :class:`~curate.generate.SamplingParams` fields of a generating verb's config (its seed first)."""
+    """The :class:`~curate.generate.base.SamplingParams` fields of a generating verb's config (its seed first)."""
     return {"seed": config.seed, "temperature": config.temperature, "top_p": config.top_p,
             "max_new_tokens": config.max_new_tokens}
 

@@ -83,7 +83,7 @@ class RecaptionTask(GenerationTask):
 
     def request(self, item: _Item, *, retry: bool = False):  # noqa: ANN201 - GenerationRequest
         """The generation request of one image × language (the retry has its own key, hence its own seed)."""
-        from curate.generate import GenerationRequest, SamplingParams
+        from curate.generate.base import GenerationRequest, SamplingParams
 
         return GenerationRequest(key=item.key + (RETRY if retry else ""),
                                  messages=[{"role": "user", "content": user_turn(self.prompts[item.lang])}],

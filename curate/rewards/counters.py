@@ -1,4 +1,4 @@
-"""Process-wide reward counters: calls per verifier and errors per reason (``curate.rewards.counters()``)."""
+"""Process-wide reward counters: calls per verifier and errors per reason (``curate.rewards.counters.counters()``)."""
 
 from __future__ import annotations
 

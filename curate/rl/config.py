@@ -342,8 +342,8 @@ def is_loopback(host: str) -> bool:
 
 
 def _answer_type(answer_type: str | None) -> None:
-    """``--answer-type``: a name the verifiers know (:func:`curate.rewards.answer_types`)."""
+    """``--answer-type``: a name the verifiers know (:func:`curate.rewards.registry.answer_types`)."""
     if answer_type is not None:
-        from curate.rewards import answer_types
+        from curate.rewards.registry import answer_types
 
         v.one_of("--answer-type", answer_type, answer_types())

@@ -2,7 +2,7 @@
 
 Per prompt shard the :class:`RolloutTask` builds one generation request per
 prompt (the problem plus the instruction of its prompt style), asks the backend
-for ``n`` answers, scores every answer with :func:`curate.rewards.score_many`,
+for ``n`` answers, scores every answer with :func:`curate.rewards.registry.score_many`,
 and writes
 
 * ``rollouts/<shard>.parquet``: ``id, sample, response, truncated, accuracy, format, reward, error``;
@@ -19,7 +19,7 @@ backend's counters and timings go to ``history.json``, never to ``stats.json``. 
 (the rules of :mod:`curate.rl.selection`, run on columns by :mod:`curate.rl.decide`) runs on the
 driver from these files, so thresholds can be changed without generating again; an id that an
 earlier shard already had is errored there (``duplicate_id``). Every answer of a shard is scored
-in one :func:`curate.rewards.score_many` call (one batch to the verifier pool).
+in one :func:`curate.rewards.registry.score_many` call (one batch to the verifier pool).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
 from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask
-from curate.rewards.prompts import DEFAULT_TEMPLATES, load_templates, prompt_style_of, prompt_text  # noqa: F401 (re-exported)
+from curate.rewards.prompts import load_templates, prompt_style_of, prompt_text
 
 ROLLOUT_SCHEMA = pa.schema([
     ("id", pa.string()), ("sample", pa.int32()), ("response", pa.string()), ("truncated", pa.bool_()),
@@ -97,7 +97,7 @@ class RolloutTask(GenerationTask):
     def setup(self) -> None:
         """Open the backend (loads a local model once per worker) and start the verifier pool."""
         if self._backend is None:
-            from curate.rewards import warm_up
+            from curate.rewards.runtime.limits import warm_up
             from curate.rewards.runtime import sandbox
 
             if self.code is not None:
@@ -124,7 +124,7 @@ class RolloutTask(GenerationTask):
 
     def request(self, rec: dict[str, Any]):  # noqa: ANN201 - GenerationRequest
         """The generation request of one prompt."""
-        from curate.generate import GenerationRequest, SamplingParams
+        from curate.generate.base import GenerationRequest, SamplingParams
 
         text = prompt_text(rec, self.templates, self.style_of(rec), self.sampling["seed"])
         messages = [{"role": "user", "content": text}]
@@ -135,7 +135,7 @@ class RolloutTask(GenerationTask):
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Generate (resuming from the journal), score and write one shard."""
-        from curate.rewards import plan as check_record
+        from curate.rewards.registry import plan as check_record
         from curate.rewards.verifiers.vlm_r1 import with_input_sizes
 
         self.setup()
@@ -192,7 +192,7 @@ class RolloutTask(GenerationTask):
 
     def _write(self, prompts: list[dict[str, Any]], raws: list[Any], done: dict[str, dict[str, Any]],
                stats: StageStats, work: Path, shard_id: str) -> None:
-        from curate.rewards import score_many
+        from curate.rewards.registry import score_many
         from curate.rewards.monitor import box_figures, is_box_task
 
         rollouts: list[dict[str, Any]] = []

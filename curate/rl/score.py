@@ -4,7 +4,7 @@ Inputs: RL records (any layout :mod:`curate.core.records` reads; ``answer``,
 ``answer_type``, ``prompt_type``, ``reward`` are used) and a responses file
 (JSONL or Parquet with ``id`` and ``response``, several rows per id allowed,
 optional ``sample``). The responses file is cut into shards; each shard is
-scored with :func:`curate.rewards.score_many` and written to
+scored with :func:`curate.rewards.registry.score_many` and written to
 ``scores/<shard>.parquet``; the driver merges them into
 
 * ``OUT/scores.parquet``: ``id, sample, source, verifier, accuracy, format, reward, error``
@@ -87,7 +87,7 @@ class ScoreTask(ShardTask):
         """Start the verifier pool (in the background) and load the golds (those of OUT with the first shard),
         once per worker."""
         if not self._warm:
-            from curate.rewards import warm_up
+            from curate.rewards.runtime.limits import warm_up
             from curate.rewards.runtime import sandbox
 
             sandbox.configure(self.code)
@@ -98,7 +98,7 @@ class ScoreTask(ShardTask):
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Score the shard's responses; write ``scores/<shard>.parquet``."""
-        from curate.rewards import score_many
+        from curate.rewards.registry import score_many
 
         self.setup()
         if self._by_id is None:

@@ -7,7 +7,7 @@ Endpoints:
 - ``POST /score``: body ``{"items": [{"record": {...}, "response": "..."}, ...],
   "progress": null}`` (``progress``, optional, is the training fraction for the dynamic IoU
   threshold); answer ``{"results": [{"accuracy", "format", "reward", "error", "verifier"}, ...]}``
-  in the order of the items, equal to :func:`curate.rewards.score` on each item.
+  in the order of the items, equal to :func:`curate.rewards.registry.score` on each item.
 - ``POST /openrlhf`` (alias ``POST /get_reward``): OpenRLHF's remote reward protocol,
   body ``{"query": [...], "prompts": [...], "labels": [...]}`` (other keys ignored), optional
   URL parameters ``answer_type``/``prompt_type``/``progress`` for bare-gold labels; answer
@@ -59,8 +59,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
 
-from curate import rewards
 from curate.core.validate import configure
+from curate.rewards.counters import counters
+from curate.rewards.registry import VERIFIERS, answer_types, score_many
 from curate.rewards.trainers.openrlhf import ProtocolError, openrlhf_rewards
 from curate.rewards.runtime import limits, sandbox
 from curate.rewards.runtime.deadline import deadline_in
@@ -191,17 +192,17 @@ def create_app(*, warm: bool = True, deadline: float | None = None, token: str |
     @app.get("/health")
     async def health() -> dict[str, Any]:  # on the event loop: never behind queued work
         if not fixed:
-            fixed.update(verifiers=sorted(rewards.VERIFIERS), answer_types=rewards.answer_types(),
+            fixed.update(verifiers=sorted(VERIFIERS), answer_types=answer_types(),
                          workers=limits.get_pool().size, sandbox=sandbox.current().identity())
         return {"status": "ok", "verifiers": fixed["verifiers"], "answer_types": fixed["answer_types"],
-                "workers": fixed["workers"], "counters": rewards.counters(), "deadline": deadline,
+                "workers": fixed["workers"], "counters": counters(), "deadline": deadline,
                 "sandbox": fixed["sandbox"], "queued": guard.queued()}
 
     @app.post("/score")
     def score(body: ScoreRequest) -> Any:
         items = [(it.record, it.response) for it in body.items]
         with deadline_in(deadline):
-            results = rewards.score_many(items, progress=body.progress, on_record_error="result")
+            results = score_many(items, progress=body.progress, on_record_error="result")
         bad = [{"loc": ["items", i, "record"], "msg": r.error.split(": ", 1)[-1], "type": "record_error"}
                for i, r in enumerate(results) if r.error and r.error.startswith("record_error")]
         if bad:

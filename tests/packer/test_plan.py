@@ -11,12 +11,12 @@ import pytest
 
 import packer.plan as plan_mod
 from curate.core.errors import UserError
-from packer.ffd import first_fit_decreasing
 from packer.plan import (
     EMPTY,
     TOO_LONG,
     PackPlan,
     batch_padding_tokens,
+    first_fit_decreasing,
     padding_reduction,
     plan_bins,
 )

@@ -12,7 +12,7 @@ from curate.core.errors import UserError
 from curate.core.shards import plan_shards
 from curate.core.threads import cap_threads, task_threads, torch_threads
 from packer.config import PackConfig
-from packer.lengths import LengthsTask
+from packer.count import LengthsTask
 from packer.pack import pack
 
 

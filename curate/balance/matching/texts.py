@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from curate.balance.config import PER  # noqa: F401 (the choices of --per)
 
 
 

@@ -1,6 +1,6 @@
 """Reward adapters for RL trainers: the verifiers of ``curate.rewards`` where trainers call them.
 
-Each adapter is a thin layer over :func:`curate.rewards.score_many` (same verifiers, same
+Each adapter is a thin layer over :func:`curate.rewards.registry.score_many` (same verifiers, same
 time limits in curate's worker processes, never on the trainer's thread):
 
 - :mod:`curate.rewards.trainers.trl`: ``accuracy_reward`` / ``format_reward`` /

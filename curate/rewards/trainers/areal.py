@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from curate.rewards import RewardResult
+from curate.rewards.verdict import RewardResult
 from curate.rewards.trainers.common import (
     fields_of,
     format_batch,
@@ -32,7 +32,7 @@ from curate.rewards.trainers.common import (
 
 
 def score_row(completions: Any, answer: Any = None, **row: Any) -> RewardResult:
-    """The :class:`~curate.rewards.RewardResult` of one AReaL completion against its dataset row."""
+    """The :class:`~curate.rewards.verdict.RewardResult` of one AReaL completion against its dataset row."""
     gold = answer if answer is not None else row.get("solution")
     record = record_from_label(gold, fields_of(row, exclude=("answer",)))
     text = completions if isinstance(completions, str) else str(completions or "")

@@ -24,8 +24,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from curate import rewards
-from curate.rewards import RewardResult
+from curate.rewards.registry import score_many
+from curate.rewards.verdict import RecordError, RewardResult
 
 logger = logging.getLogger("curate.rewards.trainers")
 
@@ -74,7 +74,7 @@ def record_from_label(label: Any, defaults: Mapping[str, Any] | None = None) -> 
         defaults: Fields used when the label does not set them (``None`` values are ignored).
 
     Returns:
-        A record for :func:`curate.rewards.score`.
+        A record for :func:`curate.rewards.registry.score`.
     """
     label = plain(label)
     if isinstance(label, str):
@@ -187,7 +187,7 @@ def format_batch(records: Sequence[Mapping[str, Any]], responses: Sequence[str])
     for record, response in zip(records, responses):
         try:
             out.append(format_only(record, response))
-        except rewards.RecordError as exc:
+        except RecordError as exc:
             out.append(0.0)
             failed.append((RewardResult(0.0, 0.0, 0.0, f"record_error: {exc}", ""), record))
     if failed:
@@ -197,7 +197,7 @@ def format_batch(records: Sequence[Mapping[str, Any]], responses: Sequence[str])
 
 def score_batch(records: Sequence[Mapping[str, Any]], responses: Sequence[str], *,
                 progress: float | None = None) -> list[RewardResult]:
-    """Score ``responses[i]`` against ``records[i]`` with :func:`curate.rewards.score_many`.
+    """Score ``responses[i]`` against ``records[i]`` with :func:`curate.rewards.registry.score_many`.
 
     Time-limited verifiers run in curate's worker processes (never on the caller's
     thread), so this is safe from any thread. A record that cannot be scored gives a zero
@@ -205,6 +205,6 @@ def score_batch(records: Sequence[Mapping[str, Any]], responses: Sequence[str], 
     """
     if len(records) != len(responses):
         raise ValueError(f"{len(records)} records for {len(responses)} responses")
-    results = rewards.score_many(list(zip(records, responses)), progress=progress, on_record_error="result")
+    results = score_many(list(zip(records, responses)), progress=progress, on_record_error="result")
     _warn(results, records)
     return results

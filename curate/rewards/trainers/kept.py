@@ -19,7 +19,7 @@ from typing import Any
 from curate.core.errors import UserError
 from curate.core.images import ImageError, check, read_bytes
 from curate.core.records import IMAGE_TOKEN, RecordInvalid, to_canonical
-from curate.rewards import plan
+from curate.rewards.registry import plan
 from curate.rewards.verdict import RecordError
 from curate.rewards.prompts import load_templates, prompt_style_of, prompt_text
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.rewards import RewardResult
+from curate.rewards.verdict import RewardResult
 from curate.rewards.trainers.common import (
     RECORD_FIELDS,
     completion_text,
@@ -63,7 +63,7 @@ def _records(n: int, columns: Mapping[str, Any], *, need_gold: bool = True) -> l
 
 
 def score_completions(prompts: Sequence[Any] | None, completions: Sequence[Any], **columns: Any) -> list[RewardResult]:
-    """The :class:`~curate.rewards.RewardResult` of every completion (TRL's calling convention)."""
+    """The :class:`~curate.rewards.verdict.RewardResult` of every completion (TRL's calling convention)."""
     records = _records(len(completions), columns)
     texts = [completion_text(c) for c in completions]
     return score_batch(records, texts, progress=progress_of(columns.get("trainer_state")))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from curate.rewards import RewardResult
+from curate.rewards.verdict import RewardResult
 from curate.rewards.trainers.common import fields_of, plain, record_from_label, score_batch, strip_end_tokens
 
 

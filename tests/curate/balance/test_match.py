@@ -12,8 +12,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from curate.balance.match import (TextMatcher, brute_force_counts, match, no_space_char, spaced_entry,
-                                  spaced_text)
+from curate.balance.match import match
+from curate.balance.matching.automaton import TextMatcher, brute_force_counts
+from curate.balance.matching.rules import no_space_char, spaced_entry, spaced_text
 from curate.balance.resample import resample
 from curate.core.records import read_records
 from curate.executors import get_executor

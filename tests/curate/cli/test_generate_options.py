@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from curate.cli.generate_options import backend_from_flags, backend_options
 from curate.cli.options import config_options
 from curate.core.errors import UserError, command_line
-from curate.generate import GenerationRequest, SamplingParams, make_backend
+from curate.generate.base import GenerationRequest, SamplingParams
+from curate.generate import make_backend
 from curate.generate.settings import BackendSettings, sampling_of
 from curate.recaption.config import RecaptionConfig
 

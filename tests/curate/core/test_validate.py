@@ -51,7 +51,7 @@ def test_integer_is_the_one_integer_check() -> None:
     import numpy as np
 
     from curate.core.validate import integer
-    from packer.buckets import check_int
+    from packer.plan import check_int
     from packer.config import PackConfig
     from packer.cost import CostModel
     from packer.steps import check_dp

@@ -397,7 +397,7 @@ def test_task_errors_reach_the_driver_unchanged(ray_cluster, tmp_path) -> None:
 
 def test_ray_executor_refuses_missing_gpus(ray_cluster, tmp_path, sample_data, tiny_processor_dir) -> None:
     from packer.config import PackConfig
-    from packer.lengths import LengthsTask
+    from packer.count import LengthsTask
     from curate.core.shards import plan_shards
 
     task = LengthsTask(PackConfig(out=tmp_path / "packed"), str(tiny_processor_dir))
@@ -409,7 +409,7 @@ def test_ray_executor_refuses_missing_gpus(ray_cluster, tmp_path, sample_data, t
 def test_tasks_pickle_without_their_heavy_state(request, tmp_path_factory, tiny_processor_dir) -> None:
     """What is shipped to every actor is small: models, processors and stores are rebuilt by setup()."""
     from packer.config import PackConfig
-    from packer.lengths import LengthsTask
+    from packer.count import LengthsTask
     from packer.writer import ShardWriteTask
 
     case = PACK

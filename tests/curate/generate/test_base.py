@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from curate.core.errors import UserError
-from curate.generate import GenerationRequest, GenerationResult, SamplingParams, derive_seed, make_backend, summarize
+from curate.generate.base import GenerationRequest, GenerationResult, SamplingParams, derive_seed, summarize
+from curate.generate import make_backend
 from curate.generate.base import GenerationStats, PromptError, content_parts
 
 

@@ -29,7 +29,8 @@ from curate.fixtures.tiny_vlm import (
     stop_process,
     wait_ready,
 )
-from curate.generate import GenerationRequest, SamplingParams, make_backend
+from curate.generate.base import GenerationRequest, SamplingParams
+from curate.generate import make_backend
 from curate.generate.openai_backend import OpenAIBackend, chat_url
 
 
@@ -190,7 +191,7 @@ def test_n_is_counted_and_topped_up_with_fresh_seeds(scripted, photo: str) -> No
     seeds = [b["seed"] for b in bodies[:4]]
     assert len(set(seeds)) == 4  # top-up calls never repeat a seed
     # answers are placed in sample order whatever order the parallel calls finished in
-    from curate.generate import derive_seed
+    from curate.generate.base import derive_seed
 
     expected = [f"s{derive_seed(7, 'a', i, bits=31)}-0" for i in range(4)]
     assert first.responses == expected
@@ -213,7 +214,7 @@ def test_a_server_that_honours_n_gets_one_call(scripted) -> None:
 
 
 def derive(seed: int, key: str, i: int = 0) -> int:
-    from curate.generate import derive_seed
+    from curate.generate.base import derive_seed
 
     return derive_seed(seed, key, i, bits=31)
 

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.errors import UserError
-from curate.generate import GenerationRequest, make_backend
+from curate.generate.base import GenerationRequest
+from curate.generate import make_backend
 from curate.generate.rollouts_backend import RolloutsBackend, natural_key
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from curate.generate import GenerationRequest, SamplingParams, make_backend
+from curate.generate.base import GenerationRequest, SamplingParams
+from curate.generate import make_backend
 from curate.generate.transformers_backend import TransformersBackend
 
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from curate.rewards import boxes as bx
-from curate.rewards import dynamic_iou_threshold, smart_resize
+from curate.rewards.boxes import dynamic_iou_threshold, smart_resize
 
 
 @pytest.mark.slow  # importing transformers takes several seconds

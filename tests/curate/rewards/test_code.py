@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from curate.rewards import score, score_many
+from curate.rewards.registry import score, score_many
 from curate.rewards.runtime import limits, sandbox
 from curate.rewards.runtime.sandbox import CodeSandbox
 

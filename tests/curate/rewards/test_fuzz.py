@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from curate.rewards import VERIFIERS, score
+from curate.rewards.registry import VERIFIERS, score
 from curate.rewards.runtime.limits import warm_up
 from curate.rewards.registry import INLINE_LIMIT
 

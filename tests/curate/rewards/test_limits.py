@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from curate.rewards import score
+from curate.rewards.registry import score
 from curate.rewards.runtime.cache import ResultCache
 from curate.rewards.runtime.limits import Task, WorkerPool
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from curate.rewards import score, score_many
+from curate.rewards.registry import score, score_many
 
 from .escapes import needs_bwrap
 

@@ -7,17 +7,9 @@ import threading
 import pytest
 
 from curate.core.errors import UserError
-from curate.rewards import (
-    ANSWER_TYPES,
-    VERIFIERS,
-    RecordError,
-    RewardResult,
-    UnknownAnswerType,
-    answer_types,
-    counters,
-    score,
-    score_many,
-)
+from curate.rewards.counters import counters
+from curate.rewards.registry import ANSWER_TYPES, VERIFIERS, answer_types, score, score_many
+from curate.rewards.verdict import RecordError, RewardResult, UnknownAnswerType
 
 THOUGHT = "<think>" + "I compare the two options and check each of them. " * 4 + "</think>"
 

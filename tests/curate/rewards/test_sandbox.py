@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from curate.core.errors import UserError
-from curate.rewards import score, score_many
+from curate.rewards.registry import score, score_many
 from curate.rewards.runtime import limits, sandbox
 from curate.rewards.runtime.box.runner import wipe
 from curate.rewards.runtime.sandbox import CodeSandbox

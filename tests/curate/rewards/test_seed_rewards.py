@@ -2,7 +2,7 @@
 
 Every expected value below was worked out by hand from the seed's code (file and lines named per table), never
 by running curate. Each table's rows go through the layout reader (:func:`curate.core.records.to_canonical`,
-the one path ``rl-filter`` and ``score`` read with) and :func:`curate.rewards.score_many`.
+the one path ``rl-filter`` and ``score`` read with) and :func:`curate.rewards.registry.score_many`.
 
 The two VLM-R1 ``default`` rows marked *math-verify* rest on math-verify itself (the library the seed calls at
 ``grpo_jsonl.py`` lines 792-797): it reads ``\\frac{1}{2}`` as 0.5 and the number 2 in "2 apples"; without it
@@ -16,7 +16,7 @@ import json
 import pytest
 
 from curate.core.records import to_canonical
-from curate.rewards import score_many
+from curate.rewards.registry import score_many
 
 J_CAT = '```json\n[{"bbox_2d": [10, 10, 50, 50], "label": "cat"}]\n```'
 
@@ -247,7 +247,7 @@ def test_vlm_r1_format_is_the_full_match_of_grpo_jsonl(text: str, want: float) -
 
 
 def test_an_unknown_reward_key_is_the_records_error_naming_it() -> None:
-    from curate.rewards import plan
+    from curate.rewards.registry import plan
     from curate.rewards.verdict import RecordError
 
     record = {"id": "d1", "answer": "[1, 2, 3, 4]", "answer_type": "bbox", "reward": {"iou_threshold": "dynamic"}}

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from curate.rewards import score
+from curate.rewards.registry import score
 
 
 def rec(answer_type: str, answer, **extra) -> dict:

@@ -11,7 +11,7 @@ import pytest
 from curate.rl.config import ScoreConfig
 from curate.core.errors import UserError
 from curate.core.records import read_records
-from curate.rewards import score_many
+from curate.rewards.registry import score_many
 from curate.rl.score import score
 
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from curate.rewards import score
+from curate.rewards.registry import score
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ from functools import partial
 
 import pytest
 
-from curate.rewards import score
+from curate.rewards.registry import score
 
 ROWS = [  # (dataset row, decoded completion)
     ({"answer": "7", "answer_type": "number", "prompt_type": "normal"}, "<answer>7</answer><|im_end|>"),

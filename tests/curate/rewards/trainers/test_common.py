@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from curate.rewards import score
+from curate.rewards.registry import score
 from curate.rewards.trainers.common import (
     completion_text,
     progress_of,
@@ -81,7 +81,8 @@ def test_trl_functions_without_an_answer_column_say_what_to_add() -> None:
 def test_format_rewards_run_the_format_check_only() -> None:
     """TRL's format_reward and AReaL's format_reward_fn never call a verifier: a right format with a
     wrong math answer gets the format reward, and the math verifier (and its worker pool) is not used."""
-    from curate.rewards import counters, score
+    from curate.rewards.counters import counters
+    from curate.rewards.registry import score
     from curate.rewards.runtime.limits import get_pool
     from curate.rewards.trainers import areal
     from curate.rewards.trainers import trl as curate_trl

@@ -13,7 +13,8 @@ datasets = pytest.importorskip("datasets", reason="datasets is not installed (pi
 from curate.rl.config import RlFilterConfig
 from curate.core.records import IMAGE_TOKEN  # noqa: E402
 from curate.rewards.trainers.trl import accuracy_reward, format_reward, kept_dataset  # noqa: E402
-from curate.rl.filter import DEFAULT_TEMPLATES, rl_filter  # noqa: E402
+from curate.rewards.prompts import DEFAULT_TEMPLATES  # noqa: E402
+from curate.rl.filter import rl_filter  # noqa: E402
 
 
 def _answer(p: dict, right: bool) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from curate.fixtures.tiny_vlm import free_port, stop_process, wait_ready
-from curate.rewards import score
+from curate.rewards.registry import score
 
 pytestmark = [pytest.mark.server]
 aiohttp = pytest.importorskip("aiohttp", reason="aiohttp is not installed")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from curate.rewards import score
+from curate.rewards.registry import score
 from curate.rewards.trainers import trl as curate_trl
 
 trl = pytest.importorskip("trl", reason="trl is not installed (pip install 'curate[trl]')")

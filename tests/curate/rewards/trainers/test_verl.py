@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from curate.rewards import score
+from curate.rewards.registry import score
 from curate.rewards.trainers import verl as adapter
 
 ITEMS = [  # (ground truth, extra_info, response)

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.stats import StageStats
-from packer.reuse import SHOWN_IDS, TextCounts, index_text_counts, reusable_text_counts, reuse_report
+from packer.count import SHOWN_IDS, TextCounts, index_text_counts, reusable_text_counts, reuse_report
 
 
 @pytest.mark.parametrize("mixed", [False, True])
