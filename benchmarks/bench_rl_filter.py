@@ -3,7 +3,7 @@
 1. Rollouts backend: 100,000 stored answers (6,250 prompts x 16, the generated RL
    set's prompts repeated with new ids, answers right or wrong at random): wall time
    of the whole command (sharding, scoring, journaling, selection, outputs) and the
-   scoring-only time of the same pairs through ``curate.rewards.score_many``.
+   scoring-only time of the same pairs through ``curate.rewards.registry.score_many``.
 2. Distinct math answers (16 per prompt): ``score_many`` once per prompt, as rl-filter
    scored before issue 14, against one call per shard, as it scores now (ratio).
 3. Transformers backend with the tiny offline Qwen2-VL: ``rl_filter`` vs a bare loop

@@ -11,7 +11,7 @@ One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
   ``micro_batches`` and ``steps``;
 * ``<key>.img<j>.<ext>``: the original bytes of the sequence's j-th image (not re-encoded), read from
   its file or its tar member (seek + read), or taken from the store for other bytes (Parquet cells
-  among them: see :mod:`packer.lengths`).
+  among them: see :mod:`packer.count`).
 
 Beside each tar, ``shards/NNNNNN.index.json`` records the byte range of every sequence's member group
 (and its step, rank and micro-batch when compute-balanced): the training loader reads one sequence with

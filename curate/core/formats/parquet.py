@@ -6,7 +6,7 @@ columns such as img2dataset's ``jpg``, the ``datasets`` image struct ``{bytes, p
 of either): their values are cut from the Arrow buffers, as plain ``bytes`` (one copy per image)
 or, for pack's length step (``heads``), as :class:`~curate.core.formats.refs.ImageAt` views that
 know their cell (row, column, list item) and copy nothing until the length step has read the
-header; it then copies the bytes into pack's record store (see :mod:`packer.lengths`).
+header; it then copies the bytes into pack's record store (see :mod:`packer.count`).
 """
 
 from __future__ import annotations

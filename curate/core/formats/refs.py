@@ -60,7 +60,7 @@ class ImageAt:
         return f"ImageAt({self.file!r}, {self.where})"
 
     def span(self) -> list[int]:
-        """Where the shard writer finds it again (see :mod:`packer.lengths`)."""
+        """Where the shard writer finds it again (see :mod:`packer.count`)."""
         return list(self.where)
 
     @property

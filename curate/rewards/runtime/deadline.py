@@ -1,6 +1,6 @@
 """A per-call deadline for scoring (``serve-rewards --deadline``).
 
-:func:`curate.rewards.score_many` sets it for the duration of one call. Work that
+:func:`curate.rewards.registry.score_many` sets it for the duration of one call. Work that
 has not finished when it passes scores 0 with ``error="deadline"``: items not yet
 started are not started, a code sandbox gets at most the time left, and work in
 the verifier worker pool is cut (:meth:`WorkerPool.run` ``until``).
