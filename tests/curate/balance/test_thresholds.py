@@ -121,7 +121,7 @@ def test_tail_share_given_and_no_english(tmp_path: Path) -> None:
         resample(tmp_path / "zh.parquet", out=tmp_path / "z", mode="worldwide", seed=0, plot=False)
     pq.write_table(pa.Table.from_pylist([{k: v for k, v in row.items() if k != "lang"} for row in rows]),
                    tmp_path / "nolang.parquet")
-    with pytest.raises(UserError, match="lang_id"):
+    with pytest.raises(UserError, match="curate match --lang-id"):
         resample(tmp_path / "nolang.parquet", out=tmp_path / "n", mode="worldwide", seed=0, plot=False)
     stats = json.loads((tmp_path / "o" / "stats.json").read_text())
     assert stats["settings"]["mode"] == "worldwide" and stats["settings"]["t"] == 170000
