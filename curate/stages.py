@@ -3,12 +3,15 @@
 A :class:`StageSpec` says where a verb's command lives, the first paragraph of its help, what a
 recipe step of it hands to the next step, whether it writes ``OUT/report/`` when it ends, and which
 plots and sample view its report page shows. Adding a verb is one entry here plus its module in
-``curate/cli/`` (docs/architecture.md, "How to add a stage"). This module imports nothing, so the
-CLI can list every verb without loading any of them.
+``curate/cli/`` (docs/architecture.md, "How to add a stage"); a filter stage
+(:class:`curate.core.filters.RecordFilter`) is one entry naming it (``filter=``), its verb made from it by
+``curate/cli/filters.py``. This module imports nothing, so the CLI can list every verb without loading any of
+them. The tables derived from :data:`STAGES` (:data:`RECIPE_VERBS`, :data:`MAIN_OUTPUTS`) read it when asked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -28,6 +31,8 @@ class StageSpec:
         view: the function drawing its report page's samples (``module:function`` under ``curate.report``).
         config: the class of its settings (``module:Class``), whose fields declare its options once
             (:mod:`curate.core.settings`).
+        filter: a filter stage's :class:`~curate.core.filters.RecordFilter` subclass (or ``module:Class``):
+            its verb (``cli="filters"``) is made from it, the filter's fields its options.
     """
 
     name: str
@@ -38,6 +43,7 @@ class StageSpec:
     plots: tuple[str, ...] = ()
     view: str | None = None
     config: str | None = None
+    filter: type | str | None = None
 
 
 _SPECS = (
@@ -82,8 +88,47 @@ _SPECS = (
 
 #: Every verb by name, in the order recipes list them.
 STAGES: dict[str, StageSpec] = {spec.name: spec for spec in _SPECS}
+
+
+class _RecipeVerbs(Sequence[str]):
+    """The verbs a recipe step may run, in order: those of :data:`STAGES` with a ``main_output``, read when asked."""
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(name for name, spec in STAGES.items() if spec.main_output is not None)
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - an index or a slice
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class _MainOutputs(Mapping[str, tuple[str, ...]]):
+    """What each recipe verb hands on (:attr:`StageSpec.main_output`), read from :data:`STAGES` when asked."""
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        spec = STAGES[name]
+        if spec.main_output is None:
+            raise KeyError(name)
+        return spec.main_output
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(RECIPE_VERBS)
+
+    def __len__(self) -> int:
+        return len(RECIPE_VERBS)
+
+
 #: The verbs a recipe step may run, in order.
-RECIPE_VERBS: tuple[str, ...] = tuple(s.name for s in _SPECS if s.main_output is not None)
+RECIPE_VERBS: Sequence[str] = _RecipeVerbs()
+#: What a recipe step of each verb hands to the next (:attr:`StageSpec.main_output`).
+MAIN_OUTPUTS: Mapping[str, tuple[str, ...]] = _MainOutputs()
 
 
 def stage(name: str) -> StageSpec | None:
