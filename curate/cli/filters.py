@@ -48,8 +48,9 @@ def add_verb(spec: StageSpec) -> click.Command:
 
     run.__name__ = run.__qualname__ = f"{spec.name.replace('-', '_')}_cmd"
     described = (cls.__doc__ or "").strip()
-    outputs = ("\b\nOutputs in OUT: records.jsonl (records.parquet when the records carry image bytes: the kept "
-               "rows in their input layout), rejects.parquet (every dropped record with its reason), stats.json.")
+    outputs = ("\b\nOutputs in OUT: records.jsonl (records.parquet when the records carry image bytes),\n"
+               "the kept rows in their input layout; rejects.parquet, every dropped record\n"
+               "with its reason; stats.json (per source).")
     help_text = "\n\n".join(p for p in (spec.help, described if described != spec.help else "", outputs) if p)
     fn: Any = run
     for decorate in reversed((click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=str)),
