@@ -1,6 +1,6 @@
 """A filter stage is one class plus one ``StageSpec`` row: ``MinWords`` below (drop records whose caption has
 fewer than N words) gets its verb, recipes, the report funnel and resume from :mod:`curate.core.filters`
-(``tests/curate/core/test_filters_ray.py``: the same on Ray)."""
+(``tests/curate/executors/test_ray.py``, case ``min-words``: the same bytes on Ray)."""
 
 from __future__ import annotations
 
