@@ -219,3 +219,23 @@ def test_write_kept_takes_lines_and_annotates(tmp_path: Path) -> None:
     assert rows == [{"id": "0-2", "rank": 0}, {"id": "2-0", "rank": 1}, {"id": "2-1", "rank": 2}]
     assert write_kept(tmp_path, "all", parts) == "all.jsonl"
     assert (tmp_path / "all.jsonl").read_bytes() == b"".join(p.read_bytes() for p in parts)
+
+
+# ---------------------------------------------------------------------- --out in a bucket
+def test_out_in_a_bucket_holds_the_local_bytes(bucket: str, inputs: Path, tmp_path: Path) -> None:
+    """A filter stage writes into a bucket (a real S3 server on loopback) through its staging folder: the same
+    files as locally, and a rerun finds every shard done there."""
+    from tests._fixtures.s3 import bucket_objects, folder_files
+
+    patterns = ("records.jsonl", "records/*.jsonl", "rejects.parquet", f"{SHARDS_DIR}/min-words/0*")
+    run_filter([inputs], FilterConfig(out=tmp_path / "local", shard_size=3), MinWords(min_words=3))
+    remote = f"{bucket}/filtered"
+    result = run_filter([inputs], FilterConfig(out=remote, shard_size=3), MinWords(min_words=3))
+    assert result.records_out == 5
+    ours, local = bucket_objects(remote, patterns), folder_files(tmp_path / "local", patterns)
+    assert ours.keys() == local.keys() and len(ours) > 3
+    assert all(ours[k] == local[k] for k in ours if not k.startswith(SHARDS_DIR)
+               or k.endswith(".parquet"))  # markers hold timings
+    again = run_filter([inputs], FilterConfig(out=remote, shard_size=3), MinWords(min_words=3))
+    assert again.records_out == 5
+    assert bucket_objects(remote, ("records.jsonl",)) == {"records.jsonl": local["records.jsonl"]}
