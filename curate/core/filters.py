@@ -204,8 +204,8 @@ def _run_filter(inputs: Sequence[PathLike], config: FilterConfig, task: RecordFi
     name = write_kept(out, KEPT_DIR, [out / KEPT_DIR / f"{s.id}.jsonl" for s in shards])
     _drop_other(out, KEPT_DIR, name)
     record_run(out, task.stage, timings=stats.to_dict()["timings"], shards=len(shards), reused=reused)
-    result = stage_result(task.stage, stats, seed=config.seed, settings=task.settings(),
-                          outputs={"records": name})
+    result = stage_result(task.stage, stats, seed=config.seed, settings=task.settings(), inputs=list(inputs),
+                          outputs={"records": name, "rejects": "rejects.parquet"})
     content = finish_stage(out, result, stats)
     return from_stats(FilterResult, {**content, "records_file": name})
 
