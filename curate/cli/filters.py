@@ -3,7 +3,7 @@
 A row of :data:`curate.stages.STAGES` with ``filter=`` (and ``cli="filters"``) gets a verb here: its inputs,
 ``--out``, the filter's own settings (its fields declared with ``setting()``), ``--shard-size``,
 ``--image-root`` and the executor flags; it builds the config and the filter and calls
-:func:`curate.core.filters.run_filter`. Nothing about a filter is written here by hand.
+:func:`curate.executors.filters.run_filter`. Nothing about a filter is written here by hand.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def add_verb(spec: StageSpec) -> click.Command:
 
     def run(inputs: tuple[str, ...], out: str, shard_size: int, image_root: str | None, workers: int,
             executor: str, ray_address: str | None, seed: int, **settings: Any) -> None:
-        from curate.core.filters import run_filter
+        from curate.executors.filters import run_filter
         from curate.core.progress import console
 
         config = FilterConfig(out=out, shard_size=shard_size, seed=seed, image_root=image_root)

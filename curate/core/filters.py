@@ -4,7 +4,8 @@ A filter stage is a :class:`RecordFilter`: a dataclass whose fields are its sett
 :func:`curate.core.settings.setting`, so the command line offers them) and a :meth:`RecordFilter.verdict`
 per record, ``None`` to keep it or the reason (``"short_caption"``, or ``(reason, detail)``) to drop it.
 Optional per-worker state goes in :meth:`~curate.core.shards.ShardTask.setup` and per-shard state in
-:meth:`RecordFilter.setup_shard`. :func:`run_filter` is the one driver: it plans the shards, runs them under
+:meth:`RecordFilter.setup_shard`. :func:`curate.executors.filters.run_filter` is the one driver (a floor above the
+core, as it runs shards with an executor): it plans the shards, runs them under
 the shard contract (:mod:`curate.core.shards`: markers, resume, local or Ray), writes the kept records with
 the one kept-record writer (:func:`write_kept`), the rejects with their reasons and ``stats.json``
 (:func:`curate.core.stats.finish_stage`), and returns a :class:`FilterResult`.
@@ -32,11 +33,10 @@ from curate.core import validate as v
 from curate.core.formats.writeback import (dumps_record, loads_record, merge_record_lines, with_resolved_paths,
                                            write_records)
 from curate.core.location import Location, locations
-from curate.core.remote import writing
-from curate.core.results import Counts, from_stats
+from curate.core.results import Counts
 from curate.core.settings import setting
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
-from curate.core.stats import StageStats, finish_stage, stage_result
+from curate.core.stats import StageStats
 
 PathLike = str | os.PathLike[str]
 #: The folder of OUT holding each shard's kept rows (``records/<shard>.jsonl``).
@@ -179,43 +179,5 @@ class FilterResult(Counts):
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def run_filter(inputs: Sequence[PathLike], config: FilterConfig, filter: RecordFilter, *,  # noqa: A002
-               executor: Any = None) -> FilterResult:
-    """Run ``filter`` over the records of ``inputs`` into ``config.out``.
-
-    Outputs: ``records.jsonl`` (``records.parquet`` when the records carry image bytes: the kept rows in their
-    input layout, in input order), ``rejects.parquet`` (every dropped record with its reason), ``stats.json``
-    and ``history.json``. A rerun resumes: finished shards are not run again.
-    """
-    with writing(config.out) as folder:  # a bucket: shards stream there (curate.core.remote)
-        return _run_filter(inputs, config, filter, folder, executor)
-
-
-def _run_filter(inputs: Sequence[PathLike], config: FilterConfig, task: RecordFilter, out: Path,
-                executor: Any) -> FilterResult:
-    from curate.core.history import record_run, shards_done
-    from curate.core.shards import plan_shards
-    from curate.executors import run_stage
-
-    shards = plan_shards(list(inputs), config.shard_size, text_field=config.text_field,
-                         image_root=config.image_root, text_only=task.max_images is None)
-    reused = shards_done(out, task.stage, shards)
-    stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc=task.stage)
-    name = write_kept(out, KEPT_DIR, [out / KEPT_DIR / f"{s.id}.jsonl" for s in shards])
-    _drop_other(out, KEPT_DIR, name)
-    record_run(out, task.stage, timings=stats.to_dict()["timings"], shards=len(shards), reused=reused)
-    result = stage_result(task.stage, stats, seed=config.seed, settings=task.settings(), inputs=list(inputs),
-                          outputs={"records": name, "rejects": "rejects.parquet"})
-    content = finish_stage(out, result, stats)
-    return from_stats(FilterResult, {**content, "records_file": name})
-
-
-def _drop_other(out: Path, stem: str, written: str) -> None:
-    """Remove the other form of the kept records an earlier run may have left (``.jsonl`` vs ``.parquet``)."""
-    for suffix in (".jsonl", ".parquet"):
-        if stem + suffix != written:
-            (out / (stem + suffix)).unlink(missing_ok=True)
-
-
 __all__ = ["FilterConfig", "FilterResult", "KEPT_DIR", "RecordFilter", "ShardRecords", "Verdict", "kept_line",
-           "run_filter", "write_kept"]
+           "write_kept"]

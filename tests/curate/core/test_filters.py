@@ -1,5 +1,6 @@
 """A filter stage is one class plus one ``StageSpec`` row: ``MinWords`` below (drop records whose caption has
-fewer than N words) gets its verb, recipes, the report funnel and resume from :mod:`curate.core.filters`
+fewer than N words) gets its verb, recipes, the report funnel and resume from :mod:`curate.core.filters` and
+:func:`curate.executors.filters.run_filter`
 (``tests/curate/executors/test_ray.py``, case ``min-words``: the same bytes on Ray)."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from PIL import Image
 
 from curate.cli import cli
 from curate.core.environ import environ
-from curate.core.filters import FilterConfig, FilterResult, RecordFilter, run_filter, write_kept
+from curate.core.filters import FilterConfig, FilterResult, RecordFilter, write_kept
+from curate.executors.filters import run_filter
 from curate.core.settings import setting
 from curate.core.shards import SHARDS_DIR, plan_shards
 from curate.stages import STAGES, StageSpec

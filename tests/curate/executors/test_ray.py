@@ -239,7 +239,8 @@ VOCAB_EMBED = StageCase(
 
 def _run_min_words(out: Path, executor: Executor | None, fx: dict[str, Any]) -> Any:
     """A filter stage (tests/curate/core/test_filters.py: one class, nothing of Ray's in it)."""
-    from curate.core.filters import FilterConfig, run_filter
+    from curate.core.filters import FilterConfig
+    from curate.executors.filters import run_filter
     from tests.curate.core.test_filters import MinWords
 
     data = fx["sample_data"]
