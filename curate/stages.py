@@ -3,12 +3,15 @@
 A :class:`StageSpec` says where a verb's command lives, the first paragraph of its help, what a
 recipe step of it hands to the next step, whether it writes ``OUT/report/`` when it ends, and which
 plots and sample view its report page shows. Adding a verb is one entry here plus its module in
-``curate/cli/`` (docs/architecture.md, "How to add a stage"). This module imports nothing, so the
-CLI can list every verb without loading any of them.
+``curate/cli/`` (docs/architecture.md, "How to add a stage"); a filter stage
+(:class:`curate.core.filters.RecordFilter`) is one entry naming it (``filter=``), its verb made from it by
+``curate/cli/filters.py``. This module imports nothing, so the CLI can list every verb without loading any of
+them. The tables derived from :data:`STAGES` (:data:`RECIPE_VERBS`, :data:`MAIN_OUTPUTS`) read it when asked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -25,6 +28,8 @@ class StageSpec:
             ``""`` the step's folder itself. None: not a recipe step.
         report: whether the verb writes ``OUT/report/`` for its ``--out`` when it ends.
         plots: the images in its output folder its report page shows.
+        filter: a filter stage's :class:`~curate.core.filters.RecordFilter` subclass (or ``module:Class``):
+            its verb (``cli="filters"``) is made from it, the filter's fields its options.
         view: the function drawing its report page's samples (``module:function`` under ``curate.report``).
         config: the class of its settings (``module:Class``), whose fields declare its options once
             (:mod:`curate.core.settings`).
@@ -37,6 +42,7 @@ class StageSpec:
     main_output: tuple[str, ...] | None = None
     report: bool = False
     plots: tuple[str, ...] = ()
+    filter: type | str | None = None
     view: str | None = None
     config: str | None = None
     result: str | None = None
@@ -93,10 +99,69 @@ _SPECS = (
     StageSpec("report", "report", "Write OUT/report/: a static HTML site showing what each stage did to the data."),
 )
 
+
+class _RecipeVerbs(Sequence[str]):
+    """The verbs a recipe step may run, in order: those of a table with a ``main_output``, read when asked."""
+
+    def __init__(self, table: dict[str, StageSpec]) -> None:
+        self.table = table
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(name for name, spec in self.table.items() if spec.main_output is not None)
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - an index or a slice
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class _MainOutputs(Mapping[str, tuple[str, ...]]):
+    """What each recipe verb of a table hands on (:attr:`StageSpec.main_output`), read when asked."""
+
+    def __init__(self, table: dict[str, StageSpec]) -> None:
+        self.table = table
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        spec = self.table[name]
+        if spec.main_output is None:
+            raise KeyError(name)
+        return spec.main_output
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_RecipeVerbs(self.table))
+
+    def __len__(self) -> int:
+        return len(_RecipeVerbs(self.table))
+
+
+class StageTable(dict[str, StageSpec]):
+    """The verbs by name, and the tables derived from them, read when asked: a row added (a filter stage, a
+    test's) reaches every consumer."""
+
+    @property
+    def recipe_verbs(self) -> Sequence[str]:
+        """The verbs a recipe step may run, in order."""
+        return _RecipeVerbs(self)
+
+    @property
+    def main_outputs(self) -> Mapping[str, tuple[str, ...]]:
+        """What a recipe step of each verb hands to the next (:attr:`StageSpec.main_output`)."""
+        return _MainOutputs(self)
+
+
 #: Every verb by name, in the order recipes list them.
-STAGES: dict[str, StageSpec] = {spec.name: spec for spec in _SPECS}
+STAGES: StageTable = StageTable((spec.name, spec) for spec in _SPECS)
 #: The verbs a recipe step may run, in order.
-RECIPE_VERBS: tuple[str, ...] = tuple(s.name for s in _SPECS if s.main_output is not None)
+RECIPE_VERBS: Sequence[str] = STAGES.recipe_verbs
+#: What a recipe step of each verb hands to the next.
+MAIN_OUTPUTS: Mapping[str, tuple[str, ...]] = STAGES.main_outputs
 
 
 def stage(name: str) -> StageSpec | None:

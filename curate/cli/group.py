@@ -44,7 +44,9 @@ class _Group(click.Group):
         if cmd_name not in self.commands and cmd_name in STAGES:
             if self._listing:  # a stand-in with the verb's first help paragraph: nothing imported to list it
                 return click.Command(cmd_name, help=STAGES[cmd_name].help)
-            importlib.import_module(f"curate.cli.{STAGES[cmd_name].cli}")  # registers its verbs on this group
+            module = importlib.import_module(f"curate.cli.{STAGES[cmd_name].cli}")  # registers its verbs here
+            if cmd_name not in self.commands and STAGES[cmd_name].filter is not None:
+                module.add_verb(STAGES[cmd_name])  # a filter stage's verb, made from its row (curate/cli/filters.py)
         return self.commands.get(cmd_name)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:

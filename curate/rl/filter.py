@@ -8,7 +8,8 @@ and writes
 * ``rollouts/<shard>.parquet``: ``id, sample, response, truncated, accuracy, format, reward, error``;
 * ``prompts/<shard>.parquet``: per prompt its source, answer type, prompt style, the
   number of samples and passes, accuracy/reward lists, and the generation error if any;
-* ``records/<shard>.jsonl``: the prompts' raw rows (the input's RL layout), for ``kept.jsonl``.
+* ``records/<shard>.jsonl``: the prompts' raw rows (the input's RL layout), for ``kept.jsonl``, written and read
+  back by the one kept-record writer of :mod:`curate.core.filters`.
 
 Answers are journaled in ``OUT/_journal/rl-filter/<shard>.jsonl`` as they arrive;
 a rerun after a kill reads the journal and asks the backend only for the prompts
@@ -36,7 +37,8 @@ import pyarrow.compute as pc
 
 from curate.core.validate import configure
 from curate.core.remote import writing
-from curate.core.formats.writeback import dumps_record, loads_record, with_resolved_paths, write_records
+from curate.core.filters import ShardRecords, write_kept as write_kept_records
+from curate.core.formats.writeback import with_resolved_paths
 from curate.core.errors import UserError
 from curate.rl.config import RlFilterConfig
 from curate.rl.golds import with_answer_type
@@ -197,7 +199,7 @@ class RolloutTask(GenerationTask):
 
         rollouts: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []
-        records_out = []
+        records_out = ShardRecords(work, shard_id)  # image bytes kept (base64 in this shard file)
         answers = [done[rec["id"]]["responses"] if done[rec["id"]]["error"] is None else [] for rec in prompts]
         # the whole shard in one call: one batch to the verifier pool, spread over its workers
         scored = score_many([(rec, text) for rec, texts in zip(prompts, answers) for text in texts],
@@ -220,13 +222,11 @@ class RolloutTask(GenerationTask):
                          "error": entry["error"] if entry["error"] is not None else _short(responses, self.n),
                          "error_detail": entry.get("detail") or (f"{len(responses)} of --n {self.n} answers"
                                                                  if _short(responses, self.n) else "")})
-            records_out.append(dumps_record(raw))  # image bytes kept (base64 in this shard file)
+            records_out.add(raw, rec)  # raw's paths were resolved as it was read
         stats.kept_many(Counter(rec["source"] for rec in prompts))  # every readable prompt reaches the selection
         write_parquet(work / "rollouts" / f"{shard_id}.parquet", pa.Table.from_pylist(rollouts, schema=ROLLOUT_SCHEMA))
         write_parquet(work / "prompts" / f"{shard_id}.parquet", pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA))
-        path = work / "records" / f"{shard_id}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(line + "\n" for line in records_out), encoding="utf-8")
+        records_out.close()
 
 
 def _box_figures(rec: dict[str, Any], responses: list[str], is_box: Any, figures: Any) -> list[list[float]]:
@@ -247,25 +247,24 @@ def write_kept(out: Path, sizes: list[int], shard_ids: list[str], kept: np.ndarr
     """``kept.jsonl`` (``kept.parquet`` when images are bytes): the kept prompts' input rows, in input order,
     with ``pass_at_1``, ``pass_at_n`` and ``mean_reward`` added; returns the file name.
 
-    Only the shards' record files that hold a kept prompt are read, and only kept lines are parsed.
+    Only the shards' record files that hold a kept prompt are read, and only kept lines are parsed
+    (:func:`curate.core.filters.write_kept`, the one kept-record writer).
     """
     idx = np.flatnonzero(kept)
     metrics = {c: decided.column(c).take(pa.array(idx, pa.int64())).to_pylist()
                for c in ("pass_at_1", "pass_at_n", "mean_reward")}
-    rows: list[dict[str, Any]] = []
+    take: list[list[int]] = []
     start = 0
-    for size, shard_id in zip(sizes, shard_ids):
-        mine = idx[(idx >= start) & (idx < start + size)] - start
-        if len(mine):
-            lines = (out / "records" / f"{shard_id}.jsonl").read_text(encoding="utf-8").split("\n")
-            for i in mine.tolist():
-                rec = loads_record(lines[i])
-                j = len(rows)
-                rec.update(pass_at_1=metrics["pass_at_1"][j], pass_at_n=metrics["pass_at_n"][j],
-                           mean_reward=metrics["mean_reward"][j])
-                rows.append(rec)
+    for size in sizes:
+        take.append((idx[(idx >= start) & (idx < start + size)] - start).tolist())
         start += size
-    return write_records(out, "kept", rows)  # kept.parquet (image structs) when images are bytes
+
+    def annotate(j: int, row: dict[str, Any]) -> None:
+        row.update(pass_at_1=metrics["pass_at_1"][j], pass_at_n=metrics["pass_at_n"][j],
+                   mean_reward=metrics["mean_reward"][j])
+
+    parts = [out / "records" / f"{shard_id}.jsonl" for shard_id in shard_ids]
+    return write_kept_records(out, "kept", parts, take=take, annotate=annotate)  # kept.parquet when images are bytes
 
 
 def rl_filter(inputs: list[str], config: RlFilterConfig | None = None, *, executor: Any = None,

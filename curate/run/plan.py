@@ -20,7 +20,7 @@ from curate.core.io import RemotePath, dumps_json, is_url, path_exists, read_tex
 from curate.run.recipe import Recipe, Step, from_folder
 
 #: What a step hands to the next one when it is named without a sub-path (:attr:`curate.stages.StageSpec.main_output`).
-MAIN_OUTPUT = {name: spec.main_output for name, spec in STAGES.items() if spec.main_output is not None}
+MAIN_OUTPUT = STAGES.main_outputs  # read when asked: a row added to the table is a recipe verb
 RUN_DIR = "_run"
 #: A run folder: local, or an object-store URL.
 Folder = Path | RemotePath

@@ -81,3 +81,28 @@ def _command_of(command, settings):  # noqa: ANN001, ANN202 - a click command an
     subs = [c for c in command.commands.values() if required <= {p.name for p in c.params}]
     assert len(subs) == 1, (command.name, [c.name for c in subs])
     return subs[0]
+
+
+def test_one_row_reaches_every_consumer(monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+    """A row added to the table (a filter stage: ``filter=``) is a verb, a recipe verb with its main output and
+    a line of ``curate --help``, with nothing else written (tests/curate/core/test_filters.py runs it)."""
+    from click.testing import CliRunner
+
+    from curate.run.plan import MAIN_OUTPUT
+    from curate.run.recipe import VERBS
+    from curate.stages import StageSpec
+    from tests.curate.core.test_filters import MinWords
+
+    spec = StageSpec("min-words", "filters", "Drop records whose caption is shorter than N words.",
+                     main_output=("records.jsonl", "records.parquet"), report=True, filter=MinWords)
+    assert "min-words" not in RECIPE_VERBS and "min-words" not in MAIN_OUTPUT
+    monkeypatch.setitem(STAGES, spec.name, spec)
+    try:
+        assert RECIPE_VERBS[-1] == "min-words" and "min-words" in VERBS
+        assert MAIN_OUTPUT["min-words"] == spec.main_output
+        listing = CliRunner().invoke(cli, ["--help"]).output
+        assert "min-words" in listing and spec.help[:30] in listing
+        shown = CliRunner().invoke(cli, ["min-words", "--help"]).output
+        assert "--min-words" in shown and "fewer words than this" in shown and "records.jsonl" in shown
+    finally:
+        cli.commands.pop("min-words", None)

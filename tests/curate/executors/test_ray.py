@@ -5,7 +5,7 @@ fixture of ``tests/_fixtures/ray_cluster.py``). Every stage that runs on Ray is 
 (how to run it into a folder with a given executor, the same run as a CLI
 command, and which output files must be byte-identical). The tests
 
-* run every stage of ``STAGES`` (pack, embed, tag, score, vocab embed) on Ray and locally and compare the outputs;
+* run every stage of ``STAGES`` (pack, embed, tag, score, vocab embed, a filter stage) on Ray and locally and compare the outputs;
 * for ``RESUME_STAGES`` (pack: two sharded steps around a global plan), run
   ``curate pack --executor ray`` in a subprocess killed with SIGKILL after its
   first shard markers appear and finish it locally, and finish an interrupted
@@ -235,8 +235,26 @@ VOCAB_EMBED = StageCase(
     "vocab-embed", _run_vocab_embed, _vocab_embed_argv, same_bytes=("concepts.npy",), steps=(),
     fixtures=("small_vocab", "tiny_clip_spec"), concurrency=1)
 
+
+
+def _run_min_words(out: Path, executor: Executor | None, fx: dict[str, Any]) -> Any:
+    """A filter stage (tests/curate/core/test_filters.py: one class, nothing of Ray's in it)."""
+    from curate.core.filters import FilterConfig
+    from curate.executors.filters import run_filter
+    from tests.curate.core.test_filters import MinWords
+
+    data = fx["sample_data"]
+    return run_filter([data / "captions.jsonl", data / "records.jsonl"], FilterConfig(out=out, shard_size=5),
+                      MinWords(min_words=6), executor=executor)
+
+
+MIN_WORDS = StageCase(
+    "min-words", _run_min_words, lambda fx: [], same_bytes=("records.jsonl", "records/*.jsonl", "rejects.parquet",
+                                                             "stats.json"),
+    steps=("min-words",), fixtures=("sample_data",), shard_files={"min-words": ("records/{shard}.jsonl",)})
+
 #: Every stage compared across executors.
-STAGES: list[StageCase] = [PACK, EMBED, TAG, SCORE, VOCAB_EMBED]
+STAGES: list[StageCase] = [PACK, EMBED, TAG, SCORE, VOCAB_EMBED, MIN_WORDS]
 #: Stages also checked for interrupted runs (Ray → local, local → Ray); one multi-step stage keeps it quick.
 RESUME_STAGES: list[StageCase] = [PACK]
 
