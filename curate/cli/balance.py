@@ -214,7 +214,7 @@ def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> Non
 @config_options(VocabEmbedConfig, "template", "scripts", "cache_dir")
 @config_options(BalanceConfig, "match")
 @config_options(MatchConfig, *_TEXT_MATCH)
-@config_options(BalanceConfig, "top_k")
+@config_options(TagConfig, "top_k")
 @config_options(TagConfig, "index", "nlist", "nprobe")
 @config_options(ResampleConfig, "target", "fraction", "mode", "t", "tail_share", "weighting", "temperature", "use_k")
 @config_options(EmbedConfig, "shard_size")
