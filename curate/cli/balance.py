@@ -13,6 +13,7 @@ from curate.balance.config import (BalanceConfig, EmbedConfig, MatchConfig, Resa
 from curate.balance.results import (BalanceResult, EmbedResult, ResampleResult, TagResult, language_lines,
                                     records_lines)
 from curate.core.results import from_stats
+from curate.core.settings import build_config
 from curate.cli.group import cli
 from curate.core.errors import UserError
 from curate.cli.options import (config_options, executor_options, image_limit_options, image_limits_given,
@@ -69,8 +70,7 @@ def embed_cmd(inputs: tuple[str, ...], threads: int | None, workers: int, execut
     from curate.core.progress import console
 
     out = str(settings["out"])
-    config = EmbedConfig(threads=threads_for(threads, workers), **settings,  # type: ignore[arg-type]
-                         **image_limits_given())
+    config = build_config(EmbedConfig, settings, threads=threads_for(threads, workers), **image_limits_given())
     r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
                   f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
@@ -115,7 +115,7 @@ def tag_cmd(embeddings: str, concepts: str, seed: int, workers: int, executor: s
 
     _refuse_other_modes("embeddings", str(settings.get("index")))
     out = str(settings["out"])
-    config = TagConfig(seed=seed, **settings)  # type: ignore[arg-type]
+    config = build_config(TagConfig, settings, seed=seed)
     r = from_stats(TagResult, tag(embeddings, concepts, config, executor=make_executor(executor, workers, ray_address)))
     console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {config.top_k} of "
                   f"{r.concepts_embedded:,} concepts ({r.embedding_files} embedding files, {r.layout} layout)")
@@ -150,7 +150,7 @@ def match_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], seed: int,
     from curate.core import validate as v
 
     vocab = parse_vocab_values(vocab_values)
-    config = MatchConfig(seed=seed, **settings)  # type: ignore[arg-type]
+    config = build_config(MatchConfig, settings, seed=seed)
     for path in inputs:
         v.in_path("RECORDS", path)
     out = str(settings["out"])
@@ -194,7 +194,7 @@ def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> Non
 
     _refuse_other_modes("embeddings", mode=str(settings.get("mode")))
     out = str(settings["out"])
-    config = ResampleConfig(records=records or None, **settings)  # type: ignore[arg-type]
+    config = build_config(ResampleConfig, settings, records=records or None)
     r = from_stats(ResampleResult, resample(tags, config))
     b = r.balance
     console.print(f"[bold]selected[/bold] {r.records_selected:,} of {r.pool:,} tagged records "

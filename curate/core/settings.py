@@ -100,8 +100,6 @@ def _info(f: dataclasses.Field, hints: dict[str, Any]) -> SettingInfo:
 def flag_fields() -> dict[str, str]:
     """Every stage's settings by flag: ``{"--near-threshold": "near_threshold", ...}`` (the configs of
     :data:`curate.stages.STAGES` and the dataclasses they hold), for errors raised from Python."""
-    import importlib
-
     from curate.stages import STAGES
 
     table: dict[str, str] = {"--out": "out"}
@@ -124,9 +122,31 @@ def flag_fields() -> dict[str, str]:
 
     for spec in STAGES.values():
         if spec.config:
-            module, _, name = spec.config.partition(":")
             try:
-                walk(getattr(importlib.import_module(module), name))
+                walk(spec.config.load())
             except ImportError:  # an optional stage whose extra is not installed
                 continue
     return table
+
+
+def build_config(cls: type, values: dict[str, Any], **given: Any) -> Any:
+    """A stage's config from values named by its fields (a verb's flags, or a recipe step's settings): the one way
+    the verbs build their settings. ``given`` are the values the verb sets itself (``threads`` from ``--workers``,
+    the image limits...); they win over ``values``.
+
+    Raises:
+        UserError: a value no setting of ``cls`` takes (naming its flag and the closest setting), or a bad value
+            (the config's own check, naming the flag).
+    """
+    import difflib
+
+    from curate.core.errors import UserError
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in values:
+        if name not in fields:
+            flag = "--" + name.replace("_", "-")
+            close = difflib.get_close_matches(name, list(fields), n=1)
+            hint = f"; did you mean --{close[0].replace('_', '-')}?" if close else ""
+            raise UserError(f"{flag}: {cls.__name__} has no such setting{hint}")
+    return cls(**{**values, **given})
