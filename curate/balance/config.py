@@ -395,7 +395,8 @@ class BalanceConfig(metaclass=_FlatOrSteps):
         # vocabulary first: an empty or unreadable vocabulary is refused before anything else is checked
         vocab_cfg = VocabEmbedConfig(vocab=vocab, out=Location(out) / "concepts.npy", batch_size=text_batch_size,
                                      **parts["vocab"])
-        return cls(embed=EmbedConfig(out=out, **parts["embed"]), vocab=vocab_cfg, tag=TagConfig(out=out, **parts["tag"]),
+        return cls(embed=EmbedConfig(out=out, **parts["embed"]), vocab=vocab_cfg,
+                   tag=TagConfig(out=out, **parts["tag"]),
                    resample=ResampleConfig(out=out, vocab=None if vocabularies else vocab, **parts["resample"]),
                    write_records=write_records, match=match, text=text, vocabularies=vocabularies)
 

@@ -16,10 +16,14 @@ from curate.core.errors import command_line
 from curate.stages import STAGES
 
 class _ReportingCommand(click.Command):
-    """A verb that writes its output folder's report when it finished (see curate/cli/report_hook.py)."""
+    """A verb: its settings built (a :class:`~curate.cli.options.Prepared`, run here), then its output folder's
+    report written when it finished (see curate/cli/report_hook.py)."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - whatever the verb returns
         result = super().invoke(ctx)
+        run = getattr(result, "run", None)  # a Prepared verb (curate.cli.options): its settings built, now its work
+        if callable(run):
+            result = run()
         from curate.cli.report_hook import report_after
 
         report_after(self.name or "", ctx.params)

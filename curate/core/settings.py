@@ -135,18 +135,16 @@ def build_config(cls: type, values: dict[str, Any], **given: Any) -> Any:
     the image limits...); they win over ``values``.
 
     Raises:
-        UserError: a value no setting of ``cls`` takes (naming its flag and the closest setting), or a bad value
-            (the config's own check, naming the flag).
+        TypeError: a value no field of ``cls`` takes (a verb's bug: its options are made from the fields), naming
+            the closest field.
+        UserError: a bad value (the config's own check, naming the flag).
     """
     import difflib
 
-    from curate.core.errors import UserError
-
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in values:
-        if name not in fields:
-            flag = "--" + name.replace("_", "-")
-            close = difflib.get_close_matches(name, list(fields), n=1)
-            hint = f"; did you mean --{close[0].replace('_', '-')}?" if close else ""
-            raise UserError(f"{flag}: {cls.__name__} has no such setting{hint}")
+    fields = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], fields, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise TypeError(f"{cls.__name__} has no setting {', '.join(unknown)}{hint}")
     return cls(**{**values, **given})
