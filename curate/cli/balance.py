@@ -14,7 +14,7 @@ from curate.balance.results import (BalanceResult, EmbedResult, ResampleResult, 
                                     records_lines)
 from curate.core.results import from_stats
 from curate.core.settings import build_config
-from curate.cli.group import cli
+from curate.cli.group import VerbCommand, cli
 from curate.core.errors import UserError
 from curate.cli.options import (Prepared, config_options, executor_options, image_limit_options,
                                  image_limits_given, make_executor, print_rejects, refuse_given, threads_for)
@@ -83,7 +83,7 @@ def embed_cmd(inputs: tuple[str, ...], threads: int | None, workers: int, execut
     return Prepared(config, run)
 
 
-class _TagCommand(click.Command):
+class _TagCommand(VerbCommand):
     """``tag``, which sends ``--match text`` (its former text mode) to ``curate match`` in one line."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
