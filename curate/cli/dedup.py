@@ -11,6 +11,7 @@ from curate.cli.options import setting_option
 from curate.cli.options import (Prepared, config_options, executor_options, image_root_option, make_executor,
                                 print_rejects)
 from curate.dedup.config import DedupConfig
+from curate.core.settings import build_config
 
 
 def _sources(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
@@ -47,7 +48,7 @@ def dedup_cmd(inputs: tuple[str, ...], out: str, no_records: bool, workers: int,
     from curate.dedup.results import DedupResult
     from curate.dedup.stage import dedup
 
-    config = DedupConfig(out=out, write_records=not no_records, **settings)
+    config = build_config(DedupConfig, settings, out=out, write_records=not no_records)
     runner = make_executor(executor, workers, ray_address)
 
     def run() -> None:

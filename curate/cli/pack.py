@@ -12,6 +12,7 @@ from curate.cli.options import (Prepared, config_options, executor_options, imag
 from curate.core import validate as v
 from curate.core.errors import UserError
 from packer.config import PackConfig, VerifyConfig
+from curate.core.settings import build_config
 
 
 @cli.command("pack")
@@ -45,7 +46,7 @@ def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **
                       "record with the full processor (deprecated; a fixed --verify-sample N costs the same at any "
                       "corpus size); --verify-sample is ignored")
 
-    config = PackConfig(**settings, **image_limits_given())  # the flags are the config's fields
+    config = build_config(PackConfig, settings, **image_limits_given())  # the flags are the config's fields
     check_request(list(inputs), config)
     runner = make_executor(executor, config.workers, ray_address)
 
@@ -121,7 +122,7 @@ def verify_cmd(workers: int, executor: str, ray_address: str | None, **settings:
     from curate.core.progress import console
     from packer.verify import verify_pack
 
-    config = VerifyConfig(**settings)
+    config = build_config(VerifyConfig, settings)
     runner = make_executor(executor, workers, ray_address)
 
     def run() -> None:

@@ -12,6 +12,7 @@ from curate.cli.options import (Prepared, config_options, executor_options, imag
                                 image_root_option, make_executor, print_rejects)
 from curate.recaption.checks import CaptionRules
 from curate.recaption.config import RecaptionConfig
+from curate.core.settings import build_config
 
 
 @cli.command("recaption")
@@ -61,8 +62,8 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, truncated: str, workers: in
     from curate.recaption.stage import recaption
 
     backend = backend_from_flags(settings)
-    config = RecaptionConfig(out=out, backend=backend, rules=CaptionRules(truncated=truncated), **settings,
-                             **image_limits_given())
+    config = build_config(RecaptionConfig, settings, out=out, backend=backend, rules=CaptionRules(truncated=truncated),
+                          **image_limits_given())
     runner = make_executor(executor, workers, ray_address)
 
     def run() -> None:

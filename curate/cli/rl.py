@@ -11,6 +11,7 @@ from curate.cli.generate_options import backend_from_flags, backend_options
 from curate.cli.options import (Prepared, config_options, executor_options, image_limit_options, image_limits_given,
                                 image_root_option, make_executor)
 from curate.rl.config import RlFilterConfig, ScoreConfig, ServeRewardsConfig
+from curate.core.settings import build_config
 
 _CODE_FLAGS = ("code_cpu_seconds", "code_wall_seconds", "code_memory_mb", "trust_code")
 
@@ -62,7 +63,7 @@ def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, r
     from curate.rl.results import ScoreResult
     from curate.rl.score import score
 
-    config = ScoreConfig(out=out, code=_code(settings), **settings)
+    config = build_config(ScoreConfig, settings, out=out, code=_code(settings))
     runner = make_executor(executor, workers, ray_address)
 
     def run() -> None:
@@ -95,7 +96,7 @@ def serve_rewards_cmd(**settings: Any) -> None:
     """
     from curate.rl.serve import serve
 
-    config = ServeRewardsConfig(code=_code(settings), **settings)
+    config = build_config(ServeRewardsConfig, settings, code=_code(settings))
     if config.pool_capped is not None:
         click.echo(f"--pool-workers {config.pool_capped}: capped at {config.pool_workers}, the cores this process may use",
                    err=True)
@@ -141,7 +142,8 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, workers: int, executor: str
     from curate.rl.results import RlFilterResult
 
     backend = backend_from_flags(settings)
-    config = RlFilterConfig(out=out, backend=backend, code=_code(settings), **settings, **image_limits_given())
+    config = build_config(RlFilterConfig, settings, out=out, backend=backend, code=_code(settings),
+                          **image_limits_given())
     runner = make_executor(executor, workers, ray_address)
 
     def run() -> None:
