@@ -56,6 +56,12 @@ def check_template(template: str | None) -> str | None:
     return template
 
 
+def _top_k() -> Any:
+    """``--top-k``, declared once: tag, match and balance (whose tag or match step takes it) offer it."""
+    return setting(None, help=f"Concepts per record (default: {DEFAULT_TOP_K} when tagging by concept embeddings, "
+                              "every match when matching text).")
+
+
 def _model(model: str, precision: str, threads: int | None) -> None:
     if not model:
         raise UserError("--model: give an open_clip model spec, e.g. ViT-B-32-quickgelu:metaclip_400m")
@@ -152,7 +158,7 @@ class TagConfig:
     """Settings of ``curate tag`` (see :func:`curate.balance.tag.tag`)."""
 
     out: Location | PathLike = setting(help="Output folder.")
-    top_k: int = setting(DEFAULT_TOP_K, help="Concepts per record.")
+    top_k: int | None = _top_k()
     index: str = setting("flat", choices=INDEXES,
                          help="flat = exact inner product; ivf = FAISS IVF (prints recall@K against exact search).")
     nlist: int | None = setting(DEFAULT_NLIST, help="IVF lists (default: 4·√V rounded to a power of 2, e.g. 2,048 "
@@ -166,6 +172,8 @@ class TagConfig:
     def __post_init__(self) -> None:
         locations(self, {"out": "--out"})
         v.out_dir("--out", self.out)
+        if self.top_k is None:
+            object.__setattr__(self, "top_k", DEFAULT_TOP_K)
         v.at_least("--top-k", self.top_k, 1)
         v.at_most("--top-k", self.top_k, MAX_TOP_K, "concepts kept per record")
         v.one_of("--index", self.index, INDEXES)
@@ -264,7 +272,7 @@ class MatchConfig:
                                    "else record).")
     lang_id: bool = setting(False, help="Identify each text's language (py3langid, offline) and count per language, "
                                         "for --mode worldwide (implied by --vocab LANG=FILE).")
-    top_k: int | None = setting(None, help="Concepts kept per record (default: every match).")
+    top_k: int | None = _top_k()
     shard_size: int = setting(DEFAULT_TEXT_SHARD_SIZE, help="Records per shard.")
     seed: int = setting(0, help=_SEED_HELP, cli=False)
     image_root: Location | PathLike | None = setting(None, cli=False, help=_IMAGE_ROOT_HELP)
@@ -286,9 +294,6 @@ class MatchConfig:
                             "assistant messages")
 
 
-_SHARED = ("out", "model", "precision", "device", "threads", "seed")
-
-
 class _FlatOrSteps(type):
     """``BalanceConfig(out=..., vocab=...)`` is :meth:`BalanceConfig.build`; with ``embed=`` it holds step configs."""
 
@@ -298,10 +303,21 @@ class _FlatOrSteps(type):
         return super().__call__(*args, **kwargs)
 
 
+#: The step configs ``curate balance`` nests, by the name of its field holding each. A flat setting of
+#: :meth:`BalanceConfig.build` goes to every one of them that declares it (``model`` to embed and vocab, ``seed``
+#: to embed, tag and resample...); ``text`` only with ``match="text"``.
+STEPS: dict[str, type] = {"embed": EmbedConfig, "vocab": VocabEmbedConfig, "tag": TagConfig,
+                          "resample": ResampleConfig, "text": MatchConfig}
+#: Fields the flat settings never set: each is given by :meth:`BalanceConfig.build` itself (the output folder,
+#: the vocabulary, the vocabulary's text batch) or belongs to another step (``per`` is the text match's).
+_GIVEN = {"embed": {"out"}, "vocab": {"out", "vocab", "batch_size"}, "tag": {"out"},
+          "resample": {"out", "vocab", "per"}, "text": {"out"}}
+
+
 @dataclass(frozen=True)
 class BalanceConfig(metaclass=_FlatOrSteps):
-    """Settings of ``curate balance``: one config per step it runs, all in one folder; ``BalanceConfig(out=...,
-    vocab=..., model=..., fraction=...)`` takes the flat settings of :meth:`build` (the flags' field names)."""
+    """Settings of ``curate balance``: one config per step it runs (:data:`STEPS`), all in one folder;
+    ``BalanceConfig(out=..., vocab=..., model=..., fraction=...)`` takes the flat settings of :meth:`build`."""
 
     embed: EmbedConfig
     vocab: VocabEmbedConfig
@@ -312,8 +328,6 @@ class BalanceConfig(metaclass=_FlatOrSteps):
                          help="How records get their concepts: nearest concept embeddings, or MetaCLIP's substring "
                               "matching of each record's text against --vocab (no model; no embeddings/ or "
                               "concepts.npy; the steps of curate match).")
-    top_k: int | None = setting(None, help="Concepts per record (default: 5 with --match embeddings, every match "
-                                           "with --match text).")
     text: MatchConfig | None = None  # the text match's settings, when match == "text"
     vocabularies: tuple[tuple[str, str], ...] | None = None  # (language, file) with --match text, one per language
 
@@ -337,21 +351,19 @@ class BalanceConfig(metaclass=_FlatOrSteps):
 
     @classmethod
     def build(cls, *, out: PathLike, vocab: PathLike | dict[str, PathLike], write_records: bool = True,
-              text_batch_size: int = DEFAULT_TEXT_BATCH, match: str = "embeddings", text_field: str | None = None,
-              case_sensitive: bool = False, rules: str = "curate", per: str | None = None, lang_id: bool = False,
-              **settings: Any) -> BalanceConfig:
-        """The step configs from flat settings (the flags of ``curate balance``).
+              text_batch_size: int = DEFAULT_TEXT_BATCH, match: str = "embeddings", **settings: Any) -> BalanceConfig:
+        """The step configs (:data:`STEPS`) from flat settings (the flags of ``curate balance``).
 
-        ``model``, ``precision``, ``device``, ``threads`` and ``seed`` go to every
-        step that has them; ``batch_size`` is the image batch, ``text_batch_size``
-        the vocabulary's; without ``target``/``fraction`` the inverse mode keeps
-        :data:`DEFAULT_FRACTION`. With ``match="text"`` the records' text is matched
-        against the vocabulary (``text_field``, ``rules``, ``case_sensitive``, ``per``, ``lang_id``;
-        ``top_k`` caps the matches kept, default every one) instead of embedding images and
-        concepts; ``vocab`` may then be ``{language: file}``, one vocabulary per language.
+        Each setting goes to every step config declaring it; ``batch_size`` is the image batch,
+        ``text_batch_size`` the vocabulary's; without ``target``/``fraction`` the inverse mode keeps
+        :data:`DEFAULT_FRACTION`. With ``match="text"`` the records' text is matched against the vocabulary
+        (``text_field``, ``rules``, ``case_sensitive``, ``per``, ``lang_id``; ``top_k`` caps the matches kept,
+        default every one) instead of embedding images and concepts; ``vocab`` may then be ``{language: file}``,
+        one vocabulary per language.
 
         Raises:
             UserError: a bad setting (named by its flag).
+            TypeError: a setting no step declares.
         """
         v.out_dir("--out", out)
         v.one_of("--match", match, MATCHES)
@@ -364,36 +376,29 @@ class BalanceConfig(metaclass=_FlatOrSteps):
                 raise UserError("--vocab: give a vocabulary file, or LANG=FILE per language")
             vocabularies = tuple((str(k), str(vocab[k])) for k in sorted(vocab))
             vocab = vocabularies[0][1]  # checked like any vocabulary; each is read again by the match
-        text = None
-        if match == "text":
-            text = MatchConfig(out=out, text_field=text_field, rules=rules, case_sensitive=case_sensitive, per=per,
-                               lang_id=lang_id or vocabularies is not None, top_k=settings.get("top_k"),
-                               seed=settings.get("seed") or 0, image_root=settings.get("image_root"),
-                               shard_size=settings.get("shard_size") or DEFAULT_SHARD_SIZE)
         if settings.get("mode", "inverse") == "inverse" and settings.get("target") is None \
                 and settings.get("fraction") is None:
             settings["fraction"] = DEFAULT_FRACTION
-        settings = {k: val for k, val in settings.items() if val is not None}
-        known = set(_SHARED)
+        if settings.get("shard_size") is None:  # the text match shards as embed does, not as curate match
+            settings["shard_size"] = DEFAULT_SHARD_SIZE
         parts: dict[str, dict[str, Any]] = {}
-        steps = {"embed": EmbedConfig, "vocab": VocabEmbedConfig, "tag": TagConfig, "resample": ResampleConfig}
-        for name, kind in steps.items():
-            names = set(kind.__dataclass_fields__) - {"vocab", "out", "batch_size", "per"}
-            known |= names
-            parts[name] = {k: val for k, val in settings.items() if k in names}
-        known.add("batch_size")
-        unknown = sorted(set(settings) - known)
+        for name, kind in STEPS.items():
+            fields = set(kind.__dataclass_fields__) - _GIVEN[name]
+            parts[name] = {k: val for k, val in settings.items() if k in fields}
+        unknown = sorted(set(settings) - {k for part in parts.values() for k in part})
         if unknown:
             raise TypeError(f"BalanceConfig.build: unknown setting(s) {', '.join(unknown)}")
-        image_batch = settings.get("batch_size", DEFAULT_BATCH)
+        text = None
+        if match == "text":
+            text = MatchConfig(out=out, **{**parts["text"], "lang_id": bool(parts["text"].get("lang_id"))
+                                           or vocabularies is not None})
         # vocabulary first: an empty or unreadable vocabulary is refused before anything else is checked
         vocab_cfg = VocabEmbedConfig(vocab=vocab, out=Location(out) / "concepts.npy", batch_size=text_batch_size,
                                      **parts["vocab"])
-        return cls(embed=EmbedConfig(out=out, batch_size=image_batch, **parts["embed"]), vocab=vocab_cfg,
+        return cls(embed=EmbedConfig(out=out, **parts["embed"]), vocab=vocab_cfg,
                    tag=TagConfig(out=out, **parts["tag"]),
                    resample=ResampleConfig(out=out, vocab=None if vocabularies else vocab, **parts["resample"]),
-                   write_records=write_records, match=match, top_k=settings.get("top_k"), text=text,
-                   vocabularies=vocabularies)
+                   write_records=write_records, match=match, text=text, vocabularies=vocabularies)
 
 
 __all__ = ["BalanceConfig", "EmbedConfig", "MatchConfig", "ResampleConfig", "TagConfig", "VocabEmbedConfig"]

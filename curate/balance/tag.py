@@ -97,7 +97,7 @@ class TagTask(ShardTask):
     unit = "records"
     transient = ("_index", "_rows")
 
-    def __init__(self, concepts: str, *, top_k: int = DEFAULT_TOP_K, index: str = "flat",
+    def __init__(self, concepts: str, *, top_k: int, index: str = "flat",
                  index_file: str | None = None, nprobe: int = DEFAULT_NPROBE, id_column: str | None = None) -> None:
         self.concepts, self.top_k, self.index_kind = concepts, top_k, index
         self.index_file, self.nprobe, self.id_column = index_file, nprobe, id_column

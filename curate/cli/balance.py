@@ -13,10 +13,11 @@ from curate.balance.config import (BalanceConfig, EmbedConfig, MatchConfig, Resa
 from curate.balance.results import (BalanceResult, EmbedResult, ResampleResult, TagResult, language_lines,
                                     records_lines)
 from curate.core.results import from_stats
-from curate.cli.group import cli
+from curate.core.settings import build_config
+from curate.cli.group import VerbCommand, cli
 from curate.core.errors import UserError
-from curate.cli.options import (config_options, executor_options, image_limit_options, image_limits_given,
-                                 make_executor, print_rejects, refuse_given, threads_for)
+from curate.cli.options import (Prepared, config_options, executor_options, image_limit_options,
+                                 image_limits_given, make_executor, print_rejects, refuse_given, threads_for)
 
 _TEXT_MATCH = ("text_field", "rules", "case_sensitive", "per", "lang_id")
 _IVF = ("nlist", "nprobe")
@@ -52,7 +53,7 @@ def _vocab_option(help: str = _VOCAB_HELP):  # noqa: A002, ANN202 - click decora
 @image_limit_options
 @executor_options
 def embed_cmd(inputs: tuple[str, ...], threads: int | None, workers: int, executor: str, ray_address: str | None,
-              **settings: object) -> None:
+              **settings: object) -> Prepared:
     """Embed the images of records with open_clip (L2-normalised, float16).
 
     Writes OUT/embeddings/NNNNNN.npy (N×D float16) + NNNNNN.ids.parquet (id, source)
@@ -69,16 +70,20 @@ def embed_cmd(inputs: tuple[str, ...], threads: int | None, workers: int, execut
     from curate.core.progress import console
 
     out = str(settings["out"])
-    config = EmbedConfig(threads=threads_for(threads, workers), **settings,  # type: ignore[arg-type]
-                         **image_limits_given())
-    r = from_stats(EmbedResult, embed(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
-    console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
-                  f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
-    print_rejects(r, out)
-    console.print(f"embeddings: {out}/embeddings/   stats: {out}/stats.json")
+    config = build_config(EmbedConfig, settings, threads=threads_for(threads, workers), **image_limits_given())
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        r = from_stats(EmbedResult, embed(list(inputs), config, executor=runner))
+        console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
+                      f"({r.images_embedded:,} images, {r.dim}-d) in {r.shards} shards")
+        print_rejects(r, out)
+        console.print(f"embeddings: {out}/embeddings/   stats: {out}/stats.json")
+
+    return Prepared(config, run)
 
 
-class _TagCommand(click.Command):
+class _TagCommand(VerbCommand):
     """``tag``, which sends ``--match text`` (its former text mode) to ``curate match`` in one line."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -97,7 +102,7 @@ class _TagCommand(click.Command):
 @config_options(TagConfig)
 @executor_options
 def tag_cmd(embeddings: str, concepts: str, seed: int, workers: int, executor: str, ray_address: str | None,
-            **settings: object) -> None:
+            **settings: object) -> Prepared:
     """Tag every embedding with its top-K nearest concepts (FAISS).
 
     Writes OUT/tags.parquet (id, source, concepts list<int32> = vocabulary line − 1,
@@ -115,12 +120,17 @@ def tag_cmd(embeddings: str, concepts: str, seed: int, workers: int, executor: s
 
     _refuse_other_modes("embeddings", str(settings.get("index")))
     out = str(settings["out"])
-    config = TagConfig(seed=seed, **settings)  # type: ignore[arg-type]
-    r = from_stats(TagResult, tag(embeddings, concepts, config, executor=make_executor(executor, workers, ray_address)))
-    console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {config.top_k} of "
-                  f"{r.concepts_embedded:,} concepts ({r.embedding_files} embedding files, {r.layout} layout)")
-    print_rejects(r, out)
-    console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
+    config = build_config(TagConfig, settings, seed=seed)
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        r = from_stats(TagResult, tag(embeddings, concepts, config, executor=runner))
+        console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {config.top_k} of "
+                      f"{r.concepts_embedded:,} concepts ({r.embedding_files} embedding files, {r.layout} layout)")
+        print_rejects(r, out)
+        console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
+
+    return Prepared(config, run)
 
 
 @cli.command("match")
@@ -129,7 +139,7 @@ def tag_cmd(embeddings: str, concepts: str, seed: int, workers: int, executor: s
 @config_options(MatchConfig)
 @executor_options
 def match_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], seed: int, workers: int, executor: str,
-              ray_address: str | None, **settings: object) -> None:
+              ray_address: str | None, **settings: object) -> Prepared:
     """Tag records by MetaCLIP's substring matching of their text against a vocabulary.
 
     Each record's text (its assistant turns or captions, or --text-field) is matched
@@ -150,19 +160,24 @@ def match_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], seed: int,
     from curate.core import validate as v
 
     vocab = parse_vocab_values(vocab_values)
-    config = MatchConfig(seed=seed, **settings)  # type: ignore[arg-type]
+    config = build_config(MatchConfig, settings, seed=seed)
     for path in inputs:
         v.in_path("RECORDS", path)
     out = str(settings["out"])
-    r = match(list(inputs), vocab, config, executor=make_executor(executor, workers, ray_address))
-    unit = "texts" if config.per == "text" else "records"
-    console.print(f"[bold]matched[/bold] {r['records_tagged']:,} of {r['records_in']:,} records ({r['texts']:,} "
-                  f"texts) against {r['concepts_embedded']:,} entries ({config.rules} rules): "
-                  f"{r['matches']:,} matches, {r['rows_without_concept']:,} {unit} without any")
-    for lang, n in list(r.get("texts_per_language", {}).items())[:8]:
-        console.print(f"  {lang}: {n:,} texts")
-    print_rejects(from_stats(TagResult, r), out)
-    console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        r = match(list(inputs), vocab, config, executor=runner)
+        unit = "texts" if config.per == "text" else "records"
+        console.print(f"[bold]matched[/bold] {r['records_tagged']:,} of {r['records_in']:,} records ({r['texts']:,} "
+                      f"texts) against {r['concepts_embedded']:,} entries ({config.rules} rules): "
+                      f"{r['matches']:,} matches, {r['rows_without_concept']:,} {unit} without any")
+        for lang, n in list(r.get("texts_per_language", {}).items())[:8]:
+            console.print(f"  {lang}: {n:,} texts")
+        print_rejects(from_stats(TagResult, r), out)
+        console.print(f"tags: {out}/tags.parquet   stats: {out}/stats.json")
+
+    return Prepared(config, run)
 
 
 def _help(cls: type, name: str) -> str:
@@ -175,7 +190,7 @@ def _help(cls: type, name: str) -> str:
               help="tags.parquet from curate tag or curate match.")
 @config_options(ResampleConfig)
 @click.option("--records", multiple=True, type=click.Path(path_type=str), help=_help(ResampleConfig, "records"))
-def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> None:
+def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> Prepared:
     """Draw a concept-balanced selection of the tagged records.
 
     Record weight = mean (or max, sum) over its concepts of freq^-τ; the target is
@@ -194,16 +209,20 @@ def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> Non
 
     _refuse_other_modes("embeddings", mode=str(settings.get("mode")))
     out = str(settings["out"])
-    config = ResampleConfig(records=records or None, **settings)  # type: ignore[arg-type]
-    r = from_stats(ResampleResult, resample(tags, config))
-    b = r.balance
-    console.print(f"[bold]selected[/bold] {r.records_selected:,} of {r.pool:,} tagged records "
-                  f"({r.copies_total:,} copies); concepts covered {b.concepts_covered_before:,} → "
-                  f"{b.concepts_covered_after:,}, top-1% share {b.head_share_before:.3f} → "
-                  f"{b.head_share_after:.3f}")
-    for line in language_lines(r.languages) + records_lines(r.records_written, out):
-        console.print(line)
-    console.print(f"selection: {out}/selection.parquet   plot: {out}/balance.png   stats: {out}/stats.json")
+    config = build_config(ResampleConfig, settings, records=records or None)
+
+    def run() -> None:
+        r = from_stats(ResampleResult, resample(tags, config))
+        b = r.balance
+        console.print(f"[bold]selected[/bold] {r.records_selected:,} of {r.pool:,} tagged records "
+                      f"({r.copies_total:,} copies); concepts covered {b.concepts_covered_before:,} → "
+                      f"{b.concepts_covered_after:,}, top-1% share {b.head_share_before:.3f} → "
+                      f"{b.head_share_after:.3f}")
+        for line in language_lines(r.languages) + records_lines(r.records_written, out):
+            console.print(line)
+        console.print(f"selection: {out}/selection.parquet   plot: {out}/balance.png   stats: {out}/stats.json")
+
+    return Prepared(config, run)
 
 
 @cli.command("balance")
@@ -214,7 +233,7 @@ def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> Non
 @config_options(VocabEmbedConfig, "template", "scripts", "cache_dir")
 @config_options(BalanceConfig, "match")
 @config_options(MatchConfig, *_TEXT_MATCH)
-@config_options(BalanceConfig, "top_k")
+@config_options(TagConfig, "top_k")
 @config_options(TagConfig, "index", "nlist", "nprobe")
 @config_options(ResampleConfig, "target", "fraction", "mode", "t", "tail_share", "weighting", "temperature", "use_k")
 @config_options(EmbedConfig, "shard_size")
@@ -223,7 +242,7 @@ def resample_cmd(tags: str, records: tuple[str, ...], **settings: object) -> Non
 @image_limit_options
 @executor_options
 def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], threads: int | None, no_records: bool,
-                workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
+                workers: int, executor: str, ray_address: str | None, **settings: object) -> Prepared:
     """Concept-balance records: embed → concept embeddings → tag → resample → report.
 
     Everything goes to OUT (embeddings/, concepts.npy, tags.parquet, selection.parquet,
@@ -252,6 +271,11 @@ def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], threads:
     config = BalanceConfig.build(vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
                                  threads=threads_for(threads, workers), write_records=not no_records,
                                  **settings, **image_limits_given())  # type: ignore[arg-type]
-    r = from_stats(BalanceResult, balance(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
-    for line in summary_lines(r, str(settings["out"])):
-        console.print(line)
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        r = from_stats(BalanceResult, balance(list(inputs), config, executor=runner))
+        for line in summary_lines(r, str(settings["out"])):
+            console.print(line)
+
+    return Prepared(config, run)

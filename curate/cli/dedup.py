@@ -8,8 +8,10 @@ import click
 
 from curate.cli.group import cli
 from curate.cli.options import setting_option
-from curate.cli.options import config_options, executor_options, image_root_option, make_executor, print_rejects
+from curate.cli.options import (Prepared, config_options, executor_options, image_root_option, make_executor,
+                                print_rejects)
 from curate.dedup.config import DedupConfig
+from curate.core.settings import build_config
 
 
 def _sources(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
@@ -26,7 +28,7 @@ def _sources(ctx: click.Context, param: click.Parameter, value: str | None) -> t
 @image_root_option
 @executor_options
 def dedup_cmd(inputs: tuple[str, ...], out: str, no_records: bool, workers: int, executor: str,
-              ray_address: str | None, **settings: Any) -> None:
+              ray_address: str | None, **settings: Any) -> Prepared:
     """Remove exact, near and semantic duplicate records, and copies of benchmark images.
 
     Exact: the same bytes or the same decoded pixels. Near: perceptual hashes within
@@ -46,14 +48,19 @@ def dedup_cmd(inputs: tuple[str, ...], out: str, no_records: bool, workers: int,
     from curate.dedup.results import DedupResult
     from curate.dedup.stage import dedup
 
-    config = DedupConfig(out=out, write_records=not no_records, **settings)
-    r = from_stats(DedupResult, dedup(list(inputs), config, executor=make_executor(executor, workers, ray_address)))
-    d = r.duplicates
-    console.print(f"[bold]kept[/bold] {r.records_out:,} of {r.records_in:,} records; removed "
-                  f"{d.get('exact_same_bytes', 0) + d.get('exact_same_pixels', 0):,} exact, {d.get('near', 0):,} near, "
-                  f"{d.get('semantic', 0):,} semantic duplicates"
-                  + (f", {r.benchmark_overlap['records']:,} benchmark copies" if r.benchmark_overlap else ""))
-    print_rejects(r, out)
-    if r.records_written is not None:
-        console.print(f"records: {out}/records/ ({r.records_written['records']:,} written)")
-    console.print(f"stats: {out}/stats.json")
+    config = build_config(DedupConfig, settings, out=out, write_records=not no_records)
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        r = from_stats(DedupResult, dedup(list(inputs), config, executor=runner))
+        d = r.duplicates
+        console.print(f"[bold]kept[/bold] {r.records_out:,} of {r.records_in:,} records; removed "
+                      f"{d.get('exact_same_bytes', 0) + d.get('exact_same_pixels', 0):,} exact, {d.get('near', 0):,} near, "
+                      f"{d.get('semantic', 0):,} semantic duplicates"
+                      + (f", {r.benchmark_overlap['records']:,} benchmark copies" if r.benchmark_overlap else ""))
+        print_rejects(r, out)
+        if r.records_written is not None:
+            console.print(f"records: {out}/records/ ({r.records_written['records']:,} written)")
+        console.print(f"stats: {out}/stats.json")
+
+    return Prepared(config, run)

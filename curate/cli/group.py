@@ -15,7 +15,16 @@ from curate import __version__
 from curate.core.errors import command_line
 from curate.stages import STAGES
 
-class _ReportingCommand(click.Command):
+class VerbCommand(click.Command):
+    """A verb: its callback builds its settings and returns a :class:`~curate.cli.options.Prepared`, run here."""
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201 - whatever the verb returns
+        result = super().invoke(ctx)
+        run = getattr(result, "run", None)  # a Prepared (curate.cli.options): its settings built, now its work
+        return run() if callable(run) else result
+
+
+class _ReportingCommand(VerbCommand):
     """A verb that writes its output folder's report when it finished (see curate/cli/report_hook.py)."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - whatever the verb returns

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -52,19 +54,27 @@ def refuse_given(names: tuple[str, ...] | list[str], why: str) -> None:
             raise UserError(f"{flag} {why}; drop it")
 
 
-class Checked(Exception):
-    """A verb checked in a recipe's check (``curate run``) stops here: its settings were built and are valid."""
+@dataclass(frozen=True)
+class Prepared:
+    """What a verb returns once its settings are built and checked: its config, and ``run``, which does the work.
+
+    The click group runs it (:class:`curate.cli.group._ReportingCommand`); a recipe's check of its steps
+    (``curate run``, ``--dry-run`` too) builds every step's ``Prepared`` and runs none.
+    """
+
+    config: Any
+    run: Callable[[], None]
 
 
 def make_executor(executor: str, workers: int, ray_address: str | None, **kw):  # noqa: ANN003, ANN202
     """The executor of a verb's flags (Ray resources come from --num-gpus / --cpus-per-actor).
 
-    Every sharded verb calls it once its settings are built and checked, before any work: in a recipe's check
-    of its steps (``ctx.meta["curate.check_only"]``) the verb stops here, raising :class:`Checked`.
+    Every sharded verb calls it once its settings are built and checked, before any work; in a recipe's check of
+    its steps (``ctx.meta["curate.check_only"]``) the flags are checked and no executor is made (None: the verb's
+    :class:`Prepared` is not run).
 
     Raises:
         UserError: a flag out of range (checked before anything starts).
-        Checked: the verb is being checked, not run.
     """
     from curate.executors import get_executor
 
@@ -77,7 +87,7 @@ def make_executor(executor: str, workers: int, ray_address: str | None, **kw):  
         v.at_least("--num-gpus", ctx.meta.get("curate.num_gpus"), 0)
         v.above("--cpus-per-actor", ctx.meta.get("curate.cpus_per_actor"), 0)
         if ctx.meta.get("curate.check_only"):
-            raise Checked()
+            return None
     if executor == "ray" and ctx is not None:
         kw.setdefault("num_gpus", ctx.meta.get("curate.num_gpus") or 0.0)
         if ctx.meta.get("curate.cpus_per_actor") is not None:

@@ -7,11 +7,12 @@ from typing import Any
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import (config_options, executor_options, image_limit_options, image_limits_given,
+from curate.cli.options import (Prepared, config_options, executor_options, image_limit_options, image_limits_given,
                                  image_root_option, make_executor, print_rejects)
 from curate.core import validate as v
 from curate.core.errors import UserError
 from packer.config import PackConfig, VerifyConfig
+from curate.core.settings import build_config
 
 
 @cli.command("pack")
@@ -20,7 +21,7 @@ from packer.config import PackConfig, VerifyConfig
 @image_root_option
 @image_limit_options
 @executor_options
-def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **settings: Any) -> None:
+def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **settings: Any) -> Prepared:
     """Pack records into sequences of at most --ctx tokens, as WebDataset shards.
 
     Token counts are exact for the given processor (image tokens by the Qwen2-VL
@@ -45,21 +46,26 @@ def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **
                       "record with the full processor (deprecated; a fixed --verify-sample N costs the same at any "
                       "corpus size); --verify-sample is ignored")
 
-    config = PackConfig(**settings, **image_limits_given())  # the flags are the config's fields
+    config = build_config(PackConfig, settings, **image_limits_given())  # the flags are the config's fields
     check_request(list(inputs), config)
-    stats = pack(list(inputs), config, executor=make_executor(executor, config.workers, ray_address))
-    _summary_pack(stats, out)
-    if energon and not config.plan_only:
-        from packer.energon import prepare_energon
+    runner = make_executor(executor, config.workers, ray_address)
 
-        prepare_energon(out, split_ratio=energon, workers=config.workers)
-        click.echo(f"energon dataset: {out} (.nv-meta/, split {energon}); check with: energon lint {out}", err=True)
-        if config.energon_layout == "llava-ov-1.5":
-            from packer.energon import write_seed_layout
+    def run() -> None:
+        stats = pack(list(inputs), config, executor=runner)
+        _summary_pack(stats, out)
+        if energon and not config.plan_only:
+            from packer.energon import prepare_energon
 
-            seed = write_seed_layout(out, split_ratio=energon, workers=config.workers)
-            click.echo(f"LLaVA-OneVision-1.5 layout: {seed['path']} ({seed['sequences']:,} packed samples); train "
-                       "with OFFLINE_PACKED_DATA=1 (docs/energon.md)", err=True)
+            prepare_energon(out, split_ratio=energon, workers=config.workers)
+            click.echo(f"energon dataset: {out} (.nv-meta/, split {energon}); check with: energon lint {out}", err=True)
+            if config.energon_layout == "llava-ov-1.5":
+                from packer.energon import write_seed_layout
+
+                seed = write_seed_layout(out, split_ratio=energon, workers=config.workers)
+                click.echo(f"LLaVA-OneVision-1.5 layout: {seed['path']} ({seed['sequences']:,} packed samples); train "
+                           "with OFFLINE_PACKED_DATA=1 (docs/energon.md)", err=True)
+
+    return Prepared(config, run)
 
 
 def _summary_pack(stats: dict, out: str) -> None:
@@ -105,7 +111,7 @@ def _summary_pack(stats: dict, out: str) -> None:
 @click.argument("out", type=click.Path(path_type=str))
 @config_options(VerifyConfig)
 @executor_options
-def verify_cmd(workers: int, executor: str, ray_address: str | None, **settings: Any) -> None:
+def verify_cmd(workers: int, executor: str, ray_address: str | None, **settings: Any) -> Prepared:
     """Check a packed folder: every shard, boundary and count against its JSON and stats.json.
 
     Each tar is read once (each sequence's JSON; every image through the image gate, which proves it
@@ -116,16 +122,22 @@ def verify_cmd(workers: int, executor: str, ray_address: str | None, **settings:
     from curate.core.progress import console
     from packer.verify import verify_pack
 
-    report = verify_pack(config=VerifyConfig(**settings), executor=make_executor(executor, workers, ray_address))
-    console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
-                  f"{report.images:,} images; recounted {report.recounted} records with the processor")
-    if not report.ok:
-        for problem in report.problems:
-            console.print(f"[red]✗[/red] {problem}")
-        if report.more_problems:
-            console.print(f"[red]✗[/red] ... {report.more_problems:,} more problems not listed")
-        raise SystemExit(1)
-    console.print("[green]✓[/green] all boundaries and counts consistent")
+    config = build_config(VerifyConfig, settings)
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        report = verify_pack(config=config, executor=runner)
+        console.print(f"checked {report.shards} shards, {report.sequences:,} sequences, {report.records:,} records, "
+                      f"{report.images:,} images; recounted {report.recounted} records with the processor")
+        if not report.ok:
+            for problem in report.problems:
+                console.print(f"[red]✗[/red] {problem}")
+            if report.more_problems:
+                console.print(f"[red]✗[/red] ... {report.more_problems:,} more problems not listed")
+            raise SystemExit(1)
+        console.print("[green]✓[/green] all boundaries and counts consistent")
+
+    return Prepared(config, run)
 
 
 @cli.command("energon-prepare")

@@ -8,10 +8,11 @@ import click
 
 from curate.cli.group import cli
 from curate.cli.generate_options import backend_from_flags, backend_options
-from curate.cli.options import (config_options, executor_options, image_limit_options, image_limits_given,
+from curate.cli.options import (Prepared, config_options, executor_options, image_limit_options, image_limits_given,
                                 image_root_option, make_executor, print_rejects)
 from curate.recaption.checks import CaptionRules
 from curate.recaption.config import RecaptionConfig
+from curate.core.settings import build_config
 
 
 @cli.command("recaption")
@@ -25,7 +26,7 @@ from curate.recaption.config import RecaptionConfig
 @image_limit_options
 @executor_options
 def recaption_cmd(inputs: tuple[str, ...], out: str, truncated: str, workers: int, executor: str,
-                  ray_address: str | None, **settings: Any) -> None:
+                  ray_address: str | None, **settings: Any) -> Prepared:
     """Write new captions (English and Chinese, or any language) for every image of records.
 
     Every image of a record gets one caption per language (or one language drawn
@@ -61,16 +62,21 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, truncated: str, workers: in
     from curate.recaption.stage import recaption
 
     backend = backend_from_flags(settings)
-    config = RecaptionConfig(out=out, backend=backend, rules=CaptionRules(truncated=truncated), **settings,
-                             **image_limits_given())
-    stats = recaption(list(inputs), config, executor=make_executor(executor, workers, ray_address))
-    r = from_stats(RecaptionResult, stats)
-    c = r.captions
-    console.print(f"captioned {r.records_out:,} of {r.records_in:,} records: kept {c.kept:,} of "
-                  f"{c.images:,} captions ({c.retried:,} retried); failed {c.failed or {}}")
-    for lang, counts in r.per_lang.items():
-        mean = "n/a" if counts.mean_chars is None else f"{counts.mean_chars:.0f}"
-        console.print(f"  {lang}: {counts.kept:,} of {counts.images:,} kept, mean {mean} characters")
-    print_rejects(r, out)
-    records = stats.get("outputs", {}).get("records", "records.jsonl")  # .parquet when the records carry bytes
-    console.print(f"records: {out}/{records}   captions: {out}/captions.parquet   stats: {out}/stats.json")
+    config = build_config(RecaptionConfig, settings, out=out, backend=backend, rules=CaptionRules(truncated=truncated),
+                          **image_limits_given())
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        stats = recaption(list(inputs), config, executor=runner)
+        r = from_stats(RecaptionResult, stats)
+        c = r.captions
+        console.print(f"captioned {r.records_out:,} of {r.records_in:,} records: kept {c.kept:,} of "
+                      f"{c.images:,} captions ({c.retried:,} retried); failed {c.failed or {}}")
+        for lang, counts in r.per_lang.items():
+            mean = "n/a" if counts.mean_chars is None else f"{counts.mean_chars:.0f}"
+            console.print(f"  {lang}: {counts.kept:,} of {counts.images:,} kept, mean {mean} characters")
+        print_rejects(r, out)
+        records = stats.get("outputs", {}).get("records", "records.jsonl")  # .parquet when the records carry bytes
+        console.print(f"records: {out}/{records}   captions: {out}/captions.parquet   stats: {out}/stats.json")
+
+    return Prepared(config, run)

@@ -8,9 +8,10 @@ import click
 
 from curate.cli.group import cli
 from curate.cli.generate_options import backend_from_flags, backend_options
-from curate.cli.options import (config_options, executor_options, image_limit_options, image_limits_given,
+from curate.cli.options import (Prepared, config_options, executor_options, image_limit_options, image_limits_given,
                                 image_root_option, make_executor)
 from curate.rl.config import RlFilterConfig, ScoreConfig, ServeRewardsConfig
+from curate.core.settings import build_config
 
 _CODE_FLAGS = ("code_cpu_seconds", "code_wall_seconds", "code_memory_mb", "trust_code")
 
@@ -46,7 +47,7 @@ def _code(flags: dict) -> object:
 @_code_options
 @executor_options
 def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, ray_address: str | None,
-              **settings: Any) -> None:
+              **settings: Any) -> Prepared:
     """Score model responses with the rule-based verifiers (curate.rewards).
 
     Writes OUT/scores.parquet (id, sample, source, verifier, accuracy, format, reward,
@@ -62,12 +63,17 @@ def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, r
     from curate.rl.results import ScoreResult
     from curate.rl.score import score
 
-    config = ScoreConfig(out=out, code=_code(settings), **settings)
-    r = from_stats(ScoreResult, score(list(records), config, executor=make_executor(executor, workers, ray_address)))
-    mean = "n/a" if r.overall.mean_reward is None else f"{r.overall.mean_reward:.3f}"
-    console.print(f"scored {r.scored:,} of {r.responses_in:,} responses; mean reward {mean}; "
-                  f"errored {r.errored or {}}")
-    console.print(f"scores: {out}/scores.parquet   stats: {out}/stats.json")
+    config = build_config(ScoreConfig, settings, out=out, code=_code(settings))
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        r = from_stats(ScoreResult, score(list(records), config, executor=runner))
+        mean = "n/a" if r.overall.mean_reward is None else f"{r.overall.mean_reward:.3f}"
+        console.print(f"scored {r.scored:,} of {r.responses_in:,} responses; mean reward {mean}; "
+                      f"errored {r.errored or {}}")
+        console.print(f"scores: {out}/scores.parquet   stats: {out}/stats.json")
+
+    return Prepared(config, run)
 
 
 @cli.command("serve-rewards")
@@ -90,7 +96,7 @@ def serve_rewards_cmd(**settings: Any) -> None:
     """
     from curate.rl.serve import serve
 
-    config = ServeRewardsConfig(code=_code(settings), **settings)
+    config = build_config(ServeRewardsConfig, settings, code=_code(settings))
     if config.pool_capped is not None:
         click.echo(f"--pool-workers {config.pool_capped}: capped at {config.pool_workers}, the cores this process may use",
                    err=True)
@@ -111,7 +117,7 @@ def serve_rewards_cmd(**settings: Any) -> None:
 @_code_options
 @executor_options
 def rl_filter_cmd(inputs: tuple[str, ...], out: str, workers: int, executor: str, ray_address: str | None,
-                  **settings: Any) -> None:
+                  **settings: Any) -> Prepared:
     """Keep the RL prompts a model solves sometimes but not reliably.
 
     Samples --n answers per prompt from the model (--model ckpt/, --endpoint URL, or
@@ -136,12 +142,18 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, workers: int, executor: str
     from curate.rl.results import RlFilterResult
 
     backend = backend_from_flags(settings)
-    config = RlFilterConfig(out=out, backend=backend, code=_code(settings), **settings, **image_limits_given())
-    stats = rl_filter(list(inputs), config, executor=make_executor(executor, workers, ray_address))
-    r = from_stats(RlFilterResult, stats)
-    o = r.overall
-    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    console.print(f"kept {r.kept:,} of {r.records_in:,} prompts; dropped {r.dropped or {}}; errored {r.errored or {}}")
-    console.print(f"mean reward {fmt(o.mean_reward)}, pass@1 {fmt(o.mean_pass_at_1)}, "
-                  f"pass@N {fmt(o.mean_pass_at_n)}, truncation {fmt(o.truncation_rate)}")
-    console.print(f"kept: {out}/{stats.get('kept_file', 'kept.jsonl')}   report: {out}/rl_filter.png   stats: {out}/stats.json")
+    config = build_config(RlFilterConfig, settings, out=out, backend=backend, code=_code(settings),
+                          **image_limits_given())
+    runner = make_executor(executor, workers, ray_address)
+
+    def run() -> None:
+        stats = rl_filter(list(inputs), config, executor=runner)
+        r = from_stats(RlFilterResult, stats)
+        o = r.overall
+        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+        console.print(f"kept {r.kept:,} of {r.records_in:,} prompts; dropped {r.dropped or {}}; errored {r.errored or {}}")
+        console.print(f"mean reward {fmt(o.mean_reward)}, pass@1 {fmt(o.mean_pass_at_1)}, "
+                      f"pass@N {fmt(o.mean_pass_at_n)}, truncation {fmt(o.truncation_rate)}")
+        console.print(f"kept: {out}/{stats.get('kept_file', 'kept.jsonl')}   report: {out}/rl_filter.png   stats: {out}/stats.json")
+
+    return Prepared(config, run)

@@ -71,8 +71,9 @@ class ClickVerbs:
 
     def check(self, verb: str, argv: list[str], later: list[str]) -> None:
         """Build and check a step's settings as the verb does, without running it (``later``: paths earlier steps
-        will make, accepted as if they existed)."""
-        from curate.cli.options import Checked
+        will make, accepted as if they existed): the verb returns its :class:`~curate.cli.options.Prepared`, whose
+        work is not run."""
+        from curate.cli.options import Prepared
         from curate.core import validate
 
         cmd = self._command(verb)
@@ -81,11 +82,11 @@ class ClickVerbs:
                 ctx = cmd.make_context(verb, list(argv))
                 ctx.meta["curate.check_only"] = True
                 with ctx:
-                    click.Command.invoke(cmd, ctx)  # the verb alone, not the report written after it
-            except Checked:
-                return
+                    prepared = click.Command.invoke(cmd, ctx)  # the verb's settings alone: not its work, no report
             except click.ClickException as exc:
                 raise UserError(exc.format_message()) from None
+        if not isinstance(prepared, Prepared):  # a recipe verb builds its settings, then returns its work unrun
+            raise TypeError(f"curate {verb} returned {type(prepared).__name__}, not Prepared: it cannot be checked")
 
     def invoke(self, verb: str, argv: list[str]) -> None:
         """Run ``curate VERB ARGV`` in this process, through the command line's own path."""

@@ -11,6 +11,7 @@ from curate.balance.vocab.sources import WORDFREQ_SCRIPTS
 from curate.core.results import from_stats
 from curate.cli.group import cli
 from curate.cli.options import config_options, executor_options, make_executor
+from curate.core.settings import build_config
 
 
 @cli.group("vocab")
@@ -56,7 +57,7 @@ def vocab_build_cmd(wordfreq_languages: tuple[str, ...], **settings: object) -> 
 
     if settings["out"] is None:
         raise click.UsageError("Missing option '--out'.")
-    config = VocabBuildConfig(wordfreq_languages=wordfreq_languages or None, **settings)  # type: ignore[arg-type]
+    config = build_config(VocabBuildConfig, settings, wordfreq_languages=wordfreq_languages or None)
     click.echo(summarize(build_vocab_file(config, command=command_line())))  # paths or URLs
 
 
@@ -86,7 +87,7 @@ def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | N
     if settings["out"] is None:
         raise click.UsageError("Missing option '--out'.")
     out = str(settings["out"])
-    config = VocabEmbedConfig(**settings)  # type: ignore[arg-type]
+    config = build_config(VocabEmbedConfig, settings)
     sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
     done = embed_vocab(None, config, executor=make_executor(executor, workers, ray_address) if sharded else None)
     r = from_stats(VocabEmbedResult, done)

@@ -100,8 +100,6 @@ def _info(f: dataclasses.Field, hints: dict[str, Any]) -> SettingInfo:
 def flag_fields() -> dict[str, str]:
     """Every stage's settings by flag: ``{"--near-threshold": "near_threshold", ...}`` (the configs of
     :data:`curate.stages.STAGES` and the dataclasses they hold), for errors raised from Python."""
-    import importlib
-
     from curate.stages import STAGES
 
     table: dict[str, str] = {"--out": "out"}
@@ -124,9 +122,29 @@ def flag_fields() -> dict[str, str]:
 
     for spec in STAGES.values():
         if spec.config:
-            module, _, name = spec.config.partition(":")
             try:
-                walk(getattr(importlib.import_module(module), name))
+                walk(spec.config.load())
             except ImportError:  # an optional stage whose extra is not installed
                 continue
     return table
+
+
+def build_config(cls: type, values: dict[str, Any], **given: Any) -> Any:
+    """A stage's config from values named by its fields (a verb's flags, or a recipe step's settings): the one way
+    the verbs build their settings. ``given`` are the values the verb sets itself (``threads`` from ``--workers``,
+    the image limits...); they win over ``values``.
+
+    Raises:
+        TypeError: a value no field of ``cls`` takes (a verb's bug: its options are made from the fields), naming
+            the closest field.
+        UserError: a bad value (the config's own check, naming the flag).
+    """
+    import difflib
+
+    fields = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], fields, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise TypeError(f"{cls.__name__} has no setting {', '.join(unknown)}{hint}")
+    return cls(**{**values, **given})

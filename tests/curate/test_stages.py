@@ -30,11 +30,6 @@ def test_the_consumers_read_the_table() -> None:
         assert not spec.plots or spec.report, name  # plots are shown by the report the verb writes
 
 
-def _config_class(path: str) -> type:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def test_each_setting_is_declared_once() -> None:
     """A verb with a settings class offers each of its settings as an option made from the field (flag,
     default, help), and no option of the verb repeats a field of that class by hand."""
@@ -49,7 +44,7 @@ def test_each_setting_is_declared_once() -> None:
     for name, spec in STAGES.items():
         if spec.config is None:
             continue
-        cls = _config_class(spec.config)
+        cls = spec.config.load()
         settings = settings_of(cls)
         assert settings, f"{name}: {spec.config} declares no setting"
         command = _command_of(cli.commands[name], settings)
@@ -106,3 +101,20 @@ def test_one_row_reaches_every_consumer(monkeypatch) -> None:  # noqa: ANN001 - 
         assert "--min-words" in shown and "fewer words than this" in shown and "records.jsonl" in shown
     finally:
         cli.commands.pop("min-words", None)
+
+
+def test_a_spec_holds_its_config_and_result_classes_loaded_only_when_asked_for() -> None:
+    """``spec.config.load()`` is the settings class (its module imported then); listing the verbs imports none."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    code = ("import sys, curate.cli.group; from curate.stages import STAGES; "
+            "print(sorted(m for m in sys.modules if m.endswith('.config')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", loaded
+    for name, spec in STAGES.items():
+        for ref in (spec.config, spec.result):
+            if ref is not None:
+                cls = ref.load()
+                assert dataclasses.is_dataclass(cls) and ref == f"{cls.__module__}:{cls.__name__}", (name, ref)

@@ -50,3 +50,18 @@ def test_options_made_from_the_config_give_the_config_its_values() -> None:
     assert eval(got.output) == {"out": "o", "ctx": 10, "ratio": None, "exact": True, "plot": False,  # noqa: S307
                                 "mode": "metaclip", "hidden": 3, "plain": 7}
     assert CliRunner().invoke(demo, ["--ctx", "3"]).exit_code == 2  # --out is required
+
+
+def test_build_config_refuses_a_value_no_field_takes() -> None:
+    import pytest
+
+    from curate.balance.config import TagConfig
+    from curate.core.errors import UserError
+    from curate.core.settings import build_config
+
+    with pytest.raises(UserError, match="top.k must be at least 1"):
+        build_config(TagConfig, {"out": "x", "top_k": 0})
+    with pytest.raises(TypeError, match=r"^TagConfig has no setting top_kk; did you mean top_k\?$"):
+        build_config(TagConfig, {"out": "x", "top_kk": 3})
+    config = build_config(TagConfig, {"out": "x", "top_k": None}, seed=3)
+    assert (config.top_k, config.seed) == (5, 3)  # top_k unset: the tag default, declared once
