@@ -318,7 +318,8 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
     staging folder, such a node's markers are not the bucket's (the driver asked for this shard because
     the bucket has no marker for it) and nothing of the shard stays on its disk once uploaded.
 
-    Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``.
+    Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``; on disk without what
+    depends on how the run went (:meth:`StageStats.history_free`: for the driver and ``history.json`` only).
     """
     marker = marker_path(out, task.stage, shard.id)
     remote = url_of(out) is not None
@@ -338,7 +339,7 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(work / rel, dest)
         content = {"shard": shard.id, "rows": len(shard), "stats": stats.to_dict(), "files": files}
-        write_json(marker, content)
+        write_json(marker, {**content, "stats": StageStats.history_free(content["stats"])})
         if remote:  # --out in a bucket: outputs first, marker last; then off the local disk
             push_shard(out, files, marker)
             if away:  # the driver fetches the marker and what it reads; this node needs none of it again
