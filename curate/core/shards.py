@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.core.defaults import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE
-from curate.core.errors import UserError
+from curate.core.errors import UserError, reading_input
 from curate.core.io import dumps_json, is_url, read_json, text_of, write_json, write_parquet
 from curate.core.location import shown
 from curate.core.remote_sync import drop_local, fetch, push_shard
@@ -84,7 +84,8 @@ class Shard:
         only Parquet cells are, as views on the Arrow buffers, for steps that decode pixels.
         """
         for part in self.parts:
-            yield from read_part(part, with_raw=with_raw, heads=heads, views=views)
+            with reading_input(part.path):  # a damaged file: one line naming it, not --out
+                yield from read_part(part, with_raw=with_raw, heads=heads, views=views)
 
 
 def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE, *,
@@ -318,8 +319,7 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
     staging folder, such a node's markers are not the bucket's (the driver asked for this shard because
     the bucket has no marker for it) and nothing of the shard stays on its disk once uploaded.
 
-    Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``; on disk without what
-    depends on how the run went (:meth:`StageStats.history_free`: for the driver and ``history.json`` only).
+    Returns the marker's content ``{"shard", "rows", "stats", "files"}`` (on disk: :meth:`StageStats.history_free`).
     """
     marker = marker_path(out, task.stage, shard.id)
     remote = url_of(out) is not None

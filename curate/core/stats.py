@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -31,8 +30,8 @@ from curate.core.io import write_json, write_parquet
 #: retries and seconds): left out of shard markers and ``stats.json``, recorded in ``history.json``.
 HISTORY_EXTRA = ("generation.",)
 
-__all__ = ["AccountingError", "HISTORY_EXTRA", "REJECT_SCHEMA", "StageStats", "command_line", "finish_stage",
-           "run_header", "stage_result", "versions", "without_timings"]
+__all__ = ["AccountingError", "HISTORY_EXTRA", "REJECT_SCHEMA", "StageStats", "command_line", "engine_used",
+           "finish_stage", "run_header", "stage_result", "versions", "without_timings"]
 
 REJECT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
                            ("reason", pa.string()), ("detail", pa.string())])
@@ -287,14 +286,24 @@ def _rows_table(rows: Sequence[tuple[str, str, str, str, str]]) -> pa.Table:
     return pa.table([strings(c) for c in cols], schema=REJECT_SCHEMA)
 
 
+#: Engines (``ray``) that ran shards in this process since the last :func:`finish_stage`.
+_ENGINES: set[str] = set()
+
+
+def engine_used(name: str) -> None:
+    """Note that ``name`` (``ray``) ran shards of the stage being run: :func:`versions` lists it until the stage's
+    :func:`finish_stage` (an installed library that ran nothing is not part of how the outputs were made)."""
+    _ENGINES.add(name)
+
+
 def versions() -> dict[str, str]:
-    """Versions of Python and the libraries that shape outputs (Ray only when this process ran shards on it)."""
+    """Versions of Python and the libraries that shape outputs (Ray only when it ran shards: :func:`engine_used`)."""
     from importlib import metadata  # here: its import is for the run's header only
 
     out = {"python": platform.python_version()}
     for dist in ("curate", "torch", "open_clip_torch", "transformers", "tokenizers", "faiss-cpu",
                  "numpy", "pyarrow", "webdataset", "pillow", "math-verify", "ray"):
-        if dist == "ray" and "curate.executors.ray" not in sys.modules:  # installed is not used: --executor ray
+        if dist == "ray" and dist not in _ENGINES:  # installed is not used
             continue
         try:
             out[dist] = metadata.version(dist)
@@ -373,4 +382,5 @@ def finish_stage(out: str | os.PathLike[str], result: dict[str, Any], stats: Sta
     if timings:
         record_run(out, str(result.get("stage", "stage")), timings=timings)
     write_json(out / "stats.json", content)
+    _ENGINES.clear()  # the next stage of this process lists what it used
     return result
