@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.report.assets import Assets, inputs_of, lookup_records, read_sampled, sample_indices
@@ -132,7 +134,13 @@ def _responses(path: str, wanted: set[tuple[str, int]], max_rows: int = 2_000_00
     return found
 
 
+#: The ``error`` of a scores row that was not scored (errored in ``stats.json``), before its first ``:``.
+NOT_SCORED = frozenset({"bad_record", "unknown_id", "malformed_response", "record_error"})
+
+
 def _figures(r: dict[str, Any]) -> str:
+    if str(r.get("error") or "").split(":", 1)[0] in NOT_SCORED:
+        return '<b class="bad">not scored</b>'
     return (f"reward <b>{num(r.get('reward'))}</b> · accuracy {num(r.get('accuracy'))} · "
             f"format {num(r.get('format'))}")
 
@@ -143,12 +151,16 @@ def score_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int
     path = folder / "scores.parquet"
     if not path.exists():
         return ""
-    rewards = pq.read_table(path, columns=["reward"]).column("reward").to_numpy(zero_copy_only=False)
+    scores = pq.read_table(path, columns=["reward", "error"])
+    reasons = pc.utf8_slice_codeunits(pc.fill_null(scores.column("error"), ""), 0, 40)
+    scored = pc.invert(pc.is_in(pc.list_element(pc.split_pattern(reasons, ":", max_splits=1), 0),
+                                pa.array(sorted(NOT_SCORED))))
+    rewards = scores.filter(scored).column("reward").to_numpy(zero_copy_only=False)
     verifiers = stats.get("per_verifier") or {}
     rows = [[v, e.get("responses"), e.get("mean_accuracy"), e.get("mean_format"), e.get("mean_reward"),
              ", ".join(f"{k} {n:,}" for k, n in sorted((e.get("verifier_errors") or {}).items())) or "–"]
             for v, e in sorted(verifiers.items())]
-    summary = (f"<p class=muted>Rewards of all {len(rewards):,} responses (accuracy: the answer agrees with the "
+    summary = (f"<p class=muted>Rewards of all {len(rewards):,} scored responses (accuracy: the answer agrees with the "
                "record's gold answer; format: the response follows the answer format the prompt asks for; reward: "
                "what a trainer is given).</p>" + reward_histogram(np.asarray(rewards, dtype=np.float64))
                + ("<h3>Per verifier</h3>" + table(["verifier", "responses", "mean accuracy", "mean format",
