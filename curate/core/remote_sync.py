@@ -9,7 +9,8 @@ module moves the bytes, and moves as few as it can, and keeps the local disk sma
   the truth: a shard is done when its marker is *there*). Finished shards' data stays in the bucket;
 * :func:`push_shard`: a finished shard's outputs, then its marker, once, from the worker that ran
   it; then :func:`drop_local` deletes its files from the local disk, except those this machine reads
-  again (the driver's ``ShardTask.driver_reads``, a later step's ``ShardTask.kept_local``);
+  again (the driver's ``ShardTask.driver_reads``, a later step's ``ShardTask.kept_local``).
+  :mod:`curate.core.uploads` does the same in the background while the worker makes its next shard;
 * :func:`pull_listed`: after a stage, the files of finished shards that the stage's driver reads,
   for shards that ran elsewhere or before; :func:`ensure_local` / :func:`fetch`: before or while
   shards run, the files of earlier steps they read (``ShardTask.reads_out``), on whichever node runs
