@@ -276,8 +276,17 @@ def drop_prefix(out: Path) -> None:
 
 
 def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
-    """Upload one finished shard of a staging folder: its files, then its marker (no-op elsewhere)."""
-    push_files(out, [*files, marker.relative_to(out).as_posix()])
+    """Upload one finished shard of a staging folder: its files (at once, on the filesystem's concurrent transfers),
+    then its marker (no-op elsewhere)."""
+    url = url_of(out)
+    if url is None:
+        return
+    fs, inner = remote_fs(url)
+    if len(files) > 1:
+        fs.put([str(out / rel) for rel in files], [f"{inner}/{rel}" for rel in files])
+    elif files:
+        fs.put_file(str(out / files[0]), f"{inner}/{files[0]}")
+    fs.put_file(str(marker), f"{inner}/{marker.relative_to(out).as_posix()}")
 
 
 def drop_local(out: Path, files: Sequence[str], keep: Sequence[str] | None) -> int:
