@@ -28,9 +28,9 @@ def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: i
     if lengths.size:
         values, weights = _value_counts(lengths)  # the histograms are binned from per-value counts
         counts, edges = np.histogram(values, bins=min(80, max(10, int(np.sqrt(lengths.size)))), weights=weights)
-        left.stairs(counts, edges, fill=True, color="#4c72b0")
+        left.stairs(counts, edges, fill=True, color="#4c72b0", baseline=_FLOOR)
         left.axvline(ctx, color="#c44e52", ls="--", lw=1, label=f"ctx {ctx}")
-        left.set_yscale("log")
+        _log_counts(left, float(counts.max()))
         left.legend(loc="upper right")
     left.set_xlabel("tokens per sample")
     left.set_ylabel("samples (log)")
@@ -55,6 +55,24 @@ def plot_packing(path: Path, lengths: np.ndarray, bin_tokens: np.ndarray, ctx: i
         fig.savefig(fh, format="png", metadata={"Software": None})
 
 
+#: The bottom of a log-count axis: a bar of count 1 rises from here to 1, as visible as any other.
+_FLOOR = 0.5
+
+
+def _log_counts(ax: object, most: float) -> None:
+    """A log y axis of counts whose bars of count 1 show (the axis starts at :data:`_FLOOR`), labelled with plain
+    counts (1, 2, 5, 10, … or 1, 10, 100, … over many decades; never ``2×10⁰``)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    top = max(2.0, most * 1.6)
+    ax.set_yscale("log")
+    ax.set_ylim(_FLOOR, top)
+    subs = (1.0, 2.0, 5.0) if top <= 2000 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else ""))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _value_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct values and their counts (``bincount`` for integers: one pass, no sort)."""
     if values.dtype.kind in "iu" and values.size and int(values.min()) >= 0 and int(values.max()) < 1 << 26:
@@ -70,12 +88,15 @@ def _imbalance_panel(ax: object, step_ratio: dict[str, np.ndarray]) -> None:
     both = np.concatenate([before, after]) if before.size or after.size else np.ones(1)
     hi = float(np.percentile(both, 99.9)) if both.size > 10 else float(both.max())
     edges = np.linspace(1.0, max(hi, 1.01), 61)
+    most = 1.0
     for values, color, label in ((before, "#c44e52", "token-only"), (after, "#4c72b0", "compute-balanced")):
         if values.size:
             p99 = float(np.percentile(values, 99))
-            ax.hist(np.minimum(values, edges[-1]), bins=edges, color=color, alpha=0.6,
-                    label=f"{label}: mean {values.mean():.3f}, p99 {p99:.3f}")
-    ax.set_yscale("log")
+            counts, _ = np.histogram(np.minimum(values, edges[-1]), bins=edges)
+            ax.stairs(counts, edges, fill=True, baseline=_FLOOR, color=color, alpha=0.6,
+                      label=f"{label}: mean {values.mean():.3f}, p99 {p99:.3f}")
+            most = max(most, float(np.max(counts)))
+    _log_counts(ax, most)
     ax.set_xlabel("step imbalance (max / mean rank cost)")
     ax.set_ylabel("steps (log)")
     ax.set_title("per-step imbalance, before and after")

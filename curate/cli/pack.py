@@ -71,13 +71,13 @@ def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **
 def _summary_pack(stats: dict, out: str) -> None:
     from curate.core.progress import console
     from curate.core.results import from_stats
+    from curate.report.pages.pack import padding_summary
     from packer.results import PackResult
 
     r = from_stats(PackResult, stats)
-    pr = r.padding_reduction
     console.print(f"[bold]packed[/bold] {r.records_packed:,} of {r.records_in:,} records into "
                   f"{r.bins:,} sequences (lower bound {r.lower_bound_bins:,}, "
-                  f"fill {r.fill_ratio:.3f}, padding reduction {'∞' if pr is None else f'{pr:.1f}×'})")
+                  f"fill {r.fill_ratio:.3f}; {padding_summary(stats, short=True)})")
     if r.balance:
         b = r.balance
         before, after = b["imbalance"]["token_only"], b["imbalance"]["balanced"]

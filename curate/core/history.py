@@ -1,14 +1,18 @@
 """``OUT/history.json``: how an output folder came to be, kept apart from ``stats.json``.
 
-``stats.json`` is a function of the inputs, the settings and the seed: a run that was
-killed and resumed writes the same bytes as a run that went straight through. What
-depends on the run's history goes here instead, per stage:
+Every file of an output folder is a function of the inputs, the settings and the seed: a run
+that was killed and resumed writes the same bytes as a run that went straight through
+(``stats.json``, the shards' markers, the report). ``history.json`` is the one file that
+differs: what depends on the run's history goes here instead, per stage:
 
 * ``runs``: one entry per finished invocation into the folder (when it finished, the
-  command, the wall time per step, how many shards it found already done, e.g. by a
-  killed run), and ``resumes``: the invocations that found shards done;
+  command, the wall time per step: the ``timings`` every stage reports, moved here by
+  :func:`curate.core.stats.finish_stage`; for ``recaption`` and ``rl-filter`` also how many
+  shards it found already done, e.g. by a killed run), and ``resumes``: the invocations that
+  found shards done;
 * ``generation``: backend counters (requests, attempts, retries per reason, errors per
-  reason, seconds) summed over the last execution of every shard;
+  reason, seconds) summed over the shards the last invocation ran (a shard's marker keeps
+  none of them: they depend on how often it was asked);
 * ``unanswered``: requests that failed on the server's side in the last invocation
   (asked again by a rerun), and the server's learned ``choices_per_call``, if any;
 * per run, its ``operational`` settings (:data:`OPERATIONAL`).
@@ -24,14 +28,14 @@ change of model, ``--n``, sampling or prompts is still refused. Every generating
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from curate.core.io import read_json, write_json
-from curate.core.shards import is_complete, marker_path
-from curate.core.stats import command_line
 
 HISTORY = "history.json"
 #: Backend description keys that change how a run goes, not its outputs (see the module docstring).
@@ -60,21 +64,28 @@ def backend_identity(described: Mapping[str, Any]) -> dict[str, Any]:
     return identity
 
 
-def shards_done(out: Path, stage: str, shards: Sequence[Any]) -> int:
-    """How many of ``shards`` are complete in ``out`` already (call before running the stage)."""
-    return sum(is_complete(marker_path(Path(out), stage, s.id)) for s in shards)
+def command_line() -> str:
+    """The command that started this process, shell-quoted."""
+    return shlex.join([sys.argv[0].rsplit("/", 1)[-1], *sys.argv[1:]])
 
 
-def record_run(out: Path, stage: str, *, timings: dict[str, float], shards: int, reused: int,
-               operational: Mapping[str, Any] | None = None, **figures: Any) -> dict[str, Any]:
+def _rounded(timings: Mapping[str, Any]) -> dict[str, Any]:
+    """Wall seconds rounded to the microsecond (nested groups, such as a pipeline's steps, kept as groups)."""
+    return {k: _rounded(v) if isinstance(v, Mapping) else round(v, 6) if isinstance(v, float) else v
+            for k, v in sorted(timings.items())}
+
+
+def record_run(out: Path, stage: str, *, timings: Mapping[str, Any], shards: int | None = None,
+               reused: int | None = None, operational: Mapping[str, Any] | None = None,
+               **figures: Any) -> dict[str, Any]:
     """Append this invocation to ``OUT/history.json`` under ``stage`` and set its ``figures``; return the entry.
 
     Args:
         out: The output folder.
         stage: The stage name (one section per stage).
-        timings: Wall seconds per step of this invocation.
-        shards: Shards of the run.
-        reused: Shards found complete when this invocation started (:func:`shards_done`).
+        timings: Wall seconds per step of this invocation (a group of steps may nest: ``{"steps": {...}}``).
+        shards: Shards of the run (None: not recorded).
+        reused: Shards found complete when this invocation started (see :func:`curate.executors.pending`).
         operational: This invocation's operational settings (:func:`operational_of`), kept with its run.
         **figures: Counters of the run's history (``generation``, ``unanswered``...).
     """
@@ -83,10 +94,14 @@ def record_run(out: Path, stage: str, *, timings: dict[str, float], shards: int,
         data = read_json(path) if path.exists() else {}
     except (OSError, ValueError):
         data = {}  # a torn or foreign file: history is a record, never a reason to fail a run
+    if not isinstance(data, dict):
+        data = {}
     entry = data.get(stage) if isinstance(data.get(stage), dict) else {}
+    counts = {"shards": shards} if shards is not None else {}
+    if reused is not None:
+        counts["shards_reused"] = reused
     runs = list(entry.get("runs", [])) + [{"finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                           "command": command_line(), "shards": shards, "shards_reused": reused,
-                                           "timings": {k: round(v, 6) for k, v in sorted(timings.items())},
+                                           "command": command_line(), **counts, "timings": _rounded(timings),
                                            **({"operational": dict(operational)} if operational else {})}]
     entry = {**entry, **figures, "runs": runs, "resumes": sum(1 for r in runs if r.get("shards_reused"))}
     data[stage] = entry

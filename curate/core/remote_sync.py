@@ -9,7 +9,8 @@ module moves the bytes, and moves as few as it can, and keeps the local disk sma
   the truth: a shard is done when its marker is *there*). Finished shards' data stays in the bucket;
 * :func:`push_shard`: a finished shard's outputs, then its marker, once, from the worker that ran
   it; then :func:`drop_local` deletes its files from the local disk, except those this machine reads
-  again (the driver's ``ShardTask.driver_reads``, a later step's ``ShardTask.kept_local``);
+  again (the driver's ``ShardTask.driver_reads``, a later step's ``ShardTask.kept_local``).
+  :mod:`curate.core.uploads` does the same in the background while the worker makes its next shard;
 * :func:`pull_listed`: after a stage, the files of finished shards that the stage's driver reads,
   for shards that ran elsewhere or before; :func:`ensure_local` / :func:`fetch`: before or while
   shards run, the files of earlier steps they read (``ShardTask.reads_out``), on whichever node runs
@@ -275,8 +276,17 @@ def drop_prefix(out: Path) -> None:
 
 
 def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
-    """Upload one finished shard of a staging folder: its files, then its marker (no-op elsewhere)."""
-    push_files(out, [*files, marker.relative_to(out).as_posix()])
+    """Upload one finished shard of a staging folder: its files (at once, on the filesystem's concurrent transfers),
+    then its marker (no-op elsewhere)."""
+    url = url_of(out)
+    if url is None:
+        return
+    fs, inner = remote_fs(url)
+    if len(files) > 1:
+        fs.put([str(out / rel) for rel in files], [f"{inner}/{rel}" for rel in files])
+    elif files:
+        fs.put_file(str(out / files[0]), f"{inner}/{files[0]}")
+    fs.put_file(str(marker), f"{inner}/{marker.relative_to(out).as_posix()}")
 
 
 def drop_local(out: Path, files: Sequence[str], keep: Sequence[str] | None) -> int:

@@ -34,15 +34,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.core.defaults import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE
-from curate.core.errors import UserError
+from curate.core.errors import UserError, reading_input
 from curate.core.io import dumps_json, is_url, read_json, text_of, write_json, write_parquet
 from curate.core.location import shown
-from curate.core.remote_sync import drop_local, fetch, push_shard
+from curate.core.remote_sync import fetch, push_shard
 from curate.core.record_limits import TOO_MANY_IMAGES
 from curate.core.staging import url_of
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
 from curate.core.splits import input_stamps, split_inputs
 from curate.core.stats import REJECT_SCHEMA, StageStats
+from curate.core.uploads import push_shard_later, warm_up
 from curate.core.validate import in_dir
 
 SHARDS_DIR = "_shards"
@@ -84,7 +85,8 @@ class Shard:
         only Parquet cells are, as views on the Arrow buffers, for steps that decode pixels.
         """
         for part in self.parts:
-            yield from read_part(part, with_raw=with_raw, heads=heads, views=views)
+            with reading_input(part.path):  # a damaged file: one line naming it, not --out
+                yield from read_part(part, with_raw=with_raw, heads=heads, views=views)
 
 
 def plan_shards(inputs: Sequence[str | os.PathLike[str]], shard_size: int = DEFAULT_SHARD_SIZE, *,
@@ -315,17 +317,17 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
                   progress: Callable[[int], None] | None = None, *, away: bool = False) -> dict[str, Any]:
     """Run one shard under the contract (skip if done; temp folder; rename; marker last).
 
-    ``away``: this process works for a driver on another node (a Ray actor). With ``out`` a bucket's
-    staging folder, such a node's markers are not the bucket's (the driver asked for this shard because
-    the bucket has no marker for it) and nothing of the shard stays on its disk once uploaded.
+    ``away``: this process works for a driver on another node (a Ray actor): with ``out`` a staging folder, its
+    markers are not the bucket's (the bucket has none for this shard) and nothing of the shard stays on its disk.
 
-    Returns the marker's content: ``{"shard": id, "stats": {...}, "files": [...]}``.
+    Returns the marker's content ``{"shard", "rows", "stats", "files"}`` (on disk: :meth:`StageStats.history_free`).
     """
     marker = marker_path(out, task.stage, shard.id)
     remote = url_of(out) is not None
     done = None if away and remote else read_marker(marker)
     if done is not None:
         return done
+    warm_up(out)  # with OUT in a bucket, its client made ready while the shard is made
     work = out / TMP_DIR / task.stage / f"{shard.id}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True, exist_ok=False)
     ctx = ShardContext(seed=seed, progress=progress or (lambda n: None), out=out)
@@ -339,14 +341,13 @@ def execute_shard(task: ShardTask, shard: Shard, out: Path, seed: int,
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(work / rel, dest)
         content = {"shard": shard.id, "rows": len(shard), "stats": stats.to_dict(), "files": files}
-        write_json(marker, content)
-        if remote:  # --out in a bucket: outputs first, marker last; then off the local disk
+        write_json(marker, {**content, "stats": StageStats.history_free(content["stats"])})
+        if remote and away:  # a node: outputs first, marker last, then off its disk (the driver fetches the marker)
             push_shard(out, files, marker)
-            if away:  # the driver fetches the marker and what it reads; this node needs none of it again
-                for path in [*(out / rel for rel in files), marker, *ctx.fetched]:
-                    path.unlink(missing_ok=True)
-            else:
-                drop_local(out, files, None if task.driver_reads is None else (*task.driver_reads, *task.kept_local))
+            for path in [*(out / rel for rel in files), marker, *ctx.fetched]:
+                path.unlink(missing_ok=True)
+        elif remote:  # this machine: the same in the background while the next shard is made, then off the disk
+            push_shard_later(out, files, marker, task.driver_reads, task.kept_local)
         return content
     finally:
         shutil.rmtree(work, ignore_errors=True)

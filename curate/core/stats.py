@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -25,7 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.arrow import strings
+from curate.core.history import command_line, record_run
 from curate.core.io import write_json, write_parquet
+
+#: Prefixes of ``StageStats.extra`` keys that tell how a run went rather than what it made (a backend's requests,
+#: retries and seconds): left out of shard markers and ``stats.json``, recorded in ``history.json``.
+HISTORY_EXTRA = ("generation.",)
+
+__all__ = ["AccountingError", "HISTORY_EXTRA", "REJECT_SCHEMA", "StageStats", "command_line", "engine_used",
+           "finish_stage", "run_header", "stage_result", "versions", "without_timings"]
 
 REJECT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
                            ("reason", pa.string()), ("detail", pa.string())])
@@ -242,6 +248,19 @@ class StageStats:
             **({"extra": self.extra} if self.extra else {}),
         }
 
+    @staticmethod
+    def history_free(counts: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`to_dict`'s content without what depends on how the run went: ``timings`` (wall seconds) and
+        the :data:`HISTORY_EXTRA` counters. What a shard's marker holds, so a resumed run writes the same bytes."""
+        out = {k: v for k, v in counts.items() if k != "timings"}
+        if "extra" in counts:
+            extra = {k: v for k, v in counts["extra"].items() if not k.startswith(HISTORY_EXTRA)}
+            if extra:
+                out["extra"] = extra
+            else:
+                del out["extra"]
+        return out
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], rejects: Iterable[tuple[str, str, str, str, str]] = ()) -> StageStats:
         """Inverse of :meth:`to_dict`."""
@@ -267,23 +286,30 @@ def _rows_table(rows: Sequence[tuple[str, str, str, str, str]]) -> pa.Table:
     return pa.table([strings(c) for c in cols], schema=REJECT_SCHEMA)
 
 
+#: Engines (``ray``) that ran shards in this process since the last :func:`finish_stage`.
+_ENGINES: set[str] = set()
+
+
+def engine_used(name: str) -> None:
+    """Note that ``name`` (``ray``) ran shards of the stage being run: :func:`versions` lists it until the stage's
+    :func:`finish_stage` (an installed library that ran nothing is not part of how the outputs were made)."""
+    _ENGINES.add(name)
+
+
 def versions() -> dict[str, str]:
-    """Versions of Python and the libraries that shape outputs."""
+    """Versions of Python and the libraries that shape outputs (Ray only when it ran shards: :func:`engine_used`)."""
     from importlib import metadata  # here: its import is for the run's header only
 
     out = {"python": platform.python_version()}
     for dist in ("curate", "torch", "open_clip_torch", "transformers", "tokenizers", "faiss-cpu",
                  "numpy", "pyarrow", "webdataset", "pillow", "math-verify", "ray"):
+        if dist == "ray" and dist not in _ENGINES:  # installed is not used
+            continue
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
     return out
-
-
-def command_line() -> str:
-    """The command that started this process, shell-quoted."""
-    return shlex.join([sys.argv[0].rsplit("/", 1)[-1], *sys.argv[1:]])
 
 
 def run_header(stage: str, *, seed: int | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -310,12 +336,35 @@ def stage_result(stage: str, stats: StageStats, *, seed: int | None = None, sett
     return result
 
 
+def without_timings(result: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``result`` without its wall times, and those times: every ``timings`` key (a mapping of numbers) at the
+    top level or inside nested mappings (a pipeline's ``steps``), the nested ones under their path in the
+    second value (``{"wall": 3.1, "steps": {"embed": {"model": 1.2}}}``)."""
+    kept: dict[str, Any] = {}
+    times: dict[str, Any] = {}
+    for key, value in result.items():
+        if key == "timings" and isinstance(value, Mapping):
+            times.update(value)
+        elif isinstance(value, Mapping):
+            inner, inner_times = without_timings(value)
+            kept[key] = inner
+            if inner_times:
+                times[key] = inner_times
+        else:
+            kept[key] = value
+    return kept, times
+
+
 def finish_stage(out: str | os.PathLike[str], result: dict[str, Any], stats: StageStats | None = None) -> dict[str, Any]:
-    """The last step of every stage driver: write ``OUT/rejects.parquet`` and ``OUT/stats.json``.
+    """The last step of every stage driver: write ``OUT/rejects.parquet``, ``OUT/stats.json`` and the run's wall
+    times to ``OUT/history.json``.
 
     Every verb ends here once its own outputs are in place, so what each finished
     run should leave behind (a report page, a notification) is one call added at
-    the end of this function.
+    the end of this function. ``stats.json`` is a function of the inputs, settings and seed:
+    the ``timings`` of ``result`` (wall seconds, also nested ones: :func:`without_timings`) are
+    left out of it and appended to ``history.json`` (:func:`curate.core.history.record_run`), the
+    one file of a folder that differs between a straight and a killed-and-resumed run.
 
     Args:
         out: the stage's output folder.
@@ -324,10 +373,14 @@ def finish_stage(out: str | os.PathLike[str], result: dict[str, Any], stats: Sta
             ``rejects.parquet`` (None: the stage writes no rejects file).
 
     Returns:
-        ``result``, unchanged.
+        ``result``, unchanged (its ``timings`` included, for a caller in Python).
     """
     out = Path(out)
     if stats is not None:
         write_parquet(out / "rejects.parquet", stats.rejects_table())
-    write_json(out / "stats.json", result)
+    content, timings = without_timings(result)
+    if timings:
+        record_run(out, str(result.get("stage", "stage")), timings=timings)
+    write_json(out / "stats.json", content)
+    _ENGINES.clear()  # the next stage of this process lists what it used
     return result

@@ -76,6 +76,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     """
     from curate.core.lock import out_lock
     from curate.core.remote_sync import ensure_local, pull_listed, push_files, push_missing
+    from curate.core.uploads import finish_uploads
     from curate.core.records import READER_VERSION
     from curate.core.shards import (SHARDS_DIR, check_settings, clean_tmp, marker_path, merge_shards, plan_hash,
                                      read_marker)
@@ -100,6 +101,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
             ensure_local(out, task.reads_out)
             executor = executor or get_executor("local")
             markers += executor.run(task, todo, out, seed, desc or task.stage)
+            finish_uploads()  # shards run here upload in the background: all in the bucket before the stage ends
         pull_listed(out, markers, task.driver_reads)  # a bucket: what the driver reads of shards done elsewhere
         return merge_shards(out, task.stage, markers)
 

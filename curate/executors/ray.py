@@ -55,6 +55,7 @@ from curate.core.io import is_url
 from curate.core.remote_sync import ensure_local, fetch_marker
 from curate.core.staging import staging_folder, url_of
 from curate.core.shards import Shard, ShardTask, execute_shard, marker_path
+from curate.core.stats import engine_used
 
 #: Environment variables forwarded to the actors (offline switches, model caches), when set on the driver.
 #: ``CURATE_CACHE`` is not: each node keeps its own (its staging folders for outputs in a bucket).
@@ -238,6 +239,7 @@ class RayExecutor(Executor):
         if not shards:
             return []
         self.connect()
+        engine_used("ray")  # the stage's stats.json lists Ray's version (curate.core.stats.versions)
         return self._run_pending(task, shards, out, seed, desc)
 
     def _pool_size(self, n_shards: int) -> int:

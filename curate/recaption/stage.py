@@ -87,14 +87,14 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
     """:func:`recaption` into the local folder ``out``."""
     import pyarrow.parquet as pq
 
-    from curate.executors import run_stage
+    from curate.executors import pending, run_stage
     from curate.core.shards import plan_shards
-    from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
+    from curate.core.history import HISTORY, operational_of, record_run, split_extra
 
     seed, lang_list = config.seed, list(config.langs or ())
     task = RecaptionTask(config)
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
-    reused = shards_done(out, task.stage, shards)
+    reused = len(shards) - len(pending(task, shards, out))  # found done
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="recaption")
     tables = [pq.read_table(out / "captions" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else CAPTION_SCHEMA.empty_table()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +49,13 @@ def _stage_page(name: str, folder: Path, stats: dict[str, Any], assets: Assets, 
         parts.append(section("Plots", "".join(f'<img class="plot" src="{esc(p)}" alt="plot">' for p in plots), "plots"))
     parts.append(samples_html(stage, folder, stats, assets, samples, seed))
     parts.append(rejects_html(folder, samples, seed))
-    parts.append(settings_html(stats))
+    history = "../history.json" if name == "stage" else f"../{name}/history.json"
+    parts.append(settings_html(stats, history if (folder / "history.json").exists() else None))
     title = f"{name if name != 'stage' else folder.name}: {stage}"
     return page(title, "".join(p for p in parts if p), nav)
 
 
-def _index(out: Path, stages: list[tuple[str, Path, dict[str, Any]]], nav: list[tuple[str, str]],
-           seconds: float) -> str:
+def _index(out: Path, stages: list[tuple[str, Path, dict[str, Any]]], nav: list[tuple[str, str]]) -> str:
     rows = []
     for name, folder, stats in stages:
         c = counts(stats)
@@ -68,9 +67,7 @@ def _index(out: Path, stages: list[tuple[str, Path, dict[str, Any]]], nav: list[
                   rows, numeric={2, 3, 4, 5}, tid="steps")
     lock = out / "recipe.lock.yaml"
     extra = f'<p>Recipe settings and versions: <a href="../recipe.lock.yaml">recipe.lock.yaml</a></p>' if lock.exists() else ""
-    return page(f"curate report: {out.name or out}",
-                section("Steps", inner + extra, "steps")
-                + f'<p class="muted">written by curate report in {seconds:.1f}s</p>', nav)
+    return page(f"curate report: {out.name or out}", section("Steps", inner + extra, "steps"), nav)
 
 
 def _stats(path: Path) -> dict[str, Any]:
@@ -101,7 +98,6 @@ def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path |
     """
     if is_url(out):
         return _in_bucket(str(out).rstrip("/"), samples, seed)
-    t0 = time.perf_counter()
     out = Path(out)
     if not out.is_dir():
         raise UserError(f"{out}: no such folder; give a stage's --out or a curate run folder")
@@ -121,7 +117,7 @@ def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path |
             with atomic_open(tmp / f"{name}.html", "w") as fh:
                 fh.write(_stage_page(name, folder, stats, assets, samples, seed, nav))
         with atomic_open(tmp / "index.html", "w") as fh:
-            fh.write(_index(out, stages, nav, time.perf_counter() - t0))
+            fh.write(_index(out, stages, nav))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a stats.json of the wrong shape
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"{out}: a stats.json there is not one curate can report ({type(exc).__name__}: "
@@ -133,7 +129,7 @@ def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path |
 
 #: What a report reads of a stage folder (and of each step folder of a run): never the shards' data.
 READS = tuple(f"{step}{name}" for step in ("", "[0-9][0-9]-*/")
-              for name in ("stats.json", "rejects.parquet", "*.png", "tags.parquet", "selection.parquet",
+              for name in ("stats.json", "history.json", "rejects.parquet", "*.png", "tags.parquet", "selection.parquet",
                            "captions.parquet", "plan.parquet", "lengths.parquet", "prompts.parquet",
                            "rollouts.parquet", "scores.parquet")) + ("recipe.lock.yaml",)
 

@@ -77,15 +77,23 @@ def funnel_html(stats: dict[str, Any]) -> str:
     return section("Funnel", inner, "funnel")
 
 
-def settings_html(stats: dict[str, Any]) -> str:
-    """The command, seed, settings and versions of a stage, folded."""
+def settings_html(stats: dict[str, Any], history: str | None = None) -> str:
+    """The command, seed, settings and versions of a stage, folded.
+
+    No wall times: a page is a function of the stage's outputs, the same bytes for a straight and a resumed run;
+    ``history``, the link to the folder's ``history.json`` (where the times are), when it has one.
+    """
     settings = stats.get("settings") or {}
     rows = [[k, Raw(f"<code>{esc(v)}</code>")] for k, v in sorted(settings.items())]
     vers = ", ".join(f"{k} {v}" for k, v in sorted((stats.get("versions") or {}).items()))
-    timings = ", ".join(f"{k} {v:.2f}s" for k, v in sorted((stats.get("timings") or {}).items())
-                        if isinstance(v, (int, float)))
-    inner = (f'<p><code>{esc(stats.get("command", ""))}</code></p><p class="muted">seed {esc(stats.get("seed"))}; '
-             f"{esc(timings)}</p><p class=muted>{esc(vers)}</p>")
+    seed = stats.get("seed")
+    facts = [f"seed {esc(seed)}"] if seed is not None and str(seed) != "" else []
+    if history:
+        facts.append(f'wall times and resumes: <a href="{esc(history)}">history.json</a>')
+    inner = f'<p><code>{esc(stats.get("command", ""))}</code></p>'
+    if facts:
+        inner += f'<p class="muted">{"; ".join(facts)}</p>'
+    inner += f"<p class=muted>{esc(vers)}</p>"
     if rows:
         inner += "<details><summary>settings</summary>" + table(["setting", "value"], rows) + "</details>"
     return section("Command and settings", inner, "settings")

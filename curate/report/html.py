@@ -65,9 +65,22 @@ JS = """
 """
 
 
+def _visible(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+#: Characters that would act rather than show, as visible escapes (``\\u202e``, ``\\x00``): control characters
+#: but tab and line breaks, the bidi controls (a right-to-left override makes ``evil\\u202egpj.exe`` display
+#: as ``evilexe.jpg``), zero-width spaces and lone surrogates (which no UTF-8 page can hold).
+INVISIBLE = {c: _visible(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x180E, 0x200B, 0x200E, 0x200F,
+                                      *range(0x2028, 0x202F), 0x2060, *range(0x2066, 0x206A), 0xFEFF,
+                                      *range(0xD800, 0xE000)] if c not in (0x09, 0x0A, 0x0D)}
+
+
 def esc(value: Any) -> str:
-    """HTML-escape any value (None as an empty string)."""
-    return "" if value is None else html.escape(str(value), quote=True)
+    """HTML-escape any value (None as an empty string); characters that could spoof how it displays (controls,
+    bidi overrides, zero-width spaces) are shown as escapes (:data:`INVISIBLE`)."""
+    return "" if value is None else html.escape(str(value).translate(INVISIBLE), quote=True)
 
 
 def num(value: Any) -> str:

@@ -290,10 +290,10 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
     """:func:`rl_filter` into the local folder ``out``."""
     import pyarrow.parquet as pq
 
-    from curate.core.history import HISTORY, operational_of, record_run, shards_done, split_extra
+    from curate.core.history import HISTORY, operational_of, record_run, split_extra
     from curate.core.progress import console
     from curate.core.shards import plan_shards
-    from curate.executors import run_stage
+    from curate.executors import pending, run_stage
     from curate.rl.decide import DECISIONS, KEPT, account, decide, mark_repeats, output_table, reports
     from curate.rl.selection import plot_pass_at_1
 
@@ -308,7 +308,7 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
                         f"per prompt; give --n {most} or fewer (or a file with {config.n} answers per prompt)")
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root, layout=config.part_layout)
-    reused = shards_done(out, task.stage, shards)
+    reused = len(shards) - len(pending(task, shards, out))  # found done
     stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="sample and score")
     prompt_tables = [pq.read_table(out / "prompts" / f"{s.id}.parquet") for s in shards]
     decided = decide(mark_repeats(pa.concat_tables(prompt_tables) if prompt_tables else PROMPT_SCHEMA.empty_table()),

@@ -110,11 +110,11 @@ def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Folder, ver
     planned[i] = fresh
 
 
-def _finish_verify(p: PlannedStep, seconds: float) -> None:
-    """``verify`` writes no folder of its own: record that it passed, as its stats.json."""
+def _finish_verify(p: PlannedStep) -> None:
+    """``verify`` writes no folder of its own: record that it passed, as its stats.json (without its wall time:
+    that is the run's history, not a result; docs/resume.md)."""
     write_text_at(p.folder / "stats.json", dumps_json({"stage": "verify", "command": p.command, "checked": p.reads,
-                                                       "ok": True, "versions": versions(), "settings": p.settings,
-                                                       "timings": {"total": round(seconds, 6)}}))
+                                                       "ok": True, "versions": versions(), "settings": p.settings}))
 
 
 def clear_step(out: Folder, p: PlannedStep) -> None:
@@ -202,6 +202,6 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: V
         finally:
             let_go(str(p.folder))  # a finished (or failed) step's folder keeps no lock file while later steps run
         if p.step.verb == "verify":
-            _finish_verify(p, time.perf_counter() - t0)
+            _finish_verify(p)
         p.status, p.why = "done", f"{time.perf_counter() - t0:.1f}s"
         write_lock(recipe, planned, out)

@@ -70,8 +70,13 @@ def recorded_requests(endpoint: str) -> Iterator[list[tuple[str, str, str]]]:
         yield seen
     finally:
         call("stop-recording")
-    for line in call("download-recording").decode().splitlines():
-        entry = json.loads(line)
+    text, at, decoder = call("download-recording").decode(), 0, json.JSONDecoder()
+    while True:  # one JSON object per request; concurrent requests may leave two on one line
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            break
+        entry, at = decoder.raw_decode(text, at)
         url = urlparse(entry["url"])
         seen.append((entry["method"], unquote(url.path).lstrip("/"), url.query))
 

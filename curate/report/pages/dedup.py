@@ -1,4 +1,4 @@
-"""The dedup page: copies removed per source and reason, benchmark overlap, and duplicate clusters side by side."""
+"""The dedup page: the kinds of copies found, benchmark overlap, and duplicate clusters side by side."""
 
 from __future__ import annotations
 
@@ -24,12 +24,10 @@ def _card(assets: Assets, rec: dict[str, Any] | None, rid: str, source: str, sta
 
 
 def _counts_html(stats: dict[str, Any]) -> str:
-    reasons = sorted({r for e in (stats.get("per_source") or {}).values() for r in e.get("dropped", {})})
-    rows = [[source, e.get("records_in"), e.get("records_out"), *[e.get("dropped", {}).get(r, 0) for r in reasons]]
-            for source, e in sorted((stats.get("per_source") or {}).items())]
-    inner = table(["source", "in", "kept", *reasons], rows, numeric=set(range(1, 3 + len(reasons))), tid="dedup-counts")
+    """The kinds of copies found and the benchmark overlap (the copies removed per source and reason are the
+    funnel's per-source table, above: not repeated here)."""
     d = stats.get("duplicates") or {}
-    inner += (f"<p>exact copies: {num(d.get('exact_same_bytes'))} with the same bytes, {num(d.get('exact_same_pixels'))} "
+    inner = (f"<p>exact copies: {num(d.get('exact_same_bytes'))} with the same bytes, {num(d.get('exact_same_pixels'))} "
               f"with the same pixels in another encoding; {num(d.get('near'))} near and {num(d.get('semantic'))} "
               f"semantic duplicates; {num(d.get('kept_with_copies'))} kept records had copies.</p>")
     bits = stats.get("near_bits") or {}
@@ -46,7 +44,7 @@ def _counts_html(stats: dict[str, Any]) -> str:
         inner += (f"<h3>Benchmark overlap</h3><p>{num(overlap.get('records'))} records copy one of "
                   f"{num(refs.get('hashed'))} reference images.</p><div style=\"display:flex;gap:24px\">"
                   + "".join(parts) + "</div>")
-    return section("Copies by source and reason", inner, "dedup-counts")
+    return section("Copies found", inner, "dedup-counts")
 
 
 def dedup_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:

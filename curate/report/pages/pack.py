@@ -12,6 +12,37 @@ import pyarrow.parquet as pq
 from curate.report.assets import Assets, chosen_groups as _chosen_groups, read_sampled, sample_indices
 from curate.report.html import esc, filters, num, section
 
+#: Records per batch of the baseline ``padding_reduction`` compares with (``packer.pack``: random batches of 8,
+#: each padded to its longest record).
+BASELINE_BATCH = 8
+#: Below this many packed records the padding comparison rests on a handful of batches: said so beside it.
+FEW_RECORDS = 8 * BASELINE_BATCH
+
+
+def padding_summary(stats: dict[str, Any], *, short: bool = False) -> str:
+    """What pack's ``padding_reduction`` compares, in words: the padding of the packed sequences against that of
+    the same records batched at random :data:`BASELINE_BATCH` at a time, each batch padded to its longest; with
+    the counts behind it, and a word when the run is too small for the figure to mean much (a ``0.0×`` of 7
+    records, whose one random batch needs no padding, is not a result)."""
+    red, packed, n = stats.get("padding_reduction"), stats.get("padding_tokens_packed"), stats.get("records_packed")
+    few = isinstance(n, int) and n < FEW_RECORDS
+    note = f"; only {n:,} records: too few for the figure to mean much" if few else ""
+    if not isinstance(packed, int):  # an older stats.json: the figure alone
+        return f"padding reduction {num(red)}× (vs random batches of {BASELINE_BATCH}){note}"
+    if red is None:
+        return f"no padding in the packed sequences (random batches of {BASELINE_BATCH} would have some){note}"
+    baseline = round(red * packed)
+    if not baseline:
+        if short:
+            return f"padding {packed:,} tokens, random batches of {BASELINE_BATCH} would pad none{note}"
+        return (f"padding: {packed:,} tokens in the packed sequences; the same records in random batches of "
+                f"{BASELINE_BATCH}, each padded to its longest, would need none here{note}")
+    times = f"{red:.1f}× less" if red >= 1 else f"{1 / red:.1f}× more"
+    if short:
+        return f"padding {packed:,} tokens, {times} than random batches of {BASELINE_BATCH}{note}"
+    return (f"padding: {packed:,} tokens in the packed sequences against {baseline:,} for the same records in random "
+            f"batches of {BASELINE_BATCH}, each padded to its longest ({times}){note}")
+
 
 def pack_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:
     """One strip per sampled packed sequence: its samples as segments (image tokens, text tokens), then padding."""
@@ -62,8 +93,8 @@ def pack_html(folder: Path, stats: dict[str, Any], assets: Assets, samples: int,
     legend = ('<p><span class="pill seg-image" style="color:#fff">image tokens</span> <span class="pill seg-text" '
               'style="color:#fff">text tokens</span> <span class="pill seg-pad">padding</span> '
               f'<span class="muted">{len(picks):,} of {stats.get("bins") or len(bins):,} sequences (a seeded sample); fill ratio '
-              f'{num(stats.get("fill_ratio"))}, padding reduction {num(stats.get("padding_reduction"))}×; hover a '
-              "segment for its id and counts.</span></p>")
+              f'{num(stats.get("fill_ratio"))} (used tokens / sequences × ctx); hover a segment for its id and counts.'
+              f'</span></p><p class="muted" id="padding">{esc(padding_summary(stats))}.</p>')
     return section("Packed sequences", legend + filters("pack-strips", {}, "search ids")
                    + f'<div id="pack-strips">{"".join(strips)}</div>', "samples")
 

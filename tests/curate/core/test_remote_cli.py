@@ -106,3 +106,24 @@ def test_a_config_with_out_in_a_bucket(bucket: str, layouts: Layouts, tiny_proce
     stats = score(records, ScoreConfig(responses=str(responses), out=f"{bucket}/scored"))
     score(records, ScoreConfig(responses=responses, out=tmp_path / "scored"))
     assert stats["responses_in"] > 0 and bucket_objects(f"{bucket}/scored", SCORED) == folder_files(tmp_path / "scored", SCORED)
+
+
+def test_a_full_staging_folder_is_named_with_what_moves_it(bucket: str, layouts: Layouts, tiny_processor_dir: Path,
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """``--out s3://...`` writes through a staging folder on this machine: when its disk is full, the line names
+    that folder and ``CURATE_CACHE`` (which moves it), not ``--out`` (the bucket has room)."""
+    from curate.core.staging import staging
+    from tests._fixtures.hostile import small_tmpfs
+
+    with small_tmpfs(tmp_path / "small", "96k") as small:
+        monkeypatch.setenv("CURATE_CACHE", str(small / "cache"))
+        with pytest.raises(SystemExit) as exc:
+            main(["pack", str(layouts.hf), "--processor", str(tiny_processor_dir), "--ctx", "1024",
+                  "--out", f"{bucket}/full"])
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+        folder = staging(f"{bucket}/full")
+    assert exc.value.code == 1 and len(err) == 1, err
+    line = err[0]
+    assert str(folder) in line and "CURATE_CACHE" in line and "no space left" in line, line
+    assert "another --out" not in line, line

@@ -68,10 +68,11 @@ def test_a_rerun_reads_markers_not_shard_data(s3_server: str, bucket: str, layou
             run(machine)
         gets, puts = _split(seen, out)
         assert not [k for k in gets if k.startswith(DATA)], gets
-        assert all(k.startswith(("_shards/", "lengths/")) for k in gets), gets  # markers, settings, what pack merges
-        assert puts == ["stats.json"], puts  # nothing the bucket holds already (stats.json has the timings)
-    assert {k: v for k, v in _objects(out).items() if k != "stats.json"} == \
-        {k: v for k, v in first.items() if k != "stats.json"}
+        # markers, settings, what pack merges, and the history of runs it appends to
+        assert all(k.startswith(("_shards/", "lengths/")) or k == "history.json" for k in gets), gets
+        assert puts == ["history.json"], puts  # nothing the bucket holds already (history.json: the wall times)
+    assert {k: v for k, v in _objects(out).items() if k != "history.json"} == \
+        {k: v for k, v in first.items() if k != "history.json"}
     # a run killed while writing shards: the last two are missing; another machine finishes it
     fs, inner = _fs(), out[len("s3://"):]
     tars = sorted(k for k in first if k.startswith("shards/"))
@@ -85,8 +86,8 @@ def test_a_rerun_reads_markers_not_shard_data(s3_server: str, bucket: str, layou
     assert any(k.startswith("_records/") for k in gets)  # the record store the writer reads, fetched to write
     assert not [k for k in gets if k.startswith("shards/")], gets
     assert sorted(k for k in puts if k.startswith("shards/")) == tars[-2:]
-    assert {k: v for k, v in _objects(out).items() if k != "stats.json"} == \
-        {k: v for k, v in first.items() if k != "stats.json"}
+    assert {k: v for k, v in _objects(out).items() if k != "history.json"} == \
+        {k: v for k, v in first.items() if k != "history.json"}
     # a download whose process died leaves a hidden partial file in the staging folder: the next run removes it
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "a"))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
