@@ -7,10 +7,11 @@ import os
 from dataclasses import dataclass
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from curate.cli.options import config_options
-from curate.core.settings import setting, settings_of
+from curate.core.settings import parse_token_count, setting, settings_of
 
 PathLike = str | os.PathLike[str]
 
@@ -50,3 +51,15 @@ def test_options_made_from_the_config_give_the_config_its_values() -> None:
     assert eval(got.output) == {"out": "o", "ctx": 10, "ratio": None, "exact": True, "plot": False,  # noqa: S307
                                 "mode": "metaclip", "hidden": 3, "plain": 7}
     assert CliRunner().invoke(demo, ["--ctx", "3"]).exit_code == 2  # --out is required
+
+
+@pytest.mark.parametrize("text, tokens", [("8192", 8192), ("8k", 8192), ("8K", 8192), (" 32k ", 32768),
+                                          ("1.5k", 1536), ("1M", 1 << 20), ("128_000", 128000), (4096, 4096)])
+def test_token_counts(text: object, tokens: int) -> None:
+    assert parse_token_count(text) == tokens
+
+
+@pytest.mark.parametrize("text", ["8q", "k", "", "1.3k", "nan", "8 k k", True])
+def test_not_token_counts(text: object) -> None:
+    with pytest.raises(ValueError, match="tokens"):
+        parse_token_count(text)
