@@ -125,7 +125,8 @@ class WorkersOption(click.Option):
 
 
 class TokenCount(click.ParamType):
-    """A number of tokens: ``8192``, ``8k`` or ``8K`` (x 1024), ``1M`` (:func:`curate.core.settings.parse_token_count`)."""
+    """A number of tokens: ``8192``, ``8k`` or ``8K`` (x 1024), ``1M``
+    (:func:`curate.core.settings.parse_token_count`)."""
 
     name = "tokens"
 
