@@ -123,8 +123,8 @@ def offline_message(flag: str, spec: str) -> str:
     """The one line of a model that is neither a folder nor in the cache while the hub cannot be reached."""
     hint = offline_hint()
     return (f"{flag} {spec}: no such folder, and not in the local Hugging Face cache while the hub is not "
-            f"reachable ({hub_unreachable_reason()}); download it on a machine with a network (hf download {spec} --local-dir "
-            f"DIR), then pass {flag} DIR{hint}")
+            f"reachable ({hub_unreachable_reason()}); download it on a machine with a network "
+            f"(hf download {spec} --local-dir DIR), then pass {flag} DIR{hint}")
 
 
 def locate(spec: str | os.PathLike[str], flag: str, files: tuple[str, ...] = TRANSFORMERS_FILES) -> Source:
