@@ -94,3 +94,18 @@ def test_proxy_is_what_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.example")
     assert hub_address() == ("hf-mirror.example", 443)
 
+
+
+def test_open_clip_weights_are_checked_without_loading(tiny_clip_spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_weights``: a local model passes; the default hub tag, offline and not cached, is one line."""
+    from curate.models.specs import DEFAULT_MODEL, cached_hub_file, check_weights
+
+    assert check_weights(tiny_clip_spec).text == tiny_clip_spec
+    with pytest.raises(UserError, match="no such folder"):
+        check_weights("local-dir:/no/such/clip")
+    if cached_hub_file("timm/vit_base_patch32_clip_224.metaclip_400m", ["open_clip_model.safetensors"]):
+        pytest.skip("MetaCLIP weights are in this machine's hub cache")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError) as exc:
+        check_weights(DEFAULT_MODEL)
+    assert str(exc.value).startswith(f"--model {DEFAULT_MODEL}: ") and "local-dir:FOLDER" in str(exc.value)
