@@ -74,8 +74,8 @@ def test_pack_with_a_folder_that_is_not_there(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_balance_with_the_default_model(mode: str, tmp_path: Path) -> None:
     """The default open_clip model (a hub tag) is checked before the first step: no "1/4 embed images"."""
-    done = _curate(["balance", LLAVA, "--vocab", str(ROOT / "vocab" / "500k.txt"), "--out", "o"],
-                   _env(mode, tmp_path / "hub"), tmp_path)
+    (tmp_path / "vocab.txt").write_text("cat\ndog\ncup\n")
+    done = _curate(["balance", LLAVA, "--vocab", "vocab.txt", "--out", "o"], _env(mode, tmp_path / "hub"), tmp_path)
     line = _one_line(done)
     assert "--model ViT-B-32-quickgelu:metaclip_400m: the metaclip_400m weights" in line
     assert "--model local-dir:FOLDER" in line and "HF_HUB_OFFLINE" in line
