@@ -97,8 +97,12 @@ def image_root_option(fn):  # noqa: ANN001, ANN202 - click decorator
 
 
 def _verb(ctx: click.Context | None) -> str:
-    """A verb's name as :data:`curate.core.settings.WORKER_MEMORY` knows it: ``embed``, ``vocab embed``..."""
-    return ctx.command_path.partition(" ")[2] if ctx is not None else ""
+    """A verb's name as :data:`curate.core.settings.WORKER_MEMORY` knows it: ``embed``, ``vocab embed``... (its
+    command path less ``curate``; a recipe's step parses its verb without the group)."""
+    if ctx is None:
+        return ""
+    path = ctx.command_path
+    return path.split(" ", 1)[1] if path.startswith("curate ") else path
 
 
 def _default_workers() -> int:

@@ -115,6 +115,11 @@ WORKER_MEMORY: dict[str, tuple[int | None, str]] = {
 }
 
 
+#: Flags of the sharded verbs that decide where and how fast a verb runs, never what it writes (the executors give the
+#: same bytes for any of them): a run's settings compared to decide whether a step must run again can leave them out.
+OPERATIONAL_FLAGS = ("workers", "executor", "ray_address", "num_gpus", "cpus_per_actor")
+
+
 def default_workers(verb: str | None = None) -> int:
     """Worker processes of a verb when ``--workers`` is not given: the cores this process may use
     (``os.sched_getaffinity``), or the verb's own number in :data:`WORKER_MEMORY`."""

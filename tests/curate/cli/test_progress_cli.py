@@ -46,6 +46,11 @@ def test_workers_default_to_the_available_cores() -> None:
     assert _workers(["dedup"], ["x", "--out", "o", "--workers", "3"]) == 3
     # each worker loads a whole generating model: one by default, and the help says why
     assert _workers(["recaption"], ["x", "--out", "o", "--model", "m"]) == 1
+    # a recipe's step parses its verb alone (curate run): the same defaults
+    with command("recaption").make_context("recaption", ["x", "--out", "o", "--model", "m"]) as ctx:
+        assert ctx.params["workers"] == 1
+    with command("dedup").make_context("dedup", ["x", "--out", "o"]) as ctx:
+        assert ctx.params["workers"] == cores
 
 
 @pytest.mark.parametrize("verb, note", [("embed", "open_clip model"), ("recaption", "loads the whole model"),
