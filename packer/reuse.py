@@ -12,7 +12,6 @@ machine), and the report compares id columns with Arrow's ``is_in``.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.io import atomic_open
+from curate.core.progress import note
 from curate.core.stats import StageStats
 
 SHOWN_IDS = 5
@@ -147,7 +147,7 @@ def reuse_report(earlier: Path, table: pa.Table, stats: StageStats, *, explicit:
               "ignored_ids": shown}
     where = f"--lengths {earlier}" if explicit else f"token counts of an earlier run ({earlier})"
     more = f" (e.g. {', '.join(shown)})" if shown else ""
-    print(f"{where}: reused the text counts of {reused:,} records, counted {report['counted']:,} new or changed "
-          f"records (every image goes through the image gate again), ignored {len(ignored):,} of its records that are not "
-          f"in the input{more}", file=sys.stderr)
+    note(f"{where}: reused the text counts of {reused:,} records, counted {report['counted']:,} new or changed "
+         f"records (every image goes through the image gate again), ignored {len(ignored):,} of its records that are not "
+         f"in the input{more}")
     return report

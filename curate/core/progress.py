@@ -78,6 +78,12 @@ def _set_default(key: str, value: str) -> None:
         _SET_HERE.add(key)
 
 
+def note(line: str) -> None:
+    """A line for the user on stderr, as it is (no markup), unless ``--quiet``."""
+    if verbosity() != QUIET:
+        print(line, file=sys.stderr)
+
+
 def duration(seconds: float) -> str:
     """``42s``, ``3m05s``, ``2h07m``."""
     s = max(0, int(round(seconds)))
