@@ -26,13 +26,18 @@ def _curate(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=600)
 
 
+def _root() -> click.Context:
+    """The context of ``curate`` itself, with the group's settings (``-h``), as the command line makes it."""
+    return click.Context(cli, info_name="curate", **cli.context_settings)
+
+
 def _workers(path: list[str], args: list[str]) -> int:
     """The ``--workers`` value a verb's command line gives (``path``: the verb, e.g. ``["vocab", "embed"]``)."""
-    parent = click.Context(cli, info_name="curate")
+    parent = _root()
     cmd = command(path[0])
     for name in path[1:]:
         assert isinstance(cmd, click.Group)
-        parent = click.Context(cmd, info_name=path[0], parent=parent)
+        parent = click.Context(cmd, info_name=path[0], parent=parent, **cmd.context_settings)
         cmd = cmd.get_command(parent, name)
     assert cmd is not None
     with cmd.make_context(path[-1], args, parent=parent) as ctx:
@@ -56,8 +61,7 @@ def test_workers_default_to_the_available_cores() -> None:
 @pytest.mark.parametrize("verb, note", [("embed", "open_clip model"), ("recaption", "loads the whole model"),
                                         ("dedup", None)])
 def test_workers_help_says_what_bounds_it(verb: str, note: str | None) -> None:
-    text = " ".join(command(verb).get_help(click.Context(command(verb), info_name=verb,
-                                                         parent=click.Context(cli, info_name="curate"))).split())
+    text = " ".join(command(verb).get_help(click.Context(command(verb), info_name=verb, parent=_root())).split())
     if note:
         assert f"Memory: each worker" in text or "Memory: with a local --model each worker" in text
         assert note in text
