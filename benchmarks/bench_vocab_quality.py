@@ -130,7 +130,7 @@ def main() -> None:
     args = ap.parse_args()
     records = read_captions(args.laion, args.chinese, args.quick)
     words = {e.simplified for e in read_cedict()} | {w for w, _ in read_jieba_dict()}
-    import stopwordsiso  # requirements-vocab.txt
+    import stopwordsiso  # requirements/vocab.txt
 
     stop = set(stopwordsiso.stopwords(["en", "zh"]))
     with tempfile.TemporaryDirectory() as tmp:

@@ -63,7 +63,7 @@ class PackConfig(ImageReading):
 
     processor: str | None = setting(None, metavar="PROC",
                                     help="Processor folder or hub id used by the trainer (AutoProcessor).")
-    ctx: int = setting(8192, help="Tokens per packed sequence.")
+    ctx: int = setting(8192, tokens=True, help="Tokens per packed sequence (8192, 8k or 8K).")
     out: Location | PathLike = setting(help="Output folder.")
     min_pixels: int | None = setting(None, help="Override the image processor's min_pixels.")
     max_pixels: int | None = setting(None, help="Override the image processor's max_pixels.")

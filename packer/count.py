@@ -73,7 +73,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,9 +317,9 @@ def reuse_report(earlier: Path, table: pa.Table, stats: StageStats, *, explicit:
               "ignored_ids": shown}
     where = f"--lengths {earlier}" if explicit else f"token counts of an earlier run ({earlier})"
     more = f" (e.g. {', '.join(shown)})" if shown else ""
-    print(f"{where}: reused the text counts of {reused:,} records, counted {report['counted']:,} new or changed "
-          f"records (every image goes through the image gate again), ignored {len(ignored):,} of its records that are not "
-          f"in the input{more}", file=sys.stderr)
+    note(f"{where}: reused the text counts of {reused:,} records, counted {report['counted']:,} new or changed "
+         f"records (every image goes through the image gate again), ignored {len(ignored):,} of its records that are not "
+         f"in the input{more}")
     return report
 
 

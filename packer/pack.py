@@ -169,6 +169,10 @@ def check_request(inputs: Sequence[str | os.PathLike[str]], config: PackConfig) 
         raise UserError("--processor is required to count tokens (a processor folder or hub id)")
     if not inputs and not config.plan_only:
         raise UserError("--lengths without INPUT packs a plan only: add --plan-only (shards need the records)")
+    if inputs and config.processor is not None and config.lengths is None:
+        from curate.models.hub import locate
+
+        locate(config.processor, "--processor")  # off the network: one line now, not the hub's retries later
 
 
 def pack(inputs: Sequence[str | os.PathLike[str]], config: PackConfig | None = None, *,

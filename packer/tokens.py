@@ -26,6 +26,7 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.records import IMAGE_TOKEN
+from curate.models.hub import locate
 from packer.reserved import ReservedTokens, reserved_tokens
 from packer.text_counts import PieceCounter
 
@@ -148,10 +149,12 @@ class TokenCounter:
     def __init__(self, processor: str | os.PathLike[str], *, min_pixels: int | None = None,
                  max_pixels: int | None = None, trust_remote_code: bool = False) -> None:
         self.spec = str(processor)
+        source = locate(self.spec, "--processor")  # a folder, the cache or a reachable hub: else one line at once
         try:
             from transformers import AutoProcessor
 
-            self.processor = AutoProcessor.from_pretrained(self.spec, trust_remote_code=trust_remote_code)
+            self.processor = AutoProcessor.from_pretrained(source.name, trust_remote_code=trust_remote_code,
+                                                           local_files_only=source.local_only)
         except Exception as exc:  # noqa: BLE001 - a truncated or malformed tokenizer or config: each library its type
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise UserError(f"--processor {self.spec}: cannot load a processor ({first}); pass a processor "

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from curate.balance.config import DEFAULT_BATCH, EmbedConfig
 from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
+from curate.models.specs import check_weights
 from curate.core.defaults import DEFAULT_MAX_IMAGES
 from curate.core.errors import UserError
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
@@ -223,6 +224,7 @@ def embed(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig | None =
         The ``stats.json`` content (also written, with ``OUT/rejects.parquet``).
     """
     config = configure(EmbedConfig, config, **settings)
+    check_weights(config.model)  # before any work: off the network a hub tag fails here, in one line
     with writing(config.out) as out:  # a bucket: shards stream there (curate.core.remote)
         result, stats = embed_step(inputs, config, out, executor=executor)
         return finish_stage(out, result, stats)

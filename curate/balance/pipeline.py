@@ -37,6 +37,7 @@ from curate.balance.match import match_step
 from curate.balance.results import BalanceResult, language_lines, records_lines
 from curate.core.results import from_stats
 from curate.models.encoders import load_encoder
+from curate.models.specs import check_weights
 from curate.core.progress import console
 from curate.core.remote import writing
 from curate.balance.resample import RECORDS_DIR, resample_step
@@ -79,6 +80,8 @@ def balance(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig | No
         config = BalanceConfig.build(**settings)
     elif settings:
         raise TypeError("balance(): give either a BalanceConfig or settings, not both")
+    if config.match != "text":
+        check_weights(config.embed.model)  # before any work: off the network a hub tag fails here, in one line
     with writing(config.out) as out:  # a bucket: every step's shards stream there (curate.core.remote)
         out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()

@@ -74,8 +74,26 @@ class _Group(click.Group):
             self._listing = False
 
 
+def _verbosity(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """``--quiet`` / ``--verbose``, applied as soon as they are read (before a verb's module loads a library); without
+    either, other libraries' progress bars are silenced all the same."""
+    from curate.core.progress import QUIET, VERBOSE, set_verbosity, silence_libraries
+
+    if value:
+        if ctx.meta.setdefault("curate.verbosity", param.name) != param.name:
+            raise click.UsageError("give --quiet or --verbose, not both")
+        set_verbosity(QUIET if param.name == "quiet" else VERBOSE)
+    elif "curate.verbosity" not in ctx.meta:
+        silence_libraries()
+    return value
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="curate")
+@click.option("--quiet", "-q", is_flag=True, is_eager=True, expose_value=False, callback=_verbosity,
+              help="Print errors only: no progress, no summaries (outputs and stats.json are the same).")
+@click.option("--verbose", "-v", is_flag=True, is_eager=True, expose_value=False, callback=_verbosity,
+              help="Print more: progress lines every 5 s outside a terminal, other libraries' progress bars.")
 def cli() -> None:
     """Prepare the training data of vision-language models.
 

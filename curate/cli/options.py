@@ -31,7 +31,7 @@ def executor_options(fn):  # noqa: ANN001, ANN202 - click decorator
                       help="Ray cluster address for --executor ray (default: RAY_ADDRESS, else a local cluster).")(fn)
     fn = click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
                       help="Where shards run: this machine, or a Ray cluster.")(fn)
-    fn = click.option("--workers", type=int, default=1, show_default=True,
+    fn = click.option("--workers", type=int, default=_default_workers, cls=WorkersOption, show_default=False,
                       help="Worker processes (local) or actors (ray; default there: as many as the cluster holds).")(fn)
     fn = click.option("--seed", type=int, default=0, show_default=True,
                       help="Seed of every random choice; the same seed gives the same outputs.")(fn)
@@ -104,6 +104,53 @@ def image_root_option(fn):  # noqa: ANN001, ANN202 - click decorator
                         help="Folder (or bucket prefix) the records' relative image paths start from, for "
                              "annotations kept apart from their images (LLaVA's --image-folder); default: "
                              "each input file's own folder.")(fn)
+
+
+def _verb(ctx: click.Context | None) -> str:
+    """A verb's name as :data:`curate.core.settings.WORKER_MEMORY` knows it: ``embed``, ``vocab embed``... (its
+    command path less ``curate``; a recipe's step parses its verb without the group)."""
+    if ctx is None:
+        return ""
+    path = ctx.command_path
+    return path.split(" ", 1)[1] if path.startswith("curate ") else path
+
+
+def _default_workers() -> int:
+    from curate.core.settings import default_workers
+
+    return default_workers(_verb(click.get_current_context(silent=True)))
+
+
+class WorkersOption(click.Option):
+    """``--workers``: one per available core by default; ``--help`` says what each worker holds where memory bounds
+    it, and a verb's own default (:data:`curate.core.settings.WORKER_MEMORY`, declared there once)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from curate.core.settings import WORKER_MEMORY
+
+        fixed, note = WORKER_MEMORY.get(_verb(ctx), (None, ""))
+        base = self.help or ""
+        default = "one per available core" if fixed is None else str(fixed)
+        self.help = f"{base} Memory: {note}.  [default: {default}]" if note else f"{base}  [default: {default}]"
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.help = base
+
+
+class TokenCount(click.ParamType):
+    """A number of tokens: ``8192``, ``8k`` or ``8K`` (x 1024), ``1M``
+    (:func:`curate.core.settings.parse_token_count`)."""
+
+    name = "tokens"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from curate.core.settings import parse_token_count
+
+        try:
+            return parse_token_count(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class ByteSize(click.ParamType):
@@ -204,6 +251,8 @@ def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
                             cls=SettingOption)
     if info.choices:
         kind = click.Choice(info.choices)
+    elif info.tokens:
+        kind = TokenCount()
     elif info.type is os.PathLike:
         kind = click.Path(path_type=str)
     else:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Container
 from pathlib import Path
 
@@ -160,14 +159,16 @@ def _skip(path: Path | str, why: str, tail: str = "", group: str | None = None) 
 
 def say_skipped() -> None:
     """Say on stderr the files skipped since the last call: one line per file alone, one per folder and reason for
-    several (their count, the first names and the last)."""
+    several (their count, the first names and the last); nothing with ``--quiet``."""
+    from curate.core.progress import note
+
     for (folder, group), files in sorted(_PENDING.items()):
         if len(files) == 1:
-            print(files[0][1], file=sys.stderr)
+            note(files[0][1])
             continue
         names = sorted(name for name, _ in files)
         shown = names if len(names) <= _SHOWN_NAMES + 1 else [*names[:_SHOWN_NAMES], "…", names[-1]]
-        print(f"skipped {len(names):,} files in {folder or '.'}/ ({', '.join(shown)}): {group}", file=sys.stderr)
+        note(f"skipped {len(names):,} files in {folder or '.'}/ ({', '.join(shown)}): {group}")
     _PENDING.clear()
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from pathlib import Path
 from curate.core.errors import UserError
 from curate.core.io import curate_cache, input_stamp
 from curate.core.location import Location
+from curate.core.progress import note
 from curate.core.remote_sync import get_file, pull, pull_control, push, remote_fs
 from curate.core.staging import URL_FILE, staging, staging_folder, url_of
 
@@ -84,7 +84,7 @@ def writing(out: str | os.PathLike[str] | Location) -> Iterator[Path]:
     try:
         yield local
         push(url, local)
-        print(f"outputs in {url}", file=sys.stderr)
+        note(f"outputs in {url}")
     finally:
         del _OPEN[url]
     _empty(local)

@@ -20,7 +20,7 @@ from typing import Any
 
 def setting(default: Any = MISSING, *, help: str, flag: str | None = None, metavar: str | None = None,  # noqa: A002
             choices: tuple[str, ...] | None = None, cli: bool = True, show_default: bool = True,
-            default_factory: Any = MISSING) -> Any:
+            default_factory: Any = MISSING, tokens: bool = False) -> Any:
     """A config field declared with what the command line needs to offer it.
 
     Args:
@@ -31,9 +31,10 @@ def setting(default: Any = MISSING, *, help: str, flag: str | None = None, metav
         choices: the values it accepts (the option is a choice).
         cli: False for a setting that only Python callers (or another step) set.
         show_default: whether ``--help`` shows the default.
+        tokens: a number of tokens: the command line also takes ``8k``/``8K`` (:func:`parse_token_count`).
     """
     meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "cli": cli,
-            "show_default": show_default}
+            "show_default": show_default, "tokens": tokens}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -53,6 +54,7 @@ class SettingInfo:
     metavar: str | None
     choices: tuple[str, ...] | None
     show_default: bool
+    tokens: bool = False
 
 
 def _base(hint: Any) -> tuple[Any, bool]:
@@ -93,7 +95,7 @@ def _info(f: dataclasses.Field, hints: dict[str, Any]) -> SettingInfo:
     return SettingInfo(name=f.name, flag=meta.get("flag") or "--" + f.name.replace("_", "-"), help=meta["help"],
                        type=kind, default=default, required=required, optional=optional or default is None,
                        metavar=meta.get("metavar"), choices=meta.get("choices"),
-                       show_default=meta.get("show_default", True))
+                       show_default=meta.get("show_default", True), tokens=meta.get("tokens", False))
 
 
 @functools.lru_cache(maxsize=1)
@@ -148,3 +150,67 @@ def build_config(cls: type, values: dict[str, Any], **given: Any) -> Any:
         hint = f"; did you mean {close[0]}?" if close else ""
         raise TypeError(f"{cls.__name__} has no setting {', '.join(unknown)}{hint}")
     return cls(**{**values, **given})
+
+
+
+# ---------------------------------------------------------------------------
+# --workers: the default of every sharded verb, and what bounds it by memory
+# ---------------------------------------------------------------------------
+
+#: Verbs whose workers each hold something large, with what it is: ``--help`` of the verb says it (``--workers``), and
+#: a verb given a number here starts that many workers by default instead of one per core.
+WORKER_MEMORY: dict[str, tuple[int | None, str]] = {
+    "embed": (None, "each worker holds its own copy of the open_clip model and a batch of decoded images"),
+    "balance": (None, "each worker holds its own copy of the open_clip model and a batch of decoded images"),
+    "vocab embed": (None, "each worker holds its own copy of the open_clip model"),
+    "tag": (None, "each worker holds the concept embeddings and their FAISS index"),
+    "recaption": (1, "with a local --model each worker loads the whole model (a 7B model: about 16 GB in bf16), so "
+                     "one by default; more only where memory allows, or serve it once and give --endpoint"),
+    "rl-filter": (1, "with a local --model each worker loads the whole model (a 7B model: about 16 GB in bf16), so "
+                     "one by default; more only where memory allows, or serve it once and give --endpoint"),
+}
+
+
+#: Flags of the sharded verbs that decide where and how fast a verb runs, never what it writes (the executors give the
+#: same bytes for any of them): a run's settings compared to decide whether a step must run again can leave them out.
+OPERATIONAL_FLAGS = ("workers", "executor", "ray_address", "num_gpus", "cpus_per_actor")
+
+
+def default_workers(verb: str | None = None) -> int:
+    """Worker processes of a verb when ``--workers`` is not given: the cores this process may use
+    (``os.sched_getaffinity``), or the verb's own number in :data:`WORKER_MEMORY`."""
+    fixed = WORKER_MEMORY.get(verb or "", (None, ""))[0]
+    if fixed is not None:
+        return fixed
+    from curate.core.threads import available_cpus
+
+    return available_cpus()
+
+
+# ---------------------------------------------------------------------------
+# Token counts: 8192, 8k, 8K, 32k, 1M
+# ---------------------------------------------------------------------------
+
+_TOKEN_UNITS = {"": 1, "k": 1024, "m": 1024 * 1024}
+
+
+def parse_token_count(value: object) -> int:
+    """A number of tokens: ``8192``, ``8k`` or ``8K`` (x 1024), ``1M`` (x 1024²), ``128_000`` or ``1.5k``.
+
+    Raises:
+        ValueError: not such a number (a whole number of tokens at least 1).
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number of tokens")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower().replace("_", "").replace(",", "")
+    unit = text[-1:] if text[-1:] in ("k", "m") else ""
+    number = text[: len(text) - len(unit)]
+    try:
+        count = float(number) * _TOKEN_UNITS[unit]
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number of tokens (e.g. 8192 or 8k)") from None
+    if count != count or count != int(count) or abs(count) >= 1 << 62:
+        raise ValueError(f"{value!r} is not a whole number of tokens (e.g. 8192 or 8k)")
+    return int(count)

@@ -11,6 +11,7 @@ merges the shard stats (and rejects) in shard order.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,8 +79,8 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     from curate.core.remote_sync import ensure_local, pull_listed, push_files, push_missing
     from curate.core.uploads import finish_uploads
     from curate.core.records import READER_VERSION
-    from curate.core.shards import (SHARDS_DIR, check_settings, clean_tmp, marker_path, merge_shards, plan_hash,
-                                     read_marker)
+    from curate.core.shards import (SHARDS_DIR, TMP_DIR, check_settings, clean_tmp, marker_path, merge_shards,
+                                     plan_hash, read_marker)
 
     out = Path(out)
     with out_lock(out):  # one run per folder (curate.core.lock): a second one stops here with one line
@@ -100,7 +101,13 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
             push_missing(out, task.reads_out)  # what the driver wrote for the shards, for nodes that lack it
             ensure_local(out, task.reads_out)
             executor = executor or get_executor("local")
-            markers += executor.run(task, todo, out, seed, desc or task.stage)
+            try:
+                markers += executor.run(task, todo, out, seed, desc or task.stage)
+            except BaseException:  # the workers are gone: their work folders go too (a full disk stays usable)
+                clean_tmp(out, task.stage)
+                with contextlib.suppress(OSError):
+                    (out / TMP_DIR).rmdir()  # when no other stage works there
+                raise
             finish_uploads()  # shards run here upload in the background: all in the bucket before the stage ends
         pull_listed(out, markers, task.driver_reads)  # a bucket: what the driver reads of shards done elsewhere
         return merge_shards(out, task.stage, markers)

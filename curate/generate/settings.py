@@ -88,7 +88,8 @@ def top_p_setting(default: float) -> Any:
 
 def max_new_tokens_setting(default: int) -> Any:
     """The ``max_new_tokens`` field of a generating verb's config, with that verb's default."""
-    return setting(default, help="Longest answer in tokens; longer answers are cut and counted as truncated.")
+    return setting(default, tokens=True,
+                   help="Longest answer in tokens (512, 1k...); longer answers are cut and counted as truncated.")
 
 
 def sampling_of(config: Any) -> dict[str, Any]:

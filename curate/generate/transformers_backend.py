@@ -159,6 +159,10 @@ class TransformersBackend(GenerationBackend):
             if not (path / "config.json").is_file():
                 raise UserError(f"--model {model}: not a transformers checkpoint (config.json missing)")
             self.model_path = str(path.resolve())
+        else:  # a hub id: in the cache, or the hub reachable (checked at once; offline: one line, no retries)
+            from curate.models.hub import locate
+
+            looks_local = locate(self.model_path, "--model").local_only
         self.batch_size = batch_size
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_image_pixels = max_image_pixels
@@ -168,9 +172,10 @@ class TransformersBackend(GenerationBackend):
         try:
             from transformers import AutoModelForImageTextToText, AutoProcessor
 
-            self.processor = AutoProcessor.from_pretrained(self.model_path, trust_remote_code=trust_remote_code)
+            self.processor = AutoProcessor.from_pretrained(self.model_path, trust_remote_code=trust_remote_code,
+                                                           local_files_only=looks_local)
             self.model = AutoModelForImageTextToText.from_pretrained(
-                self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code
+                self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code, local_files_only=looks_local
             )
             self.processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "probe"}]}],
                                                tokenize=False, add_generation_prompt=True)  # a template that parses

