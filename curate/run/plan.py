@@ -256,8 +256,16 @@ def portable(obj: Any, out: Folder | str) -> Any:
 
 def upstream_of(p: PlannedStep, by_name: dict[str, PlannedStep], out: Folder) -> dict[str, str]:
     """For each step ``p`` reads: a hash of that step's settings (its folder as ``$OUT``) and of what it read."""
-    return {d: digest({"settings": portable(by_name[d].settings, out), "upstream": by_name[d].upstream})
+    return {d: digest({"settings": portable(deciding(by_name[d].settings), out), "upstream": by_name[d].upstream})
             for d in p.depends}
+
+
+def deciding(settings: dict[str, Any]) -> dict[str, Any]:
+    """A step's settings less those that decide only where and how fast it runs (``OPERATIONAL_FLAGS``: workers,
+    executor...), which never change its bytes: a run resumed on a machine with other cores keeps its steps."""
+    from curate.core.settings import OPERATIONAL_FLAGS
+
+    return {k: v for k, v in settings.items() if k not in OPERATIONAL_FLAGS}
 
 
 def digest(obj: Any) -> str:
@@ -303,7 +311,8 @@ def _changes(recorded: dict[str, Any], p: PlannedStep, out: Folder) -> list[str]
     """What differs between a step's recorded run and its plan: settings by name, inputs by path."""
     if recorded["verb"] != p.step.verb:
         return [f"verb {recorded['verb']} -> {p.step.verb}"]
-    old_settings, settings = portable(recorded["settings"], recorded.get("out") or out), portable(p.settings, out)
+    old_settings = portable(deciding(recorded["settings"]), recorded.get("out") or out)
+    settings = portable(deciding(p.settings), out)
     what = [f"settings changed: {', '.join(_changed(old_settings, settings))}"] if old_settings != settings else []
     old = recorded.get("upstream") or {}
     what += [f"step {d} ran with other settings" for d in sorted(set(old) | set(p.upstream))

@@ -137,6 +137,12 @@ def test_an_edited_option_reruns_its_step_and_the_later_ones_only(recipe_run, tm
     # nothing changed since: everything is kept
     main(["run", str(recipe), "--out", str(copy), "--dry-run"])
     assert capsys.readouterr().err.count("skip (finished, settings and inputs unchanged)") == 4
+    # how a step runs is not what it makes: other --workers (another machine's cores) keep every step
+    fast = tmp_path / "workers.yaml"
+    fast.write_text(recipe.read_text(encoding="utf-8").replace("sequences-per-shard: 3",
+                                                              "sequences-per-shard: 3, workers: 3"), encoding="utf-8")
+    main(["run", str(fast), "--out", str(copy), "--dry-run"])
+    assert capsys.readouterr().err.count("skip (finished, settings and inputs unchanged)") == 4
     # --force names a step: it and the later ones rerun; an input file touched reruns from its first reader
     main(["run", str(recipe), "--out", str(copy), "--dry-run", "--force", "recaption"])
     plan = capsys.readouterr().err
