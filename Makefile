@@ -38,8 +38,11 @@ $(VENV)/.installed: $(VENV)/.runtime requirements-dev.txt $(wildcard requirement
 	$(PIP_INSTALL) -r requirements-dev.txt
 	touch $@
 
+# Two test processes (pytest-xdist), a test file each at a time: its module fixtures (a Ray cluster, a server) stay
+# in one process. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 sample-data: setup
 	$(PY) -m curate.fixtures.sampledata data/sample
