@@ -13,8 +13,7 @@ from typing import Any
 
 from curate.core.discovery import JSON_HEAD, json_records, keep_listed, record_suffix, records_files, say_skipped
 from curate.core.errors import UserError
-from curate.core.formats.registry import ACCEPTED
-from curate.core.formats.wds import expand_braces
+from curate.core.formats.containers import ACCEPTED, expand_braces
 from curate.core.io import RemotePath, as_path, is_url, text_of, url_fs
 
 
