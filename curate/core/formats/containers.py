@@ -4,7 +4,7 @@ arrays, Parquet rows, tars and WebDataset tars) and :data:`CONTAINERS`, the one 
 What a record container is to curate: a row range of one input file, and the interface every format fills.
 
 A :class:`Container` (one per container family below, registered in :data:`CONTAINERS`)
-knows its file suffixes, how to cut a file into :class:`Part`\ s
+knows its file suffixes, how to cut a file into :class:`Part`\\ s
 of at most N rows, how to yield a part's raw rows, and how to write rows back (``resample``'s
 selected records). Adding a format (``.arrow``, say) is one class and one line in :data:`CONTAINERS`.
 

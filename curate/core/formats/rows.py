@@ -10,7 +10,7 @@ conversation stored as a JSON string) goes through :func:`parse_json`. Beyond ma
 * ``number_too_large``: an integer of more than Python's 4,300 digits (``int`` refuses to convert it);
 * ``nested_too_deep``: arrays and objects nested more than :data:`MAX_DEPTH` deep (a record is a few
   levels deep; a line of 100,000 brackets would exhaust the interpreter's stack);
-* ``invalid_text``: a string holding a lone UTF-16 surrogate (``"\ud800"``): valid JSON, but no UTF-8
+* ``invalid_text``: a string holding a lone UTF-16 surrogate (``"\\ud800"``): valid JSON, but no UTF-8
   encoder (Parquet, tars, the tokenizer, the trainer) can write it.
 
 The checks beyond parsing cost a C-speed scan of the text: the depth is walked only when the text holds
