@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.core.discovery import record_suffix
+from curate.core.formats.listing import record_suffix
 from curate.core.formats.containers import CONTAINERS
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.formats.rows import normalize_row
-from curate.core.discovery import record_suffix
+from curate.core.formats.listing import record_suffix
 from curate.core.formats.containers import Part, ACCEPTED, CONTAINERS, SUFFIXES  # noqa: F401 (re-exported)
 from curate.core.formats.listing import list_inputs
 from curate.core.formats.rows import (default_id_prefix, default_source, CAPTION_PROMPT, IMAGE_TOKEN, messages_of,
