@@ -39,6 +39,7 @@ import struct
 from dataclasses import dataclass
 from typing import IO, Any
 
+# Fast image-header reading for the common formats (JPEG, PNG), without Pillow.
 HEAD = 65536
 TAIL = 4096
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -229,6 +230,7 @@ def claim_too_large(data: bytes | memoryview) -> str | None:
     return None
 
 
+# Images known by their place in an input, for steps that keep an address instead of the bytes.
 def read_member(fh: IO[bytes], offset: int, size: int) -> bytes:
     """``size`` bytes of an open tar at ``offset`` (a member's data); OSError when it is shorter now."""
     fh.seek(offset)

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+# Proof that a JPEG decodes, from its structure: every segment libjpeg would refuse is checked, the entropy-coded data
+# is only walked for its markers.
 _MARKER = re.compile(rb"\xff[\x01-\xcf\xd8-\xfe]")  # a marker in entropy-coded data (not RSTn, stuffing or fill)
 _SOF = (0xC0, 0xC1, 0xC2)  # baseline, extended sequential, progressive (Huffman)
 _TABLES_AND_MISC = {0xC4, 0xDB, 0xDD, 0xFE} | set(range(0xE0, 0xF0))  # DHT, DQT, DRI, COM, APPn
@@ -203,6 +205,7 @@ def _huffman(state: _State, body: bytes) -> None:
         pos += 17 + total
 
 
+# Proof that an image decodes, cheaper than decoding it, for the two formats of most of the web.
 #: Formats a proof exists for (every other format is decoded fully).
 PROVEN_FORMATS = ("JPEG", "MPO", "PNG")
 #: EXIF orientations whose display swaps width and height (what ``ImageOps.exif_transpose`` does).

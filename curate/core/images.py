@@ -86,6 +86,7 @@ from curate.core.image_headers import claim_too_large, ImageAt, Header, header_o
 from curate.core.image_proof import PROVEN_FORMATS, prove, TRANSPOSING
 from curate.core.io import is_url, url_fs
 
+# The image gate's reasons and limits: what can be wrong with an image, named the same in every stage.
 #: Images with more pixels than this are refused as decompression bombs (Pillow's own error threshold).
 DEFAULT_MAX_PIXELS = 2 * 89_478_485
 #: Image files larger than this are refused before they are read (the largest real photos are tens of MB).
@@ -189,6 +190,7 @@ def as_image_error(exc: BaseException, label: str) -> ImageError:
     return ImageError(reason_of(exc), f"{label}: {type(exc).__name__}{': ' + text[:200] if text else ''}")
 
 
+# What C decoders print, captured per image instead of reaching the terminal.
 _local = threading.local()
 _lock = threading.Lock()
 _installed: list[object] = []  # the ctypes callbacks, kept alive; empty until installed (or tried)
@@ -263,6 +265,7 @@ def captured() -> Iterator[list[str]]:
         _local.messages = outer
 
 
+# Opening and converting images with Pillow, every failure an :class:`ImageError`.
 warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
 logging.getLogger("PIL").addHandler(logging.NullHandler())  # Pillow's log of odd files: the gate's reason says it
@@ -462,6 +465,7 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
+# Bounded reads of an image's bytes: a local file, an fsspec URL, bytes, or a cell or tar member.
 #: A path or URL, the bytes, or an image in a tar or Parquet file known by its head (pack's length step).
 ImageSource = str | os.PathLike[str] | bytes | ImageAt
 
@@ -576,6 +580,7 @@ def _read_url(url: str, limits: ImageLimits, label: str) -> bytes:
     return data
 
 
+# The one image gate: every stage that counts or decodes pixels accepts an image through here.
 def check(src: ImageSource, limits: ImageLimits = DEFAULT_LIMITS, *, label: str | None = None) -> ImageInfo:
     """The displayed size of an image proven to decode (see the module docstring).
 
@@ -704,6 +709,7 @@ def file_extension(info_format: str, path: str | bytes | None = None) -> str:
     return "img"
 
 
+# Header-only image sizes: what a file says about itself, read without its pixels.
 def probe(src: ImageSource, *, max_pixels: int = DEFAULT_MAX_PIXELS, label: str | None = None) -> ImageInfo:
     """Read an image's header (never its pixels) and return the displayed size it claims.
 

@@ -30,6 +30,7 @@ from curate.core import validate as v
 from curate.core.defaults import DEFAULT_MAX_IMAGES
 from curate.core.settings import setting
 
+# Length limits on user text, applied before anything tokenizes it.
 TOO_LONG = "too_long"
 #: Characters of one record's text that ``curate pack`` counts (about 250k+ tokens: beyond any context).
 MAX_RECORD_CHARS = 1_000_000
@@ -55,7 +56,8 @@ def over(n: int, limit: int | None, what: str) -> str | None:
     return f"{n:,} {what} > limit {limit:,}"
 
 
-if TYPE_CHECKING:  # the image package loads Pillow and numpy: settings are checked without them
+# What one record may cost in images, declared once for every stage that touches pixels.
+if TYPE_CHECKING:  # the image gate loads Pillow and numpy: settings are checked without them
     from curate.core.images import ImageLimits
 
 #: The reason of a record holding more than ``max_images`` images.

@@ -76,6 +76,7 @@ from curate.core.formats.rows import JsonRefused, check_value, parse_json, CAPTI
 from curate.core.image_headers import ImageAt, read_member
 from curate.core.io import as_path, atomic_open, open_input, input_size, is_url, write_parquet
 
+# What a record container is to curate: a row range of one input file, and the interface every format fills.
 #: ``(row, raw row or None, problem or None)``: what a container yields for each row of a part; ``problem`` is
 #: ``"blank"`` for a line that is no row, else ``"reason:detail"``.
 Row = tuple[int, Any, "str | None"]
@@ -147,6 +148,7 @@ def even_parts(path: Path, fmt: str, n: int, rows_per_part: int, offsets: Sequen
             for s in range(0, n, rows_per_part)]
 
 
+# JSON Lines (``.jsonl``, ``.ndjson``: one record a line) and JSON arrays (``.json``: one array of records).
 def _line_offsets(path: Path) -> list[int]:
     """Byte offsets of every line start (the last entry is the file size)."""
     offsets = [0]
@@ -246,6 +248,7 @@ class JsonArray(Container):
         return len(rows)
 
 
+# Parquet rows with their image cells cut straight from the Arrow buffers.
 def _plain(view: memoryview, *_: int | str) -> bytes:
     return bytes(view)
 
@@ -491,6 +494,7 @@ class ParquetRows(Container):
         return len(rows)
 
 
+# WebDataset tars as record inputs.
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 
@@ -792,6 +796,8 @@ def member_row(key: str, members: list[tuple[str, Any]]) -> tuple[dict[str, Any]
     return row, None
 
 
+# WebDataset tars as containers: plain tars (walked by their headers, parts seek to their first group) and gzipped
+# tars (``.tgz``, ``.tar.gz``: streamed from the start, their images carried as bytes).
 class Tar(Container):
     """A WebDataset tar: its groups found from the member headers alone (cached across runs)."""
 
@@ -885,6 +891,7 @@ def gzip_rows(path: str, stop: int) -> Iterator[tuple[dict[str, Any], str | None
         yield ({"id": key}, problem) if problem else member_row(key, members)
 
 
+# Every input container curate reads, by name and by file suffix: the one table of formats.
 #: Every container, by the name its parts carry.
 CONTAINERS: dict[str, Container] = {c.name: c for c in (JsonLines(), JsonArray(), ParquetRows(), Tar(), GzippedTar())}
 #: Every record-file suffix and the container it names.

@@ -46,6 +46,8 @@ from curate.core.errors import UserError
 from curate.core.formats.containers import ACCEPTED, expand_braces
 from curate.core.io import RemotePath, as_path, is_url, text_of, url_fs
 
+
+# Input arguments to files: local paths, folders, brace patterns and object-store URLs.
 def remote_error(url: str, exc: BaseException) -> UserError:
     """A one-line UserError for a failed object-storage call: credentials, access or what the back end said."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -133,6 +135,7 @@ def _list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list
     raise UserError(f"{path}: no such file or folder")
 
 
+# Which files of an input folder are records.
 _REPORTED: set[Path | str] = set()  # one line per skipped path (or URL) and process, however often it is listed
 #: Skipped files not said yet: (folder, reason for several) → [(name, line for it alone)].
 _PENDING: dict[tuple[str, str], list[tuple[str, str]]] = {}

@@ -82,6 +82,7 @@ from typing import Any
 
 from curate.core.formats.rows import RecordInvalid
 
+# LLaVA-OneVision-1.5-RL's released Parquet rows (EvolvingLMMs-Lab/LLaVA-OneVision-1.5-RL) as RL records.
 SPATIAL = "spatial-reasoning"
 #: The bonus of a spatial-reasoning answer that names a box while thinking (``reward_system.py`` line 67).
 SPATIAL_BOX_BONUS = 0.5
@@ -116,6 +117,7 @@ def llava_ov_rl_row(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# verl's RL Parquet rows (volcengine/verl; V-Triune and Orsta write the same) as RL records.
 #: ``data_source`` -> (verifier, accuracy ratio, format ratio, format check) as verl's default_compute_score.
 BY_SOURCE = {
     "hiyouga/geometry3k": ("v-triune-math", 0.9, 0.1, "verl-geo3k"),
@@ -219,6 +221,7 @@ def verl_row(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# VLM-R1's JSONL rows (om-ai-lab/VLM-R1, ``src/open-r1-multimodal/src/open_r1/grpo_jsonl.py``) as RL records.
 #: VLM-R1's ``accu_reward_method`` values (``grpo_jsonl.py`` lines 832-861; any other is ``default``), and ``rec``.
 METHODS = ("default", "mcq", "yes_no", "llm", "map", "math", "weighted_sum", "od_ap", "od_ap50", "odLength",
            "all_match", "rec")
@@ -262,6 +265,7 @@ def vlm_r1_row(raw: dict[str, Any], method: str | None = None) -> dict[str, Any]
     return out
 
 
+# The RL trainers' row layouts, read as RL records: detected by their keys or named by the run (``--layout``).
 #: The ``--layout`` choices: ``auto`` detects each row's layout.
 LAYOUTS = ("auto", "vlm-r1", "verl", "llava-ov-rl")
 

@@ -92,6 +92,7 @@ from curate.core.answers import annotator_answers, choice_question, multiple_cho
 from curate.core.image_headers import ImageAt
 from curate.core.io import as_path, is_url
 
+# JSON text of user data parsed within limits: what a crafted line can do is a reason, never an exception.
 #: Arrays and objects nested deeper than this are refused (``nested_too_deep``).
 MAX_DEPTH = 64
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -182,6 +183,7 @@ def check_text(value: Any) -> None:
             stack.extend(item)
 
 
+# Image columns of a row, in every layout curate reads, to a list of paths or bytes.
 #: The one list of image formats, as file extensions: tar members with one of them are a sample's images, Parquet
 #: columns named by one hold raw image bytes. Every raster format Pillow reads (docs/images.md's table, accepted
 #: or refused with the gate's reason: the gate, not the name, decides what decodes), and HEIC/HEIF and JPEG XL,
@@ -419,6 +421,7 @@ def _numbered_images(row: dict[str, Any], base_dir: Path | str) -> tuple[dict[st
             [n for n, _ in present])
 
 
+# The conversation of a row in each text layout (:func:`curate.core.formats.rows.text_layout`).
 IMAGE_TOKEN = "<image>"
 CAPTION_PROMPT = "Describe the image."
 _ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -519,6 +522,8 @@ def _vqa_answer(raw: dict[str, Any]) -> str:
     return as_text(answer, "answer").strip()
 
 
+# Where a record's images stand in its conversation: ``<image>`` placeholders, MMMU's numbered ones, and the images a
+# record's layout implies it has.
 _NUMBERED_PLACEHOLDER = re.compile(r"<image (\d+)>")
 
 
@@ -591,6 +596,7 @@ def count_placeholders(messages: Iterable[dict[str, str]]) -> int:
     return sum(m["content"].count(IMAGE_TOKEN) for m in messages)
 
 
+# The ``source`` of a record that carries none: named after its input file, less any shard number.
 #: Names that say which split or shard a file is, not which dataset: a source is looked for above them.
 GENERIC_NAMES = frozenset({"train", "training", "test", "testing", "val", "valid", "validation", "dev", "eval",
                            "data", "dataset", "datasets", "default", "shard", "shards", "part", "parts", "chunk",
