@@ -19,7 +19,7 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.location import Location, locations
-from curate.core.record_limits import ImageReading
+from curate.core.limits import ImageReading
 from curate.core.settings import setting
 
 if TYPE_CHECKING:  # the compute balance loads numpy and pyarrow: settings (and --help) are made without them
@@ -55,7 +55,7 @@ class PackConfig(ImageReading):
 
     Keyword-only fields, in the order ``curate pack --help`` lists them. ``workers``
     and ``seed`` are the shared executor flags, ``image_root`` the shared ``--image-root``, the image limits
-    (:class:`curate.core.record_limits.ImageReading`) the shared image limit flags; ``plot`` is for Python
+    (:class:`curate.core.limits.ImageReading`) the shared image limit flags; ``plot`` is for Python
     callers only. ``balance_compute``, ``dp``, ``micro_batches``, ``cost_model``, ``step_mix``: the
     compute-balanced layout (:mod:`packer.compute_balance`; ``cost_model`` is a YAML of the model's fields or a
     timing log to fit, :mod:`packer.timing`), checked once into :attr:`balance`.

@@ -85,7 +85,7 @@ import pyarrow.parquet as pq
 
 from curate.core.columns import counts_by_source, source_codes
 from curate.core.errors import UserError
-from curate.core.formats.refs import ImageAt
+from curate.core.image_headers import ImageAt
 from curate.core.images import ImageError, check, decode, file_extension, image_label
 from curate.core.io import atomic_open, curate_cache, dumps_json, file_sha256, read_json, write_json, write_parquet
 from curate.core.progress import note
@@ -100,7 +100,7 @@ from curate.core.shards import (
 )
 from curate.core.staging import url_of
 from curate.core.stats import StageStats
-from curate.core.textlimits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
+from curate.core.limits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from curate.executors import Executor, run_stage
 from packer.config import PackConfig
 from packer.reserved import SPECIAL_TOKEN
@@ -390,7 +390,7 @@ class LengthsTask(ShardTask):
                  max_chars: int = MAX_RECORD_CHARS) -> None:
         """Count with ``processor`` (the run's, or the one its earlier counts name) under ``config``'s settings;
         ``reuse_from``: an earlier lengths.parquet whose text counts may be reused, by ``text_key``; ``max_chars``:
-        text beyond it is never rendered nor tokenized (:mod:`curate.core.textlimits`)."""
+        text beyond it is never rendered nor tokenized (:mod:`curate.core.limits`)."""
         self.config = config
         self.processor_spec = processor
         self.verify_sample = config.checked_sample

@@ -1,6 +1,6 @@
 """``curate verify OUT``: re-read a packed folder and check every boundary and count.
 
-Walks every tar once (:func:`curate.core.formats.wds.scan_groups`, which groups members as webdataset does: each
+Walks every tar once (:func:`curate.core.formats.containers.scan_groups`, which groups members as webdataset does: each
 sequence's JSON is read, and each image goes through the image gate, which proves it decodes as the loader will
 decode it), a few tars per shard of an executor (``--workers N`` processes or ``--executor ray``;
 :mod:`packer.verify_tar`), and checks, naming each problem:

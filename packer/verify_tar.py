@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.core.formats.refs import ImageAt
-from curate.core.formats.wds import scan_groups
+from curate.core.image_headers import ImageAt
+from curate.core.formats.containers import scan_groups
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, check
 from curate.core.io import input_size, open_input, write_json, write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask
@@ -202,8 +202,8 @@ def iter_samples(path: str, heads: bool = True) -> Iterator[dict[str, Any]]:
     """The samples of a tar in order, as webdataset groups them: ``{"__key__": key, ext: value, ...}``.
 
     Consecutive members ``KEY.EXT`` (the key ends at the first dot of the file name) form one
-    sample, walked by their headers (:func:`curate.core.formats.wds.scan_groups`): ``.json`` members
-    are read whole; every other member (the images) is an :class:`~curate.core.formats.refs.ImageAt`
+    sample, walked by their headers (:func:`curate.core.formats.containers.scan_groups`): ``.json`` members
+    are read whole; every other member (the images) is an :class:`~curate.core.image_headers.ImageAt`
     holding its bytes with ``heads``, else None (skipped by seeking). A worker needs neither torch
     nor webdataset.
 

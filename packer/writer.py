@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from curate.core.formats.refs import read_member
+from curate.core.image_headers import read_member
 from curate.core.images import ImageError, read_bytes
 from curate.core.io import open_input
 from curate.core.shards import Shard, ShardContext, ShardTask

@@ -19,7 +19,7 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE, MAX_THREADS
 from curate.core.location import Location, locations
-from curate.core.record_limits import ImageReading
+from curate.core.limits import ImageReading
 from curate.core.settings import setting
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS
 
@@ -93,7 +93,7 @@ class ModelSettings:
 @dataclass(frozen=True, kw_only=True)
 class EmbedConfig(ImageReading, ModelSettings):
     """Settings of ``curate embed`` (see :func:`curate.balance.embed.embed`); the image limits:
-    :class:`~curate.core.record_limits.ImageReading`."""
+    :class:`~curate.core.limits.ImageReading`."""
 
     out: Location | PathLike = setting(help="Output folder.")
     batch_size: int = setting(DEFAULT_BATCH, help="Images per forward pass.")

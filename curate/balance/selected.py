@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.core.discovery import record_suffix
-from curate.core.formats.registry import CONTAINERS
+from curate.core.formats.listing import record_suffix
+from curate.core.formats.containers import CONTAINERS
 
 
 def copy_id(rid: str, k: int) -> str:
@@ -96,7 +96,7 @@ def write_selected_records(inputs: Sequence[str | os.PathLike[str]], selection: 
     images (which ``curate balance`` cannot tag) are written too, once, in their place (``curate balance``).
     Returns counts per output file.
     """
-    from curate.core.formats.sources import default_id_prefix
+    from curate.core.formats.rows import default_id_prefix
     from curate.core.records import expand_inputs, input_format
     from curate.core.shards import resolve_image_root
     from curate.core.threads import available_cpus
@@ -229,6 +229,6 @@ def _rebased_row(raw: dict[str, Any], rid: str, source: str, copy: int) -> dict[
 
 
 def _write_rows(dest: Path, fmt: str, rows: list[tuple[int, Any]], source_path: Path) -> int:
-    """Write the selected rows (with their copies) in the input's container (:mod:`curate.core.formats.registry`)."""
+    """Write the selected rows (with their copies) in the input's container (:mod:`curate.core.formats.containers`)."""
     objs = [_rebased_row(raw, rid, src, c) for c, (rid, src, raw) in rows]
     return CONTAINERS[fmt].write_back(dest, objs, source_path)

@@ -175,7 +175,7 @@ class ByteSize(click.ParamType):
 
 
 #: The image limit flags (``--max-image-bytes``, ``--max-image-pixels``, ``--max-images-per-record``) and the
-#: :class:`curate.core.record_limits.ImageReading` field each one sets.
+#: :class:`curate.core.limits.ImageReading` field each one sets.
 IMAGE_LIMIT_FLAGS = {"max_image_bytes": "max_image_bytes", "max_image_pixels": "max_image_pixels",
                      "max_images_per_record": "max_images"}
 
@@ -183,7 +183,7 @@ IMAGE_LIMIT_FLAGS = {"max_image_bytes": "max_image_bytes", "max_image_pixels": "
 def image_limit_options(fn):  # noqa: ANN001, ANN202 - click decorator
     """The image limits of the verbs that touch pixels (pack, embed, balance, recaption, rl-filter): one record
     costs at most ``--max-images-per-record`` reads of ``--max-image-bytes`` and decodes of ``--max-image-pixels``
-    (docs/limits.md). Unset flags keep :class:`~curate.core.record_limits.ImageReading`'s defaults, which the
+    (docs/limits.md). Unset flags keep :class:`~curate.core.limits.ImageReading`'s defaults, which the
     help states (the gate's are written out: reading them would load Pillow for ``--help``; a test keeps them
     equal)."""
     fn = click.option("--max-images-per-record", type=int, default=None, expose_value=False, callback=_store_meta,
@@ -198,7 +198,7 @@ def image_limit_options(fn):  # noqa: ANN001, ANN202 - click decorator
 
 
 def image_limits_given() -> dict[str, int]:
-    """The image limits given on the command line, as :class:`~curate.core.record_limits.ImageReading` fields
+    """The image limits given on the command line, as :class:`~curate.core.limits.ImageReading` fields
     (unset flags are left out, so a config keeps its defaults)."""
     ctx = click.get_current_context()
     given = {field: ctx.meta.get(f"curate.{flag}") for flag, field in IMAGE_LIMIT_FLAGS.items()}

@@ -1,6 +1,6 @@
 """The golds of VQA rows: their annotators' answers, and the options and letter of multiple-choice rows.
 
-Shared by the reader (:mod:`curate.core.formats.conversations`) and the verifiers' routing
+Shared by the reader (:mod:`curate.core.formats.rows`) and the verifiers' routing
 (:mod:`curate.rewards.registry`); it imports nothing, so the rewards stay light inside RL trainers.
 
 * **Annotators' answers**: TextVQA and DocVQA store ``answers`` as a list of strings, VQAv2

@@ -34,17 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
-from curate.core.formats import normalize_row
-from curate.core.discovery import record_suffix
-from curate.core.formats.container import Part  # noqa: F401 (re-exported)
+from curate.core.formats.rows import normalize_row
+from curate.core.formats.listing import record_suffix
+from curate.core.formats.containers import Part, ACCEPTED, CONTAINERS, SUFFIXES  # noqa: F401 (re-exported)
 from curate.core.formats.listing import list_inputs
-from curate.core.formats.registry import ACCEPTED, CONTAINERS, SUFFIXES
-from curate.core.formats.sources import default_id_prefix, default_source
-from curate.core.formats.conversations import CAPTION_PROMPT, IMAGE_TOKEN, messages_of  # noqa: F401 (re-exported)
-from curate.core.formats.placement import (count_placeholders, implied_image,  # noqa: F401 (re-exported)
-                                           number_placeholders, place_images)
+from curate.core.formats.rows import (default_id_prefix, default_source, CAPTION_PROMPT, IMAGE_TOKEN, messages_of,
+                                      count_placeholders, implied_image, number_placeholders, place_images,
+                                      CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, text_layout)
 from curate.core.formats.rl_layouts import rl_row
-from curate.core.formats.rows import CAPTION_LAYOUTS, TEXT_LAYOUTS, RecordInvalid, as_text, text_layout
 from curate.core.io import as_path
 
 _LAYOUT_KEYS = {"id", "source", "image", "images", *TEXT_LAYOUTS}
@@ -65,7 +62,7 @@ Record = dict[str, Any]
 #: placeholders) is errored ``missing_image`` unless the run reads text only; ``captions`` lists are caption rows;
 #: gzipped tars are read. 10: tar members with an empty key (``.jpg``) are a group of their own, errored
 #: ``empty_key`` (they were skipped); JSON rows with a too long integer, nesting too deep or a lone surrogate are
-#: errored (``number_too_large``, ``nested_too_deep``, ``invalid_text``: curate.core.formats.jsontext).
+#: errored (``number_too_large``, ``nested_too_deep``, ``invalid_text``: curate.core.formats.rows).
 #: 11: rows of the RL trainers' layouts (verl's ``prompt`` and ``reward_model``, VLM-R1's ``accu_reward_method``,
 #: LLaVA-OneVision-1.5-RL's ``problem_type``) are read as RL records (curate.core.formats.rl_layouts).
 READER_VERSION = 11
@@ -93,9 +90,9 @@ def to_canonical(raw: Any, base_dir: Path | str, *, fallback_id: str, fallback_s
         raw: the parsed JSON object or Parquet row.
         base_dir: folder that relative image paths are relative to (the file's own, or the run's image root).
         fallback_id: id used when the row has none (``<file stem>:<row>``, the stem led by its folder when it
-            is only a shard number: :func:`curate.core.formats.sources.default_id_prefix`).
+            is only a shard number: :func:`curate.core.formats.rows.default_id_prefix`).
         fallback_source: source used when the row has none (the input file's name less any shard number:
-            :func:`curate.core.formats.sources.default_source`).
+            :func:`curate.core.formats.rows.default_source`).
         text_field: a row in none of the layouts is read as a caption record whose caption is this field
             (e.g. ``alt_text``), when it has it.
         text_only: the run reads text only (text matching): a caption or a URL row without image bytes is
@@ -176,7 +173,7 @@ def iter_rows(part: Part, heads: bool = False, views: bool = False) -> Iterator[
     """Yield ``(row, raw_object, problem)`` for each row of a part; ``problem`` is None or a reason.
 
     With ``heads`` images inside tars and Parquet files are
-    :class:`~curate.core.formats.refs.ImageAt` (header bytes and address) instead of bytes; with
+    :class:`~curate.core.image_headers.ImageAt` (header bytes and address) instead of bytes; with
     ``views`` only Parquet cells are (views on the Arrow buffers, for decoding without a copy).
     """
     yield from CONTAINERS[part.format].rows(part, heads, views)

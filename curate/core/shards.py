@@ -38,7 +38,7 @@ from curate.core.errors import UserError, reading_input
 from curate.core.io import dumps_json, is_url, read_json, text_of, write_json, write_parquet
 from curate.core.location import shown
 from curate.core.remote_sync import fetch, push_shard
-from curate.core.record_limits import TOO_MANY_IMAGES
+from curate.core.limits import TOO_MANY_IMAGES
 from curate.core.staging import url_of
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
 from curate.core.splits import input_stamps, split_inputs
@@ -81,7 +81,7 @@ class Shard:
         With ``with_raw`` yield ``(raw row, record or BadRecord)`` pairs, for stages
         that write records back in the input's layout. With ``heads`` images in tars and
         Parquet files are known by their header bytes and address only
-        (:class:`curate.core.formats.refs.ImageAt`), for steps that need no pixels; with ``views``
+        (:class:`curate.core.image_headers.ImageAt`), for steps that need no pixels; with ``views``
         only Parquet cells are, as views on the Arrow buffers, for steps that decode pixels.
         """
         for part in self.parts:

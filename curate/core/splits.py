@@ -30,7 +30,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from curate.core.io import RemotePath, as_path, atomic_open, curate_cache, input_stamp, is_url
-from curate.core.formats.registry import CONTAINERS
+from curate.core.formats.containers import CONTAINERS
 from curate.core.records import READER_VERSION, Part, input_format, split_file
 from curate.core.threads import available_cpus, plain_workers_context
 

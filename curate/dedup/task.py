@@ -32,7 +32,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from curate.core.formats.refs import ImageAt
+from curate.core.image_headers import ImageAt
 from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, ImageLimits, decode, decode_small, image_label
 from curate.core.io import is_url, write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records

@@ -47,7 +47,7 @@ from curate.core.errors import UserError
 from curate.generate.base import EndpointDown, GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
 from curate.core.images import ImageError
-from curate.core.record_limits import image_limits
+from curate.core.limits import image_limits
 from curate.generate.image_urls import data_url
 
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 20

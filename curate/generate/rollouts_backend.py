@@ -30,7 +30,7 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.io import text_of
-from curate.core.formats.jsontext import JsonRefused, parse_json
+from curate.core.formats.rows import JsonRefused, parse_json
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, error_result
 
 REQUIRED = ("id", "response")

@@ -15,7 +15,7 @@ class GenerationTask(ShardTask):
 
     The open backend (a loaded model, a connection pool) is never pickled: each
     worker process or Ray actor opens its own in :meth:`setup`. ``limits`` and ``max_images``
-    (:class:`curate.core.record_limits.ImageReading`) bound what one record's images cost: the task checks
+    (:class:`curate.core.limits.ImageReading`) bound what one record's images cost: the task checks
     them at the gate before a request, and a backend that reads pixels (a local model, a server's data
     URLs) reads within the same limits.
     """

@@ -39,8 +39,7 @@ from curate.core.errors import UserError
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, PromptError
 from curate.generate.base import content_parts, derive_seed, error_result
 from curate.core.images import ImageError, decode
-from curate.core.record_limits import image_limits
-from curate.core.textlimits import CHARS_PER_TOKEN_BOUND, MAX_PROMPT_TOKENS, TOO_LONG, over, total_chars
+from curate.core.limits import image_limits, CHARS_PER_TOKEN_BOUND, MAX_PROMPT_TOKENS, TOO_LONG, over, total_chars
 from curate.generate.checks import DTYPES
 
 DEVICES = ("auto", "cpu", "cuda")

@@ -15,7 +15,7 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.location import Location, locations
-from curate.core.record_limits import ImageReading
+from curate.core.limits import ImageReading
 from curate.core.records import IMAGE_TOKEN
 from curate.core.settings import setting
 from curate.generate.checks import check_backend, check_sampling
@@ -137,7 +137,7 @@ class RecaptionConfig(ImageReading):
         shard_size: Records per shard.
         image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
         max_image_bytes, max_image_pixels, max_images: What one record may cost in images
-            (:class:`curate.core.record_limits.ImageReading`).
+            (:class:`curate.core.limits.ImageReading`).
     """
 
     out: Location | PathLike = setting(help="Output folder.")

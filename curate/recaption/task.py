@@ -19,7 +19,7 @@ from curate.core.io import write_parquet
 from curate.core.journal import JournalWriter, read_journal
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
 from curate.core.stats import StageStats
-from curate.core.textlimits import MAX_CAPTION_CHARS, TOO_LONG, over
+from curate.core.limits import MAX_CAPTION_CHARS, TOO_LONG, over
 from curate.generate.base import is_transient
 from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask

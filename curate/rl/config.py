@@ -18,9 +18,8 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.location import Location, as_location, locations
-from curate.core.record_limits import ImageReading
-from curate.core.formats.rl_layouts import LAYOUTS, layout_setting
-from curate.core.formats.vlm_r1 import METHODS as VLM_R1_METHODS
+from curate.core.limits import ImageReading
+from curate.core.formats.rl_layouts import LAYOUTS, layout_setting, METHODS as VLM_R1_METHODS
 from curate.core.settings import setting
 from curate.generate.checks import check_backend, check_sampling
 from curate.generate.settings import BackendSettings, backend_of, temperature_setting, top_p_setting
@@ -120,7 +119,7 @@ class RlFilterConfig(ImageReading):
         image_root: Folder (or bucket prefix) relative image paths start from (default: each input file's own).
         code: How model-written programs run: the limits' ceilings and ``--trust-code``.
         max_image_bytes, max_image_pixels, max_images: What one prompt may cost in images
-            (:class:`curate.core.record_limits.ImageReading`).
+            (:class:`curate.core.limits.ImageReading`).
     """
 
     out: Location | PathLike = setting(help="Output folder.")

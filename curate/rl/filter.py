@@ -47,7 +47,7 @@ from curate.core.io import write_parquet
 from curate.core.journal import end_line, read_journal
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
 from curate.core.stats import StageStats, finish_stage, stage_result
-from curate.core.textlimits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
+from curate.core.limits import MAX_PROMPT_CHARS, TOO_LONG, over, total_chars
 from curate.generate.base import is_transient
 from curate.generate.settings import sampling_of
 from curate.generate.task import GenerationTask

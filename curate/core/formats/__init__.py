@@ -1,19 +1,14 @@
-"""Input formats beyond plain JSONL/JSON/Parquet rows with image paths.
+"""Input formats, one module per role.
 
-* :mod:`curate.core.formats.rows`: image columns as the Hugging Face ``datasets`` library writes
-  them (struct ``{bytes, path}``, one or a list), the Cauldron/FineVision layout (``images`` +
-  ``texts`` of ``{user, assistant}`` turns) and raw-bytes columns named like an image extension
-  (img2dataset's Parquet output);
-* :mod:`curate.core.formats.wds`: WebDataset tars (a file, a folder of tars or a brace pattern);
+* :mod:`curate.core.formats.containers`: every container curate reads (JSON lines and arrays, Parquet rows,
+  tars and WebDataset tars) and :data:`~curate.core.formats.containers.CONTAINERS`, the one table of them;
+* :mod:`curate.core.formats.rows`: a row into the canonical record (image columns as the Hugging Face
+  ``datasets`` library writes them, img2dataset's Parquet, the conversation of each text layout, where
+  images stand in it, the source and id of a row without them);
+* :mod:`curate.core.formats.rl_layouts`: RL trainers' row layouts (VLM-R1, verl, LLaVA-OneVision-1.5-RL);
+* :mod:`curate.core.formats.listing`: folders and buckets listed into input files;
 * :mod:`curate.core.formats.writeback`: records written back keep their images as bytes.
 
 A record's ``images`` hold paths (``str``) or the image bytes themselves (``bytes``); every
 stage accepts both (see :mod:`curate.core.images`).
 """
-
-from __future__ import annotations
-
-from curate.core.formats.rows import IMAGE_EXTS, normalize_row
-from curate.core.formats.wds import expand_braces
-
-__all__ = ["IMAGE_EXTS", "expand_braces", "normalize_row"]

@@ -1,4 +1,22 @@
-"""Image columns of a row, in every layout curate reads, to a list of paths or bytes.
+"""Rows into curate's canonical record: JSON text within limits, image columns, the conversation of each
+text layout, where images stand in it, and the source and id of a row without them.
+
+JSON text of user data parsed within limits: what a crafted line can do is a reason, never an exception.
+
+Every JSON row a reader parses (a JSONL line, a ``.json`` array, a tar's ``.json`` member, a
+conversation stored as a JSON string) goes through :func:`parse_json`. Beyond malformed text
+(``malformed_json``) it refuses, each with its reason:
+
+* ``number_too_large``: an integer of more than Python's 4,300 digits (``int`` refuses to convert it);
+* ``nested_too_deep``: arrays and objects nested more than :data:`MAX_DEPTH` deep (a record is a few
+  levels deep; a line of 100,000 brackets would exhaust the interpreter's stack);
+* ``invalid_text``: a string holding a lone UTF-16 surrogate (``"\\ud800"``): valid JSON, but no UTF-8
+  encoder (Parquet, tars, the tokenizer, the trainer) can write it.
+
+The checks beyond parsing cost a C-speed scan of the text: the depth is walked only when the text holds
+more than :data:`MAX_DEPTH` brackets, strings only when it holds an escaped surrogate.
+
+Image columns of a row, in every layout curate reads, to a list of paths or bytes.
 
 Layouts (see docs/inputs.md):
 
@@ -22,19 +40,150 @@ Layouts (see docs/inputs.md):
 A column that holds something no layout reads as an image (raw image bytes, or an image struct
 whose bytes are an image) is never ignored: the row is errored ``invalid_image_column`` with a
 detail naming the column.
+
+The conversation of a row in each text layout (:func:`curate.core.formats.rows.text_layout`).
+
+* ``messages`` (OpenAI: ``role``, ``content`` as text or content parts) and ``conversations`` (LLaVA:
+  ``from``, ``value``), possibly stored as a JSON string in a Parquet column;
+* a caption (``caption``, its aliases, or the run's ``--text-field``): ``<image>`` and
+  :data:`CAPTION_PROMPT`, then the caption;
+* ``problem`` (RL sets) and ``question`` (VQA sets) with their answer; a multiple-choice VQA row with its
+  options lettered and the letter as answer (:mod:`curate.core.answers`).
+
+Where a record's images stand in its conversation: ``<image>`` placeholders, MMMU's numbered ones,
+and the images a record's layout implies it has.
+
+The ``source`` of a record that carries none: named after its input file, less any shard number.
+
+Every stats file is broken down per source, so a dataset split into numbered shards should be
+one source, not one per shard: img2dataset writes ``00000.tar … 08499.tar``, Hugging Face
+``train-00000-of-00042.parquet``, WebDataset tools ``laion-000123.tar``. The rule
+(:func:`default_source`):
+
+* a stem without a shard number is the source (``coyo.jsonl`` → ``coyo``, ``cc12m.parquet`` → ``cc12m``);
+* a shard number is a trailing run of digits, alone or after ``-``, ``_`` or ``.``, optionally
+  followed by ``-of-`` and a count: ``laion-000123`` → ``laion``, ``train-00000-of-00042`` → ``train``;
+  digits glued to a name stay (``coco2017``);
+* when nothing is left, or only a generic word (:data:`GENERIC_NAMES`: ``train``, ``data``,
+  ``shard``…), the nearest enclosing folder whose name is not generic names it instead, up to three
+  levels up: ``laion400m/00000.tar`` → ``laion400m``, ``the_cauldron/vqav2/train-00000-of-00002.parquet``
+  → ``vqav2``, ``coyo/data/train-00000-of-00128.parquet`` → ``coyo``;
+* without such a folder, the stripped name (``train``), else the nearest folder's name (``data/train/0000.parquet``
+  → ``train``), else the stem.
+
+A row's own ``source`` (or ``data_source``) always wins over this rule.
+
+A row without an ``id`` is ``<stem>:<row>``, and when the source comes from a folder the folder's name
+leads (:func:`default_id_prefix`): the subsets of ``the_cauldron`` all hold a ``train-00000-of-0000N.parquet``,
+and their rows would otherwise share ids (every subset after the first errored ``duplicate_id``).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from curate.core.formats.refs import ImageAt
+from curate.core.answers import annotator_answers, choice_question, multiple_choice
+from curate.core.image_headers import ImageAt
 from curate.core.io import as_path, is_url
 
+# JSON text of user data parsed within limits: what a crafted line can do is a reason, never an exception.
+#: Arrays and objects nested deeper than this are refused (``nested_too_deep``).
+MAX_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class JsonRefused(ValueError):
+    """JSON text that is not a usable row; ``reason`` is stable, ``detail`` says what."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def parse_json(text: str | bytes | bytearray) -> Any:
+    """Parse JSON text of user data within the limits of the module docstring.
+
+    Raises:
+        JsonRefused: ``malformed_json``, ``number_too_large``, ``nested_too_deep`` or ``invalid_text``.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JsonRefused("malformed_json", exc.msg) from None
+    except UnicodeDecodeError:
+        raise JsonRefused("malformed_json", "not UTF-8") from None
+    except RecursionError:
+        raise JsonRefused("nested_too_deep", f"arrays or objects nested more than {MAX_DEPTH} deep") from None
+    except ValueError as exc:  # int() refusing more than sys.get_int_max_str_digits() digits
+        raise JsonRefused("number_too_large", str(exc).split(";")[0]) from None
+    if isinstance(text, str):
+        brackets = text.count("[") + text.count("{")
+        surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    else:
+        brackets = text.count(b"[") + text.count(b"{")
+        surrogates = _SURROGATE_ESCAPE_BYTES.search(text) is not None
+    if brackets > MAX_DEPTH and depth(value) > MAX_DEPTH:
+        raise JsonRefused("nested_too_deep", f"arrays or objects nested more than {MAX_DEPTH} deep")
+    if surrogates:
+        check_text(value)
+    return value
+
+
+def check_value(value: Any) -> None:
+    """The checks of :func:`parse_json` beyond parsing, on a value parsed already (a row of a ``.json`` array).
+
+    Raises:
+        JsonRefused: ``nested_too_deep`` or ``invalid_text``.
+    """
+    if depth(value) > MAX_DEPTH:
+        raise JsonRefused("nested_too_deep", f"arrays or objects nested more than {MAX_DEPTH} deep")
+    check_text(value)
+
+
+def depth(value: Any) -> int:
+    """How deep arrays and objects nest in a parsed JSON value (a scalar is 0), walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def check_text(value: Any) -> None:
+    """Refuse a parsed value holding a string that UTF-8 cannot encode (a lone surrogate), keys included.
+
+    Raises:
+        JsonRefused: ``invalid_text``.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise JsonRefused("invalid_text", f"a lone surrogate {item[exc.start]!r} in a string "
+                                                  "(no UTF-8 writer accepts it)") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+# Image columns of a row, in every layout curate reads, to a list of paths or bytes.
 #: The one list of image formats, as file extensions: tar members with one of them are a sample's images, Parquet
 #: columns named by one hold raw image bytes. Every raster format Pillow reads (docs/images.md's table, accepted
 #: or refused with the gate's reason: the gate, not the name, decides what decodes), and HEIC/HEIF and JPEG XL,
@@ -270,3 +419,221 @@ def _numbered_images(row: dict[str, Any], base_dir: Path | str) -> tuple[dict[st
     taken = {k for _, k in numbered}
     return ({k: v for k, v in row.items() if k not in taken}, [image_item(row[k], k, base_dir) for _, k in present],
             [n for n, _ in present])
+
+
+# The conversation of a row in each text layout (:func:`curate.core.formats.rows.text_layout`).
+IMAGE_TOKEN = "<image>"
+CAPTION_PROMPT = "Describe the image."
+_ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+             "system": "system", "model": "assistant", "bot": "assistant"}
+
+
+def _content_text(content: Any, field: str) -> str:
+    """Flatten OpenAI-style content parts (text / image) to text with <image> placeholders."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text":
+                parts.append(as_text(part.get("text", ""), field))
+            elif isinstance(part, dict) and part.get("type") in ("image", "image_url"):
+                parts.append(IMAGE_TOKEN)
+            else:
+                raise RecordInvalid("invalid_field", f"{field} has a content part that is neither text nor image")
+        return "".join(parts)
+    if content is None:
+        return ""
+    raise RecordInvalid("invalid_field", f"{field} content must be a string, got {type(content).__name__}")
+
+
+def messages_of(raw: dict[str, Any], layout: str, caption: bool) -> list[dict[str, str]]:
+    """The conversation of a row whose text comes from ``layout`` (:func:`~curate.core.formats.rows.text_layout`;
+    ``caption``: the field is read as a caption)."""
+    if layout == "messages":
+        turns, role_key, text_key = raw["messages"], "role", "content"
+    elif layout == "conversations":
+        turns, role_key, text_key = raw["conversations"], "from", "value"
+    elif caption:
+        caption = caption_text(raw[layout], layout)
+        if not caption:
+            raise RecordInvalid("invalid_field", f"{layout} is empty")
+        prompt = f"{IMAGE_TOKEN}\n{CAPTION_PROMPT}" if raw.get("image") or raw.get("images") else CAPTION_PROMPT
+        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": caption}]
+    elif layout == "question":
+        question = as_text(raw["question"], "question")
+        try:
+            choice = multiple_choice(raw)
+        except ValueError as exc:
+            raise RecordInvalid("invalid_field", str(exc)) from None
+        if choice is not None:  # multiple choice (ScienceQA, AI2D, A-OKVQA): options lettered, the letter answers
+            options, letter = choice
+            return [{"role": "user", "content": choice_question(raw, question, options)},
+                    {"role": "assistant", "content": letter}]
+        return [{"role": "user", "content": question}, {"role": "assistant", "content": _vqa_answer(raw)}]
+    else:  # problem
+        problem = as_text(raw["problem"], "problem")
+        answer = raw.get("answer", "")
+        structured = isinstance(answer, list) and answer and not isinstance(answer[0], (str, int, float))
+        if isinstance(answer, dict) or structured:  # a detection list of boxes: its JSON text
+            answer = json.dumps(answer, ensure_ascii=False)
+        answer_text = answer[0] if isinstance(answer, list) and answer else answer
+        return [{"role": "user", "content": problem},
+                {"role": "assistant", "content": as_text(answer_text if answer_text is not None else "", "answer")}]
+    if isinstance(turns, str):  # Parquet users often store the conversation as a JSON string
+        try:
+            turns = parse_json(turns)
+        except JsonRefused as exc:
+            reason = "invalid_field" if exc.reason == "malformed_json" else exc.reason
+            raise RecordInvalid(reason, f"messages is a string but not usable JSON: {exc.detail}") from None
+    if not isinstance(turns, list) or not turns:
+        raise RecordInvalid("invalid_field", "messages/conversations must be a non-empty list")
+    out = []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            raise RecordInvalid("invalid_field", f"turn {i} is not an object")
+        role = _ROLE_MAP.get(str(turn.get(role_key, turn.get("role", ""))).lower())
+        if role is None:
+            raise RecordInvalid("invalid_field", f"turn {i} has unknown role {turn.get(role_key)!r}")
+        text = _content_text(turn.get(text_key, turn.get("content")), f"turn {i}")
+        out.append({"role": role, "content": text})
+    return out
+
+
+def _vqa_answer(raw: dict[str, Any]) -> str:
+    """The answer of a VQA row: ``answer`` (POPE, GQA), else the first of ``answers``, a list of strings
+    (TextVQA, DocVQA) or of ``{"answer": ...}`` annotations (VQAv2); its annotators' other answers stay in the
+    record as ``answers``.
+
+    Raises:
+        RecordInvalid: ``invalid_field`` when the row has no answer.
+    """
+    answer = raw.get("answer")
+    if answer is None or answer == "" or answer == []:
+        answer = next(iter(annotator_answers(raw)), None)
+    if isinstance(answer, (list, tuple)):
+        answer = next((a for a in answer if a not in (None, "")), None)
+    if isinstance(answer, dict):
+        answer = answer.get("answer")
+    if answer is None or answer == "":
+        raise RecordInvalid("invalid_field", "question has no answer (answer or answers)")
+    return as_text(answer, "answer").strip()
+
+
+# Where a record's images stand in its conversation: ``<image>`` placeholders, MMMU's numbered ones, and the images a
+# record's layout implies it has.
+_NUMBERED_PLACEHOLDER = re.compile(r"<image (\d+)>")
+
+
+def number_placeholders(messages: list[dict[str, str]], images: list[Any],
+                        numbers: list[int] | None) -> tuple[list[dict[str, str]], list[Any]]:
+    """MMMU's numbered placeholders: in a conversation with no ``<image>``, each ``<image k>`` (in the question
+    or its options) becomes ``<image>`` where it stands, and the images follow the placeholders: image ``k``
+    at each of its places (twice if it is referred to twice). ``numbers`` are the images' numbers (MMMU's
+    ``image_k`` columns, which the row keeps as they are when written back); without them (other layouts,
+    whose written-back rows keep their own image order) or without such placeholders nothing changes.
+
+    Raises:
+        RecordInvalid: ``image_count_mismatch`` for a placeholder with no such image, or an image that no
+            placeholder refers to.
+    """
+    if numbers is None or not images or count_placeholders(messages) or \
+            not any(_NUMBERED_PLACEHOLDER.search(m["content"]) for m in messages):
+        return messages, images
+    by_number = dict(zip(numbers, images))
+    order = [int(k) for m in messages for k in _NUMBERED_PLACEHOLDER.findall(m["content"])]
+    missing = next((k for k in order if k not in by_number), None)
+    if missing is not None:
+        raise RecordInvalid("image_count_mismatch", f"<image {missing}> refers to no image (the row has images "
+                                                    f"{', '.join(map(str, numbers))})")
+    referred = set(order)
+    unused = next((k for k in numbers if k not in referred), None)
+    if unused is not None:
+        raise RecordInvalid("image_count_mismatch", f"image {unused} is referred to by no <image k> placeholder")
+    messages = [{**m, "content": _NUMBERED_PLACEHOLDER.sub(IMAGE_TOKEN, m["content"])} for m in messages]
+    return messages, [by_number[k] for k in order]
+
+
+def place_images(messages: list[dict[str, str]], n_images: int) -> list[dict[str, str]]:
+    """Check that ``messages`` hold one ``<image>`` per image; when they hold none, put the
+    placeholders (each followed by a newline) at the start of the first user turn.
+
+    Raises:
+        RecordInvalid: ``image_count_mismatch`` (other counts, or images but no user turn).
+    """
+    n_tags = count_placeholders(messages)
+    if n_tags == n_images:
+        return messages
+    if n_images == 0:
+        raise RecordInvalid("missing_image", f"{n_tags} {IMAGE_TOKEN} placeholder{'s' if n_tags > 1 else ''} but "
+                                             "no image in the record")
+    if n_tags == 0 and n_images > 0:
+        for i, m in enumerate(messages):
+            if m["role"] == "user":
+                messages = list(messages)
+                messages[i] = {**m, "content": (IMAGE_TOKEN + "\n") * n_images + m["content"]}
+                return messages
+        raise RecordInvalid("image_count_mismatch", "record has images but no user turn to hold them")
+    raise RecordInvalid("image_count_mismatch", f"{n_tags} {IMAGE_TOKEN} placeholders for {n_images} images")
+
+
+def implied_image(raw: dict[str, Any], layout: str, caption: bool) -> str | None:
+    """Why a row without images should have had one (its layout says so), or None: a URL column (an
+    image never downloaded) or a caption (it describes an image)."""
+    url = next((k for k in URL_COLUMNS if isinstance(raw.get(k), str) and raw[k]), None)
+    if url is not None:
+        return (f"the row has an image {url} ({raw[url][:120]}) but no image bytes: download the images first "
+                "(for example with img2dataset) and pass its output")
+    if caption:
+        return f"a caption ({layout}) without an image: give the record its image (image or images)"
+    return None
+
+
+def count_placeholders(messages: Iterable[dict[str, str]]) -> int:
+    """Number of ``<image>`` placeholders in a conversation."""
+    return sum(m["content"].count(IMAGE_TOKEN) for m in messages)
+
+
+# The ``source`` of a record that carries none: named after its input file, less any shard number.
+#: Names that say which split or shard a file is, not which dataset: a source is looked for above them.
+GENERIC_NAMES = frozenset({"train", "training", "test", "testing", "val", "valid", "validation", "dev", "eval",
+                           "data", "dataset", "datasets", "default", "shard", "shards", "part", "parts", "chunk",
+                           "chunks", "split", "splits", "parquet", "tars", "webdataset", "wds", "output", "images"})
+_SHARD = re.compile(r"(?:(?P<name>.*?)[-_.])?\d+(?:-of-\d+)?")
+_LEVELS = 3
+
+
+def default_source(path: str) -> str:
+    """The source of the records of input file ``path`` that have none (see the module docstring)."""
+    return _names(path)[0]
+
+
+def default_id_prefix(path: str) -> str:
+    """What the id of a row without one starts with (``<prefix>:<row>``): the file's stem, after the folder that
+    names its source when the stem alone does not (``vqav2/train-00000-of-00002``,
+    ``laion400m/00000``), so that the same file names in two datasets' folders give different ids."""
+    return _names(path)[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(path: str) -> tuple[str, str]:
+    p = as_path(path if is_url(path) else os.path.abspath(path))
+    stem = p.stem
+    match = _SHARD.fullmatch(stem)
+    if match is None:
+        return stem, stem
+    name = match.group("name") or ""
+    if name and name.lower() not in GENERIC_NAMES:
+        return name, stem
+    folder, generic = p.parent, ""
+    for _ in range(_LEVELS):
+        label = folder.name
+        if not label or ":" in label:  # the file system's root, or a URL's scheme
+            break
+        if label.lower() not in GENERIC_NAMES:
+            return label, f"{label}/{stem}"
+        generic = generic or label
+        folder = folder.parent
+    return name or generic or stem, stem

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import webdataset as wds
 from PIL import Image
 
-from curate.core.formats.refs import ImageAt
+from curate.core.image_headers import ImageAt
 from curate.core.images import ImageError, check, decode, probe
 from curate.core.records import BadRecord, read_part, split_file
 

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from curate.core.environ import environ
-from curate.core.formats.registry import CONTAINERS
+from curate.core.formats.containers import CONTAINERS
 from curate.core.formats.writeback import IMAGE_STRUCT, with_hf_features, write_records
 
 

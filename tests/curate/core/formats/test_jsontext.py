@@ -1,4 +1,4 @@
-"""JSON rows parsed within limits: each way a crafted line fails is a reason (curate.core.formats.jsontext)."""
+"""JSON rows parsed within limits: each way a crafted line fails is a reason (curate.core.formats.rows)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from curate.core.formats.jsontext import MAX_DEPTH, JsonRefused, check_value, depth, parse_json
+from curate.core.formats.rows import MAX_DEPTH, JsonRefused, check_value, depth, parse_json
 
 
 @pytest.mark.parametrize("text, reason", [

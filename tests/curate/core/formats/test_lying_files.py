@@ -9,9 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.errors import UserError
-from curate.core.formats.parquet import ParquetRows, checked_num_rows
-from curate.core.formats.tars import Tar
-from curate.core.formats.wds import group_row
+from curate.core.formats.containers import ParquetRows, checked_num_rows, Tar, group_row
 from curate.core.io import open_input
 from curate.fixtures.lying_files import lying_parquet, lying_tar, small_rows_table
 from tests._fixtures.hostile import run_limited
@@ -76,7 +74,7 @@ def test_a_tar_header_that_lies_errors_its_group(kind: str, tmp_path: Path) -> N
                                                                  "unreadable tar after byte 1024: ") + said], rows
     honest = lying_tar(tmp_path / f"ok-{kind}.tar", claimed={"member": 100, "pax": 14, "longname": 5}[kind], kind=kind)
     with open(honest, "rb") as fh:
-        from curate.core.formats.wds import scan_groups
+        from curate.core.formats.containers import scan_groups
         groups = list(scan_groups(fh, honest.stat().st_size))
         assert [g.key for g in groups] == ["a"] and not groups[0].truncated
         raw, problem = group_row(fh, groups[0])

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curate.core.formats.refs import ImageAt
+from curate.core.image_headers import ImageAt
 from curate.core.records import BadRecord, read_part, split_file
 
 STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -58,7 +58,7 @@ def test_a_row_group_read_in_batches_gives_every_row_once(tmp_path: Path, sample
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """One row group of 100 rows read in batches of 16 (the smallest), by parts of 7 rows that cross the batches:
     the same rows, values and image addresses as a plain read."""
-    from curate.core.formats import parquet
+    from curate.core.formats import containers as parquet
 
     blobs = [p.read_bytes() for p in sorted((sample_data / "images").glob("*.jpg"))[:3]]
     n = 100

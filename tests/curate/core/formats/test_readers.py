@@ -13,7 +13,7 @@ import pytest
 import webdataset as wds
 
 from curate.core.errors import UserError
-from curate.core.formats import expand_braces
+from curate.core.formats.containers import expand_braces
 from curate.core.records import BadRecord, read_records
 from packer.pack import pack
 from tests._fixtures.formats import IMAGE_STRUCT, Layouts, write_tgz
@@ -156,7 +156,7 @@ def test_text_columns_of_image_text_sets_are_captions(tmp_path: Path, layouts: L
 def test_every_container_is_in_the_one_table(tmp_path: Path) -> None:
     """Suffixes, the split cache and writing back all come from the registry; a .tgz comes back as Parquet."""
     from curate.balance.selected import write_selected_records
-    from curate.core.formats.registry import ACCEPTED, CONTAINERS, SUFFIXES
+    from curate.core.formats.containers import ACCEPTED, CONTAINERS, SUFFIXES
     from curate.core.records import input_format
     from curate.core.splits import SCANNED
 

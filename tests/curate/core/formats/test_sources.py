@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from curate.core.formats.sources import default_id_prefix, default_source
+from curate.core.formats.rows import default_id_prefix, default_source
 from curate.core.records import BadRecord, read_records
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import webdataset as wds
 
-from curate.core.formats.wds import scan_groups
+from curate.core.formats.containers import scan_groups
 
 
 def _tarfile_view(path: Path) -> list[tuple[str, int, int, int]]:
@@ -58,7 +58,7 @@ def test_header_checksums_are_checked_exactly(tmp_path: Path) -> None:
     """A header whose bytes no longer add up to its checksum ends the walk there (its group is truncated)."""
     import os
 
-    from curate.core.formats.wds import _byte_sum
+    from curate.core.formats.containers import _byte_sum
 
     for block in (bytes(512), b"\xff" * 512, os.urandom(512), bytes(range(256)) * 2):
         assert _byte_sum(block) == sum(block)

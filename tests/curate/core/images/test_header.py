@@ -11,8 +11,7 @@ import pytest
 from PIL import Image
 
 from curate.core.image_headers import read_header
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, probe
-from curate.core.images.header import _probe_file
+from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, probe, _probe_file
 
 
 def pillow_probe(path: Path) -> tuple:

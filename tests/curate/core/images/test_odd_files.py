@@ -64,8 +64,8 @@ def test_the_proof_is_sound_on_damaged_copies() -> None:
 
     from PIL import Image
 
-    from curate.core.images.opening import as_file
-    from curate.core.images.proof import prove
+    from curate.core.images import as_file
+    from curate.core.image_proof import prove
 
     rng = np.random.default_rng(11)
     photo = Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8))
