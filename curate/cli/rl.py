@@ -45,6 +45,7 @@ def _code(flags: dict) -> object:
               help="RL records (JSONL/JSON/Parquet, any layout) holding answer, answer_type, prompt_type. Repeatable.")
 @config_options(ScoreConfig, "responses", "out", "preset", "layout", "reward_method", "progress", "shard_size",
                 "answer_type", "write_records")
+@image_root_option
 @_code_options
 @executor_options
 def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, ray_address: str | None,

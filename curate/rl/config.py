@@ -257,15 +257,17 @@ class ScoreConfig:
         True, help="Write the scored records back in their input layout, row for row (OUT/scored.jsonl, or "
                    "scored.parquet when images are bytes), with responses, mean_accuracy, mean_format, mean_reward "
                    "and rewards added.")
+    image_root: Location | PathLike | None = _image_root_setting()
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
         _apply_preset(self, preset_values(self.preset, SCORING))
         _answer_type(self.answer_type)
         _check_layout(self.layout, self.reward_method)
-        locations(self, {"responses": "--responses", "out": "--out"})
+        locations(self, {"responses": "--responses", "out": "--out", "image_root": "--image-root"})
         v.in_file("--responses", self.responses)
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         _progress(self.progress)
         v.at_least("--shard-size", self.shard_size, 1)
 

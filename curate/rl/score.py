@@ -48,7 +48,7 @@ from curate.core.records import BadRecord, Part, iter_rows, split_file
 from curate.core.remote import local_file, writing
 from curate.core.remote_sync import drop_files, push_files
 from curate.rl.golds import GOLDS_FILE, load_golds, write_golds
-from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.shards import Shard, ShardContext, ShardTask, resolve_image_root
 from curate.core.stats import StageStats, finish_stage, run_header
 
 SCHEMA = pa.schema([("id", pa.string()), ("sample", pa.int32()), ("source", pa.string()), ("verifier", pa.string()),
@@ -77,6 +77,7 @@ class ScoreTask(ShardTask):
         self.code = config.code  # how model-written programs run (limits, --trust-code)
         self.answer_type = config.answer_type  # the default of records that name no verifier (curate.rl.golds)
         self.layout = config.part_layout  # the RL layout the records are read in (None: detected row by row)
+        self.image_root = resolve_image_root(config.image_root)  # where relative image paths start (None: each file's)
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver; a relative
         # path is in OUT (with OUT in a bucket, a node that lacks it fetches it: reads_out)
         self._by_id: dict[str, dict[str, Any]] | None = None
@@ -88,9 +89,11 @@ class ScoreTask(ShardTask):
 
     def settings(self) -> dict[str, Any]:
         """Scores depend on the records, the training progress (dynamic IoU threshold), the default
-        answer type and how programs run (their limits, --trust-code, the sandbox found)."""
+        answer type, how programs run (their limits, --trust-code, the sandbox found), the layout and the image
+        root (VLM-R1's REC reward scales boxes by the image's size)."""
         return {"records": self.records, "progress": self.progress, "answer_type": self.answer_type,
-                "code": self.code.identity(), **({"layout": self.layout} if self.layout else {})}
+                "code": self.code.identity(), **({"layout": self.layout} if self.layout else {}),
+                **({"image_root": self.image_root} if self.image_root else {})}
 
     def setup(self) -> None:
         """Start the verifier pool (in the background) and load the golds (those of OUT with the first shard),
@@ -229,7 +232,8 @@ def per_record(table: pa.Table) -> dict[str, dict[str, Any]]:
                   "rewards": agg["reward_list"][i]} for i, rid in enumerate(agg["id"])}
 
 
-def write_scored_records(records: Sequence[str], layout: str | None, table: pa.Table, out: Path) -> tuple[str, int]:
+def write_scored_records(records: Sequence[str], table: pa.Table, out: Path, *, layout: str | None = None,
+                         image_root: str | None = None) -> tuple[str, int]:
     """``OUT/scored.jsonl`` (or ``.parquet``): the records with a scored response, in their input layout, row for
     row in records order, with :data:`RECORD_COLUMNS` added; returns the file name and the rows written.
 
@@ -245,7 +249,7 @@ def write_scored_records(records: Sequence[str], layout: str | None, table: pa.T
     last: dict[str, int] = {}
     lines = 0
     with open(scratch, "w", encoding="utf-8") as fh:
-        for shard in plan_shards(records, 1 << 30, layout=layout):
+        for shard in plan_shards(records, 1 << 30, layout=layout, image_root=image_root):
             for raw, rec in shard.read(with_raw=True):
                 if isinstance(rec, BadRecord) or rec["id"] not in figures:
                     continue
@@ -330,7 +334,7 @@ def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Exe
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker
-            write_golds(task.records, out / GOLDS_FILE, config.answer_type, config.part_layout)
+            write_golds(task.records, out / GOLDS_FILE, config.answer_type, config.part_layout, task.image_root)
             push_files(out, [GOLDS_FILE])  # --out in a bucket: workers on other nodes fetch it (reads_out)
         stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
         (out / GOLDS_FILE).unlink(missing_ok=True)  # the workers' copy of the records is done with
@@ -341,7 +345,8 @@ def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Exe
     table = table.set_column(1, "sample", pc.coalesce(table.column("sample").combine_chunks(),
                                                       pa.array(rank_within_id(table.column("id")), pa.int32())))
     write_parquet(out / "scores.parquet", table)
-    written = write_scored_records(task.records, config.part_layout, table, out) if config.write_records else None
+    written = write_scored_records(task.records, table, out, layout=config.part_layout,
+                                   image_root=task.image_root) if config.write_records else None
     counts = stats.to_dict()
     header = run_header("score", seed=seed, settings={**task.settings(), "responses": str(responses),
                                                       **({"preset": config.preset} if config.preset else {})})
