@@ -83,14 +83,14 @@ def _preset_setting(what: str) -> Any:
                         "with another value than its default wins.")
 
 
-def _apply_preset(config: Any, values: Mapping[str, Any]) -> None:
-    """Set the preset's ``values`` on the frozen ``config`` where the field holds its default (a flag the user gave
-    with another value wins); ``config.preset`` checked first."""
+def _apply_preset(config: Any, only: tuple[str, ...] | None = None) -> None:
+    """Set the settings of ``config.preset`` (checked first; with ``only``, those of these names) on the frozen
+    ``config`` where the field holds its default (a flag the user gave with another value wins)."""
     if config.preset is None:
         return
     v.one_of("--preset", config.preset, tuple(PRESETS))
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
-    for name, value in values.items():
+    for name, value in preset_values(config.preset, only).items():
         if getattr(config, name) == defaults[name]:  # not given (or given as its default): the seed's value
             object.__setattr__(config, name, value)
 
@@ -178,7 +178,7 @@ class RlFilterConfig(ImageReading):
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
-        _apply_preset(self, preset_values(self.preset))
+        _apply_preset(self)
         locations(self, {"out": "--out", "templates": "--templates", "thresholds": "--thresholds",
                          "image_root": "--image-root"})
         object.__setattr__(self, "backend", backend_of(self.backend))
@@ -261,7 +261,7 @@ class ScoreConfig:
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
-        _apply_preset(self, preset_values(self.preset, SCORING))
+        _apply_preset(self, SCORING)
         _answer_type(self.answer_type)
         _check_layout(self.layout, self.reward_method)
         locations(self, {"responses": "--responses", "out": "--out", "image_root": "--image-root"})
