@@ -352,6 +352,6 @@ def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Exe
                                                       **({"preset": config.preset} if config.preset else {})})
     result = {**header, "responses_in": counts["records_in"], "scored": counts["records_out"],
               "errored": counts["errored"], **_summaries(table),
-              **({"scored_file": written[0], "records_out": written[1]} if written else {}),
+              **({"scored_file": written[0], "scored_records": written[1]} if written else {}),
               "timings": counts["timings"]}
     return finish_stage(out, result, stats)

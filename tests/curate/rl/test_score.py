@@ -147,7 +147,7 @@ def test_scored_records_come_back_in_their_layout_row_for_row(sample_data, tmp_p
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps(r) + "\n" for r in lines))
     stats = score([source], ScoreConfig(responses=answers, out=tmp_path / "o", shard_size=2))
-    assert stats["scored_file"] == "scored.jsonl" and stats["records_out"] == 3
+    assert stats["scored_file"] == "scored.jsonl" and stats["scored_records"] == 3
     back = [json.loads(line) for line in (tmp_path / "o" / "scored.jsonl").read_text().splitlines()]
     assert [b["id"] for b in back] == [rows[i]["id"] for i in (3, 17, 40)]  # records order
     scores = pq.read_table(tmp_path / "o" / "scores.parquet").to_pylist()

@@ -71,7 +71,7 @@ def _scored_back(original: Path, out: Path, scored: dict, rollouts: list, layout
     for r in rollouts:  # rl-filter's rollouts: id and sample order
         rewards.setdefault(r["id"], []).append(r["reward"])
     back = list(read_records([path], layout=layout))  # row for row (verl's ids follow the file's name)
-    assert scored["records_out"] == len(back) == len(rewards)
+    assert scored["scored_records"] == len(back) == len(rewards)
     for rec, want in zip(back, rewards.values()):
         assert rec["rewards"] == want and rec["responses"] == len(want)
         assert abs(rec["mean_reward"] - sum(want) / len(want)) < 1e-12
