@@ -43,7 +43,9 @@ def _code(flags: dict) -> object:
 @cli.command("score")
 @click.option("--records", "records", multiple=True, required=True, type=click.Path(path_type=str),
               help="RL records (JSONL/JSON/Parquet, any layout) holding answer, answer_type, prompt_type. Repeatable.")
-@config_options(ScoreConfig, "responses", "out", "layout", "reward_method", "progress", "shard_size", "answer_type")
+@config_options(ScoreConfig, "responses", "out", "preset", "layout", "reward_method", "progress", "shard_size",
+                "answer_type", "write_records")
+@image_root_option
 @_code_options
 @executor_options
 def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, ray_address: str | None,
@@ -54,9 +56,18 @@ def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, r
     error) and OUT/stats.json broken down per source and per verifier. Responses
     whose id has no record are kept with the error unknown_id.
 
+    The records with a scored response are written back in the layout they came in
+    (VLM-R1 JSONL, verl or LLaVA-OneVision-1.5-RL Parquet, ours): OUT/scored.jsonl, or
+    scored.parquet when images are bytes; the same columns, row for row in records
+    order, plus responses, mean_accuracy, mean_format, mean_reward and rewards (in
+    sample order). --preset gives a seed's layout and reward (llava-ov-1.5-rl:
+    its Parquet and spatial box bonus; vlm-r1-rec: VLM-R1 JSONL, REC IoU reward and
+    format check; v-triune: verl Parquet, per-sample verifiers), not its sampling.
+
     \b
-    Example:
+    Examples:
       curate score --records data/sample/rl/prompts.jsonl --responses rollouts.jsonl --out scored/
+      curate score --records rec_train.jsonl --preset vlm-r1-rec --responses answers.jsonl --out scored/
     """
     from curate.core.progress import console
     from curate.core.results import from_stats
@@ -67,11 +78,14 @@ def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, r
     runner = make_executor(executor, workers, ray_address)
 
     def run() -> None:
-        r = from_stats(ScoreResult, score(list(records), config, executor=runner))
+        stats = score(list(records), config, executor=runner)
+        r = from_stats(ScoreResult, stats)
         mean = "n/a" if r.overall.mean_reward is None else f"{r.overall.mean_reward:.3f}"
         console.print(f"scored {r.scored:,} of {r.responses_in:,} responses; mean reward {mean}; "
                       f"errored {r.errored or {}}")
-        console.print(f"scores: {out}/scores.parquet   stats: {out}/stats.json")
+        stats_file = f"stats: {out}/stats.json"
+        console.print(f"scores: {out}/scores.parquet   " + (f"records: {out}/{stats['scored_file']}   "
+                                                            if stats.get("scored_file") else "") + stats_file)
 
     return Prepared(config, run)
 

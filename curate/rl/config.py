@@ -25,7 +25,7 @@ from curate.generate.checks import check_backend, check_sampling
 from curate.generate.settings import BackendSettings, backend_of, temperature_setting, top_p_setting
 from curate.rewards.format import PROMPT_TYPES
 from curate.rewards.runtime.sandbox import CodeSandbox
-from curate.rl.presets import PRESETS, preset_sources, preset_values
+from curate.rl.presets import PRESETS, SCORING, preset_sources, preset_values
 from curate.rl.selection import load_thresholds
 
 PathLike = str | os.PathLike[str]
@@ -74,6 +74,24 @@ def _check_layout(layout: str, reward_method: str | None) -> None:
         if layout != "vlm-r1":
             raise UserError(f"--reward-method {reward_method}: it is VLM-R1's; give it with --layout vlm-r1")
         v.one_of("--reward-method", reward_method, VLM_R1_METHODS)
+
+
+def _preset_setting(what: str) -> Any:
+    return setting(None, choices=tuple(PRESETS),
+                   help=f"A seed's own settings ({what}; see docs/rl-filter.md): {', '.join(PRESETS)}. A flag given "
+                        "with another value than its default wins.")
+
+
+def _apply_preset(config: Any, only: tuple[str, ...] | None = None) -> None:
+    """Set the settings of ``config.preset`` (checked first; with ``only``, those of these names) on the frozen
+    ``config`` where the field holds its default (a flag the user gave with another value wins)."""
+    if config.preset is None:
+        return
+    v.one_of("--preset", config.preset, tuple(PRESETS))
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for name, value in preset_values(config.preset, only).items():
+        if getattr(config, name) == defaults[name]:  # not given (or given as its default): the seed's value
+            object.__setattr__(config, name, value)
 
 
 def _seed_setting(what: str) -> Any:
@@ -131,10 +149,7 @@ class RlFilterConfig(ImageReading):
         4096, help="Longest answer in tokens (default 4096, the LLaVA-OneVision-1.5-RL sampling length, so a thinking "
                    "answer is not cut): a longer answer is cut there, counted as truncated (per source in stats.json) "
                    "and scored as it stands, so one cut before its <answer> scores 0.")
-    preset: str | None = setting(
-        None, choices=tuple(PRESETS),
-        help="A seed's own settings (N, sampling length, temperature, layout, reward, per-source band; see "
-             "docs/rl-filter.md): llava-ov-1.5-rl, vlm-r1-rec or v-triune. A flag given with another value wins.")
+    preset: str | None = _preset_setting("N, sampling length, temperature, layout, reward, per-source band")
     pass_threshold: float | None = setting(
         None, help="A sample passes when its accuracy reaches this (default 1.0; e.g. 0.5 for IoU rewards).")
     min_gap: float | None = setting(None, help="Keep only prompts with pass@N - pass@1 at least this (default 0.0).")
@@ -162,12 +177,7 @@ class RlFilterConfig(ImageReading):
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
-        if self.preset is not None:
-            v.one_of("--preset", self.preset, tuple(PRESETS))
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for name, value in preset_values(self.preset).items():
-                if getattr(self, name) == defaults[name]:  # not given (or given as its default): the seed's value
-                    object.__setattr__(self, name, value)
+        _apply_preset(self)
         locations(self, {"out": "--out", "templates": "--templates", "thresholds": "--thresholds",
                          "image_root": "--image-root"})
         object.__setattr__(self, "backend", backend_of(self.backend))
@@ -240,14 +250,23 @@ class ScoreConfig:
     answer_type: str | None = _answer_type_setting()
     layout: str = _layout_setting()
     reward_method: str | None = _reward_method_setting()
+    preset: str | None = _preset_setting("the layout and reward of its responses, with the seed's format checks "
+                                         "and bonuses; not its sampling")
+    write_records: bool = setting(
+        True, help="Write the scored records back in their input layout, row for row (OUT/scored.jsonl, or "
+                   "scored.parquet when images are bytes), with responses, mean_accuracy, mean_format, mean_reward "
+                   "and rewards added.")
+    image_root: Location | PathLike | None = _image_root_setting()
     code: CodeSandbox = field(default_factory=CodeSandbox.from_env)
 
     def __post_init__(self) -> None:
+        _apply_preset(self, SCORING)
         _answer_type(self.answer_type)
         _check_layout(self.layout, self.reward_method)
-        locations(self, {"responses": "--responses", "out": "--out"})
+        locations(self, {"responses": "--responses", "out": "--out", "image_root": "--image-root"})
         v.in_file("--responses", self.responses)
         v.out_dir("--out", self.out)
+        v.in_dir("--image-root", self.image_root)
         _progress(self.progress)
         v.at_least("--shard-size", self.shard_size, 1)
 

@@ -52,11 +52,11 @@ def with_answer_type(record: dict[str, Any], answer_type: str | None) -> dict[st
     return record
 
 
-def _rows(paths: Sequence[str | os.PathLike[str]], answer_type: str | None = None,
-          layout: str | None = None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+def _rows(paths: Sequence[str | os.PathLike[str]], answer_type: str | None = None, layout: str | None = None,
+          image_root: str | None = None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
     """``(id, scored fields, None)`` for each record and ``(id, {"source": ...}, reason)`` for each row that is
     not one (its source kept: a response to it is counted under its source, not an unknown one)."""
-    for rec in read_records(paths, layout=layout):
+    for rec in read_records(paths, layout=layout, image_root=image_root):
         if isinstance(rec, BadRecord):
             yield rec.id, {"source": rec.source}, rec.reason
         else:
@@ -65,10 +65,11 @@ def _rows(paths: Sequence[str | os.PathLike[str]], answer_type: str | None = Non
 
 
 def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLike[str],
-                answer_type: str | None = None, layout: str | None = None) -> int:
+                answer_type: str | None = None, layout: str | None = None, image_root: str | None = None) -> int:
     """Read the records once and write their golds to ``target`` (atomically); returns the rows written
     (``answer_type``: the default of records that name no verifier, :func:`with_answer_type`; ``layout``: the RL
-    layout the run names, :func:`curate.core.formats.rl_layouts.rl_row`)."""
+    layout the run names, :func:`curate.core.formats.rl_layouts.rl_row`; ``image_root``: where relative image
+    paths start, for the image sizes VLM-R1's REC reward scales boxes by)."""
     rows = 0
     with atomic_path(target) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
         batch: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
@@ -78,7 +79,7 @@ def write_golds(paths: Sequence[str | os.PathLike[str]], target: str | os.PathLi
             for column in batch:
                 column.clear()
 
-        for rid, fields, reason in _rows(paths, answer_type, layout):
+        for rid, fields, reason in _rows(paths, answer_type, layout, image_root):
             batch[0].append(rid)
             batch[1].append(pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
             batch[2].append(reason)

@@ -1,6 +1,8 @@
-"""The RL seeds' own settings as named presets of ``curate rl-filter`` (``--preset``).
+"""The RL seeds' own settings as named presets of ``curate rl-filter`` and ``curate score`` (``--preset``).
 
 A preset gives the settings a seed's code uses; a setting the user gives (any value other than its default) wins.
+``score`` takes the part that decides a reward (:data:`SCORING`: the layout, with the format checks and bonuses
+it brings, and VLM-R1's reward method), not the sampling or the selection.
 Each value is read from the seed's repository at the commit named:
 
 ``llava-ov-1.5-rl`` (EvolvingLMMs-Lab/LLaVA-OneVision-1.5-RL at 9f9ce7d)
@@ -42,15 +44,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     "vlm-r1-rec": {"n": 8, "max_new_tokens": 2048, "temperature": 0.9, "layout": "vlm-r1", "reward_method": "rec"},
     "v-triune": {"n": 8, "max_new_tokens": 2048, "temperature": 1.0, "layout": "verl"},
 }
+#: The settings of a preset that decide a response's reward, the ones ``curate score`` takes (the layout brings the
+#: seed's format checks and bonuses with it: VLM-R1's per-method format check, LLaVA-OV-1.5-RL's box bonus).
+SCORING = ("layout", "reward_method")
 #: Per-source thresholds a preset brings (``--thresholds`` entries, under any the user's file gives).
 PRESET_SOURCES: dict[str, dict[str, dict[str, Any]]] = {
     "llava-ov-1.5-rl": {src: {"band": list(band)} for src, band in LLAVA_OV_BANDS.items()},
 }
 
 
-def preset_values(name: str | None) -> dict[str, Any]:
-    """The settings of preset ``name`` (empty for None)."""
-    return dict(PRESETS[name]) if name else {}
+def preset_values(name: str | None, only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The settings of preset ``name`` (empty for None); with ``only``, those of these names (e.g. :data:`SCORING`)."""
+    values = dict(PRESETS[name]) if name else {}
+    return values if only is None else {k: v for k, v in values.items() if k in only}
 
 
 def preset_sources(name: str | None) -> dict[str, dict[str, Any]]:

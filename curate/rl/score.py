@@ -14,7 +14,12 @@ scored with :func:`curate.rewards.registry.score_many` and written to
   ``bad_record``, ``record_error``, ``malformed_response``), and mean accuracy, format
   and reward with verifier errors (timeouts …) per reason, overall, per source and
   per verifier;
-* ``OUT/rejects.parquet``: the responses that could not be scored, with the reason.
+* ``OUT/rejects.parquet``: the responses that could not be scored, with the reason;
+* ``OUT/scored.jsonl`` (``scored.parquet`` when images are bytes, as verl and LLaVA-OneVision-1.5-RL store
+  them): the records with at least one scored response, in their input layout, row for row in records order
+  (the same columns; image paths resolved so they still point at their images), with :data:`RECORD_COLUMNS`
+  added, written by the one kept-record writer (:func:`curate.core.filters.write_kept`), so the seed's trainer
+  and our reader read it as they read the input (``--no-write-records``: not written).
 
 A response that times out or crashes its verifier is scored 0 with its error: it
 counts as scored, not errored (the model's output is the problem, not the input).
@@ -39,17 +44,21 @@ from curate.rl.config import ScoreConfig, score_records
 from curate.executors import Executor, pending, run_stage
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
-from curate.core.records import Part, iter_rows, split_file
+from curate.core.records import BadRecord, Part, iter_rows, split_file
 from curate.core.remote import local_file, writing
 from curate.core.remote_sync import drop_files, push_files
 from curate.rl.golds import GOLDS_FILE, load_golds, write_golds
-from curate.core.shards import Shard, ShardContext, ShardTask
+from curate.core.shards import Shard, ShardContext, ShardTask, resolve_image_root
 from curate.core.stats import StageStats, finish_stage, run_header
 
 SCHEMA = pa.schema([("id", pa.string()), ("sample", pa.int32()), ("source", pa.string()), ("verifier", pa.string()),
                     ("accuracy", pa.float64()), ("format", pa.float64()), ("reward", pa.float64()),
                     ("error", pa.string())])
 UNKNOWN_SOURCE = "(unknown)"
+#: The columns added to each record written back (``OUT/scored.*``): its scored responses, their mean accuracy,
+#: format and reward, and the rewards in sample order.
+RECORD_COLUMNS = ("responses", "mean_accuracy", "mean_format", "mean_reward", "rewards")
+SCORED_STEM = "scored"
 _BATCH = 1024
 
 
@@ -68,6 +77,7 @@ class ScoreTask(ShardTask):
         self.code = config.code  # how model-written programs run (limits, --trust-code)
         self.answer_type = config.answer_type  # the default of records that name no verifier (curate.rl.golds)
         self.layout = config.part_layout  # the RL layout the records are read in (None: detected row by row)
+        self.image_root = resolve_image_root(config.image_root)  # where relative image paths start (None: each file's)
         self.golds = golds  # the run's golds file (curate.rl.golds), written from the records by the driver; a relative
         # path is in OUT (with OUT in a bucket, a node that lacks it fetches it: reads_out)
         self._by_id: dict[str, dict[str, Any]] | None = None
@@ -79,9 +89,11 @@ class ScoreTask(ShardTask):
 
     def settings(self) -> dict[str, Any]:
         """Scores depend on the records, the training progress (dynamic IoU threshold), the default
-        answer type and how programs run (their limits, --trust-code, the sandbox found)."""
+        answer type, how programs run (their limits, --trust-code, the sandbox found), the layout and the image
+        root (VLM-R1's REC reward scales boxes by the image's size)."""
         return {"records": self.records, "progress": self.progress, "answer_type": self.answer_type,
-                "code": self.code.identity(), **({"layout": self.layout} if self.layout else {})}
+                "code": self.code.identity(), **({"layout": self.layout} if self.layout else {}),
+                **({"image_root": self.image_root} if self.image_root else {})}
 
     def setup(self) -> None:
         """Start the verifier pool (in the background) and load the golds (those of OUT with the first shard),
@@ -199,13 +211,69 @@ def rank_within_id(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return rank
 
 
+def _scored_mask(table: pa.Table) -> pa.Array:
+    """The rows of a scores table that were scored (a verifier error such as a timeout is scored 0): not an
+    unscorable response (no verifier, an error) nor a record error."""
+    err = table.column("error").combine_chunks()
+    unscorable = pc.and_(pc.is_null(table.column("verifier").combine_chunks()), pc.is_valid(err))
+    record_error = pc.fill_null(pc.starts_with(err, "record_error"), False)
+    return pc.invert(pc.or_(unscorable, record_error))
+
+
+def per_record(table: pa.Table) -> dict[str, dict[str, Any]]:
+    """The :data:`RECORD_COLUMNS` of each id with a scored response in the scores ``table`` (``rewards`` in sample
+    order)."""
+    scored = table.filter(_scored_mask(table)).select(["id", "sample", "accuracy", "format", "reward"])
+    scored = scored.sort_by([("id", "ascending"), ("sample", "ascending")])
+    agg = scored.group_by("id", use_threads=False).aggregate(
+        [([], "count_all"), ("accuracy", "mean"), ("format", "mean"), ("reward", "mean"), ("reward", "list")]).to_pydict()
+    return {rid: {"responses": agg["count_all"][i], "mean_accuracy": agg["accuracy_mean"][i],
+                  "mean_format": agg["format_mean"][i], "mean_reward": agg["reward_mean"][i],
+                  "rewards": agg["reward_list"][i]} for i, rid in enumerate(agg["id"])}
+
+
+def write_scored_records(records: Sequence[str], table: pa.Table, out: Path, *, layout: str | None = None,
+                         image_root: str | None = None) -> tuple[str, int]:
+    """``OUT/scored.jsonl`` (or ``.parquet``): the records with a scored response, in their input layout, row for
+    row in records order, with :data:`RECORD_COLUMNS` added; returns the file name and the rows written.
+
+    The records are read again on the driver, one row at a time, to a scratch file of their lines (image paths
+    resolved, bytes kept: :func:`curate.core.filters.kept_line`); an id given by several rows is written once,
+    from its last row, the one its responses were scored against (:func:`curate.rl.golds.load_golds`).
+    """
+    from curate.core.filters import kept_line, write_kept
+    from curate.core.shards import plan_shards
+
+    figures = per_record(table)
+    scratch = out / f"_{SCORED_STEM}_rows.jsonl"
+    last: dict[str, int] = {}
+    lines = 0
+    with open(scratch, "w", encoding="utf-8") as fh:
+        for shard in plan_shards(records, 1 << 30, layout=layout, image_root=image_root):
+            for raw, rec in shard.read(with_raw=True):
+                if isinstance(rec, BadRecord) or rec["id"] not in figures:
+                    continue
+                fh.write(kept_line(raw, rec) + "\n")
+                last[rec["id"]] = lines
+                lines += 1
+    order = sorted(last.values())
+    ids = {at: rid for rid, at in last.items()}
+
+    def annotate(j: int, row: dict[str, Any]) -> None:
+        row.update(figures[ids[order[j]]])
+
+    try:
+        name = write_kept(out, SCORED_STEM, [scratch], take=[order], annotate=annotate)
+    finally:
+        scratch.unlink(missing_ok=True)
+    return name, len(order)
+
+
 def _summaries(table: pa.Table) -> dict[str, Any]:
     """Means and error counts overall, per source and per verifier, computed on columns (group_by)."""
     err = table.column("error").combine_chunks()
     verifier = table.column("verifier").combine_chunks()
-    unscorable = pc.and_(pc.is_null(verifier), pc.is_valid(err))
-    record_error = pc.fill_null(pc.starts_with(err, "record_error"), False)
-    scored = pc.invert(pc.or_(unscorable, record_error))
+    scored = _scored_mask(table)
     has_error = pc.and_(scored, pc.fill_null(pc.greater(pc.utf8_length(err), 0), False))
     kind = pc.if_else(has_error, pc.list_element(pc.split_pattern(pc.fill_null(err, ""), ":", max_splits=1), 0),
                       pa.scalar(None, pa.string()))
@@ -266,7 +334,7 @@ def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Exe
     announce(config.code)  # one line when programs would be refused, or run without a sandbox
     with out_lock(out):  # the golds are written by this run only (the lock is re-entrant: run_stage takes it too)
         if pending(task, shards, out):  # the records are read once here, not once per worker
-            write_golds(task.records, out / GOLDS_FILE, config.answer_type, config.part_layout)
+            write_golds(task.records, out / GOLDS_FILE, config.answer_type, config.part_layout, task.image_root)
             push_files(out, [GOLDS_FILE])  # --out in a bucket: workers on other nodes fetch it (reads_out)
         stats = run_stage(task, shards, out, executor=executor, seed=seed, desc="score responses")
         (out / GOLDS_FILE).unlink(missing_ok=True)  # the workers' copy of the records is done with
@@ -277,8 +345,13 @@ def _score(records: Sequence[Any], config: ScoreConfig, out: Path, executor: Exe
     table = table.set_column(1, "sample", pc.coalesce(table.column("sample").combine_chunks(),
                                                       pa.array(rank_within_id(table.column("id")), pa.int32())))
     write_parquet(out / "scores.parquet", table)
+    written = write_scored_records(task.records, table, out, layout=config.part_layout,
+                                   image_root=task.image_root) if config.write_records else None
     counts = stats.to_dict()
-    result = {**run_header("score", seed=seed, settings={**task.settings(), "responses": str(responses)}),
-              "responses_in": counts["records_in"], "scored": counts["records_out"], "errored": counts["errored"],
-              **_summaries(table), "timings": counts["timings"]}
+    header = run_header("score", seed=seed, settings={**task.settings(), "responses": str(responses),
+                                                      **({"preset": config.preset} if config.preset else {})})
+    result = {**header, "responses_in": counts["records_in"], "scored": counts["records_out"],
+              "errored": counts["errored"], **_summaries(table),
+              **({"scored_file": written[0], "scored_records": written[1]} if written else {}),
+              "timings": counts["timings"]}
     return finish_stage(out, result, stats)

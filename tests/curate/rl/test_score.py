@@ -61,11 +61,14 @@ def test_rerun_is_skipped_and_identical(sample_data, responses, tmp_path) -> Non
     path, _ = responses
     score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=path, out=tmp_path / "o", shard_size=50))
     first = (tmp_path / "o" / "scores.parquet").read_bytes()
+    records_first = (tmp_path / "o" / "scored.jsonl").read_bytes()
     markers = sorted((tmp_path / "o" / "_shards" / "score").glob("0*.json"))
     stamps = [m.stat().st_mtime_ns for m in markers]
     score([sample_data / "rl" / "prompts.jsonl"], ScoreConfig(responses=path, out=tmp_path / "o", shard_size=50))
     assert [m.stat().st_mtime_ns for m in markers] == stamps
     assert (tmp_path / "o" / "scores.parquet").read_bytes() == first
+    assert (tmp_path / "o" / "scored.jsonl").read_bytes() == records_first
+    assert not list((tmp_path / "o").glob("_scored*"))  # the scratch file is gone
 
 
 def test_user_errors(sample_data, tmp_path) -> None:
@@ -128,3 +131,77 @@ def test_workers_hold_only_what_scoring_reads(sample_data, responses, tmp_path) 
     held = score_many([(by_id[r["id"]], text) for r, text in pairs])
     assert [(f.verifier, f.accuracy, f.format, f.reward, f.error) for f in full] == \
         [(h.verifier, h.accuracy, h.format, h.reward, h.error) for h in held]
+
+
+def test_scored_records_come_back_in_their_layout_row_for_row(sample_data, tmp_path) -> None:
+    """OUT/scored.jsonl: the records with a scored response, the input's rows in records order (image paths
+    resolved to the same files), with their responses, mean scores and rewards; read back by the same reader."""
+    from curate.rl.score import RECORD_COLUMNS
+
+    source = sample_data / "rl" / "prompts.jsonl"
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    picked = [rows[i] for i in (40, 3, 17)]  # responses in another order than the records
+    lines = [{"id": r["id"], "response": gold_response(r)} for r in picked]
+    lines += [{"id": picked[0]["id"], "response": "I am not sure."}, {"id": "nobody", "response": "<answer>1</answer>"},
+              {"id": picked[1]["id"], "response": None}]  # an unknown id and a malformed row: no record for them
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    stats = score([source], ScoreConfig(responses=answers, out=tmp_path / "o", shard_size=2))
+    assert stats["scored_file"] == "scored.jsonl" and stats["scored_records"] == 3
+    back = [json.loads(line) for line in (tmp_path / "o" / "scored.jsonl").read_text().splitlines()]
+    assert [b["id"] for b in back] == [rows[i]["id"] for i in (3, 17, 40)]  # records order
+    scores = pq.read_table(tmp_path / "o" / "scores.parquet").to_pylist()
+    for out in back:
+        row = next(r for r in rows if r["id"] == out["id"])
+        assert set(out) == {*row, *RECORD_COLUMNS}
+        key = "images" if "images" in row else "image"
+        assert {k: out[k] for k in row if k != key} == {k: v for k, v in row.items() if k != key}
+        paths = (lambda v: v if isinstance(v, list) else [v])
+        assert [Path(p).read_bytes() for p in paths(out[key])] == \
+            [(source.parent / p).read_bytes() for p in paths(row[key])]
+        mine = [s["reward"] for s in scores if s["id"] == out["id"] and s["error"] != "malformed_response"]
+        assert out["rewards"] == mine and out["responses"] == len(mine)
+        assert out["mean_reward"] == pytest.approx(sum(mine) / len(mine))
+    assert back[2]["rewards"][1] == 0.0 < back[2]["rewards"][0]  # the refusal, after the gold answer
+    again = {r["id"]: r for r in read_records([tmp_path / "o" / "scored.jsonl"])}
+    before = {r["id"]: r for r in read_records([source])}
+    assert {k: (r["answer"], r["answer_type"], r["images"]) for k, r in again.items()} == \
+        {k: (before[k]["answer"], before[k]["answer_type"], before[k]["images"]) for k in again}
+    quiet = score([source], ScoreConfig(responses=answers, out=tmp_path / "q", write_records=False))
+    assert "scored_file" not in quiet and not list((tmp_path / "q").glob("scored.*"))
+
+
+def test_preset_gives_the_layout_and_reward_not_the_sampling(tmp_path) -> None:
+    from curate.rl.presets import PRESETS, SCORING
+
+    (tmp_path / "r.jsonl").write_text('{"id": "a", "response": "x"}\n')
+    config = ScoreConfig(responses=tmp_path / "r.jsonl", out=tmp_path / "o", preset="vlm-r1-rec")
+    assert (config.layout, config.reward_method, config.part_layout) == ("vlm-r1", "rec", "vlm-r1:rec")
+    given = ScoreConfig(responses=tmp_path / "r.jsonl", out=tmp_path / "o", preset="vlm-r1-rec", reward_method="mcq")
+    assert given.reward_method == "mcq"  # a flag given wins
+    assert ScoreConfig(responses=tmp_path / "r.jsonl", out=tmp_path / "o", preset="v-triune").layout == "verl"
+    assert all(set(p) & set(SCORING) for p in PRESETS.values())  # every preset decides something of a reward
+    with pytest.raises(UserError, match="preset nope: use llava-ov-1.5-rl"):
+        ScoreConfig(responses=tmp_path / "r.jsonl", out=tmp_path / "o", preset="nope")
+
+
+def test_cli_preset_and_records_written(tmp_path) -> None:
+    """``curate score --preset llava-ov-1.5-rl``: LLaVA-OV-1.5-RL's Parquet, its spatial box bonus, rows back."""
+    import pyarrow as pa
+    from click.testing import CliRunner
+
+    from curate.cli import cli
+
+    rows = [{"id": "s0", "images": [], "problem": "Which side? A. left B. right", "answer": ["B"],
+             "problem_type": "spatial-reasoning", "answer_type": "multiple-choice", "source": "refspatial",
+             "prompt_type": "default"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rl.parquet")
+    (tmp_path / "r.jsonl").write_text(json.dumps({"id": "s0", "response": "<think>[1, 2, 3, 4]</think><answer>B</answer>"})
+                                      + "\n")
+    result = CliRunner().invoke(cli, ["score", "--records", str(tmp_path / "rl.parquet"), "--responses",
+                                      str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o"),
+                                      "--preset", "llava-ov-1.5-rl"])
+    assert result.exit_code == 0, result.output
+    assert "scored.jsonl" in result.output
+    back = [json.loads(line) for line in (tmp_path / "o" / "scored.jsonl").read_text().splitlines()]
+    assert back[0]["rewards"] == [1.5] and {k: back[0][k] for k in rows[0]} == rows[0]  # the box bonus: +0.5

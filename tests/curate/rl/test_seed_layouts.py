@@ -1,5 +1,5 @@
-"""The RL seeds' own files through ``rl-filter`` (rollouts backend) and ``score``, the kept rows written back in
-the seed's layout and read back by the same reader.
+"""The RL seeds' own files through ``rl-filter`` (rollouts backend) and ``score``, the kept (rl-filter) and scored
+(score) rows written back in the seed's layout and read back by the same reader.
 
 Rows are shaped as each seed's loader reads them: VLM-R1's JSONL with the image folder beside the data file
 (``grpo_jsonl.py`` lines 963-991 at 90052f4), verl's Parquet as its geo3k example and V-Triune write it
@@ -20,7 +20,7 @@ from PIL import Image
 from curate.core.records import BadRecord, read_records
 from curate.rl.config import RlFilterConfig, ScoreConfig
 from curate.rl.filter import rl_filter
-from curate.rl.score import score
+from curate.rl.score import RECORD_COLUMNS, score
 
 
 def _png(shade: int) -> bytes:
@@ -40,7 +40,8 @@ def _run(tmp_path: Path, inputs: Path, answers: Path, **settings) -> tuple[dict,
     stats = rl_filter([str(inputs)], RlFilterConfig(out=tmp_path / "rl", backend={"rollouts": str(answers)}, n=2,
                                                     plot=False, band="-0.1,1.1", **settings))
     scored = score([str(inputs)], ScoreConfig(responses=answers, out=tmp_path / "score",
-                                              **{k: v for k, v in settings.items() if k in ("layout", "reward_method")}))
+                                              **{k: v for k, v in settings.items()
+                                                 if k in ("layout", "reward_method", "preset", "image_root")}))
     rollouts = pq.read_table(tmp_path / "rl" / "rollouts.parquet").to_pylist()
     scores = pq.read_table(tmp_path / "score" / "scores.parquet").to_pylist()
     assert [(r["id"], r["reward"], r["accuracy"]) for r in rollouts] == \
@@ -48,7 +49,8 @@ def _run(tmp_path: Path, inputs: Path, answers: Path, **settings) -> tuple[dict,
     return stats, scored, rollouts
 
 
-def _same_golds(original: Path, kept: Path, layout: str | None = None) -> None:
+def _same_golds(original: Path, kept: Path, layout: str | None = None,
+                added: tuple[str, ...] = ("pass_at_1", "pass_at_n", "mean_reward")) -> None:
     """The kept file read back by the reader: the same records' answers and rewards as the input's."""
     before = {r["id"]: r for r in read_records([original], layout=layout) if not isinstance(r, BadRecord)}
     after = [r for r in read_records([kept], layout=layout)]
@@ -57,7 +59,25 @@ def _same_golds(original: Path, kept: Path, layout: str | None = None) -> None:
         twin = before.get(rec["id"]) or next(b for b in before.values() if b.get("answer") == rec["answer"])
         assert (rec["answer"], rec.get("reward"), rec.get("prompt_type")) == \
             (twin["answer"], twin.get("reward"), twin.get("prompt_type"))
-        assert {"pass_at_1", "pass_at_n", "mean_reward"} <= rec.keys()
+        assert set(added) <= rec.keys()
+
+
+def _scored_back(original: Path, out: Path, scored: dict, rollouts: list, layout: str | None = None) -> list[dict]:
+    """``score``'s records file read back by the reader: the input's answers and rewards, and per record its
+    responses' rewards in sample order with their means; returns the file's raw rows."""
+    path = out / scored["scored_file"]
+    _same_golds(original, path, layout, added=RECORD_COLUMNS)
+    rewards: dict[str, list[float]] = {}
+    for r in rollouts:  # rl-filter's rollouts: id and sample order
+        rewards.setdefault(r["id"], []).append(r["reward"])
+    back = list(read_records([path], layout=layout))  # row for row (verl's ids follow the file's name)
+    assert scored["scored_records"] == len(back) == len(rewards)
+    for rec, want in zip(back, rewards.values()):
+        assert rec["rewards"] == want and rec["responses"] == len(want)
+        assert abs(rec["mean_reward"] - sum(want) / len(want)) < 1e-12
+    if path.suffix == ".parquet":
+        return pq.read_table(path).to_pylist()
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_vlm_r1_jsonl_with_its_image_folder(tmp_path: Path) -> None:
@@ -88,6 +108,14 @@ def test_vlm_r1_jsonl_with_its_image_folder(tmp_path: Path) -> None:
         paths = out["image"] if isinstance(out["image"], list) else [out["image"]]
         assert all(Path(images / p).read_bytes() == (images / Path(p).name).read_bytes() for p in paths)
     _same_golds(inputs, tmp_path / "rl" / stats["kept_file"], layout="vlm-r1:yes_no")
+    back = _scored_back(inputs, tmp_path / "score", scored, rollouts, layout="vlm-r1:yes_no")
+    assert scored["scored_file"] == "scored.jsonl"
+    for row, out in zip(rows, back, strict=True):  # score writes the same rows, the image where VLM-R1 finds it
+        assert {k: v for k, v in out.items() if k not in ("image", *RECORD_COLUMNS)} == \
+            {k: v for k, v in row.items() if k != "image"}
+        paths = out["image"] if isinstance(out["image"], list) else [out["image"]]
+        given = row["image"] if isinstance(row["image"], list) else [row["image"]]
+        assert [(tmp_path / "score" / p).read_bytes() for p in paths] == [(images / p).read_bytes() for p in given]
 
 
 def test_verl_parquet_as_v_triune_writes_it(tmp_path: Path) -> None:
@@ -118,6 +146,11 @@ def test_verl_parquet_as_v_triune_writes_it(tmp_path: Path) -> None:
         assert out["images"][0]["bytes"] == row["images"][0]["bytes"]
         assert out["reward_model"]["ground_truth"] == row["reward_model"]["ground_truth"]
     _same_golds(inputs, tmp_path / "rl" / stats["kept_file"])
+    back = _scored_back(inputs, tmp_path / "score", scored, rollouts)
+    assert scored["scored_file"] == "scored.parquet"  # image bytes: Parquet, as verl reads it
+    assert set(pq.read_schema(tmp_path / "score" / "scored.parquet").names) == {*rows[0], *RECORD_COLUMNS}
+    for row, out in zip(rows, back, strict=True):  # the same columns, row for row
+        assert {k: out[k] for k in row} == row
 
 
 def test_llava_ov_rl_parquet_as_released(tmp_path: Path) -> None:
@@ -144,6 +177,13 @@ def test_llava_ov_rl_parquet_as_released(tmp_path: Path) -> None:
     assert set(kept.column_names) == {*rows[0], "pass_at_1", "pass_at_n", "mean_reward"}
     assert kept.to_pylist()[0]["images"][0]["bytes"] == rows[1]["images"][0]["bytes"]
     _same_golds(inputs, tmp_path / "rl" / stats["kept_file"])
+    # score --preset llava-ov-1.5-rl: the same rewards (box bonus included, _run), every row back as released
+    assert scored["settings"]["layout"] == "llava-ov-rl" and scored["settings"]["preset"] == "llava-ov-1.5-rl"
+    back = _scored_back(inputs, tmp_path / "score", scored, rollouts)
+    assert set(pq.read_schema(tmp_path / "score" / "scored.parquet").names) == {*rows[0], *RECORD_COLUMNS}
+    for row, out in zip(rows, back, strict=True):
+        assert {k: out[k] for k in row} == row
+    assert [r["mean_reward"] for r in back] == [0.75, 0.5, 0.875]
 
 
 def test_rec_preset_monitors_boxes_per_source(tmp_path: Path) -> None:
@@ -178,15 +218,21 @@ def test_rec_preset_monitors_boxes_per_source(tmp_path: Path) -> None:
 def test_rec_boxes_are_scaled_from_the_model_input_as_vlm_r1_does(tmp_path: Path) -> None:
     """VLM-R1's ``iou_reward`` scales the answer's box from the model input (``image_grid_thw`` x 14: Qwen2-VL's
     resize within 3,136 and 12,845,056 pixels) to the image (``qwen_module.py`` lines 138-156): a 640 x 480 image
-    is seen as 644 x 476, so [0, 0, 322, 238] is the image's [0, 0, 320, 240]."""
-    Image.new("RGB", (640, 480), (200, 30, 30)).save(tmp_path / "cat.png")
+    is seen as 644 x 476, so [0, 0, 322, 238] is the image's [0, 0, 320, 240]. The image is in its own folder
+    (VLM-R1's image root): both verbs find its size there (``--image-root``)."""
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(tmp_path / "images" / "cat.png")
     rows = [{"id": "rec0", "image": "cat.png", "conversations": [
         {"from": "human", "value": "<image>Where is the cat?"}, {"from": "gpt", "value": "<answer>[0, 0, 320, 240]</answer>"}]}]
     inputs = tmp_path / "rec.jsonl"
     inputs.write_text(json.dumps(rows[0]) + "\n")
     answers = _answers(tmp_path / "answers.jsonl", {"rec0": ["<answer>[0, 0, 322, 238]</answer>",
                                                             "<answer>[0, 0, 320, 240]</answer>"]})
-    _, _, rollouts = _run(tmp_path, inputs, answers, preset="vlm-r1-rec", layout="vlm-r1", reward_method="rec",
-                          image_root=tmp_path)  # score has no preset: its layout and method named
+    _, scored, rollouts = _run(tmp_path, inputs, answers, preset="vlm-r1-rec",
+                               image_root=tmp_path / "images")  # score --preset vlm-r1-rec scores alike (_run)
     unscaled = (320 * 238) / (322 * 238 + 320 * 240 - 320 * 238)  # what the box would score taken as it is
     assert rollouts[0]["accuracy"] == 1.0 and rollouts[1]["accuracy"] < 1.0 and unscaled < 1.0
+    assert scored["settings"]["layout"] == "vlm-r1:rec" and scored["settings"]["preset"] == "vlm-r1-rec"
+    back = _scored_back(inputs, tmp_path / "score", scored, rollouts, layout="vlm-r1:rec")
+    # the image where VLM-R1 finds it; (IoU 1 + no <think> format) / 2, then the scaled box's IoU below 1
+    assert back[0]["image"] == str(tmp_path / "images" / "cat.png") and back[0]["rewards"][0] == 0.5 > back[0]["rewards"][1]
