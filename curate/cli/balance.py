@@ -268,10 +268,6 @@ def balance_cmd(inputs: tuple[str, ...], vocab_values: tuple[str, ...], threads:
 
     _refuse_other_modes(str(settings.get("match")), str(settings.get("index")), str(settings.get("mode")),
                         image_limits=True)
-    if settings.get("match") != "text" and settings.get("model"):
-        from curate.models.specs import check_weights
-
-        check_weights(str(settings["model"]))  # off the network a hub tag fails here, before the vocabulary is read
     config = BalanceConfig.build(vocab=parse_vocab_values(vocab_values),  # type: ignore[arg-type]
                                  threads=threads_for(threads, workers), write_records=not no_records,
                                  **settings, **image_limits_given())  # type: ignore[arg-type]
