@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import config_options, executor_options, image_root_option, make_executor, print_rejects
+from curate.cli.options import (Prepared, config_options, executor_options, image_root_option, make_executor,
+                                print_rejects)
 from curate.stages import STAGES, StageSpec
 
 
@@ -35,16 +36,24 @@ def add_verb(spec: StageSpec) -> click.Command:
     cls = filter_class(spec)
 
     def run(inputs: tuple[str, ...], out: str, shard_size: int, image_root: str | None, workers: int,
-            executor: str, ray_address: str | None, seed: int, **settings: Any) -> None:
-        from curate.executors.filters import run_filter
-        from curate.core.progress import console
+            executor: str, ray_address: str | None, seed: int, **settings: Any) -> Prepared:
+        from curate.core.settings import build_config
 
-        config = FilterConfig(out=out, shard_size=shard_size, seed=seed, image_root=image_root)
-        result = run_filter(list(inputs), config, cls(**settings), executor=make_executor(executor, workers,
-                                                                                         ray_address))
-        console.print(f"kept {result.records_out:,} of {result.records_in:,} records")
-        print_rejects(result, out)
-        console.print(f"records: {out}/{result.records_file}   stats: {out}/stats.json")
+        config = build_config(FilterConfig, {"out": out, "shard_size": shard_size, "seed": seed,
+                                             "image_root": image_root})
+        task = build_config(cls, settings)
+        runner = make_executor(executor, workers, ray_address)
+
+        def work() -> None:
+            from curate.core.progress import console
+            from curate.executors.filters import run_filter
+
+            result = run_filter(list(inputs), config, task, executor=runner)
+            console.print(f"kept {result.records_out:,} of {result.records_in:,} records")
+            print_rejects(result, out)
+            console.print(f"records: {out}/{result.records_file}   stats: {out}/stats.json")
+
+        return Prepared(config, work)
 
     run.__name__ = run.__qualname__ = f"{spec.name.replace('-', '_')}_cmd"
     described = (cls.__doc__ or "").strip()

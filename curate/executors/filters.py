@@ -30,13 +30,13 @@ def run_filter(inputs: Sequence[PathLike], config: FilterConfig, filter: RecordF
 
 def _run_filter(inputs: Sequence[PathLike], config: FilterConfig, task: RecordFilter, out: Path,
                 executor: Any) -> FilterResult:
-    from curate.core.history import record_run, shards_done
+    from curate.core.history import record_run
     from curate.core.shards import plan_shards
-    from curate.executors import run_stage
+    from curate.executors import pending, run_stage
 
     shards = plan_shards(list(inputs), config.shard_size, text_field=config.text_field,
                          image_root=config.image_root, text_only=task.max_images is None)
-    reused = shards_done(out, task.stage, shards)
+    reused = len(shards) - len(pending(task, shards, out))  # found done
     stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc=task.stage)
     name = write_kept(out, KEPT_DIR, [out / KEPT_DIR / f"{s.id}.jsonl" for s in shards])
     _drop_other(out, KEPT_DIR, name)
