@@ -276,7 +276,7 @@ def test_bad_input_is_a_user_error(packed: Path, tmp_path: Path) -> None:
         prepare_energon(tmp_path)
     plan = tmp_path / "plan"
     pack([], out=plan, ctx=CTX, lengths=packed / "lengths.parquet", plan_only=True, plot=False)
-    with pytest.raises(UserError, match="plan-only"):
+    with pytest.raises(UserError, match="plan.only"):
         prepare_energon(plan)
     broken = tmp_path / "broken"
     shutil.copytree(packed / "shards", broken / "shards", ignore=shutil.ignore_patterns("*.idx"))
