@@ -75,17 +75,19 @@ def test_a_rerun_reads_markers_not_shard_data(s3_server: str, bucket: str, layou
         {k: v for k, v in first.items() if k != "history.json"}
     # a run killed while writing shards: the last two are missing; another machine finishes it
     fs, inner = _fs(), out[len("s3://"):]
-    tars = sorted(k for k in first if k.startswith("shards/"))
+    tars = sorted(k for k in first if k.startswith("shards/") and k.endswith(".tar"))
+    lost = []  # a shard's tar and its sequence index (packer/sampler.py)
     for tar in tars[-2:]:
         shard_id = tar.rsplit("/", 1)[1].split(".")[0]
-        fs.rm([f"{inner}/{tar}", f"{inner}/_shards/write/{shard_id}.json"])
+        lost += [tar, f"shards/{shard_id}.index.json"]
+        fs.rm([f"{inner}/{tar}", f"{inner}/shards/{shard_id}.index.json", f"{inner}/_shards/write/{shard_id}.json"])
     fs.rm(f"{inner}/stats.json")
     with recorded_requests(s3_server) as seen:
         run("c")
     gets, puts = _split(seen, out)
     assert any(k.startswith("_records/") for k in gets)  # the record store the writer reads, fetched to write
     assert not [k for k in gets if k.startswith("shards/")], gets
-    assert sorted(k for k in puts if k.startswith("shards/")) == tars[-2:]
+    assert sorted(k for k in puts if k.startswith("shards/")) == sorted(lost)
     assert {k: v for k, v in _objects(out).items() if k != "history.json"} == \
         {k: v for k, v in first.items() if k != "history.json"}
     # a download whose process died leaves a hidden partial file in the staging folder: the next run removes it
