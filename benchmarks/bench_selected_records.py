@@ -7,7 +7,7 @@ Usage:
 
 Every input record is read again to find the selected ones (``balance`` does this by default), so
 at the seed's scale (85M records) this step reads the whole corpus. Times
-:func:`curate.balance.selected.write_selected_records` with ``workers=1`` and with one worker per core
+:func:`curate.core.filters.write_kept` (per input file) with ``workers=1`` and with one worker per core
 (alternating, best of ``--repeat``), checks the files are the same bytes, and prints records/s,
 the ratio and the projection for 85M records on one 64-core node.
 """
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import pyarrow as pa  # noqa: E402
 
 from bench_tar_plan import write_tars  # noqa: E402
-from curate.balance.selected import write_selected_records  # noqa: E402
+from curate.core.filters import write_kept  # noqa: E402
 from curate.core.threads import available_cpus  # noqa: E402
 
 SEED_RECORDS = 85_000_000
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
                 out = tmp / f"out-{workers}"
                 shutil.rmtree(out, ignore_errors=True)
                 t0 = time.perf_counter()
-                result = write_selected_records([tmp / "laion"], selection, out, workers=workers)
+                result = write_kept(out, inputs=[tmp / "laion"], selection=selection, workers=workers)
                 best[workers] = min(best.get(workers, float("inf")), time.perf_counter() - t0)
                 if result["records"] != len(chosen):
                     raise SystemExit(f"wrote {result['records']} records, expected {len(chosen)}")

@@ -181,7 +181,7 @@ def _resample(inputs: Sequence[str | os.PathLike[str]], config: BalanceConfig, o
 
 def pass_text_only(total: StageStats) -> int:
     """The records without images (``embed`` dropped them ``no_image``: nothing to tag) counted out, not dropped:
-    :func:`~curate.balance.selected.write_selected_records` writes them to ``OUT/records/`` untouched. Returns how
+    :func:`~curate.core.filters.write_kept` (per input file) writes them to ``OUT/records/`` untouched. Returns how
     many; their rows leave the rejects."""
     import pyarrow.compute as pc
 

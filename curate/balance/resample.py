@@ -64,13 +64,13 @@ from curate.balance.drawing import Chosen, Prepared, draw_pairs, draw_selection,
 from curate.balance.metaclip import counts_before, drawn_rows, resolve_per
 from curate.balance.pairs import TextRows, merge_texts
 from curate.balance.report import compare, language_figures, plot_balance, top_concepts
-from curate.balance.selected import copy_id, write_selected_records  # noqa: F401 (re-exported)
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.thresholds import REFERENCE
 from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights  # noqa: F401
 from curate.core.arrow import from_numpy
 from curate.core.columns import code_counts, first_occurrences, rows, take_rows
 from curate.core.errors import UserError
+from curate.core.filters import write_kept
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.malloc import small_numpy_pages
@@ -316,8 +316,8 @@ def _write_records(tags: str | os.PathLike[str], selection: pa.Table, config: Re
     t1 = time.perf_counter()
     from curate.balance.match import matched_text_field
 
-    written = write_selected_records(records, selection, out / RECORDS_DIR, text_field=matched_text_field(tags),
-                                     image_root=config.image_root, pass_text_only=config.pass_text_only)
+    written = write_kept(out / RECORDS_DIR, inputs=records, selection=selection, text_field=matched_text_field(tags),
+                         image_root=config.image_root, pass_text_only=config.pass_text_only)
     timings["write_records"] = time.perf_counter() - t1
     if selection.num_rows and not written.get("records"):  # unrelated files: nothing to write is not a result
         raise UserError(f"--records {' '.join(records)}: none of the {selection.num_rows:,} selected "

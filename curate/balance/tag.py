@@ -14,7 +14,7 @@ Search is exact inner product (FAISS ``IndexFlatIP``) unless ``index="ivf"``:
 an ``IndexIVFFlat`` with ``nlist`` lists trained once (seeded) on the concepts,
 searched with ``nprobe`` lists; its recall@K against exact search on a seeded
 sample of the embeddings is printed and recorded. The input layouts live in
-:mod:`curate.balance.tag_inputs`, the FAISS side in :mod:`curate.balance.index`;
+:mod:`curate.core.embeddings`, the FAISS side in :mod:`curate.balance.index`;
 this module is the stage (shard task and driver).
 
 Output: ``OUT/tags/<shard>.parquet`` per embeddings file (resumable), merged into
@@ -40,7 +40,7 @@ from curate.balance.concepts import sidecar_path
 from curate.balance.config import DEFAULT_NPROBE, DEFAULT_TOP_K, TagConfig
 from curate.balance.index import (SEARCH_BATCH, auto_nlist, concept_matrix, exact_index, ivf_file, maybe_gpu,
                                   measure_recall, search)
-from curate.balance.tag_inputs import EmbeddingFile, find_embeddings, read_ids, sample_rows
+from curate.core.embeddings import EmbeddingFile, find_embeddings, read_ids, sample_rows
 from curate.core.columns import counts_by_source, source_names
 from curate.core.errors import UserError
 from curate.core.io import atomic_open, file_sha256, is_url, write_parquet

@@ -8,8 +8,8 @@ The stage runs in three steps into ``OUT`` (every one resumable):
    driver writes to ``_index/near/`` (:mod:`curate.dedup.search`), ``near_pairs/``;
 3. **decide** (the driver, the global view): benchmark overlap, exact, near and semantic duplicates, the keep
    rule (:mod:`curate.dedup.decide`, :mod:`curate.dedup.steps`); the kept records are written back in their
-   input files' layout to ``records/`` (as ``curate resample`` writes its selection:
-   :func:`curate.balance.selected.write_selected_records`), which ``curate balance`` reads next.
+   input files' layout to ``records/`` (the one kept-record writer, per input file, as ``curate resample``
+   writes its selection: :func:`curate.core.filters.write_kept`), which ``curate balance`` reads next.
 
 Every removed record is a row of ``rejects.parquet`` with its reason (``benchmark_overlap``,
 ``exact_duplicate``, ``near_duplicate``, ``semantic_duplicate``), ``duplicate_of`` (the kept record's id, or the
@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.columns import first_occurrences
+from curate.core.filters import write_kept
 from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.remote import local_file, writing
@@ -237,12 +238,10 @@ def _run(inputs: list[Any], config: DedupConfig, out: Path, executor: Any) -> di
     written = None
     kept = first & (decision.step < 0)
     if config.write_records:
-        from curate.balance.selected import write_selected_records
-
         t1 = time.perf_counter()
         selection = pa.table({"id": records.ids.filter(pa.array(kept)),
                               "copies": pa.array(np.ones(int(kept.sum()), np.int32))})
-        written = write_selected_records(inputs, selection, out / RECORDS_DIR, image_root=config.image_root)
+        written = write_kept(out / RECORDS_DIR, inputs=inputs, selection=selection, image_root=config.image_root)
         timings["write_records"] = time.perf_counter() - t1
     counts = total.to_dict()
     settings = {"near": config.near, "near_threshold": config.near_threshold if config.near else None,

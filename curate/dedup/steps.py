@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from curate.core.embeddings import find_embeddings, read_ids
 from curate.dedup.decide import (BENCHMARK, EXACT, NEAR, SEMANTIC, Decision, Hashed, closest_reference,
                                  exact_groups, greedy, keep_rank, verify_multi)
 
@@ -42,8 +43,6 @@ class Nodes:
 
 def load_embeddings(folder: str | os.PathLike[str], ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The embeddings of ``folder`` whose id is in ``ids``: ``(rows of ids, vectors)``, in the files' order."""
-    from curate.balance.tag_inputs import find_embeddings, read_ids
-
     rows, vectors = [], []
     for file in find_embeddings(folder):
         file_ids, _, _ = read_ids(file)

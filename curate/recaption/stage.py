@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.validate import configure
-from curate.core.formats.writeback import merge_record_lines
+from curate.core.filters import write_kept
 from curate.core.remote import writing
 from curate.core.io import write_parquet
 from curate.core.shards import UNANSWERED
@@ -99,7 +99,7 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
     tables = [pq.read_table(out / "captions" / f"{s.id}.parquet") for s in shards]
     table = pa.concat_tables(tables) if tables else CAPTION_SCHEMA.empty_table()
     write_parquet(out / "captions.parquet", table)
-    records_name = merge_record_lines([out / "records" / f"{s.id}.jsonl" for s in shards], out, "records")
+    records_name = write_kept(out, "records", [out / "records" / f"{s.id}.jsonl" for s in shards])
     rows = table.to_pylist()
     counts = stats.to_dict()
     extra = counts.get("extra", {})

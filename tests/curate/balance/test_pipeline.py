@@ -229,3 +229,13 @@ def test_balance_reads_images_from_the_image_root(tiny_clip_spec: str, sample_da
              standalone_mode=False)
     plain = json.loads((tmp_path / "plain" / "stats.json").read_text())
     assert plain["records_embedded"] == 1 and plain["errored"] == {"missing_image": len(names)}
+
+
+def test_selected_ids_not_in_the_records_are_said() -> None:
+    from curate.balance.results import records_lines
+
+    assert records_lines(None, "o") == []
+    assert records_lines({"records": 5, "selected_not_found": 0}, "o") == ["records: o/records/ (5 written)"]
+    lines = records_lines({"records": 0, "selected_not_found": 1234}, "o")
+    assert len(lines) == 2 and "1,234 selected ids are in none of the record files given" in lines[1]
+

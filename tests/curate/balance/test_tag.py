@@ -12,7 +12,7 @@ import pytest
 from curate.core.errors import UserError
 from curate.balance.index import recall_at_k
 from curate.balance.tag import tag, tags_metadata
-from curate.balance.tag_inputs import find_embeddings
+from curate.core.embeddings import find_embeddings
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -452,7 +452,7 @@ def test_plain_worker_pools_spawn_while_connected_to_ray(ray_cluster, tmp_path) 
     threads do not survive a fork), and the spawned record writers write the same files."""
     import pyarrow as pa
 
-    from curate.balance.selected import write_selected_records
+    from curate.core.filters import write_kept
     from curate.core.threads import plain_workers_context
 
     assert ray.is_initialized() and plain_workers_context().get_start_method() == "spawn"
@@ -464,8 +464,8 @@ def test_plain_worker_pools_spawn_while_connected_to_ray(ray_cluster, tmp_path) 
     chosen = [f"r{f}-{i}" for f in range(3) for i in range(0, 20, 3)]
     selection = pa.table({"id": chosen, "copies": pa.array([1, 2] * (len(chosen) // 2) + [1] * (len(chosen) % 2),
                                                           pa.int32())})
-    one = write_selected_records(inputs, selection, tmp_path / "one", workers=1)
-    two = write_selected_records(inputs, selection, tmp_path / "two", workers=2)
+    one = write_kept(tmp_path / "one", inputs=inputs, selection=selection, workers=1)
+    two = write_kept(tmp_path / "two", inputs=inputs, selection=selection, workers=2)
     assert one == two and one["records"] == sum(selection.column("copies").to_pylist())
     for name in one["files"]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()

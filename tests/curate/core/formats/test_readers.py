@@ -155,7 +155,7 @@ def test_text_columns_of_image_text_sets_are_captions(tmp_path: Path, layouts: L
 
 def test_every_container_is_in_the_one_table(tmp_path: Path) -> None:
     """Suffixes, the split cache and writing back all come from the registry; a .tgz comes back as Parquet."""
-    from curate.balance.selected import write_selected_records
+    from curate.core.filters import write_kept
     from curate.core.formats.containers import ACCEPTED, CONTAINERS, SUFFIXES
     from curate.core.records import input_format
     from curate.core.splits import SCANNED
@@ -165,7 +165,7 @@ def test_every_container_is_in_the_one_table(tmp_path: Path) -> None:
     assert input_format(tmp_path / "a.TAR.GZ") == "tgz" and input_format(tmp_path / "b.ndjson") == "jsonl"
     tgz = write_tgz(tmp_path / "shard.tgz", 3)
     selection = pa.table({"id": ["k0", "k2"], "copies": pa.array([1, 2], pa.int32())})
-    written = write_selected_records([tgz], selection, tmp_path / "records", workers=1)
+    written = write_kept(tmp_path / "records", inputs=[tgz], selection=selection, workers=1)
     assert written["files"] == {"shard.parquet": 3} and written["records"] == 3
     rows = pq.read_table(tmp_path / "records" / "shard.parquet").to_pylist()
     assert [r["id"] for r in rows] == ["k0", "k2", "k2#2"] and rows[0]["images"][0]["bytes"] == b"\xff\xd8\xff image 0"

@@ -1,4 +1,5 @@
-"""Selected records written back by input file, in worker processes: the same files as one process."""
+"""The kept-record writer per input file (:func:`curate.core.filters.write_kept` with ``inputs``): each input
+file's kept records in its own container, copies as ``id#k``; worker processes write the same files as one."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import curate.core.columns
-
-from curate.balance.selected import SelectionIndex, write_selected_records
+import curate.core.filters
+from curate.core.filters import SelectionIndex, write_kept
 
 
 def _jsonl(path: Path, ids: list[str]) -> Path:
@@ -28,8 +28,8 @@ def test_workers_write_the_same_files_and_a_repeated_id_once(tmp_path: Path) -> 
     inputs += [tmp_path / "late.jsonl", tmp_path / "late2.parquet"]
     chosen = [f"r{i}" for i in range(0, 250, 3)] + ["p2", "missing"]
     selection = pa.table({"id": chosen, "copies": pa.array([1 + (i % 3 == 0) for i in range(len(chosen))], pa.int32())})
-    one = write_selected_records(inputs, selection, tmp_path / "one", workers=1)
-    two = write_selected_records(inputs, selection, tmp_path / "two", workers=3)
+    one = write_kept(tmp_path / "one", inputs=inputs, selection=selection, workers=1)
+    two = write_kept(tmp_path / "two", inputs=inputs, selection=selection, workers=3)
     assert one == two
     for name in one["files"]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
@@ -51,7 +51,7 @@ def test_the_index_confirms_every_hash_match(monkeypatch: pytest.MonkeyPatch) ->
     found = index.lookup(["bb", "zz", "x" * 30, "a", "x" * 29])
     assert [int(index.copies[at]) if at >= 0 else 0 for at in found] == [2, 0, 3, 1, 0]
     # Every id shares one hash: only the ids themselves tell them apart.
-    monkeypatch.setattr(curate.core.columns, "hash_strings", lambda column: np.full(len(column), 7, np.uint64))
+    monkeypatch.setattr(curate.core.filters, "hash_strings", lambda column: np.full(len(column), 7, np.uint64))
     index = SelectionIndex(selection)
     found = index.lookup(["bb", "a", "nope", "x" * 30])
     assert [int(index.copies[at]) if at >= 0 else 0 for at in found] == [2, 1, 0, 3]
@@ -78,7 +78,7 @@ def test_rows_without_id_or_source_keep_the_ones_they_were_read_with(tmp_path: P
                    folder / "extra.parquet")
     selection = pa.table({"id": ["000000001", "000010002", "cc3m_wds/extra:0", "extra:0", "extra:1"],
                           "copies": pa.array([1, 2, 1, 1, 1], pa.int32())})
-    written = write_selected_records([folder], selection, tmp_path / "records", workers=1)
+    written = write_kept(tmp_path / "records", inputs=[folder], selection=selection, workers=1)
     assert written["records"] == 5 and written["selected_not_found"] == 1  # extra.parquet's stem names it: extra:N
     assert sorted(written["files"]) == ["cc3m_wds/00000.parquet", "cc3m_wds/00001.parquet", "extra.parquet"]
     rows = pq.read_table(tmp_path / "records" / "cc3m_wds" / "00001.parquet").to_pylist()
@@ -95,18 +95,10 @@ def test_a_rerun_leaves_only_its_own_files(tmp_path: Path) -> None:
     a = _jsonl(tmp_path / "a.jsonl", ["x1", "x2"])
     b = _jsonl(tmp_path / "b.jsonl", ["y1", "y2"])
     selection = pa.table({"id": ["x1", "y2"], "copies": pa.array([1, 1], pa.int32())})
-    write_selected_records([a, b], selection, tmp_path / "records", workers=1)
+    write_kept(tmp_path / "records", inputs=[a, b], selection=selection, workers=1)
     (tmp_path / "records" / "old" / "train-00000-of-00001.jsonl").parent.mkdir()
     (tmp_path / "records" / "old" / "train-00000-of-00001.jsonl").write_text("{}\n")
-    again = write_selected_records([a], selection, tmp_path / "records", workers=1)
+    again = write_kept(tmp_path / "records", inputs=[a], selection=selection, workers=1)
     assert sorted(p.relative_to(tmp_path / "records").as_posix() for p in (tmp_path / "records").rglob("*")) \
         == ["a.jsonl"] == sorted(again["files"])
 
-
-def test_selected_ids_not_in_the_records_are_said() -> None:
-    from curate.balance.results import records_lines
-
-    assert records_lines(None, "o") == []
-    assert records_lines({"records": 5, "selected_not_found": 0}, "o") == ["records: o/records/ (5 written)"]
-    lines = records_lines({"records": 0, "selected_not_found": 1234}, "o")
-    assert len(lines) == 2 and "1,234 selected ids are in none of the record files given" in lines[1]

@@ -1,4 +1,4 @@
-"""The inputs of ``curate tag``: embedding files in curate's or clip-retrieval's layout.
+"""Embedding files in curate's or clip-retrieval's layout, as ``curate tag`` and ``curate dedup --embeddings`` read them.
 
 * curate (``curate embed``): ``NAME.npy`` + ``NAME.ids.parquet`` pairs in a folder
   (``OUT/embeddings/``; ``OUT`` itself is accepted);
