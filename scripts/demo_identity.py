@@ -63,7 +63,8 @@ def run_demo(repo: Path, rev: str, work: Path, venv: Path) -> Path:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     python = venv / "bin" / "python"
     cmd = ["make", "--no-print-directory", "-C", str(tree), "demo", f"VENV={venv}",
-           f"PY={python}", f"CURATE={python} -m curate", f"DEMO={DEMO}", "-o", str(venv / ".installed")]
+           f"PY={python}", f"CURATE={python} -m curate", f"DEMO={DEMO}", "-o", str(venv / ".installed"),
+           "-o", str(venv / ".runtime"), "-o", "setup", "-o", "setup-run"]  # the venv is given: install nothing
     print(f"{rev} ({sha[:12]}): {' '.join(cmd)}", flush=True)
     log = work / f"{sha[:12]}.log"
     try:
