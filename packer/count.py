@@ -88,6 +88,7 @@ from curate.core.errors import UserError
 from curate.core.formats.refs import ImageAt
 from curate.core.images import ImageError, check, decode, file_extension, image_label
 from curate.core.io import atomic_open, curate_cache, dumps_json, file_sha256, read_json, write_json, write_parquet
+from curate.core.progress import note
 from curate.core.shards import (
     SHARDS_DIR,
     Shard,
