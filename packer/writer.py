@@ -83,6 +83,10 @@ class ShardWriteTask(ShardTask):
 
     stage = "write"
     unit = "sequences"
+    #: Local workers are forked (on Linux; spawned elsewhere), as the lengths step's are: a spawned worker would
+    #: import pyarrow, numpy, the image readers and, with --out in a bucket, the S3 client again (≈1 s of CPU each);
+    #: forked ones share the driver's pages. A writer runs no torch op and starts no thread before its first shard.
+    start_method = "fork"
     transient = ("_store", "_plan", "_tars")
     driver_reads = ()  # the driver never reads the tars back (--out in a bucket: they stay there)
     reads_out = ("_records/*.arrow", PLAN_ARRAYS)  # the lengths step's record store, the driver's plan
