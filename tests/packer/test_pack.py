@@ -152,7 +152,7 @@ def test_forked_workers_run_the_processor_check_and_count_the_same(tiny_processo
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
 
 
-def test_lengths_are_reused_at_another_ctx(packed, sample_data, tmp_path) -> None:
+def test_lengths_are_reused_at_another_ctx(packed, sample_data, tmp_path, tiny_processor_dir) -> None:
     out, _ = packed
     # plan-only from a lengths file: no processor, no images
     stats = pack([], out=tmp_path / "p", ctx=4096, lengths=out / "lengths.parquet", plan_only=True)
@@ -164,8 +164,8 @@ def test_lengths_are_reused_at_another_ctx(packed, sample_data, tmp_path) -> Non
     reuse = again["lengths_reuse"]
     assert reuse["text_counts_reused"] == reuse["records_in_lengths"] and reuse["ignored"] == reuse["counted"] == 0
     assert again["bins"] == stats["bins"] and verify_pack(tmp_path / "c").ok
-    with pytest.raises(UserError, match="was packed at ctx 2048"):
-        pack(inputs(sample_data), out=out, ctx=4096, processor="unused")
+    with pytest.raises(UserError, match="was packed at ctx 2048"):  # the folder's own ctx, before any counting
+        pack(inputs(sample_data), out=out, ctx=4096, processor=str(tiny_processor_dir))
 
 
 def test_auto_reuse_of_counted_lengths(tiny_processor_dir, sample_data, tmp_path) -> None:
