@@ -323,9 +323,9 @@ def _infos(fs: Any, inner: str, files: Sequence[str]) -> dict[str, dict[str, Any
     """The bucket's info of each of ``files`` it holds (a listing of the prefix, or one request each when few)."""
     if len(files) > FEW:
         return listing(fs, inner)
-    fs.invalidate_cache(inner)
     found = {}
     for rel in files:
+        fs.invalidate_cache(f"{inner}/{rel}")  # its folder's listing too: an older find (ensure_local) cached it
         try:
             info = fs.info(f"{inner}/{rel}")
         except FileNotFoundError:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from curate.core.remote import staging
+from curate.core.staging import staging_folder
 from curate.core.remote_sync import get_file
 from packer.pack import pack
 from tests._fixtures.formats import Layouts
@@ -166,3 +167,25 @@ def test_an_interrupted_download_leaves_no_file_under_its_name(half_server: str,
     left = list(dest.parent.iterdir())
     assert not dest.exists() and len(left) == 1 and left[0].name.startswith(".000000.parquet.")
     assert left[0].name.endswith(".part")
+
+
+def test_push_does_not_upload_again_what_another_process_put_after_a_listing(
+        s3_server: str, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process uploads a shard's marker after the driver listed the prefix (``ensure_local``): the driver's
+    final ``push`` must see it in the bucket, not trust the folder listing its filesystem cached, and leave it."""
+    from curate.core.remote_sync import ensure_local, push, remote_fs
+
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+    url = f"{bucket}/out"
+    local = staging_folder(url)
+    (local / "_shards" / "st").mkdir(parents=True)
+    for rel, text in (("_shards/st/settings.json", "{}"), ("_shards/st/000000.json", '{"files": []}'),
+                      ("stats.json", "{}")):
+        (local / rel).write_text(text)
+    fs, inner = remote_fs(url)
+    fs.put_file(str(local / "_shards/st/settings.json"), f"{inner}/_shards/st/settings.json")
+    ensure_local(local, ["*.none"])  # the driver lists the prefix: its filesystem caches each folder's listing
+    _fs().put_file(str(local / "_shards/st/000000.json"), f"{inner}/_shards/st/000000.json")  # another process
+    with recorded_requests(s3_server) as seen:
+        assert push(url, local) == 1
+    assert _split(seen, url)[1] == ["stats.json"]
