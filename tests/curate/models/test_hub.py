@@ -34,6 +34,15 @@ def unreachable(monkeypatch: pytest.MonkeyPatch) -> str:
     return f"127.0.0.1:{port}"
 
 
+@pytest.fixture(autouse=True)
+def _as_the_command_line_says_it():  # noqa: ANN202 - a fixture
+    """The messages as the CLI prints them (flags); from Python they name the config fields instead."""
+    from curate.core.errors import command_line
+
+    with command_line():
+        yield
+
+
 def test_folder_loads_locally(tmp_path: Path) -> None:
     assert locate(tmp_path, "--processor") == Source(str(tmp_path), True)
 

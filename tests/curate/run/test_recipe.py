@@ -13,6 +13,7 @@ from curate.run import load_recipe, plan_run, run_recipe
 
 def _write(tmp_path: Path, text: str) -> Path:
     (tmp_path / "in.jsonl").write_text('{"id": "a", "caption": "a cat"}\n', encoding="utf-8")
+    (tmp_path / "proc").mkdir(exist_ok=True)  # a processor folder: pack checks it exists when its step is planned
     path = tmp_path / "r.yaml"
     path.write_text(text.replace("IN", str(tmp_path / "in.jsonl")).replace("PROC", str(tmp_path / "proc")),
                     encoding="utf-8")
@@ -49,7 +50,7 @@ steps:
 @pytest.mark.parametrize("edit, needle, expect", [
     (("verb: verify", "verb: verifyy"), "verifyy", "unknown verb 'verifyy'"),
     (("ctx: 64", "ctxx: 64"), "ctxx", "pack has no option 'ctxx'; did you mean 'ctx'?"),
-    (("ctx: 64", "ctx: many"), "- verb: pack", "'many' is not a valid integer"),
+    (("ctx: 64", "ctx: many"), "- verb: pack", "'many' is not a number of tokens"),
     (("ctx: 64", "ctx: 64\n      out: elsewhere"), "out: elsewhere", "out is set by curate run"),
     (("input: pack", "input: packk"), "input: packk", "packk"),
     (("raw: IN", "raw: /nonexistent/in.jsonl"), "raw:", "does not exist"),

@@ -20,6 +20,7 @@ def test_run_folder_in_a_bucket(bucket: str, tmp_path: Path) -> None:
     import s3fs
 
     (tmp_path / "in.jsonl").write_text('{"id": "a", "caption": "a cat"}\n')
+    (tmp_path / "proc").mkdir()  # a processor folder: pack checks it exists when its step is planned
     recipe_path = tmp_path / "r.yaml"
     recipe_path.write_text(f"vars: {{ctx: 64}}\ninputs: {{raw: {tmp_path / 'in.jsonl'}}}\nsteps:\n"
                            f"  - {{verb: pack, input: raw, options: {{processor: {tmp_path / 'proc'}, ctx: '${{ctx}}'}}}}\n"
