@@ -59,7 +59,8 @@ def test_killed_and_resumed_pack_equals_a_straight_run_file_for_file(layouts: La
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     def args(out: Path) -> list[str]:
         return ["pack", str(layouts.files), "--processor", str(tiny_processor_dir), "--ctx", "1024",
-                "--shard-size", "2", "--sequences-per-shard", "2", "--seed", "3", "--out", str(out)]
+                "--shard-size", "2", "--sequences-per-shard", "2", "--seed", "3", "--workers", "1",
+                "--out", str(out)]  # one process: the kill below is the run's own
 
     out, straight = tmp_path / "out", tmp_path / "straight"  # both runs into the same --out: pages name it
     monkeypatch.setenv("CURATE_REPORT", "1")  # the report every verb writes at its end (the suite turns it off)
