@@ -66,9 +66,14 @@ def client():
         yield c
 
 
+#: How long /health may take: 0.1-0.2 s measured with the attacks running; the slack is for the other test process
+#: sharing the 2 cores (the old server never answered while the attack lasted).
+HEALTH_SECONDS = 3.0
+
+
 def _health_seconds(client: httpx.Client, url: str) -> float:
     started = time.monotonic()
-    reply = client.get(url + "/health", timeout=1.0)
+    reply = client.get(url + "/health", timeout=HEALTH_SECONDS)
     assert reply.status_code == 200
     return time.monotonic() - started
 
@@ -107,7 +112,7 @@ def test_slow_headers_without_a_token(server, client) -> None:
             sock.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n")
             slow.append(sock)
         for _ in range(3):
-            assert _health_seconds(client, url) < 1.0
+            assert _health_seconds(client, url) < HEALTH_SECONDS
             time.sleep(0.3)
         time.sleep(2.5)  # past the header timeout: every slow connection is answered and closed
         answers = {_status(sock) for sock in slow[-20:]}
@@ -139,7 +144,7 @@ def test_looping_programs_past_the_queue_get_503(server, client) -> None:
     while len(replies) < 8 and time.monotonic() < until:  # the refused ones are back, the queued ones loop
         time.sleep(0.05)
     try:
-        assert _health_seconds(client, url) < 1.0
+        assert _health_seconds(client, url) < HEALTH_SECONDS
     finally:
         for t in threads:
             t.join()

@@ -58,7 +58,7 @@ def test_verbs_on_a_lying_parquet_stop_with_one_line_and_bounded_memory(verb: st
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and lines == [f"error: {path}: not a readable Parquet file (row group 0 claims "
                                    "1,099,511,627,776 rows; its column 'id' holds 777)"], err[-2000:]
-    assert peak < 1 << 30
+    assert peak < 2 << 30  # before: 21.7 GB until the OOM killer; a verb and its imports take about 1 GB
 
 
 @pytest.mark.parametrize("kind", ["member", "pax", "longname"])
