@@ -535,6 +535,11 @@ def collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "ids": [i for b in batch for i in b["ids"]],
         "sources": [s for b in batch for s in b["sources"]],
     }
+    return _with_images(out, batch)
+
+
+def _with_images(out: dict[str, Any], batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``out`` with the batch's images concatenated in row order (``pixel_values``, ``image_grid_thw``)."""
     with_images = [b for b in batch if "pixel_values" in b]
     if with_images:
         out["pixel_values"] = torch.cat([b["pixel_values"] for b in with_images])
@@ -573,9 +578,4 @@ def collate_padded(batch: Sequence[dict[str, Any]], *, pad_id: int = 0) -> dict[
     }
     if all("mm_token_type_ids" in b for b in batch):
         out["mm_token_type_ids"] = pad("mm_token_type_ids", 0)
-    with_images = [b for b in batch if "pixel_values" in b]
-    if with_images:
-        out["pixel_values"] = torch.cat([b["pixel_values"] for b in with_images])
-        if all("image_grid_thw" in b for b in with_images):
-            out["image_grid_thw"] = torch.cat([b["image_grid_thw"] for b in with_images])
-    return out
+    return _with_images(out, batch)
