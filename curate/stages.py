@@ -74,6 +74,14 @@ class StageSpec:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Ref):
                 object.__setattr__(self, name, Ref(value))
+        if isinstance(self.filter, str) and not isinstance(self.filter, Ref):
+            object.__setattr__(self, "filter", Ref(self.filter))
+
+    def filter_class(self) -> type:
+        """The :class:`~curate.core.filters.RecordFilter` subclass of a filter stage (a class, or a ``Ref`` loaded)."""
+        if self.filter is None:
+            raise TypeError(f"{self.name}: not a filter stage")
+        return self.filter.load() if isinstance(self.filter, Ref) else self.filter
 
 
 _SPECS = (

@@ -33,3 +33,15 @@ pytest_plugins = [
     for p in sorted((pathlib.Path(__file__).parent / "_fixtures").glob("*.py"))
     if p.stem != "__init__"
 ]
+
+
+import pytest  # noqa: E402 - after the environment above is set
+
+
+@pytest.fixture(autouse=True)
+def _cwd_kept() -> object:
+    """Each test leaves the working folder as it found it: a test process runs many files (pytest-xdist), and a
+    Ray cluster started later takes its workers' import path from the folder it starts in."""
+    where = os.getcwd()
+    yield
+    os.chdir(where)

@@ -8,7 +8,6 @@ A row of :data:`curate.stages.STAGES` with ``filter=`` (and ``cli="filters"``) g
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import click
@@ -19,21 +18,11 @@ from curate.cli.options import (Prepared, config_options, executor_options, imag
 from curate.stages import STAGES, StageSpec
 
 
-def filter_class(spec: StageSpec) -> type:
-    """The :class:`~curate.core.filters.RecordFilter` subclass a spec names (a class, or ``module:Class``)."""
-    if isinstance(spec.filter, str):
-        module, _, name = spec.filter.partition(":")
-        return getattr(importlib.import_module(module), name)
-    if spec.filter is None:
-        raise TypeError(f"{spec.name}: not a filter stage")
-    return spec.filter
-
-
 def add_verb(spec: StageSpec) -> click.Command:
     """Make the verb of filter stage ``spec`` and add it to the ``curate`` group."""
     from curate.core.filters import FilterConfig
 
-    cls = filter_class(spec)
+    cls = spec.filter_class()
 
     def run(inputs: tuple[str, ...], out: str, shard_size: int, image_root: str | None, workers: int,
             executor: str, ray_address: str | None, seed: int, **settings: Any) -> Prepared:

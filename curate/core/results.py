@@ -57,8 +57,6 @@ def _read_stats(path: str | os.PathLike[str]) -> Mapping[str, Any]:
 
 
 def _result_class(stats: Mapping[str, Any]) -> type:
-    import importlib
-
     from curate.stages import STAGES
 
     name = stats.get("stage") if isinstance(stats, Mapping) else None
@@ -67,8 +65,7 @@ def _result_class(stats: Mapping[str, Any]) -> type:
         known = ", ".join(n for n, s in STAGES.items() if s.result)
         raise UserError(f"stats of stage {name!r}: no typed result for it (stages with one: {known}); "
                         "read the mapping itself")
-    module, _, attr = spec.result.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return spec.result.load()
 
 
 def _build(cls: type[R], stats: Mapping[str, Any]) -> R:

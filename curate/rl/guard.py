@@ -55,19 +55,25 @@ _log = logging.getLogger("curate.serve")
 class Limits:
     """What one connection and the server's queue may hold (see the module docstring)."""
 
-    header_timeout: float = 10.0
-    body_timeout: float = 60.0
-    max_connections: int = 512
-    max_queued: int = 64
-    token: str | None = None
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+    max_queued: int
+    token: str | None
 
     @classmethod
     def from_env(cls) -> Limits:
-        """The limits :func:`environ` gave this process (defaults for the ones it did not)."""
+        """The limits :func:`environ` gave this process (``ServeRewardsConfig``'s defaults for the ones it did not:
+        the settings are declared there once)."""
+        import dataclasses
+
+        from curate.rl.config import ServeRewardsConfig
+
         raw = {name: os.environ.get(var) for name, var in ENV.items()}
         kinds = {"header_timeout": float, "body_timeout": float, "max_connections": int, "max_queued": int}
+        defaults = {f.name: f.default for f in dataclasses.fields(ServeRewardsConfig) if f.name in kinds}
         given = {name: kinds[name](value) for name, value in raw.items() if value and name in kinds}
-        return cls(**given, token=raw["token"] or None)
+        return cls(**{**defaults, **given}, token=raw["token"] or None)
 
     def connections(self) -> int:
         """``max_connections``, under this process's open-file limit (see :meth:`room`)."""
