@@ -69,7 +69,7 @@ def _model(model: str, precision: str, threads: int | None) -> None:
     v.at_least("--threads", threads, 1)
 
 
-#: ``--seed`` is every sharded verb's (curate.cli.options.executor_options); the configs record it.
+#: ``--seed`` is every sharded verb's (curate.verbs.EXECUTOR_OPTIONS); the configs record it.
 _SEED_HELP = "Seed of every random choice; the same seed gives the same outputs."
 _IMAGE_ROOT_HELP = ("Folder (or bucket prefix) the records' relative image paths start from, for annotations kept "
                     "apart from their images (LLaVA's --image-folder); default: each input file's own folder.")

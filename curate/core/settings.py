@@ -2,9 +2,12 @@
 
 A stage's settings live in one frozen dataclass (``PackConfig``, ``EmbedConfig``...). Each field that a
 user can set is declared with :func:`setting`: its default, its help text, and, when it differs from the
-field's name, its flag. The CLI makes its options from these fields (:func:`curate.cli.options.config_options`),
+field's name, its flag. The verbs make their options from these fields (:func:`curate.verbs.options_of`: the
+command line's flags and a recipe step's keys alike),
 tasks take the config (or a part of it) and read each setting where it is used, and ``stats.json`` records
-the settings the config holds. So a setting's name, default and help are written once.
+the settings the config holds. So a setting's name, default and help are written once. A verb's options that
+are no field of its config (its inputs, where it runs) are declared with :func:`option`, in the same form;
+:func:`convert` turns a recipe's value into an option's value as the command line turns its flag.
 """
 
 from __future__ import annotations
