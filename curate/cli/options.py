@@ -127,19 +127,8 @@ def config_options(cls: type, *names: str, exclude: tuple[str, ...] = ()):  # no
     return options(*chosen)
 
 
-def setting_option(cls: type, name: str, **click_kwargs: Any):  # noqa: ANN201 - click decorator
-    """The click option of one setting of ``cls`` that :func:`config_options` cannot express: its flag, help and
-    placeholder from the field (:func:`curate.core.settings.setting_info`), the rest (``multiple``, ``envvar``,
-    ``callback``...) from ``click_kwargs``."""
-    from curate.core.settings import setting_info
-
-    info = setting_info(cls, name)
-    return click.option(info.flag, info.name, help=info.help, metavar=info.metavar, cls=SettingOption,
-                        **click_kwargs)
-
-
 class SettingOption(click.Option):
-    """An option made by :func:`config_options` from a config field (a test tells it from one written by hand)."""
+    """An option made from a declared option (:func:`options`; a test tells it from one written by hand)."""
 
 
 def _split(ctx: click.Context, param: click.Parameter, value: str | tuple | None) -> tuple[str, ...]:
