@@ -238,7 +238,7 @@ def executor_of(values: Values, workers: int | None = None, **kw: Any) -> Execut
     v.at_least("--workers", count, 1)
     v.at_most("--workers", count, MAX_WORKERS, "each worker is a process holding its own model")
     if kind != "ray":
-        refuse_given(values, EXECUTOR_OPTIONS[3:], "is for --executor ray")
+        refuse_given(values, ("num_gpus", "cpus_per_actor", "ray_address"), "is for --executor ray")
     v.at_least("--num-gpus", values.get("num_gpus"), 0)
     v.above("--cpus-per-actor", values.get("cpus_per_actor"), 0)
     if kind == "ray":
