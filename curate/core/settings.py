@@ -207,6 +207,12 @@ WORKER_MEMORY: dict[str, tuple[int | None, str]] = {
 }
 
 
+#: The help of ``--seed`` (every sharded verb's) and of ``--image-root`` (the verbs reading images), written once for
+#: the verbs' shared options and the configs that hold them as fields.
+SEED_HELP = "Seed of every random choice; the same seed gives the same outputs."
+IMAGE_ROOT_HELP = ("Folder (or bucket prefix) the records' relative image paths start from, for annotations kept "
+                   "apart from their images (LLaVA's --image-folder); default: each input file's own folder.")
+
 #: Flags of the sharded verbs that decide where and how fast a verb runs, never what it writes (the executors give the
 #: same bytes for any of them): a run's settings compared to decide whether a step must run again can leave them out.
 OPERATIONAL_FLAGS = ("workers", "executor", "ray_address", "num_gpus", "cpus_per_actor")

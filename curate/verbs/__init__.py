@@ -22,7 +22,8 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.defaults import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
 from curate.core.errors import UserError
-from curate.core.settings import SettingInfo, convert, default_workers, option, settings_of
+from curate.core.settings import (IMAGE_ROOT_HELP, SEED_HELP, SettingInfo, convert, default_workers, option,
+                                  settings_of)
 from curate.executors import EXECUTORS
 from curate.stages import STAGES
 
@@ -148,7 +149,7 @@ def inputs(required: bool = True, metavar: str | None = None) -> SettingInfo:
 
 #: Every sharded verb's: where and how fast it runs (never what it writes), and the seed of every random choice.
 EXECUTOR_OPTIONS: tuple[SettingInfo, ...] = (
-    option("seed", type=int, default=0, help="Seed of every random choice; the same seed gives the same outputs."),
+    option("seed", type=int, default=0, help=SEED_HELP),
     option("workers", type=int, default=None, show_default=False,
            help="Worker processes (local) or actors (ray; default there: as many as the cluster holds)."),
     option("executor", default="local", choices=tuple(EXECUTORS), help="Where shards run: this machine, or a Ray "
@@ -162,9 +163,7 @@ EXECUTOR_OPTIONS: tuple[SettingInfo, ...] = (
 )
 
 #: The verbs that read images: where the records' relative image paths start.
-IMAGE_ROOT = option("image_root", type=os.PathLike, metavar="DIR",
-                    help="Folder (or bucket prefix) the records' relative image paths start from, for annotations kept "
-                         "apart from their images (LLaVA's --image-folder); default: each input file's own folder.")
+IMAGE_ROOT = option("image_root", type=os.PathLike, metavar="DIR", help=IMAGE_ROOT_HELP)
 
 #: The image limits of the verbs that touch pixels (docs/limits.md), by option, with the
 #: :class:`~curate.core.limits.ImageReading` field each sets. Unset they keep the config's defaults, which the help
