@@ -201,7 +201,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("curate.executors", "curate.models"),
     ("curate.rewards", "curate.generate"),
     ("curate.balance", "curate.dedup", "curate.recaption", "curate.rl", "packer"),
-    ("curate.report", "curate.run"),
+    ("curate.report", "curate.run", "curate.verbs"),
     ("curate.cli", "curate.fixtures", "curate.__main__"),
 )
 

@@ -20,7 +20,7 @@ from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE, MAX_THREADS
 from curate.core.location import Location, locations
 from curate.core.limits import ImageReading
-from curate.core.settings import setting
+from curate.core.settings import IMAGE_ROOT_HELP, SEED_HELP, setting
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS
 
 PathLike = str | os.PathLike[str]
@@ -69,12 +69,6 @@ def _model(model: str, precision: str, threads: int | None) -> None:
     v.at_least("--threads", threads, 1)
 
 
-#: ``--seed`` is every sharded verb's (curate.cli.options.executor_options); the configs record it.
-_SEED_HELP = "Seed of every random choice; the same seed gives the same outputs."
-_IMAGE_ROOT_HELP = ("Folder (or bucket prefix) the records' relative image paths start from, for annotations kept "
-                    "apart from their images (LLaVA's --image-folder); default: each input file's own folder.")
-
-
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:
     """The open_clip model of the verbs that run one (``embed``, ``vocab embed``, ``balance``)."""
@@ -100,8 +94,8 @@ class EmbedConfig(ImageReading, ModelSettings):
     shard_size: int = setting(DEFAULT_SHARD_SIZE, help="Records per shard (one .npy each).")
     decode_threads: int | None = setting(None, help="Threads decoding images while the model runs (default: cores, "
                                                     "at most 8).")
-    seed: int = setting(0, help=_SEED_HELP, cli=False)
-    image_root: Location | PathLike | None = setting(None, flag="--image-root", metavar="DIR", help=_IMAGE_ROOT_HELP)
+    seed: int = setting(0, help=SEED_HELP, cli=False)
+    image_root: Location | PathLike | None = setting(None, flag="--image-root", metavar="DIR", help=IMAGE_ROOT_HELP)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "image_root": "--image-root"})
@@ -167,7 +161,7 @@ class TagConfig:
     recall_sample: int = setting(1000, help="Embeddings (seeded sample) used to measure IVF recall@K.")
     id_column: str | None = setting(None, help="Id column of clip-retrieval metadata (default: id, key, image_path "
                                                "or url).")
-    seed: int = setting(0, help=_SEED_HELP, cli=False)
+    seed: int = setting(0, help=SEED_HELP, cli=False)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out"})
@@ -216,7 +210,7 @@ class ResampleConfig:
     plot: bool = setting(True, cli=False, help="Draw OUT/balance.png.")
     pass_text_only: bool = setting(False, cli=False, help="Write the records without images to OUT/records/ too, "
                                                           "untouched (curate balance: they have no image to tag).")
-    image_root: Location | PathLike | None = setting(None, flag="--image-root", metavar="DIR", help=_IMAGE_ROOT_HELP)
+    image_root: Location | PathLike | None = setting(None, flag="--image-root", metavar="DIR", help=IMAGE_ROOT_HELP)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "vocab": "--vocab", "records": "--records", "image_root": "--image-root"})
@@ -274,8 +268,8 @@ class MatchConfig:
                                         "for --mode worldwide (implied by --vocab LANG=FILE).")
     top_k: int | None = _top_k()
     shard_size: int = setting(DEFAULT_TEXT_SHARD_SIZE, help="Records per shard.")
-    seed: int = setting(0, help=_SEED_HELP, cli=False)
-    image_root: Location | PathLike | None = setting(None, cli=False, help=_IMAGE_ROOT_HELP)
+    seed: int = setting(0, help=SEED_HELP, cli=False)
+    image_root: Location | PathLike | None = setting(None, cli=False, help=IMAGE_ROOT_HELP)
 
     def __post_init__(self) -> None:
         locations(self, {"out": "--out", "image_root": "--image-root"})

@@ -1,10 +1,10 @@
 """The ``curate`` command line: one click group, one thin verb per stage.
 
-Each verb parses its flags into one typed config per step (``curate/*/config.py``,
-``packer/config.py``; each checks itself on construction) and calls one function
-that holds the logic; tests and executors call those functions directly.
-``group.py`` holds the click group, ``options.py`` the flags the verbs share, and
-one module per role holds the verbs. The group imports a verb's module only when
+Each verb parses its flags into values and hands them to its ``prepare`` (``curate/verbs/``, which
+``curate run`` calls too): one typed config per step (``curate/*/config.py``, ``packer/config.py``; each
+checks itself on construction) and one function that holds the logic; tests and executors call those
+functions directly. ``group.py`` holds the click group and the report written after a verb,
+``options.py`` makes the flags from the verbs' declared options, and one module per role registers the verbs. The group imports a verb's module only when
 that verb runs (or its own ``--help`` is asked for), so ``curate pack`` never
 loads what balancing or RL need. This package is the only place in curate that imports click.
 

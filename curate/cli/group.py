@@ -8,6 +8,7 @@ packing needs). A verb module adds its commands to :data:`cli` when imported.
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 
@@ -15,24 +16,52 @@ from curate import __version__
 from curate.core.errors import command_line
 from curate.stages import STAGES
 
+
 class VerbCommand(click.Command):
-    """A verb: its callback builds its settings and returns a :class:`~curate.cli.options.Prepared`, run here."""
+    """A verb: its callback builds its settings and returns a :class:`~curate.verbs.Prepared`, run here."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - whatever the verb returns
         result = super().invoke(ctx)
-        run = getattr(result, "run", None)  # a Prepared (curate.cli.options): its settings built, now its work
+        run = getattr(result, "run", None)  # a Prepared (curate.verbs): its settings built, now its work
         return run() if callable(run) else result
 
 
 class _ReportingCommand(VerbCommand):
-    """A verb that writes its output folder's report when it finished (see curate/cli/report_hook.py)."""
+    """A verb that writes its output folder's report when it finished (:func:`report_after`)."""
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - whatever the verb returns
         result = super().invoke(ctx)
-        from curate.cli.report_hook import report_after
-
         report_after(self.name or "", ctx.params)
         return result
+
+
+def report_after(verb: str, params: dict) -> None:
+    """Write the report of a verb's --out once the verb finished (``CURATE_REPORT=0`` turns it off; a failure only
+    warns); see :mod:`curate.report`."""
+    out = params.get("out")
+    spec = STAGES.get(verb)
+    if spec is None or not spec.report or not out or os.environ.get("CURATE_REPORT", "1") in ("0", "false", "no"):
+        return
+    from curate.core.io import path_exists
+
+    if not path_exists(f"{str(out).rstrip('/')}/stats.json"):  # a local folder, or a prefix in a bucket
+        return
+    write_report_or_warn(out)
+
+
+def write_report_or_warn(out: object) -> None:
+    """Write OUT/report/ and print where it is; a failure only warns (the outputs are complete without it)."""
+    from rich.markup import escape
+
+    from curate.core.progress import console
+    from curate.report import write_report
+
+    try:
+        index = write_report(out)
+    except Exception as exc:  # noqa: BLE001 - the stage's outputs are complete; the report is a view of them
+        console.print(f"[yellow]warning:[/yellow] {escape(f'report not written ({type(exc).__name__}: {exc}); try: curate report {out}')}")
+        return
+    console.print(f"report: {index}", markup=False, highlight=False)
 
 
 class _Group(click.Group):

@@ -1,4 +1,4 @@
-"""The ``report`` verb (curate/report/); the report every stage verb writes at its end is in report_hook.py."""
+"""The ``report`` verb (curate/report/); the report every stage verb writes at its end is in group.py."""
 
 from __future__ import annotations
 

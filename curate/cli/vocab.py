@@ -10,8 +10,9 @@ from curate.balance.vocab.config import VocabBuildConfig
 from curate.balance.vocab.sources import WORDFREQ_SCRIPTS
 from curate.core.results import from_stats
 from curate.cli.group import cli
-from curate.cli.options import config_options, executor_options, make_executor
+from curate.cli.options import config_options, options, values_of
 from curate.core.settings import build_config
+from curate.verbs import EXECUTOR_OPTIONS, executor_of, settings
 
 
 @cli.group("vocab")
@@ -63,8 +64,8 @@ def vocab_build_cmd(wordfreq_languages: tuple[str, ...], **settings: object) -> 
 
 @vocab_group.command("embed")
 @config_options(VocabEmbedConfig)
-@executor_options
-def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | None, **settings: object) -> None:
+@options(*EXECUTOR_OPTIONS, verb="vocab embed")
+def vocab_embed_cmd(**params: object) -> None:
     """Embed a concept vocabulary with the model's text tower (cached, resumable).
 
     An entry the tower cannot read (Chinese, for MetaCLIP 1's English tower) is
@@ -84,12 +85,14 @@ def vocab_embed_cmd(seed: int, workers: int, executor: str, ray_address: str | N
     from curate.balance.vocab.embed import embed_vocab
     from curate.core.progress import console
 
-    if settings["out"] is None:
+    values = values_of(click.get_current_context(), params)
+    if values["out"] is None:
         raise click.UsageError("Missing option '--out'.")
-    out = str(settings["out"])
-    config = build_config(VocabEmbedConfig, settings)
-    sharded = executor == "ray" or workers > 1  # else: here, tokenizing beside the model in a thread
-    done = embed_vocab(None, config, executor=make_executor(executor, workers, ray_address) if sharded else None)
+    out = str(values["out"])
+    config = build_config(VocabEmbedConfig, {k: x for k, x in settings(values).items() if k != "seed"})
+    runner = executor_of(values)
+    sharded = values["executor"] == "ray" or values["workers"] > 1  # else: here, tokenizing beside the model in a thread
+    done = embed_vocab(None, config, executor=runner.make() if sharded else None)
     r = from_stats(VocabEmbedResult, done)
     skipped = ", ".join(f"{n:,} {s}" for s, n in r.skipped.items()) or "none"
     glossed = f"{done['embedded_by_gloss']:,} through their English gloss; " if done.get("embedded_by_gloss") else ""

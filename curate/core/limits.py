@@ -14,7 +14,7 @@ What one record may cost in images, declared once for every stage that touches p
 
 :class:`ImageReading` is a base of the settings of ``pack``, ``embed`` (and ``balance``), ``recaption`` and
 ``rl-filter``: the image gate's byte and pixel limits (:class:`curate.core.images.ImageLimits`) and the images a
-record may hold. The flags are declared once too (``curate.cli.options.image_limit_options``). With them one
+record may hold. The flags are declared once too (``curate.verbs.IMAGE_LIMITS``). With them one
 record costs at most ``max_images`` reads of at most ``max_image_bytes`` bytes and decodes of at most
 ``max_image_pixels`` pixels, in every stage. A decoder runs in C and cannot be stopped from Python, so its
 time is bounded by these two limits rather than by a clock (docs/limits.md).
@@ -77,7 +77,7 @@ class ImageReading:
     """The image limits of a stage's settings (a base class of its config; keyword-only fields).
 
     Each field is a setting (:func:`curate.core.settings.setting`) whose flag is one of the shared image limit
-    flags (``curate.cli.options.image_limit_options``), hence ``cli=False``. A limit left None is the gate's
+    flags (``curate.verbs.IMAGE_LIMITS``), hence ``cli=False``. A limit left None is the gate's
     (:data:`~curate.core.images.DEFAULT_MAX_BYTES`, :data:`~curate.core.images.DEFAULT_MAX_PIXELS`).
     """
 

@@ -2,9 +2,12 @@
 
 A stage's settings live in one frozen dataclass (``PackConfig``, ``EmbedConfig``...). Each field that a
 user can set is declared with :func:`setting`: its default, its help text, and, when it differs from the
-field's name, its flag. The CLI makes its options from these fields (:func:`curate.cli.options.config_options`),
+field's name, its flag. The verbs make their options from these fields (:func:`curate.verbs.options_of`: the
+command line's flags and a recipe step's keys alike),
 tasks take the config (or a part of it) and read each setting where it is used, and ``stats.json`` records
-the settings the config holds. So a setting's name, default and help are written once.
+the settings the config holds. So a setting's name, default and help are written once. A verb's options that
+are no field of its config (its inputs, where it runs) are declared with :func:`option`, in the same form;
+:func:`convert` turns a recipe's value into an option's value as the command line turns its flag.
 """
 
 from __future__ import annotations
@@ -55,6 +58,38 @@ class SettingInfo:
     choices: tuple[str, ...] | None
     show_default: bool
     tokens: bool = False
+    #: repeatable (``--against A --against B``): its value is a tuple.
+    multiple: bool = False
+    #: an environment variable read when the option is not given (``CURATE_API_KEY``).
+    envvar: str | None = None
+    #: a number of bytes: the command line also takes ``256MiB``, ``2G`` (:func:`parse_byte_size`).
+    size: bool = False
+    #: a comma-separated list (``laion,coyo``): its value is a tuple of the stripped parts.
+    split: bool = False
+    #: an on/off flag without a value (``--trust-code``); a boolean setting with default True is ``--x/--no-x``.
+    is_flag: bool = False
+
+    @property
+    def path(self) -> bool:
+        """Whether its values are paths (a recipe resolves them: its inputs, earlier steps, its own folder)."""
+        return self.type is os.PathLike
+
+    @property
+    def off_flag(self) -> str | None:
+        """``--no-x`` of a boolean setting on by default, else None."""
+        return f"--no-{self.flag[2:]}" if self.is_flag and self.default is True else None
+
+
+def option(name: str, *, help: str, type: type = str, default: Any = None, flag: str | None = None,  # noqa: A002
+           **more: Any) -> SettingInfo:
+    """A verb's option that is not a field of its settings class (where and how it runs, its inputs, a flag that
+    sets a field another way), declared once for the command line and recipes alike. ``type`` is ``int``, ``float``,
+    ``str``, ``bool`` (a flag) or ``os.PathLike`` (a path); ``more``: the other :class:`SettingInfo` fields."""
+    required = more.pop("required", False)
+    return SettingInfo(name=name, flag=flag or "--" + name.replace("_", "-"), help=help, type=type, default=default,
+                       required=required, optional=default is None and not required,
+                       metavar=more.pop("metavar", None), choices=more.pop("choices", None),
+                       show_default=more.pop("show_default", True), is_flag=type is bool, **more)
 
 
 def _base(hint: Any) -> tuple[Any, bool]:
@@ -95,7 +130,8 @@ def _info(f: dataclasses.Field, hints: dict[str, Any]) -> SettingInfo:
     return SettingInfo(name=f.name, flag=meta.get("flag") or "--" + f.name.replace("_", "-"), help=meta["help"],
                        type=kind, default=default, required=required, optional=optional or default is None,
                        metavar=meta.get("metavar"), choices=meta.get("choices"),
-                       show_default=meta.get("show_default", True), tokens=meta.get("tokens", False))
+                       show_default=meta.get("show_default", True), tokens=meta.get("tokens", False),
+                       is_flag=kind is bool)
 
 
 @functools.lru_cache(maxsize=1)
@@ -171,6 +207,12 @@ WORKER_MEMORY: dict[str, tuple[int | None, str]] = {
 }
 
 
+#: The help of ``--seed`` (every sharded verb's) and of ``--image-root`` (the verbs reading images), written once for
+#: the verbs' shared options and the configs that hold them as fields.
+SEED_HELP = "Seed of every random choice; the same seed gives the same outputs."
+IMAGE_ROOT_HELP = ("Folder (or bucket prefix) the records' relative image paths start from, for annotations kept "
+                   "apart from their images (LLaVA's --image-folder); default: each input file's own folder.")
+
 #: Flags of the sharded verbs that decide where and how fast a verb runs, never what it writes (the executors give the
 #: same bytes for any of them): a run's settings compared to decide whether a step must run again can leave them out.
 OPERATIONAL_FLAGS = ("workers", "executor", "ray_address", "num_gpus", "cpus_per_actor")
@@ -185,6 +227,75 @@ def default_workers(verb: str | None = None) -> int:
     from curate.core.threads import available_cpus
 
     return available_cpus()
+
+
+# ---------------------------------------------------------------------------
+# A value given as text (a recipe's YAML), converted as the command line converts it
+# ---------------------------------------------------------------------------
+
+
+def convert(info: SettingInfo, value: Any) -> Any:
+    """The value of option ``info`` given ``value`` (a recipe's text, a number; a list for a repeatable option), as the
+    command line makes it from its flag: a number, a choice, a path (text), a tuple of a repeatable or split option.
+
+    Raises:
+        ValueError: a value the option does not take, in the command line's words (``'x' is not a valid integer.``).
+    """
+    if info.multiple:
+        return tuple(_one(info, v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    return _one(info, value)
+
+
+def _one(info: SettingInfo, value: Any) -> Any:
+    if info.is_flag:
+        if not isinstance(value, bool):
+            raise ValueError(f"{value!r} is not a valid boolean.")
+        return value
+    text = str(value)
+    if info.split:
+        return tuple(s.strip() for s in text.split(",")) if text else ()
+    if info.choices:
+        if text not in info.choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(repr(c) for c in info.choices)}.")
+        return text
+    if info.tokens:
+        return parse_token_count(text)
+    if info.size:
+        return parse_byte_size(text)
+    if info.type is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a valid integer.") from None
+    if info.type is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a valid float.") from None
+    return text
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_byte_size(value: object) -> int:
+    """A number of bytes: ``268435456``, ``256MiB``, ``256M`` or ``1.5GB`` (K, M, G, T: powers of 1024).
+
+    Raises:
+        ValueError: not such a number (at least 1).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip().lower().replace("_", "").replace(",", "")
+    number = text.rstrip("kmgtib")
+    unit = text[len(number):].replace("ib", "").replace("b", "") or ""
+    try:
+        size = float(number) * _BYTE_UNITS[unit[:1]] if len(unit) <= 1 else -1
+    except (KeyError, ValueError):
+        size = -1
+    if not 1 <= size < 1 << 62 or size != size:
+        raise ValueError(f"{value!r} is not a size in bytes (e.g. 268435456, 256MiB or 2G)")
+    return int(size)
 
 
 # ---------------------------------------------------------------------------

@@ -38,11 +38,11 @@ class DedupConfig:
         None, help="curate embed's output for these records: also remove semantic duplicates (cosine).")
     semantic_threshold: float = setting(
         DEFAULT_SEMANTIC_THRESHOLD, help="With --embeddings: cosine similarity from which two records are duplicates.")
-    #: Offered by hand (``SRC,SRC`` split into a tuple): :func:`curate.cli.options.setting_option`.
+    #: Offered as ``SRC,SRC``, split into a tuple (:func:`curate.verbs.field_option`).
     prefer: tuple[str, ...] = setting(
         (), cli=False, metavar="SRC,SRC",
         help="Sources to keep first when copies are found, best first (then the largest image, then the id).")
-    #: Offered by hand (a repeatable option): :func:`curate.cli.options.setting_option`.
+    #: Offered as a repeatable option (:func:`curate.verbs.field_option`).
     against: tuple[Location | PathLike, ...] = setting(
         (), cli=False, help="Benchmark records or folders (any layout curate reads): records whose image copies one "
                             "are removed (benchmark_overlap). Repeatable.")

@@ -61,7 +61,7 @@ class BackendSettings:
     max_consecutive_failures: int | None = setting(
         None, help="--endpoint: failed calls in a row after which the server is taken for down and the "
                    "run stops (resumable).  [default: 20]")
-    #: Offered by hand (:func:`curate.cli.generate_options.api_key_option`): it also reads :data:`API_KEY_VAR`.
+    #: Offered with :data:`API_KEY_VAR` as its fallback (:data:`curate.verbs.generate.BACKEND_OPTIONS`).
     api_key: str | None = setting(None, cli=False, help="--endpoint: bearer token, if the server needs one.")
 
     def kwargs(self) -> dict[str, Any]:

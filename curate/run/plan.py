@@ -1,8 +1,9 @@
-"""Planning a recipe run: each step's command line, its folder, and whether it runs, resumes or is skipped.
+"""Planning a recipe run: each step's values, its folder, and whether it runs, resumes or is skipped.
 
-The planner does not know any verb's flags: it asks a :class:`VerbTable` (given by the
-CLI, which reads them from the click commands) what each verb accepts, so a recipe
-takes exactly the options of the command line, with the same names and checks.
+A step names a verb and that verb's options (:mod:`curate.verbs`, where each verb's options are declared once for
+the command line and recipes): the planner turns the step's YAML into the verb's values (paths resolved: recipe
+inputs, earlier steps, the recipe's own folder) and checks them as the command line would, then builds each step's
+config without running it (:func:`check_step`), so a bad value of a later step stops the run before the first step.
 """
 
 from __future__ import annotations
@@ -12,56 +13,22 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from curate.core.errors import UserError, command_line
-from curate.stages import STAGES
 from curate.core.io import RemotePath, dumps_json, is_url, path_exists, read_text_at, write_text_at
 from curate.run.recipe import Recipe, Step, from_folder
+from curate.stages import STAGES
+from curate.verbs import EXECUTOR_OPTIONS, IMAGE_LIMITS, Prepared, Values, Verb, verb
 
 #: What a step hands to the next one when it is named without a sub-path (:attr:`curate.stages.StageSpec.main_output`).
 MAIN_OUTPUT = STAGES.main_outputs  # read when asked: a row added to the table is a recipe verb
 RUN_DIR = "_run"
 #: A run folder: local, or an object-store URL.
 Folder = Path | RemotePath
-
-
-@dataclass(frozen=True)
-class OptionInfo:
-    """One command-line option of a verb."""
-
-    flag: str  #: e.g. ``--ctx``
-    multiple: bool = False
-    is_flag: bool = False
-    is_path: bool = False
-    off_flag: str | None = None  #: e.g. ``--no-records`` for boolean pairs
-
-
-@dataclass(frozen=True)
-class VerbInfo:
-    """What a verb accepts: its positional argument (if any) and its options by name."""
-
-    argument: str | None
-    argument_required: bool
-    options: dict[str, OptionInfo]
-    writes_out: bool  #: has ``--out``
-
-
-class VerbTable(Protocol):
-    """The verbs as the command line defines them (implemented in curate/cli/run.py)."""
-
-    def describe(self, verb: str) -> VerbInfo:
-        """Arguments and options of ``verb``."""
-
-    def resolve(self, verb: str, argv: list[str]) -> dict[str, Any]:
-        """Parse ``argv`` as the verb would: every parameter's value, defaults included (UserError if invalid)."""
-
-    def check(self, verb: str, argv: list[str], later: list[str]) -> None:
-        """Build and check the settings of ``curate VERB ARGV`` without running it (``later``: paths earlier
-        steps will make). Raises UserError for a bad value."""
-
-    def invoke(self, verb: str, argv: list[str]) -> None:
-        """Run ``curate VERB ARGV`` in this process."""
+#: Options that the settings of a step list last, in their declared order (recipe.lock.yaml keeps the order the
+#: command line listed them in when recipes were parsed by it: the image limits and Ray resources last).
+_LISTED_LAST = tuple(o.name for o in (*IMAGE_LIMITS, *EXECUTOR_OPTIONS[4:]))
 
 
 @dataclass
@@ -70,8 +37,9 @@ class PlannedStep:
 
     step: Step
     folder: Folder
-    argv: list[str]
-    settings: dict[str, Any]
+    args: list[str]  #: the equivalent command line's arguments (shown and recorded, never parsed)
+    values: Values  #: the verb's values: what its ``prepare`` builds the config from
+    settings: dict[str, Any]  #: ``values`` as JSON (recorded in ``OUT/_run/NN-name.json`` and the lock)
     depends: list[str] = field(default_factory=list)  #: names of the steps it reads
     reads: list[str] = field(default_factory=list)  #: paths it reads
     upstream: dict[str, str] = field(default_factory=dict)  #: step read -> hash of its settings and upstream
@@ -84,7 +52,11 @@ class PlannedStep:
         """The equivalent command line."""
         import shlex
 
-        return shlex.join(["curate", self.step.verb, *self.argv])
+        return shlex.join(["curate", self.step.verb, *self.args])
+
+    def prepare(self) -> Prepared:
+        """The step's config, built and checked as its verb does, and its work (not run)."""
+        return verb(self.step.verb).prepare(self.values)
 
 
 def _suggest(name: str, known: list[str]) -> str:
@@ -163,69 +135,87 @@ def _cycle(recipe: Recipe, start: str, out: Folder) -> list[str]:
     return walk(start, [start])
 
 
-def _option_args(name: str, value: Any, info: OptionInfo, resolve_path: Any, base: Path) -> list[str]:
+def _option_value(name: str, value: Any, info: Any, resolve_path: Any, base: Path) -> tuple[Any, list[str]] | None:
+    """A recipe option's value for the verb (text, a list of texts for a repeatable option, a bool for a flag) and
+    its command-line spelling; None when it leaves the option at its default (``null``, an off flag)."""
     if value is None or value is False and info.off_flag is None and info.is_flag:
-        return []
+        return None
     if info.is_flag:
         if not isinstance(value, bool):
             raise ValueError(f"is an on/off flag: write {name}: true or false")
-        return [info.flag] if value else [info.off_flag]  # type: ignore[list-item]
+        return value, [info.flag if value else info.off_flag]
     values = value if isinstance(value, list) else [value]
     if any(isinstance(v, (dict, list)) for v in values):
         raise ValueError("must be a value or a list of values")
     strs = ["true" if v is True else "false" if v is False else str(v) for v in values]
-    if info.is_path:
+    if info.path:
         strs = [p for s in strs for p in resolve_path(s)]
     else:  # a model or processor given as a folder (also local-dir:PATH) is taken from the recipe's folder
         strs = [from_folder(s, base) if isinstance(v, str) else s for s, v in zip(strs, values)]
     if info.multiple:
-        return [a for s in strs for a in (info.flag, s)]
+        return strs, [a for s in strs for a in (info.flag, s)]
     if len(strs) != 1 and not isinstance(value, list):
         raise ValueError("takes one value")
-    return [info.flag, ",".join(strs)]
+    return ",".join(strs), [info.flag, ",".join(strs)]
 
 
-def plan_step(step: Step, recipe: Recipe, out: Folder, verbs: VerbTable) -> PlannedStep:
-    """The command line of one step, checked by the verb's own parser.
+def _listed(values: Values, spec: Verb, given: list[str]) -> dict[str, Any]:
+    """``values`` in the order the settings of a step have always been listed: the options given, in the recipe's
+    order, then the argument, then the others as declared; the image limits and Ray resources last."""
+    declared = [o.name for o in ((spec.argument,) if spec.argument else ())] + [o.name for o in spec.options]
+    argument = [spec.argument.name] if spec.argument else []
+    order = list(dict.fromkeys([*[n for n in given if n not in argument], *argument, *declared]))
+    order = [n for n in order if n not in _LISTED_LAST] + [n for n in order if n in _LISTED_LAST]
+    return {n: values[n] for n in order}
+
+
+def plan_step(step: Step, recipe: Recipe, out: Folder) -> PlannedStep:
+    """The values of one step, converted and checked as the command line checks its verb's flags.
 
     Raises:
         UserError: an unknown option, a bad value, a missing input or a forward reference,
             naming the recipe line.
     """
-    info = verbs.describe(step.verb)
+    spec = verb(step.verb)
     depends: list[str] = []
     folder = out / step.folder
-    argv: list[str] = []
+    args: list[str] = []
+    given: dict[str, Any] = {}
     reads: list[str] = []
     option_reads: list[str] = []
     positional: list[str] = []
+    writes_out = spec.option("out") is not None
     if step.inputs:
-        if info.argument is None:
+        if spec.argument is None:
             raise UserError(f"{recipe.where(step.line)}: {step.verb} takes no input:; give its inputs as options "
-                            f"({', '.join(n for n, o in info.options.items() if o.is_path and n != 'out')})")
+                            f"({', '.join(o.flag[2:] for o in spec.options if o.path and o.name != 'out')})")
         for value in step.inputs:
             paths = _ref(value, step, recipe, out, step.input_line or step.line, depends, reads)
             if paths == [recipe.here(value)] and paths[0] not in reads and not is_url(value) and not Path(paths[0]).exists():
                 raise UserError(f"{recipe.where(step.input_line or step.line)}: step {step.name!r} reads {value!r}: no such file, "
                                 f"recipe input ({', '.join(recipe.inputs) or 'none'}) or earlier step")
-            argv.extend(paths)
+            args.extend(paths)
             positional.extend(paths)
-    elif info.argument_required:
+        if not spec.argument.multiple and len(positional) != 1:
+            raise UserError(f"{recipe.where(step.input_line or step.line)}: step {step.name!r}: {step.verb} reads one "
+                            f"input, not {len(positional)}")
+        given[spec.argument.name] = positional if spec.argument.multiple else positional[0]
+    elif spec.argument is not None and spec.argument.required:
         raise UserError(f"{recipe.where(step.line)}: step {step.name!r} needs an input: (a recipe input or an "
                         "earlier step)")
-    given = {n.replace("_", "-") for n in step.options}
+    named = {n.replace("_", "-") for n in step.options}
     defaults = {n: v for n, v in recipe.defaults.items()
-                if n.replace("_", "-") in info.options and n.replace("_", "-") not in given}
+                if spec.option(n) is not None and n.replace("_", "-") not in named}
     lines = {**{n: recipe.default_lines.get(n, step.line) for n in defaults}, **step.option_lines}
     for name, value in {**defaults, **step.options}.items():
         line = lines.get(name, step.line)
         key = name.replace("_", "-")
-        if key == "out" and info.writes_out:
+        if key == "out" and writes_out:
             raise UserError(f"{recipe.where(line)}: out is set by curate run (OUT/{step.folder}); remove it")
-        opt = info.options.get(key)
+        opt = spec.option(key)
         if opt is None:
             raise UserError(f"{recipe.where(line)}: {step.verb} has no option {name!r}; "
-                            f"{_suggest(key, list(info.options))}see curate {step.verb} --help")
+                            f"{_suggest(key, list(spec.by_key))}see curate {step.verb} --help")
 
         def resolve_path(v: str, _line: int = line) -> list[str]:
             paths = _ref(v, step, recipe, out, _line, depends, reads)
@@ -233,17 +223,22 @@ def plan_step(step: Step, recipe: Recipe, out: Folder, verbs: VerbTable) -> Plan
             return paths
 
         try:
-            argv.extend(_option_args(name, value, opt, resolve_path, recipe.base))
+            made = _option_value(name, value, opt, resolve_path, recipe.base)
         except ValueError as exc:
             raise UserError(f"{recipe.where(line)}: option {name!r} of {step.verb} {exc}") from None
-    if info.writes_out:
-        argv.extend(["--out", str(folder)])
+        if made is not None:
+            given.setdefault(opt.name, made[0])
+            args.extend(made[1])
+    if writes_out:
+        given["out"] = str(folder)
+        args.extend(["--out", str(folder)])
     try:
-        settings = verbs.resolve(step.verb, argv)
+        values = spec.values(given)
     except UserError as exc:
         raise UserError(f"{recipe.where(step.line)}: step {step.name!r}: {exc}") from None
     stamps = {**_external(positional, out), **_external(option_reads, out, True)}
-    return PlannedStep(step=step, folder=folder, argv=argv, settings=json.loads(json.dumps(settings, default=str)),
+    settings = json.loads(json.dumps(_listed(values, spec, list(given)), default=str))
+    return PlannedStep(step=step, folder=folder, args=args, values=values, settings=settings,
                        depends=sorted(set(depends)), reads=reads, inputs=stamps)
 
 
@@ -324,7 +319,7 @@ def _changes(recorded: dict[str, Any], p: PlannedStep, out: Folder) -> list[str]
     return what
 
 
-def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None = None,
+def plan_run(recipe: Recipe, out: Folder, *, start: str | None = None,
              until: str | None = None, force: str | None = None) -> list[PlannedStep]:
     """Plan every step and decide its status.
 
@@ -337,10 +332,10 @@ def plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None
         UserError: a bad step, an unknown --from/--until/--force step, a missing recipe input.
     """
     with command_line():  # a recipe spells options as the command line does: its messages name flags
-        return _plan_run(recipe, out, verbs, start=start, until=until, force=force)
+        return _plan_run(recipe, out, start=start, until=until, force=force)
 
 
-def _plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None, until: str | None,
+def _plan_run(recipe: Recipe, out: Folder, *, start: str | None, until: str | None,
               force: str | None) -> list[PlannedStep]:
     names = [s.name for s in recipe.steps]
     for flag, name in (("--from", start), ("--until", until), ("--force", force)):
@@ -360,13 +355,12 @@ def _plan_run(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | Non
                 raise UserError(f"{recipe.where(recipe.input_lines[name])}: input {name!r}: {p} does not exist; "
                                 "fix the path (or --set the variable it uses)")
     for name in recipe.defaults:
-        key = name.replace("_", "-")
-        if not any(key in verbs.describe(v).options for v in {s.verb for s in recipe.steps}):
+        if not any(verb(v).option(name) is not None for v in {s.verb for s in recipe.steps}):
             raise UserError(f"{recipe.where(recipe.default_lines[name])}: default {name!r} is an option of none of "
                             f"the recipe's verbs ({', '.join(sorted({s.verb for s in recipe.steps}))}); remove it")
-    planned = [plan_step(s, recipe, out, verbs) for s in recipe.steps]
+    planned = [plan_step(s, recipe, out) for s in recipe.steps]
     for p in planned[lo:hi + 1]:  # every step's settings, checked as its verb checks them, before the first runs
-        check_step(p, recipe, verbs)
+        check_step(p, recipe)
     by_name = {p.step.name: p for p in planned}
     for p in planned:  # a step is stale when a step it reads ran with other settings
         p.upstream = upstream_of(p, by_name, out)
@@ -412,16 +406,20 @@ def step_where(recipe: Recipe, step: Step, message: str) -> str:
     return recipe.where(step.line)
 
 
-def check_step(p: PlannedStep, recipe: Recipe, verbs: VerbTable) -> None:
-    """Check a planned step's settings as its verb does (paths earlier steps make are taken as made).
+def check_step(p: PlannedStep, recipe: Recipe) -> Prepared:
+    """Build a planned step's config as its verb does, without running it (paths earlier steps make are taken as
+    made); the step's :class:`~curate.verbs.Prepared`, whose work is not run.
 
     Raises:
         UserError: a bad value, naming ``recipe.yaml:LINE`` of the option (or the step) and the step.
     """
+    from curate.core import validate
+
     inside = str(p.folder.parent).rstrip("/") + "/"  # what earlier steps make lies in the run folder
     later = [r for r in p.reads if str(r).startswith(inside) and not path_exists(r)]
     try:
-        verbs.check(p.step.verb, p.argv, later)
+        with validate.made_later(later):
+            return p.prepare()
     except UserError as exc:
         raise UserError(f"{step_where(recipe, p.step, str(exc))}: step {p.step.name!r}: {exc}") from None
 

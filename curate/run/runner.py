@@ -1,7 +1,7 @@
 """Running a recipe: plan, write ``recipe.lock.yaml``, run the steps in order through the verbs.
 
-Each step is the verb's own command (the CLI's parser, checks and stage function),
-run in this process with its output in ``OUT/NN-name/``. A finished step (its
+Each step is its verb (:mod:`curate.verbs`: the config built from the step's values, as ``curate VERB`` builds it
+from its flags, and the stage's work), run in this process with its output in ``OUT/NN-name/``. A finished step (its
 ``stats.json`` present, settings and inputs unchanged) is skipped; a started one resumes as the
 verb does; the first step whose settings or inputs changed (or ``--force STEP``) runs again from an
 emptied folder, and so does every step after it.
@@ -9,10 +9,12 @@ emptied folder, and so does every step after it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,8 @@ from curate.core.errors import UserError, command_line
 from curate.core.io import RemotePath, as_path, dumps_json, is_url, path_exists, url_fs, write_text_at
 from curate.core.lock import let_go, out_lock
 from curate.core.stats import versions
-from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, record_path, check_ready,
-                             plan_run, plan_step, upstream_of, write_record)
+from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, record_path, check_ready, plan_run, plan_step,
+                             upstream_of, write_record)
 from curate.run.recipe import Recipe
 
 LOCK_NAME = "recipe.lock.yaml"
@@ -102,9 +104,9 @@ def write_lock(recipe: Recipe, planned: list[PlannedStep], out: Folder) -> Folde
     return path
 
 
-def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Folder, verbs: VerbTable) -> None:
+def _replan(planned: list[PlannedStep], i: int, recipe: Recipe, out: Folder) -> None:
     """Plan step ``i`` again now that the steps it reads have finished (e.g. records.parquet, not .jsonl)."""
-    fresh = plan_step(planned[i].step, recipe, out, verbs)
+    fresh = plan_step(planned[i].step, recipe, out)
     fresh.status, fresh.why = planned[i].status, planned[i].why
     fresh.upstream = upstream_of(fresh, {p.step.name: p for p in planned}, out)
     planned[i] = fresh
@@ -132,7 +134,7 @@ def clear_step(out: Folder, p: PlannedStep) -> None:
             Path(target).unlink(missing_ok=True)
 
 
-def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None = None,
+def run_recipe(recipe: Recipe, out: Folder, *, start: str | None = None,
                until: str | None = None, force: str | None = None, dry_run: bool = False,
                echo: Callable[[str], None] = print) -> list[PlannedStep]:
     """Run (or with ``dry_run`` only print) a recipe's steps.
@@ -140,7 +142,6 @@ def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | No
     Args:
         recipe: the parsed recipe.
         out: the run's folder (steps write ``OUT/NN-name/``).
-        verbs: the verbs of the command line.
         start: first step to run (``--from``); earlier steps must have finished.
         until: last step to run (``--until``).
         force: a step to run again even if it finished unchanged (``--force``); later steps follow it.
@@ -154,12 +155,12 @@ def run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | No
         UserError: a bad recipe, a refused step, a step whose input does not exist.
     """
     with command_line():  # a recipe spells options as the command line does: its messages name flags
-        return _run_recipe(recipe, out, verbs, start=start, until=until, force=force, dry_run=dry_run, echo=echo)
+        return _run_recipe(recipe, out, start=start, until=until, force=force, dry_run=dry_run, echo=echo)
 
 
-def _run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | None, until: str | None,
+def _run_recipe(recipe: Recipe, out: Folder, *, start: str | None, until: str | None,
                 force: str | None, dry_run: bool, echo: Callable[[str], None]) -> list[PlannedStep]:
-    planned = plan_run(recipe, out, verbs, start=start, until=until, force=force)
+    planned = plan_run(recipe, out, start=start, until=until, force=force)
     if dry_run:
         for line in plan_lines(recipe, planned, out):
             echo(line)
@@ -172,12 +173,22 @@ def _run_recipe(recipe: Recipe, out: Folder, verbs: VerbTable, *, start: str | N
     if not is_url(out):
         Path(out).mkdir(parents=True, exist_ok=True)
     with out_lock(str(out)):  # one curate run per folder; each step's verb also locks its own folder
-        _run_steps(recipe, planned, out, verbs, echo)
+        _run_steps(recipe, planned, out, echo)
     return planned
 
 
-def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: VerbTable,
-               echo: Callable[[str], None]) -> None:
+@contextlib.contextmanager
+def _as_command(p: PlannedStep) -> Iterator[None]:
+    """Run with ``sys.argv`` the step's equivalent command line (its stats.json records it, as by hand)."""
+    saved = sys.argv
+    sys.argv = ["curate", p.step.verb, *p.args]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, echo: Callable[[str], None]) -> None:
     write_lock(recipe, planned, out)
     line = summary(planned)
     if line:
@@ -186,7 +197,7 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: V
         if p.status in ("skip", "not selected"):
             echo(f"== {p.step.folder}: {p.status} ({p.why})")
             continue
-        _replan(planned, i, recipe, out, verbs)  # the steps before it made their outputs: name the right files
+        _replan(planned, i, recipe, out)  # the steps before it made their outputs: name the right files
         p = planned[i]
         check_ready(planned, recipe, i)
         doing = {"resume": "resuming", "rerun": f"rerunning ({p.why})"}.get(p.status, "running")
@@ -196,7 +207,8 @@ def _run_steps(recipe: Recipe, planned: list[PlannedStep], out: Folder, verbs: V
         write_record(out, p)
         t0 = time.perf_counter()
         try:
-            verbs.invoke(p.step.verb, p.argv)
+            with _as_command(p):
+                p.prepare().run()  # the config built from the step's values, then the stage's work
         except UserError as exc:  # the step's own message, led by the recipe line that made it
             raise type(exc)(f"{recipe.where(p.step.line)}: step {p.step.name!r}: {exc}") from None
         finally:

@@ -1,4 +1,4 @@
-"""The shared click flags of the generating verbs, through a real click command."""
+"""The shared options of the generating verbs (curate/verbs/generate.py), through a real click command."""
 
 from __future__ import annotations
 
@@ -9,21 +9,21 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from curate.cli.generate_options import backend_from_flags, backend_options
-from curate.cli.options import config_options
+from curate.cli.options import config_options, options
 from curate.core.errors import UserError, command_line
 from curate.generate.base import GenerationRequest, SamplingParams
 from curate.generate import make_backend
 from curate.generate.settings import BackendSettings, sampling_of
 from curate.recaption.config import RecaptionConfig
+from curate.verbs.generate import BACKEND_OPTIONS, backend_of
 
 
 @click.command()
-@backend_options
+@options(*BACKEND_OPTIONS)
 @config_options(RecaptionConfig, "temperature", "top_p", "max_new_tokens")
 @click.option("--seed", type=int, default=0)
 def demo(**flags: object) -> None:
-    kwargs = backend_from_flags(flags).kwargs()
+    kwargs = backend_of(flags).kwargs()
     sampling = SamplingParams(**sampling_of(type("Flags", (), flags)))
     with make_backend(**kwargs) as be:
         res = be.generate([GenerationRequest("a", [{"role": "user", "content": "q"}], n=2, sampling=sampling)])[0]

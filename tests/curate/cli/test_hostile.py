@@ -179,13 +179,11 @@ def test_a_yaml_alias_bomb_is_refused_within_limits(tmp_path: Path) -> None:
 def test_the_image_limit_flags_state_their_real_defaults() -> None:
     """The flags are declared without importing the image gate (no Pillow for ``--help``): their help states the
     defaults, which must be the gate's and the record loop's."""
-    import click
-
-    from curate.cli.options import image_limit_options
     from curate.core.defaults import DEFAULT_MAX_IMAGES
     from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
+    from curate.verbs import IMAGE_LIMITS
 
-    helps = {p.name: p.help for p in image_limit_options(click.Command("x")).params}  # type: ignore[arg-type]
+    helps = {o.name: o.help for o in IMAGE_LIMITS}
     assert f"[default: {DEFAULT_MAX_BYTES // 2**20}MiB]" in helps["max_image_bytes"]
     assert f"[default: {DEFAULT_MAX_PIXELS}]" in helps["max_image_pixels"]
     assert f"[default: {DEFAULT_MAX_IMAGES}]" in helps["max_images_per_record"]

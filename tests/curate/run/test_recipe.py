@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from curate.cli.run import ClickVerbs
 from curate.core.errors import UserError
 from curate.run import load_recipe, plan_run, run_recipe
 
@@ -23,7 +22,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 def _error(path: Path, **kw) -> str:
     with pytest.raises(UserError) as info:
         recipe = load_recipe(path, kw.pop("sets", None))
-        run_recipe(recipe, path.parent / "out", ClickVerbs(), dry_run=kw.pop("dry_run", True), echo=lambda s: None,
+        run_recipe(recipe, path.parent / "out", dry_run=kw.pop("dry_run", True), echo=lambda s: None,
                    **kw)
     message = str(info.value)
     assert "\n" not in message
@@ -98,10 +97,10 @@ def test_bad_yaml_and_sets(tmp_path: Path) -> None:
     path = _write(tmp_path, "vars: {n: 64}\n" + BASE.replace("ctx: 64", "ctx: ${n}"))
     assert "no variable 'm'" in _error(path, sets={"m": "1"})
     recipe = load_recipe(path, {"n": "128"})
-    planned = plan_run(recipe, tmp_path / "out", ClickVerbs())
-    assert planned[0].settings["ctx"] == 128 and planned[0].argv[-4:] == ["--ctx", "128", "--out",
+    planned = plan_run(recipe, tmp_path / "out")
+    assert planned[0].settings["ctx"] == 128 and planned[0].args[-4:] == ["--ctx", "128", "--out",
                                                                           str(tmp_path / "out" / "01-pack")]
-    assert planned[1].argv == [str(tmp_path / "out" / "01-pack")] and planned[1].depends == ["pack"]
+    assert planned[1].args == [str(tmp_path / "out" / "01-pack")] and planned[1].depends == ["pack"]
 
 
 def test_unknown_from_until(tmp_path: Path) -> None:
@@ -119,7 +118,7 @@ def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], t
         (tmp_path / "models" / model).mkdir(parents=True)
     lines: list[str] = []
     recipe = load_recipe(root / "recipes" / f"{name}.yaml", {"models": str(tmp_path / "models")})
-    planned = run_recipe(recipe, tmp_path / "out", ClickVerbs(), dry_run=True, echo=lines.append)
+    planned = run_recipe(recipe, tmp_path / "out", dry_run=True, echo=lines.append)
     assert [p.step.verb for p in planned] == steps and all(p.status == "run" for p in planned)
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
     for p in planned[1:]:
@@ -133,10 +132,10 @@ def test_shipped_recipes_plan_on_the_bundled_data(name: str, steps: list[str], t
 
 def test_defaults_apply_to_the_steps_whose_verb_has_them(tmp_path: Path) -> None:
     path = _write(tmp_path, "defaults:\n  seed: 7\n  sample: 3\n" + BASE.replace("ctx: 64", "ctx: 64\n      seed: 1"))
-    planned = plan_run(load_recipe(path), tmp_path / "out", ClickVerbs())
+    planned = plan_run(load_recipe(path), tmp_path / "out")
     assert planned[0].settings["seed"] == 1  # the step's own value wins
     assert planned[1].settings["seed"] == 7 and planned[1].settings["sample"] == 3  # verify has both flags
-    assert "--sample" not in planned[0].argv  # pack has no --sample
+    assert "--sample" not in planned[0].args  # pack has no --sample
     path = _write(tmp_path, "defaults:\n  sead: 7\n" + BASE)
     message = _error(path)
     assert f"{path}:2:" in message and "default 'sead' is an option of none" in message

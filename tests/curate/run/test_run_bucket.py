@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from curate.cli.run import ClickVerbs
 from curate.core.io import as_path
 from curate.run import load_recipe, plan_run
 from curate.run.plan import write_record
@@ -29,23 +28,23 @@ def test_run_folder_in_a_bucket(bucket: str, tmp_path: Path) -> None:
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     inner = str(out).removeprefix("s3://")
 
-    planned = plan_run(load_recipe(recipe_path), out, ClickVerbs())
+    planned = plan_run(load_recipe(recipe_path), out)
     assert [p.status for p in planned] == ["run", "run"]
-    assert planned[0].settings["out"] == f"{bucket}/run/01-pack" and planned[1].argv == [f"{bucket}/run/01-pack"]
+    assert planned[0].settings["out"] == f"{bucket}/run/01-pack" and planned[1].args == [f"{bucket}/run/01-pack"]
     write_lock(load_recipe(recipe_path), planned, out)
     assert b"recipe_text:" in fs.cat_file(f"{inner}/recipe.lock.yaml")
 
     for p in planned:  # as if both steps had run
         write_record(out, p)
         fs.pipe_file(f"{inner}/{p.step.folder}/stats.json", json.dumps({"stage": p.step.verb}).encode())
-    assert [p.status for p in plan_run(load_recipe(recipe_path), out, ClickVerbs())] == ["skip", "skip"]
-    changed = plan_run(load_recipe(recipe_path, {"ctx": "128"}), out, ClickVerbs())
+    assert [p.status for p in plan_run(load_recipe(recipe_path), out)] == ["skip", "skip"]
+    changed = plan_run(load_recipe(recipe_path, {"ctx": "128"}), out)
     assert [p.status for p in changed] == ["rerun", "rerun"]
     assert changed[0].why == "settings changed: ctx" and changed[1].why == "after step 'pack', which reruns"
     fs.pipe_file(f"{inner}/02-verify/_shards/x.json", b"{}")  # started, not finished
     fs.rm(f"{inner}/02-verify/stats.json")
     fs.invalidate_cache()
-    assert [p.status for p in plan_run(load_recipe(recipe_path), out, ClickVerbs())] == ["skip", "resume"]
+    assert [p.status for p in plan_run(load_recipe(recipe_path), out)] == ["skip", "resume"]
     clear_step(out, changed[0])  # a step run again starts from an empty prefix, its record forgotten
     fs.invalidate_cache()
     assert not fs.exists(f"{inner}/01-pack") and not fs.exists(f"{inner}/_run/01-pack.json")
