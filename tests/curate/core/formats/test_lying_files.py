@@ -117,11 +117,11 @@ def test_a_lying_page_is_refused_before_anything_is_allocated_from_it(tmp_path: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verb", ["dedup", "score", "recaption"])
+@pytest.mark.parametrize("verb", ["dedup", "score", "responses", "recaption"])
 def test_verbs_on_a_lying_page_stop_with_one_line_naming_the_file(verb: str, tmp_path: Path) -> None:
-    """Records (``dedup``; ``score --records``, which read them in the driver) and rollouts (``recaption
-    --rollouts``). Before: ``this input file cannot be read (Page didn't decompress ...)`` after allocating the claim,
-    and for ``score`` and ``recaption`` a line blaming ``--out``."""
+    """Records (``dedup``; ``score --records``, which read them in the driver), responses (``score --responses``)
+    and rollouts (``recaption --rollouts``). Before: ``this input file cannot be read (Page didn't decompress ...)``
+    after allocating the claim, and for ``score`` and ``recaption`` a line blaming ``--out`` (exit 1)."""
     import pyarrow as pa
 
     records = lying_page(tmp_path / "rows.parquet", claimed=2**31 - 1)
@@ -133,6 +133,13 @@ def test_verbs_on_a_lying_page_stop_with_one_line_naming_the_file(verb: str, tmp
         rollouts = lying_page(tmp_path / "answers.parquet", claimed=2**31 - 1,
                               table=pa.table({"id": ["r00000#en"], "response": ["a cat on a mat"]}))
         args, bad, column = [str(honest), "--rollouts", str(rollouts), "--langs", "en"], rollouts, "response"
+    elif verb == "responses":
+        prompts = tmp_path / "prompts.jsonl"
+        prompts.write_text('{"id": "r00000", "problem": "1 + 1?", "answer": "2", "answer_type": "number"}\n')
+        responses = lying_page(tmp_path / "responses.parquet", claimed=2**31 - 1,
+                               table=pa.table({"id": ["r00000"] * 50, "response": ["<answer>2</answer>"] * 50}))
+        verb, args, bad, column = "score", ["--records", str(prompts), "--responses", str(responses)], responses, \
+            "response"
     else:
         args = [str(records)] if verb == "dedup" else ["--records", str(records), "--responses", str(answers)]
         bad, column = records, "caption"
