@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from curate.core.errors import UserError
+from curate.core.errors import UserError, reading_input
 from curate.core.formats.rows import normalize_row
 from curate.core.formats.listing import record_suffix
 from curate.core.formats.containers import Part, ACCEPTED, CONTAINERS, SUFFIXES  # noqa: F401 (re-exported)
@@ -224,4 +224,5 @@ def read_records(inputs: Sequence[str | os.PathLike[str]], *, layout: str | None
         for part in split_file(path, 1 << 62):
             if layout is not None or image_root is not None:
                 part = dataclasses.replace(part, layout=layout, image_root=image_root)
-            yield from read_part(part)
+            with reading_input(part.path):  # a damaged file: one line naming it, not --out
+                yield from read_part(part)

@@ -74,6 +74,31 @@ _BOXES = [(0, 0, _THUMB)] + [(round((_THUMB - _CROP) * fx), round((_THUMB - _CRO
 _PROJECT = {_THUMB: _projection(_THUMB), _CROP: _projection(_CROP)}
 
 
+# Every box's coefficients in five products instead of twelve: the thumbnail's rows each box starts at (its side
+# and top: four distinct) are projected once for every column, then the stacked rows meet the columns of every box
+# (its side and left edge, placed in a 128-wide matrix with zeros elsewhere) in one product. A zero of a placed
+# projection adds an exact zero to a dot product whose terms keep their order, and a wider product computes each
+# element the same way: the same bits as one pair of products per box (``P @ box @ P.T``, tested bit for bit
+# on flat, random and real thumbnails in tests/curate/dedup/test_hashing.py), in 30% less arithmetic. Each product stays under the size at which
+# OpenBLAS starts threads (M·N·K < 262,144): on a loaded machine their hand-offs cost more than they save.
+_ROW_KEYS = sorted({(n, y0) for _, y0, n in _BOXES})
+_COL_KEYS = sorted({(n, x0) for x0, _, n in _BOXES})
+
+
+def _placed_columns() -> np.ndarray:
+    """``128 × 8K``: for each ``(side, left edge)`` of :data:`_COL_KEYS`, the side's projection (transposed) at
+    that edge, zeros elsewhere."""
+    out = np.zeros((_THUMB, _LOW * len(_COL_KEYS)))
+    for i, (n, x0) in enumerate(_COL_KEYS):
+        out[x0:x0 + n, _LOW * i:_LOW * (i + 1)] = _PROJECT[n].T
+    return out
+
+
+_RIGHT = _placed_columns()
+_PICK_ROWS = np.array([_ROW_KEYS.index((n, y0)) for _, y0, n in _BOXES])
+_PICK_COLS = np.array([_COL_KEYS.index((n, x0)) for x0, _, n in _BOXES])
+
+
 def bytes_digest(data: bytes | memoryview) -> bytes:
     """SHA-256 of an image file's bytes, cut to :data:`DIGEST_BYTES`."""
     return hashlib.sha256(data).digest()[:DIGEST_BYTES]
@@ -150,15 +175,21 @@ def perceptual_hashes(img: Image.Image) -> np.ndarray:
     grey = img if img.mode == "L" else img.convert("L")  # one channel to shrink, not three
     thumb = grey.resize((_THUMB, _THUMB), Image.Resampling.BOX, reducing_gap=1.0)
     x = np.asarray(thumb, np.float64)
-    coeffs = np.stack([_PROJECT[n] @ x[y0:y0 + n, x0:x0 + n] @ _PROJECT[n].T for x0, y0, n in _BOXES])
-    return hash_coefficients(coeffs)
+    rows = np.concatenate([_PROJECT[n] @ x[y0:y0 + n] for n, y0 in _ROW_KEYS])
+    every = (rows @ _RIGHT).reshape(len(_ROW_KEYS), _LOW, len(_COL_KEYS), _LOW)
+    return hash_coefficients(every[_PICK_ROWS, :, _PICK_COLS, :])
 
 
 def hash_coefficients(coeffs: np.ndarray) -> np.ndarray:
     """Perceptual hashes of ``K×8×8`` low DCT frequencies: the bits of those above their median, the constant
-    one left out."""
+    one left out (63 of them: the median is the middle one, found by a partition, as :func:`numpy.median` does)."""
     coeffs = coeffs.reshape(len(coeffs), -1)[:, 1:]
-    bits = coeffs > np.median(coeffs, axis=1, keepdims=True)
+    middle = coeffs.shape[1] // 2
+    if coeffs.shape[1] % 2:
+        median = np.partition(coeffs, middle, axis=1)[:, middle:middle + 1]
+    else:
+        median = np.median(coeffs, axis=1, keepdims=True)
+    bits = coeffs > median
     return (bits.astype(np.uint64) * _WEIGHTS).sum(axis=1, dtype=np.uint64)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError
+from curate.core.formats.containers import check_pages
 from curate.core.io import text_of
 from curate.core.formats.rows import JsonRefused, parse_json
 from curate.generate.base import GenerationBackend, GenerationRequest, GenerationResult, error_result
@@ -72,11 +73,22 @@ def _read_parquet(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                         f"id and response (optional: {', '.join(OPTIONAL)})")
     columns = [c for c in (*REQUIRED, *OPTIONAL) if c in names]
     row = 0
-    for batch in pf.iter_batches(columns=columns, batch_size=65536):
-        cols = batch.to_pydict()
-        for i in range(batch.num_rows):
-            row += 1
-            yield row, {c: cols[c][i] for c in columns}
+    with open(path, "rb") as raw:
+        for group in range(pf.num_row_groups):
+            check_pages(pf.metadata, group, raw, path)  # its page headers, before pyarrow allocates what they claim
+            batches = pf.iter_batches(columns=columns, batch_size=65536, row_groups=[group])
+            while True:
+                try:
+                    batch = next(batches, None)
+                except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt pages
+                    raise UserError(f"{path}: not a readable Parquet file (row group {group}: "
+                                    f"{' '.join(str(exc).split())[:200]})") from None
+                if batch is None:
+                    break
+                cols = batch.to_pydict()
+                for i in range(batch.num_rows):
+                    row += 1
+                    yield row, {c: cols[c][i] for c in columns}
 
 
 class RolloutsBackend(GenerationBackend):

@@ -28,7 +28,7 @@ counts as scored, not errored (the model's output is the problem, not the input)
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.core.validate import configure
-from curate.core.errors import UserError
+from curate.core.errors import UserError, reading_input
 from curate.rewards.runtime.sandbox import announce
 from curate.rl.config import ScoreConfig, score_records
 from curate.executors import Executor, pending, run_stage
@@ -135,7 +135,7 @@ class ScoreTask(ShardTask):
             pending.clear()
 
         for part in shard.parts:
-            for row_no, raw, problem in iter_rows(part):
+            for row_no, raw, problem in _response_rows(part):
                 if problem == "blank":
                     continue
                 rid = str(raw.get("id")) if isinstance(raw, dict) and raw.get("id") is not None else f"row:{row_no}"
@@ -167,6 +167,12 @@ class ScoreTask(ShardTask):
             flush()
         write_parquet(work / "scores" / f"{shard.id}.parquet", pa.Table.from_pylist(rows, schema=SCHEMA))
         return stats
+
+
+def _response_rows(part: Part) -> Iterator[tuple[int, Any, str | None]]:
+    """The raw rows of a part of the responses file; a damaged file is one line naming it, not ``--out``."""
+    with reading_input(part.path):
+        yield from iter_rows(part)
 
 
 def plan_response_shards(responses: str | os.PathLike[str], shard_size: int) -> list[Shard]:

@@ -334,9 +334,10 @@ def table_rows(table: pa.Table, file: str, first_row: int, schema: pa.Schema,
 PARQUET_BATCH_BYTES = 64 << 20
 
 
-def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str,
+def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str, raw: IO[bytes],
                  heads: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(row, row as a dict)`` for rows ``start`` to ``stop`` of a Parquet file (see :func:`table_rows`).
+    """``(row, row as a dict)`` for rows ``start`` to ``stop`` of a Parquet file (see :func:`table_rows`); ``raw``:
+    the file's bytes, for the page headers of each row group, checked before it is read (:func:`check_pages`).
 
     Row groups are read in batches of about :data:`PARQUET_BATCH_BYTES`: a row group of images written whole
     (one group per file is common) would otherwise be held in memory at once, by every worker that reads a
@@ -352,6 +353,7 @@ def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str,
             continue
         if row >= stop:
             break
+        check_pages(pf.metadata, rg, raw, file)
         size = max(16, min(1 << 16, PARQUET_BATCH_BYTES * n // max(meta.total_byte_size, 1)))
         at = row
         for batch in pf.iter_batches(batch_size=size, row_groups=[rg]):
@@ -380,13 +382,14 @@ class FooterLie(UserError):
     """A Parquet footer's counts that the file's bytes cannot hold (one line naming the file)."""
 
 
-def checked_num_rows(pf: pq.ParquetFile, path: str | Path, size: int) -> int:
+def checked_num_rows(pf: pq.ParquetFile, path: str | Path, size: int, raw: IO[bytes]) -> int:
     """The rows of a Parquet file, its footer's counts checked against the file's ``size`` in bytes first.
 
     The file's row count must be the sum of its row groups'; every column chunk must lie inside the file (before
     the footer) and hold at least its group's rows in values; a group cannot claim more rows than
     :data:`MAX_VALUES_PER_BYTE` times the bytes of its smallest column chunk, and a group claiming more than
-    :data:`DENSE_ROWS_PER_BYTE` is verified by reading that column (bounded batches: the pages say what they hold).
+    :data:`DENSE_ROWS_PER_BYTE` is verified by reading that column (bounded batches: the pages say what they hold,
+    their headers checked first from ``raw``, the file's bytes: :func:`check_pages`).
 
     Raises:
         FooterLie: a claim the file cannot hold, naming the file, the group and the column.
@@ -423,6 +426,7 @@ def checked_num_rows(pf: pq.ParquetFile, path: str | Path, size: int) -> int:
                             f"{smallest[1]:,} bytes of column {group.column(smallest[0]).path_in_schema!r}, more "
                             "than any encoding holds)")
         if smallest is not None and rows > DENSE_ROWS_PER_BYTE * max(smallest[1], 1):
+            check_pages(meta, g, raw, path)
             held = _rows_held(pf, g, smallest[0], path)
             if held != rows:
                 raise FooterLie(f"{path}: not a readable Parquet file (row group {g} claims {rows:,} rows; its column "
@@ -452,6 +456,133 @@ def _top_level(pf: pq.ParquetFile, leaf: int) -> int:
     return pf.schema_arrow.get_field_index(name)
 
 
+#: How many bytes one compressed byte can become at most, per Parquet codec (pyarrow's names): Snappy's longest
+#: copy (3 bytes → 64), Deflate's 258-byte matches (about 1032 : 1), LZ4's 255-byte length extensions, a Zstandard
+#: RLE block (4 bytes → 128 KiB), a Brotli meta-block (16 MiB from a few bytes). A page header claiming more
+#: uncompressed bytes than its compressed bytes times this (plus :data:`EXPANSION_SLACK` for the codec's own
+#: headers) cannot be true; pyarrow would allocate the claim before decompressing (2 GiB for a 7 KB file).
+#: An uncompressed page is not checked: pyarrow reads it by its compressed size and never allocates the claim.
+MAX_EXPANSION = {"SNAPPY": 22, "GZIP": 1032, "LZ4": 256, "LZ4_RAW": 256, "ZSTD": 32768, "BROTLI": 1 << 22,
+                 "LZO": 256}
+#: Bytes a codec's framing may add to any page (Hadoop LZ4's lengths, gzip's header, Snappy's length).
+EXPANSION_SLACK = 64
+
+
+class _Thrift:
+    """Just enough of Thrift's compact protocol to walk Parquet page headers through a :class:`_Window`: the first
+    ``i32`` fields of a struct and skipping everything else (a binary value is skipped unread)."""
+
+    def __init__(self, window: _Window, pos: int, end: int) -> None:
+        self.window, self.pos, self.end = window, pos, end
+
+    def byte(self) -> int:
+        """The next byte; :class:`ValueError` past the end of the column chunk."""
+        if self.pos >= self.end:
+            raise ValueError("page header runs past its column chunk")
+        got = self.window.get(self.pos, 1)
+        if not got:
+            raise ValueError("page header runs past the file")
+        self.pos += 1
+        return got[0]
+
+    def varint(self) -> int:
+        """An unsigned varint (at most 10 bytes)."""
+        value = 0
+        for shift in range(0, 70, 7):
+            byte = self.byte()
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+        raise ValueError("varint longer than 10 bytes")
+
+    def zigzag(self) -> int:
+        """A signed (zig-zag) varint: ``i16``, ``i32``, ``i64``."""
+        value = self.varint()
+        return (value >> 1) ^ -(value & 1)
+
+    def skip(self, kind: int, depth: int = 0) -> None:
+        """Skip one value of compact type ``kind``."""
+        if depth > 16:
+            raise ValueError("page header nested too deep")
+        if kind in (1, 2):  # a boolean field: its value is in the field header
+            return
+        if kind == 3:
+            self.byte()
+        elif kind in (4, 5, 6):
+            self.varint()
+        elif kind in (7, 8, 13):  # double, binary (a length first), uuid
+            length = 8 if kind == 7 else 16 if kind == 13 else self.varint()
+            self.pos += length
+        elif kind in (9, 10):  # list, set: size and element type in one byte (size 15: a varint follows)
+            head = self.byte()
+            size = head >> 4 if head >> 4 != 15 else self.varint()
+            for _ in range(size):
+                self.skip(head & 0x0F if head & 0x0F not in (1, 2) else 3, depth + 1)  # list booleans: one byte
+        elif kind == 11:  # map
+            size = self.varint()
+            types = self.byte() if size else 0
+            for _ in range(size):
+                self.skip(types >> 4 if types >> 4 not in (1, 2) else 3, depth + 1)
+                self.skip(types & 0x0F if types & 0x0F not in (1, 2) else 3, depth + 1)
+        elif kind == 12:
+            self.struct({}, depth + 1)
+        else:
+            raise ValueError(f"unknown Thrift type {kind}")
+
+    def struct(self, wanted: dict[int, int], depth: int = 0) -> dict[int, int]:
+        """Read a struct to its end; the ``i32`` values of the field ids in ``wanted`` (filled in place)."""
+        field_id = 0
+        while True:
+            head = self.byte()
+            if head == 0:
+                return wanted
+            delta, kind = head >> 4, head & 0x0F
+            field_id = field_id + delta if delta else self.zigzag()
+            if kind == 5 and field_id in wanted:
+                wanted[field_id] = self.zigzag()
+            else:
+                self.skip(kind, depth)
+
+
+def check_pages(meta: pq.FileMetaData, group: int, raw: IO[bytes], path: str | Path) -> None:
+    """Check every page header of row group ``group`` (read from ``raw``, the file's bytes) before pyarrow reads
+    the group: a compressed page's claimed uncompressed size is at most its compressed size times its codec's
+    :data:`MAX_EXPANSION`, and at most its column chunk's uncompressed size in the footer (the pages' sum; the bound
+    that holds Brotli, whose ratio alone is loose). Headers that do not parse are left to pyarrow, which says what
+    is wrong with them.
+
+    Raises:
+        FooterLie: a page claiming more than its bytes can hold, naming the file, the group, the column and the page.
+    """
+    rg = meta.row_group(group)
+    window = _Window(raw, 4096)
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        ratio = MAX_EXPANSION.get(col.compression)
+        if ratio is None:  # uncompressed (read by its compressed size), or a codec pyarrow cannot read anyway
+            continue
+        pos = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset else \
+            col.data_page_offset
+        end = pos + col.total_compressed_size
+        while pos < end:
+            thrift = _Thrift(window, pos, end)
+            try:
+                sizes = thrift.struct({2: -1, 3: -1})
+            except ValueError:
+                return
+            claimed, compressed = sizes[2], sizes[3]
+            if claimed < 0 or compressed < 0:
+                return  # pyarrow: "Invalid page header"
+            if claimed > compressed * ratio + EXPANSION_SLACK or claimed > col.total_uncompressed_size:
+                bound = (f"more than {col.compression} expands to" if claimed > compressed * ratio + EXPANSION_SLACK
+                         else f"more than its column chunk's {col.total_uncompressed_size:,} uncompressed bytes")
+                raise FooterLie(f"{path}: not a readable Parquet file (row group {group}, column "
+                                f"{col.path_in_schema!r}: the page at byte {pos:,} claims {claimed:,} bytes "
+                                f"uncompressed from {compressed:,} {col.compression} bytes, {bound}; a corrupt or "
+                                "forged file)")
+            pos = thrift.pos + compressed
+
+
 class ParquetRows(Container):
     """Parquet files (see the module docstring): parts of rows, read a row group in batches."""
 
@@ -463,7 +594,7 @@ class ParquetRows(Container):
         try:
             with open_input(path) as fh:
                 pf = pq.ParquetFile(fh)
-                n = checked_num_rows(pf, path, input_size(path))
+                n = checked_num_rows(pf, path, input_size(path), fh)
         except FooterLie:
             raise
         except Exception as exc:  # pyarrow raises several types for corrupt files
@@ -474,11 +605,12 @@ class ParquetRows(Container):
         """The part's rows; image cells as views on the Arrow buffers with ``heads`` or ``views``."""
         if not is_url(part.path):  # native reads (memory-mapped) are much faster than through a Python file
             pf = pq.ParquetFile(as_path(part.path), memory_map=True)
-            for row, item in parquet_rows(pf, part.start, part.stop, part.path, heads or views):
-                yield row, item, None
+            with open(as_path(part.path), "rb") as raw:  # the page headers, read before pyarrow believes them
+                for row, item in parquet_rows(pf, part.start, part.stop, part.path, raw, heads or views):
+                    yield row, item, None
             return
         with open_input(part.path) as fh:
-            for row, item in parquet_rows(pq.ParquetFile(fh), part.start, part.stop, part.path, heads or views):
+            for row, item in parquet_rows(pq.ParquetFile(fh), part.start, part.stop, part.path, fh, heads or views):
                 yield row, item, None
 
     def write_back(self, dest: Path, rows: Sequence[dict[str, Any]], source: Path) -> int:
