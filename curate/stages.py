@@ -122,7 +122,7 @@ _SPECS = (
     StageSpec("pack", "pack", "Pack records into sequences of at most --ctx tokens, as WebDataset shards.",
               main_output=("",), report=True, plots=("packing.png",), view="pages.pack:pack_html",
               config="packer.config:PackConfig",
-              result="packer.results:PackResult"),
+              result="packer.config:PackResult"),
     StageSpec("verify", "pack",
               "Check a packed folder: every shard, boundary and count against its JSON and stats.json.",
               main_output=("",), config="packer.config:VerifyConfig"),

@@ -32,7 +32,7 @@ def test_from_stats_picks_the_result_of_the_stage(tmp_path) -> None:
 
     from curate.core.errors import UserError
     from curate.core.results import from_stats
-    from packer.results import PackResult
+    from packer.config import PackResult
 
     stats = {"stage": "pack", "records_in": 5, "records_packed": 4, "bins": 2, "dropped": {"too_long": 1}}
     (tmp_path / "stats.json").write_text(json.dumps(stats))
