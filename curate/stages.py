@@ -55,7 +55,7 @@ class StageSpec:
         view: the function drawing its report page's samples (``module:function`` under ``curate.report``).
         config: the class of its settings (a :class:`Ref`, written ``module:Class``), whose fields declare its
             options once (:mod:`curate.core.settings`); ``spec.config.load()`` is the class.
-        result: the typed view of its ``stats.json`` (a :class:`Ref`; :func:`curate.core.results.from_stats`).
+        result: the typed view of its ``stats.json`` (a :class:`Ref`; :func:`curate.core.stats.from_stats`).
     """
 
     name: str
@@ -88,35 +88,35 @@ _SPECS = (
     StageSpec("dedup", "dedup", "Remove exact, near and semantic duplicate records, and copies of benchmark images.",
               main_output=("records",), report=True, view="pages.dedup:dedup_html",
               config="curate.dedup.config:DedupConfig",
-              result="curate.dedup.results:DedupResult"),
+              result="curate.dedup.config:DedupResult"),
     StageSpec("balance", "balance", "Concept-balance records: embed → concept embeddings → tag → resample → report.",
               main_output=("records",), report=True, plots=("balance.png",), view="pages.balance:balance_html",
               config="curate.balance.config:BalanceConfig",
-              result="curate.balance.results:BalanceResult"),
+              result="curate.balance.config:BalanceResult"),
     StageSpec("embed", "balance", "Embed the images of records with open_clip (L2-normalised, float16).", report=True,
               config="curate.balance.config:EmbedConfig",
-              result="curate.balance.results:EmbedResult"),
+              result="curate.balance.config:EmbedResult"),
     StageSpec("tag", "balance", "Tag every embedding with its top-K nearest concepts (FAISS).", report=True,
               config="curate.balance.config:TagConfig",
-              result="curate.balance.results:TagResult"),
+              result="curate.balance.config:TagResult"),
     StageSpec("match", "balance", "Tag records by MetaCLIP's substring matching of their text against a vocabulary.",
               report=True, config="curate.balance.config:MatchConfig",
-              result="curate.balance.results:TagResult"),
+              result="curate.balance.config:TagResult"),
     StageSpec("resample", "balance", "Draw a concept-balanced selection of the tagged records.", report=True,
               plots=("balance.png",), view="pages.balance:balance_html", config="curate.balance.config:ResampleConfig",
-              result="curate.balance.results:ResampleResult"),
+              result="curate.balance.config:ResampleResult"),
     StageSpec("recaption", "recaption", "Write new captions (English and Chinese, or any language) for every image of records.",
               main_output=("records.jsonl", "records.parquet"), report=True, view="pages.recaption:recaption_html",
               config="curate.recaption.config:RecaptionConfig",
-              result="curate.recaption.results:RecaptionResult"),
+              result="curate.recaption.config:RecaptionResult"),
     StageSpec("rl-filter", "rl", "Keep the RL prompts a model solves sometimes but not reliably.",
               main_output=("kept.jsonl", "kept.parquet"), report=True, plots=("rl_filter.png",),
               view="pages.rl:rl_filter_html", config="curate.rl.config:RlFilterConfig",
-              result="curate.rl.results:RlFilterResult"),
+              result="curate.rl.config:RlFilterResult"),
     StageSpec("score", "rl", "Score model responses with the rule-based verifiers (curate.rewards).",
               main_output=("scores.parquet",), report=True, view="pages.rl:score_html",
               config="curate.rl.config:ScoreConfig",
-              result="curate.rl.results:ScoreResult"),
+              result="curate.rl.config:ScoreResult"),
     StageSpec("serve-rewards", "rl", "Serve the reward verifiers over HTTP for RL trainers.",
               config="curate.rl.config:ServeRewardsConfig"),
     StageSpec("pack", "pack", "Pack records into sequences of at most --ctx tokens, as WebDataset shards.",
@@ -130,7 +130,7 @@ _SPECS = (
               "Make a curate pack output folder a Megatron-Energon dataset (writes OUT/.nv-meta/)."),
     StageSpec("vocab", "vocab", "Build and embed the concept vocabulary used by curate balance.",
               config="curate.balance.config:VocabEmbedConfig",
-              result="curate.balance.results:VocabEmbedResult"),
+              result="curate.balance.config:VocabEmbedResult"),
     StageSpec("run", "run", "Run a recipe: an ordered list of steps, each a verb with its options."),
     StageSpec("report", "report", "Write OUT/report/: a static HTML site showing what each stage did to the data."),
 )

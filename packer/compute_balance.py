@@ -515,16 +515,16 @@ def plan_columns(bb: BalancedBins) -> dict[str, np.ndarray]:
 
 
 # Training steps: which packed sequence each data-parallel rank trains on at each step.
-# 
+#
 # A step is ``dp`` ranks × ``micro_batches`` sequences per rank; ranks meet at the
 # gradient all-reduce once per step, so a step lasts as long as its slowest rank,
 # whose load is the sum of the costs of its micro-batches. The *imbalance* of a
 # step is ``max / mean`` of its ranks' loads (1.0 is perfect; a rank left without
 # a sequence counts as load 0), and its *idle fraction* ``1 − mean / max`` is the
 # share of the step's GPU time spent waiting.
-# 
+#
 # Two layouts:
-# 
+#
 # * :func:`token_layout`: the order of the token-only plan cut into consecutive
 #   steps (what a trainer gets from a plan that ignores cost), the baseline;
 # * :func:`balanced_layout`: a bin's cost is a sum of parts, one per cost component
@@ -540,10 +540,9 @@ def plan_columns(bb: BalancedBins) -> dict[str, np.ndarray]:
 #   micro-batch goes to the least loaded rank. Step order and the ranks within a
 #   step are then shuffled with the seed. When the bins do not fill whole steps,
 #   the cheapest ``bins mod (dp × M)`` make a short last step.
-# 
+#
 # Output positions are rank-major: ``position = rank_start[rank] + step × M + micro``,
 # so each rank reads a contiguous run of sequences (and of shards).
-# 
 @dataclass(frozen=True, eq=False)
 class StepLayout:
     """Step, rank and micro-batch of every bin, and the output order.
@@ -857,20 +856,20 @@ def imbalance_stats(loads: np.ndarray) -> dict[str, Any]:
 
 
 # A per-sample compute cost model: estimated training FLOPs of one sample.
-# 
+#
 # A packed sequence is trained with variable-length attention, so attention stays
 # inside each sample (the language model) and inside each image (the vision
 # encoder, which encodes every image at its native resolution). The cost of a
 # sample with ``T`` tokens (text + image tokens) and images of ``P_j`` patches each
 # (patches *before* the ``merge × merge`` merge: ``P = t · h · w`` of the image's
 # grid) is, in forward FLOPs (2 per multiply-add)::
-# 
+#
 #     LM linear      T · 2 · [L · (d · hd · (2·H + 2·K) + m · d · F) + d · V]
 #     LM attention   T² · 2 · L · H · hd                      (QKᵀ and A·V, causal: half of T²)
 #     ViT linear     P · 2 · [c · p² · tp · D + Lv · (4 · D² + mv · D · Fv)]
 #     ViT attention  P² · 4 · Lv · D                           (bidirectional, per image)
 #     merger         (P / s²) · 2 · [(s² · D)² + s² · D · d]   (MLP from s²·D to s²·D to d)
-# 
+#
 # with ``d, L, H, K, hd, F, V`` the language model's hidden size, layers, attention
 # heads, key/value heads, head size, MLP size and vocabulary (the LM head is
 # applied to every token); ``m`` = 3 for a gated (SwiGLU) MLP, 2 otherwise;
@@ -879,7 +878,7 @@ def imbalance_stats(loads: np.ndarray) -> dict[str, Any]:
 # sample's cost is ``training_factor`` (3: forward + backward) times the sum.
 # Norms, rotary embeddings, softmax and the loss are left out (a few percent,
 # nearly linear in tokens).
-# 
+#
 # So ``cost = a·T + b·T² + Σ_images (c·P + e·P²)`` with the coefficients of
 # :meth:`CostModel.coefficients`: a sample's cost is the dot product of its four
 # *components* (:data:`COMPONENTS`: ``T``, ``T²``, ``ΣP``, ``ΣP²``, from
@@ -892,7 +891,6 @@ def imbalance_stats(loads: np.ndarray) -> dict[str, Any]:
 # the four coefficients can also be given directly (``per_token``, ``per_token_sq``,
 # ``per_patch``, ``per_patch_sq``: a model fitted to measured step times, see
 # :mod:`packer.compute_balance`), and then replace the FLOPs estimate.
-# 
 COMPONENTS = ("tokens", "tokens_sq", "patches", "patches_sq")
 """The cost components of a sample (or a sum of samples): ``ΣT``, ``ΣT²``, ``ΣP`` and ``ΣP²``."""
 
@@ -1126,10 +1124,10 @@ def table_components(table: pa.Table) -> np.ndarray:
 
 
 # Timing logs: measured times of packed sequences with their cost components, and the coefficients they give.
-# 
+#
 # A *timing log* is a table with one row per measured micro-batch or packed
 # sequence (CSV with a header line, or Parquet):
-# 
+#
 # ============  ===============================================================
 # ``tokens``       ΣT: tokens of its samples, summed
 # ``tokens_sq``    ΣT²: each sample's tokens squared, summed
@@ -1138,7 +1136,7 @@ def table_components(table: pa.Table) -> np.ndarray:
 # ``seconds``      its measured time (forward + backward; synchronise the GPU before reading the clock)
 # ``sequences``    optional: packed sequences in the row (default 1)
 # ============  ===============================================================
-# 
+#
 # Other columns (``step``, ``rank``, ...) are ignored. :class:`TimingLog` writes one
 # from any training loop; :func:`fit_coefficients` fits ``seconds ≈ a·tokens +
 # b·tokens_sq + c·patches + e·patches_sq + o·sequences`` with non-negative
@@ -1148,7 +1146,6 @@ def table_components(table: pa.Table) -> np.ndarray:
 # number of sequences per step), so the plan uses ``(a, b, c, e)`` only.
 # ``curate pack --balance-compute --cost-model LOG.csv`` plans with the fitted
 # coefficients (:func:`load_model`).
-# 
 SECONDS = "seconds"
 SEQUENCES = "sequences"
 LOG_SUFFIXES = (".csv", ".parquet", ".pq")

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from curate.core import validate as v
-from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.core.limits import DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
 from curate.core.limits import ImageReading
 from curate.core.location import Location, locations
-from curate.core.results import Counts
+from curate.core.stats import Counts
 from curate.core.settings import setting
 
 
@@ -212,7 +212,7 @@ def read_pack_stats(out: PathLike, name: str | None = None) -> dict:
     return stats
 
 
-# Typed results of ``curate pack`` (see :mod:`curate.core.results`).
+# Typed results of ``curate pack`` (see :mod:`curate.core.stats`).
 @dataclass(frozen=True)
 class PackResult(Counts):
     """``curate pack``: records packed into sequences, fill, padding, the compute balance if asked."""

@@ -396,7 +396,7 @@ class TokenCounter:
 
 
 # Token counts of rendered chat texts, a piece between special tokens at a time, each piece counted once.
-# 
+#
 # A Hugging Face tokenizer first cuts its input at its added tokens (``<|im_start|>``,
 # ``<|image_pad|>`` …): each added token becomes its one id, and every piece between two of
 # them is normalised, pre-tokenised and tokenised on its own. So the length of a text is the
@@ -404,14 +404,13 @@ class TokenCounter:
 # (the system prompt, ``user``, an instruction shared by many records) need not be tokenised
 # again. :class:`PieceCounter` keeps the lengths of the pieces it has seen and tokenises only
 # new ones, in one batch.
-# 
+#
 # That holds when the tokenizer finds its added tokens as this module does: every added token
 # matched on the raw text (``normalized`` false), never absorbing the spaces around it
 # (``lstrip``/``rstrip`` false) nor only as a whole word (``single_word`` false), the longest one
 # at the leftmost place. :meth:`PieceCounter.of` gives None for any other tokenizer (its texts are
 # then tokenised whole), and :class:`~packer.tokens.TokenCounter` checks the two ways agree on
 # probe texts before it uses one.
-# 
 MAX_KEPT = 1 << 16
 """Pieces whose lengths are kept; past it the table starts again (a corpus of unique captions never grows it)."""
 
@@ -454,20 +453,20 @@ class PieceCounter:
 
 
 # Tokens a record's text may not hold: the ones the chat template and the processor give a meaning to.
-# 
+#
 # A message whose text holds ``<|image_pad|>`` makes the processor expect one more image than the
 # record has (the trainer's processor fails on it, or pairs pixels with the wrong placeholder); one
 # holding ``<|im_end|>`` or ``<|im_start|>`` ends a turn or starts a fake one, so the loss labels no longer
 # follow the roles. Trainers do not escape such text (they tokenise it as it is), so curate does not
 # either: a record whose text holds a reserved token is errored ``special_token``, and what is counted is
 # what the loader and the trainer read.
-# 
+#
 # Reserved (:func:`reserved_tokens`): every special token of the tokenizer that the chat template writes
 # around the text (its turn markers, found by rendering a probe conversation with an image), the processor's
 # image and video placeholders, and the tokenizer's ``bos``/``eos``/``pad``/``unk`` tokens. Other special
 # tokens stay text a record may hold: grounding data writes Qwen2-VL's ``<|box_start|>`` and
 # ``<|object_ref_start|>`` into its answers on purpose.
-# 
+#
 #: The reason of a record whose text holds a reserved token.
 SPECIAL_TOKEN = "special_token"
 _PROBE = [{"role": "system", "content": "s"}, {"role": "user", "content": "<image>\nq"},

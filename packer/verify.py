@@ -42,13 +42,13 @@ from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
 from curate.core.validate import configure
 from packer.config import VerifyConfig, read_pack_stats
-from packer.cost import CostModel
+from packer.compute_balance import CostModel
 
 
 # ``curate verify`` on a compute-balanced pack: the step and rank of every sequence.
-# 
+#
 # Checked, naming each problem:
-# 
+#
 # * every sequence's JSON has ``step``, ``rank``, ``micro`` and ``cost`` within range,
 #   and ``dp``, ``micro_batches``, ``steps`` equal to the run's;
 # * no (step, rank, micro-batch) slot is used twice; every step but the last is full
@@ -57,7 +57,6 @@ from packer.cost import CostModel
 #   step, then micro-batch), the order the loader relies on;
 # * ``cost`` equals the cost model of ``stats.json`` recomputed from the JSON's
 #   tokens and image grids, and ``plan.parquet``'s ``step``, ``rank`` and ``cost`` agree.
-# 
 @dataclass
 class StepRecorder:
     """Collects the step fields of every sequence while ``verify`` reads the shards."""
@@ -147,18 +146,17 @@ class StepRecorder:
 
 
 # A few tars of ``curate verify``, run as a shard by an executor: read each tar once and check every sequence.
-# 
+#
 # Tars are read front to back once (:func:`iter_samples`): the JSON of every sequence, and every image
 # through the image gate (:func:`curate.core.images.check`), which proves it decodes as the loader will
 # decode it (JPEG and PNG without a full decode) and gives its displayed size; with the processor's
 # image rule (from the driver: a worker imports no torch and loads no model) that size must give the
 # stored grid.
-# 
+#
 # A shard's results go to ``verify/<shard>.json`` (per tar: counts, problems, the seeded
 # candidates for the processor recount, compute-balance rows) and
 # ``verify/<shard>.parquet`` (sequence keys and record ids, for the whole-pack
 # checks on the driver, which work on those columns).
-# 
 MAX_PROBLEMS = 200
 _RECOUNT_SALT = 0xC0
 

@@ -34,7 +34,7 @@ from curate.core.io import write_parquet
 from curate.core.remote import writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask, plan_shards, readable_records
-from curate.balance.results import wall_timings
+from curate.balance.config import wall_timings
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 

@@ -34,8 +34,8 @@ from typing import Any
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
 from curate.balance.embed import EMBED_DIR, NO_IMAGE, embed_step
 from curate.balance.match import match_step
-from curate.balance.results import BalanceResult, language_lines, records_lines
-from curate.core.results import from_stats
+from curate.balance.config import BalanceResult, language_lines, records_lines
+from curate.core.stats import from_stats
 from curate.models.encoders import load_encoder
 from curate.models.specs import check_weights
 from curate.core.progress import console

@@ -48,7 +48,7 @@ from curate.core.location import Location
 from curate.core.remote import local_file, reading, writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask
-from curate.balance.results import wall_timings
+from curate.balance.config import wall_timings
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 

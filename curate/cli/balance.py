@@ -10,9 +10,9 @@ import click
 
 from curate.balance.config import (BalanceConfig, EmbedConfig, MatchConfig, ResampleConfig, TagConfig,
                                    VocabEmbedConfig)
-from curate.balance.results import (BalanceResult, EmbedResult, ResampleResult, TagResult, language_lines,
+from curate.balance.config import (BalanceResult, EmbedResult, ResampleResult, TagResult, language_lines,
                                     records_lines)
-from curate.core.results import from_stats
+from curate.core.stats import from_stats
 from curate.core.settings import build_config
 from curate.cli.group import VerbCommand, cli
 from curate.core.errors import UserError

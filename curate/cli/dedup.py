@@ -44,8 +44,8 @@ def dedup_cmd(inputs: tuple[str, ...], out: str, no_records: bool, workers: int,
       curate dedup data/ --embeddings emb/ --against bench/mmmu/ --against bench/chartqa/ --out dedup/
     """
     from curate.core.progress import console
-    from curate.core.results import from_stats
-    from curate.dedup.results import DedupResult
+    from curate.core.stats import from_stats
+    from curate.dedup.config import DedupResult
     from curate.dedup.stage import dedup
 
     config = build_config(DedupConfig, settings, out=out, write_records=not no_records)

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from curate.core import validate as v
-from curate.core.defaults import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
+from curate.core.limits import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
 from curate.executors import EXECUTORS
 
 if TYPE_CHECKING:
-    from curate.core.results import Counts
+    from curate.core.stats import Counts
 
 
 def _store_meta(ctx: click.Context, param: click.Parameter, value: object) -> object:
@@ -264,7 +264,7 @@ def _option(info):  # noqa: ANN001, ANN202 - a SettingInfo -> a click decorator
 
 
 def print_rejects(counts: Counts, out: str) -> None:
-    """The line with the dropped and errored records by reason (:meth:`~curate.core.results.Counts.rejects_line`),
+    """The line with the dropped and errored records by reason (:meth:`~curate.core.stats.Counts.rejects_line`),
     when there are any."""
     from curate.core.progress import console
 

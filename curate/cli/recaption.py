@@ -57,8 +57,8 @@ def recaption_cmd(inputs: tuple[str, ...], out: str, truncated: str, workers: in
           --served-model Qwen/Qwen2.5-VL-7B-Instruct --mix en=0.76,zh=0.24 --concurrency 64 --out recaptioned/
     """
     from curate.core.progress import console
-    from curate.core.results import from_stats
-    from curate.recaption.results import RecaptionResult
+    from curate.core.stats import from_stats
+    from curate.recaption.config import RecaptionResult
     from curate.recaption.stage import recaption
 
     backend = backend_from_flags(settings)

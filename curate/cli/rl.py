@@ -70,8 +70,8 @@ def score_cmd(records: tuple[str, ...], out: str, workers: int, executor: str, r
       curate score --records rec_train.jsonl --preset vlm-r1-rec --responses answers.jsonl --out scored/
     """
     from curate.core.progress import console
-    from curate.core.results import from_stats
-    from curate.rl.results import ScoreResult
+    from curate.core.stats import from_stats
+    from curate.rl.config import ScoreResult
     from curate.rl.score import score
 
     config = build_config(ScoreConfig, settings, out=out, code=_code(settings))
@@ -151,9 +151,9 @@ def rl_filter_cmd(inputs: tuple[str, ...], out: str, workers: int, executor: str
       curate rl-filter prompts.jsonl --rollouts answers.jsonl --band 0.1,0.9 --out rl/
     """
     from curate.core.progress import console
-    from curate.core.results import from_stats
+    from curate.core.stats import from_stats
     from curate.rl.filter import rl_filter
-    from curate.rl.results import RlFilterResult
+    from curate.rl.config import RlFilterResult
 
     backend = backend_from_flags(settings)
     config = build_config(RlFilterConfig, settings, out=out, backend=backend, code=_code(settings),

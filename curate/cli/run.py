@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from curate.cli.group import cli, command
-from curate.core.environ import environ
+from curate.core.threads import environ
 from curate.core.errors import UserError, command_line
 from curate.run.plan import OptionInfo, VerbInfo
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.formats.writeback import dumps_record, image_ref
-from curate.core.history import backend_identity
+from curate.core.stats import backend_identity
 from curate.core.images import refusal
 from curate.core.io import write_parquet
 from curate.core.journal import JournalWriter, read_journal

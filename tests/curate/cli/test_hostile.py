@@ -182,7 +182,7 @@ def test_the_image_limit_flags_state_their_real_defaults() -> None:
     import click
 
     from curate.cli.options import image_limit_options
-    from curate.core.defaults import DEFAULT_MAX_IMAGES
+    from curate.core.limits import DEFAULT_MAX_IMAGES
     from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
 
     helps = {p.name: p.help for p in image_limit_options(click.Command("x")).params}  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from curate.cli.options import print_rejects
-from curate.core.results import Counts
+from curate.core.stats import Counts
 from curate.core.stats import StageStats
 
 
