@@ -71,7 +71,7 @@ def pack_cmd(inputs: tuple[str, ...], executor: str, ray_address: str | None, **
 def _summary_pack(stats: dict, out: str) -> None:
     from curate.core.progress import console
     from curate.core.stats import from_stats
-    from curate.report.pages.pack import padding_summary
+    from curate.report.pages import padding_summary
     from packer.config import PackResult
 
     r = from_stats(PackResult, stats)
