@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 # the GIL all along: on two cores it stalled ``curate resample``'s reads and weighing by
 # more than its own cost (10M records: 2.2–2.6 s instead of 2.9–3.8 s with it). These
 # helpers build and read arrays from their buffers instead; the values are the same.
-# ``tests/curate/core/test_arrow.py`` checks both the values and that pandas stays out.
+# ``tests/curate/core/test_columns.py`` checks both the values and that pandas stays out.
 #
 # Kept because it measured ≥ 10% at 10M records (issue 38, ``benchmarks/bench_process_tuning.py``:
 # whole ``python -m curate resample`` processes on 10M records × 5 tags, pandas kept out against
