@@ -103,8 +103,7 @@ from curate.core.stats import StageStats
 from curate.core.limits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from curate.executors import Executor, run_stage
 from packer.config import PackConfig
-from packer.tokens import SPECIAL_TOKEN
-from packer.tokens import TokenCounter
+from packer.tokens import SPECIAL_TOKEN, TokenCounter
 
 
 # ---------------------------------------------------------------------------

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from curate.core import validate as v
-from curate.core.limits import DEFAULT_SHARD_SIZE, MAX_THREADS
+from curate.core.limits import DEFAULT_SHARD_SIZE, ImageReading, MAX_THREADS
 from curate.core.errors import UserError
-from curate.core.limits import ImageReading
 from curate.core.location import Location, locations
 from curate.core.settings import setting
 from curate.core.stats import Counts

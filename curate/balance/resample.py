@@ -67,8 +67,7 @@ from curate.balance.report import compare, language_figures, plot_balance, top_c
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.thresholds import REFERENCE
 from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights  # noqa: F401
-from curate.core.columns import from_numpy
-from curate.core.columns import code_counts, first_occurrences, rows, take_rows
+from curate.core.columns import code_counts, first_occurrences, from_numpy, rows, take_rows
 from curate.core.errors import UserError
 from curate.core.filters import write_kept
 from curate.core.io import write_parquet

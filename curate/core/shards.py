@@ -35,14 +35,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from curate.core.limits import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE
+from curate.core.limits import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE, TOO_MANY_IMAGES
 from curate.core.errors import UserError, reading_input
 from curate.core.formats.containers import CONTAINERS
 from curate.core.io import (RemotePath, as_path, atomic_open, curate_cache, dumps_json, input_stamp, is_url, read_json,
                             text_of, write_json, write_parquet)
 from curate.core.location import shown
 from curate.core.remote_sync import fetch, push_shard
-from curate.core.limits import TOO_MANY_IMAGES
 from curate.core.staging import url_of
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, input_format, read_part, split_file
 from curate.core.stats import StageStats, reject_schema

@@ -10,8 +10,7 @@ from typing import Any
 
 from curate.core.filters import KEPT_DIR, FilterConfig, FilterResult, RecordFilter, write_kept
 from curate.core.remote import writing
-from curate.core.stats import from_stats
-from curate.core.stats import finish_stage, stage_result
+from curate.core.stats import finish_stage, from_stats, stage_result
 
 PathLike = str | os.PathLike[str]
 
