@@ -28,6 +28,9 @@ on the benchmark mixture and lowered the spread of bin costs only from 10.4% to
 9.4% (coefficient of variation) for about three times the planning time, while
 grouping bins of similar parts already brings the step imbalance to about 1.01
 under every model of the benchmark.
+
+Below the layout, in sections: training steps (which sequence each rank trains at each step, their imbalance),
+the per-sample cost model (training FLOPs in four parts) and timing logs (measured times that fit its coefficients).
 """
 
 from __future__ import annotations

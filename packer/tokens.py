@@ -13,6 +13,9 @@
 The same class produces token ids and loss labels for the training loader
 (:meth:`TokenCounter.encode`), so counting and training cannot disagree without
 :meth:`encode` noticing.
+
+Below it, in sections: :class:`PieceCounter` (a text counted a piece between added tokens at a time, each piece
+once) and :func:`reserved_tokens` (the tokens a record's text may not hold).
 """
 
 from __future__ import annotations

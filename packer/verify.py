@@ -3,7 +3,7 @@
 Walks every tar once (:func:`curate.core.formats.containers.scan_groups`, which groups members as webdataset does: each
 sequence's JSON is read, and each image goes through the image gate, which proves it decodes as the loader will
 decode it), a few tars per shard of an executor (``--workers N`` processes or ``--executor ray``;
-:mod:`packer.verify`), and checks, naming each problem:
+:class:`VerifyTarTask`), and checks, naming each problem:
 
 * each sequence's JSON: ``cu_seqlens`` starts at 0, its steps equal ``tokens``, it
   ends at or below ``ctx``; per-sample lists have one entry per sample; the image
@@ -13,7 +13,10 @@ decode it), a few tars per shard of an executor (``--workers N`` processes or ``
   sequences and of packed records equal ``stats.json``;
 * a seeded sample of records re-tokenized with the processor gives the stored counts (with ``recount_all``,
   ``--recount-all``: every record, re-tokenized in the shards, each worker holding the processor);
-* for a compute-balanced pack, every sequence's step, rank and cost (:mod:`packer.verify`).
+* for a compute-balanced pack, every sequence's step, rank and cost (:class:`StepRecorder`).
+
+In sections: the driver (:func:`verify_pack`), the per-tar shard task (:class:`VerifyTarTask`) and the step and
+rank checks of a compute-balanced pack (:class:`StepRecorder`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ bucket (:mod:`curate.core.remote`), step 4 is followed by the upload of the shar
 of its marker, and its files leave the local disk (except those this machine reads again).
 Randomness comes from ``seed`` combined with the shard index
 (:meth:`ShardContext.rng`), never from global state.
+
+The last section splits input files into the parts a shard plan is made of (tars through a cache, in parallel).
 """
 
 from __future__ import annotations

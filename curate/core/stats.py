@@ -5,6 +5,10 @@ them into the run's ``stats.json``. The invariant ``records_in = records_out +
 Σ dropped + Σ errored`` is checked at every merge, overall and per source.
 Dropped and errored records are kept as rows (id, source, kind, reason, detail)
 and written to ``rejects.parquet``.
+
+Also the rest of a stage's accounting, in sections: ``history.json`` (wall times and resumes, the one file a
+resumed run writes differently: :func:`record_run`) and the typed results of ``stats.json`` (:class:`Counts`,
+:func:`from_stats`).
 """
 
 from __future__ import annotations
