@@ -18,10 +18,10 @@ varlen kernel does) and per image in the vision encoder (the model's own non-fla
    sequence is run (forward + backward) once per round for ``--rounds`` rounds, each round in its own
    random order, in CPU time (other work on the shared machine does not count, though it still slows
    ours for seconds at a time: hence rounds rather than runs back to back); its median time is written
-   with :class:`packer.timing.TimingLog`, as a training loop would, and :func:`packer.timing.load_model`
+   with :class:`packer.compute_balance.TimingLog`, as a training loop would, and :func:`packer.compute_balance.load_model`
    fits the coefficients.
 2. **Evaluation.** Another draw of the mixture is packed; the token-only plan, the plans balanced
-   with the FLOPs model of this architecture (:class:`packer.cost.CostModel`) and with the fitted
+   with the FLOPs model of this architecture (:class:`packer.compute_balance.CostModel`) and with the fitted
    model (each part by part, and on one scalar cost: "1 cost", the layout before the parts were
    matched) are laid out for ``--dp`` ranks with 1 and ``--micro-batches`` micro-batches. Every
    distinct sequence of these plans is run in ``--rounds`` rounds the same way; its time is the
@@ -50,10 +50,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from packer.compute_balance import balance_bins  # noqa: E402
-from packer.cost import CostModel, sample_components  # noqa: E402
+from packer.compute_balance import CostModel, sample_components  # noqa: E402
 from packer.plan import plan_bins  # noqa: E402
-from packer.steps import StepLayout, balanced_layout, imbalance_stats, rank_loads, token_layout  # noqa: E402
-from packer.timing import TimingLog, describe_fit, load_model  # noqa: E402
+from packer.compute_balance import StepLayout, balanced_layout, imbalance_stats, rank_loads, token_layout  # noqa: E402
+from packer.compute_balance import TimingLog, describe_fit, load_model  # noqa: E402
 
 PATCH_DIM = 3 * 2 * 14 * 14  # channels x temporal patch x patch x patch
 

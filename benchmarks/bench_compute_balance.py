@@ -12,7 +12,7 @@ The data is a seeded synthetic vision-language mixture at native resolution
 64 and 4,096 tokens' worth of pixels): camera photos and web images, scanned
 document pages, rendered charts, multi-image samples and text-only
 conversations, with 0-4 images per sample. Each sample's cost comes from
-:mod:`packer.cost` (LLaVA-OneVision-1.5-8B defaults), in its four parts.
+:mod:`packer.compute_balance` (LLaVA-OneVision-1.5-8B defaults), in its four parts.
 
 Printed for each number of micro-batches M, for the token-only plan (consecutive
 bins of the shuffled plan form the steps of ``dp`` ranks), for steps balanced on
@@ -53,9 +53,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from packer.compute_balance import balance_bins, segment_sums  # noqa: E402
-from packer.cost import CostModel, sample_components  # noqa: E402
+from packer.compute_balance import CostModel, sample_components  # noqa: E402
 from packer.plan import plan_bins  # noqa: E402
-from packer.steps import StepLayout, rank_loads, step_ratios, token_layout  # noqa: E402
+from packer.compute_balance import StepLayout, rank_loads, step_ratios, token_layout  # noqa: E402
 
 FACTOR = 28
 MIN_PIXELS = 64 * FACTOR * FACTOR

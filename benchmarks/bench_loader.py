@@ -37,7 +37,7 @@ from curate.fixtures.processor import build_tiny_processor  # noqa: E402
 from curate.fixtures.sampledata import make_sample_data  # noqa: E402
 from packer.loader import PackedDataset, worker_init  # noqa: E402
 from packer.pack import pack  # noqa: E402
-from packer.sampler import build_index, index_path  # noqa: E402
+from packer.writer import build_index, index_path  # noqa: E402
 from packer.tokens import TokenCounter  # noqa: E402
 
 

@@ -28,7 +28,7 @@ trick served, or, for a trick the code has, taken away from here:
   :func:`curate.core.malloc.small_numpy_pages`);
 * ``pooled``: the large temporaries allocated from Arrow's pool instead of ``np.empty``;
 * ``nopandas`` (the code has the trick): pandas imported, as pyarrow's own conversions would (they
-  import it to ask whether a value is a pandas one; :mod:`curate.core.arrow` converts through the
+  import it to ask whether a value is a pandas one; :mod:`curate.core.columns` converts through the
   buffers instead). Until fb8be9d the variant was the reverse (pandas blocked, on plain conversions);
 * ``matplotlib`` (the code has the trick): the plot drawn with matplotlib, as before
   :mod:`curate.core.chart`, instead of Pillow;
@@ -162,7 +162,7 @@ TRICKS = {  # variant: (what it does, the command it serves, whether the code as
     "malloc": ("mallopt: mmap 64 MiB, trim 256 MiB", ("resample", "pack"), False),
     "hugepage": ("NumPy's huge-page advice off (kept)", ("resample",), True),
     "pooled": ("large temporaries from Arrow's pool", ("resample",), False),
-    "nopandas": ("pandas never imported (curate.core.arrow)", ("resample",), True),
+    "nopandas": ("pandas never imported (curate.core.columns)", ("resample",), True),
     "matplotlib": ("the plot drawn with Pillow, not matplotlib", ("resample",), True),
     "nofreeze": ("gc.freeze() before forking the workers", ("pack",), True),
 }

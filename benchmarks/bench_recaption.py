@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from curate.recaption.config import RecaptionConfig
-from curate.core.history import HISTORY  # noqa: E402
+from curate.core.stats import HISTORY  # noqa: E402
 from curate.recaption.checks import check_caption  # noqa: E402
 from curate.generate.base import GenerationRequest, SamplingParams  # noqa: E402
 from curate.generate import make_backend  # noqa: E402

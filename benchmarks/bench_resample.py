@@ -28,7 +28,7 @@ repeats are then looked for by hashing every id (and sorting the few that share 
 
 Every child pays the interpreter start and its imports; the baselines' conversions to
 numpy import pandas (pyarrow does on its first conversion), resample converts through
-the buffers (:mod:`curate.core.arrow`) and does not. Prints each, the ratios
+the buffers (:mod:`curate.core.columns`) and does not. Prints each, the ratios
 resample/baseline (of each child's fastest run, and the median of the ratios within a round: the
 machine's speed changes within minutes, so one child's fastest run may come from a faster moment than
 another's), and the targets (issue 14: ≤ 1.5× the read, ≤ 1.2 GiB).

@@ -9,7 +9,7 @@ Splitting a tar walks every member header. The seed's scale is 85M samples, abou
 tars: this measures seconds per tar and projects the plan's wall time on one 64-core node.
 Three plans of the same folder (``plan_shards``, ``--shard-size 5000``), each timed wall and CPU:
 
-* one process, no cache: the code before :mod:`curate.core.splits` (``PARALLEL_FROM`` set past the
+* one process, no cache: the code before :mod:`curate.core.shards` (``PARALLEL_FROM`` set past the
   number of tars, an empty cache folder);
 * worker processes (one per core), an empty cache folder: a first plan;
 * the same again: the plan of a rerun, of the next stage or of the next step of a recipe (from
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 import webdataset as wds  # noqa: E402
 from PIL import Image  # noqa: E402
 
-import curate.core.splits as splits  # noqa: E402
+import curate.core.shards as splits  # noqa: E402
 from curate.core.shards import plan_shards  # noqa: E402
 from curate.core.threads import available_cpus  # noqa: E402
 

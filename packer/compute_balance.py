@@ -2,15 +2,15 @@
 
 :func:`balance_bins` takes the bins of :func:`packer.plan.plan_bins` (every bin
 still holds at most ``ctx`` tokens) and the cost of every record, split in its
-parts (:mod:`packer.cost`: ``a·T``, ``b·T²``, ``c·ΣP``, ``e·ΣP²``), and
+parts (:mod:`packer.compute_balance`: ``a·T``, ``b·T²``, ``c·ΣP``, ``e·ΣP²``), and
 
 1. measures the step imbalance of the token-only plan as a trainer would read it
-   (:func:`packer.steps.token_layout`);
+   (:func:`packer.compute_balance.token_layout`);
 2. splits the few most expensive bins that hold at least two records in two
    halves of nearly equal cost until the number of bins is a multiple of
    ``dp × micro_batches`` (at most ``dp × M − 1`` extra bins), so that every rank
    gets the same number of sequences and no step is left incomplete;
-3. groups the bins into steps (:func:`packer.steps.balanced_layout`: bins of a
+3. groups the bins into steps (:func:`packer.compute_balance.balanced_layout`: bins of a
    step carry nearly equal amounts of every part, so the plan stays balanced
    when the real weights of the parts differ from the model's) and puts them in
    rank-major output order;
@@ -19,8 +19,8 @@ parts (:mod:`packer.cost`: ``a·T``, ``b·T²``, ``c·ΣP``, ``e·ΣP²``), and
    when there are few bins, tens of thousands, and some steps stay unbalanced
    under a model far from the plan's);
 5. reports the imbalance under the model and under the models that move its
-   attention and vision weights by x0.5 or x2 (:func:`packer.steps.other_models`),
-   and how much what steps hold varies (:func:`packer.steps.step_composition`).
+   attention and vision weights by x0.5 or x2 (:func:`packer.compute_balance.other_models`),
+   and how much what steps hold varies (:func:`packer.compute_balance.step_composition`).
 
 The bins themselves are not re-planned: swapping records of equal length
 between bins to even out bin costs (which keeps every bin's tokens) was measured
@@ -28,14 +28,22 @@ on the benchmark mixture and lowered the spread of bin costs only from 10.4% to
 9.4% (coefficient of variation) for about three times the planning time, while
 grouping bins of similar parts already brings the step imbalance to about 1.01
 under every model of the benchmark.
+
+Below the layout, in sections: training steps (which sequence each rank trains at each step, their imbalance),
+the per-sample cost model (training FLOPs in four parts) and timing logs (measured times that fit its coefficients).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -43,21 +51,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from curate.core.errors import UserError
-from packer.cost import CostModel, load_cost_model, table_components
-from packer.steps import (
-    MODEL_FACTORS,
-    StepLayout,
-    balanced_layout,
-    check_dp,
-    check_mix,
-    imbalance_stats,
-    micro_batch_imbalance,
-    other_models,
-    rank_loads,
-    step_composition,
-    step_ratios,
-    token_layout,
-)
+from curate.core.io import open_input, text_of
+from curate.core.validate import integer
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +64,7 @@ class BalancedBins:
         members: Record indices (as given to :func:`balance_bins`), bin after bin.
         bin_tokens: Tokens per bin.
         bin_cost: Cost per bin (training FLOPs).
-        layout: The :class:`packer.steps.StepLayout` (``order`` refers to the bins after splitting).
+        layout: The :class:`packer.compute_balance.StepLayout` (``order`` refers to the bins after splitting).
         split: Bins split to reach a multiple of ``dp × micro_batches``.
         stats: JSON-ready summary (imbalance before and after, steps, split bins).
         step_ratio: ``{"token_only": ..., "balanced": ...}``: max/mean rank load of every step.
@@ -178,7 +173,7 @@ def _split_sums(sums: list[np.ndarray], per_record: list[np.ndarray], offsets: n
 
 def judge_weights(parts: int) -> np.ndarray:
     """``(models, parts)`` weights: the plan's model (all 1) and the models scaling every part but the first
-    by x0.5 or x2 (:data:`packer.steps.MODEL_FACTORS`; 9 models for the four cost parts)."""
+    by x0.5 or x2 (:data:`packer.compute_balance.MODEL_FACTORS`; 9 models for the four cost parts)."""
     rows = [np.ones(parts)]
     rows += [np.array([1.0, *f]) for f in itertools.product(MODEL_FACTORS, repeat=parts - 1)] if parts > 1 else []
     return np.stack(rows)
@@ -245,7 +240,7 @@ def swap_pass(bin_parts: np.ndarray, layout: StepLayout, *, share: float | None 
 
     Args:
         bin_parts: ``(bins, k)`` cost parts per input bin (or ``(bins,)`` costs).
-        layout: The layout to improve (:func:`packer.steps.balanced_layout`).
+        layout: The layout to improve (:func:`packer.compute_balance.balanced_layout`).
         share, rounds, window: Effort (module constants by default).
 
     Returns:
@@ -380,12 +375,12 @@ def balance_bins(bin_offsets: np.ndarray, members: np.ndarray, lengths: np.ndarr
         members: Record indices, bin after bin.
         lengths: Tokens per record (indexed by record).
         cost: Cost per record (indexed by record), ``(records,)``, or its parts
-            ``(records, k)`` whose row sums are the costs (e.g. :func:`packer.cost.table_components`
+            ``(records, k)`` whose row sums are the costs (e.g. :func:`packer.compute_balance.table_components`
             times the model's coefficients): bins are then matched part by part.
         dp: Data-parallel ranks.
         micro_batches: Sequences per rank per step.
         seed: Seed of the layout.
-        mix: Groups of similar bins per step (:func:`packer.steps.balanced_layout`).
+        mix: Groups of similar bins per step (:func:`packer.compute_balance.balanced_layout`).
         image_tokens: Image tokens per record, for the composition report (0 when None).
         swap: Run :func:`swap_pass` on the layout (off: the k-d grouping alone, for comparisons).
 
@@ -446,9 +441,9 @@ class BalanceOptions:
     Attributes:
         dp: Data-parallel ranks.
         micro_batches: Sequences per rank per step.
-        cost_model: The :class:`packer.cost.CostModel`.
+        cost_model: The :class:`packer.compute_balance.CostModel`.
         step_mix: Groups of similar bins per step (None: one per micro-batch).
-        calibration: The fit's report when the model was fitted to a timing log (:mod:`packer.timing`).
+        calibration: The fit's report when the model was fitted to a timing log (:mod:`packer.compute_balance`).
     """
 
     dp: int
@@ -467,8 +462,8 @@ def balance_options(balance_compute: bool, dp: int | None, micro_batches: int | 
                     cost_model: str | os.PathLike[str] | None, step_mix: int | None = None) -> BalanceOptions | None:
     """Check the ``--balance-compute`` flags; ``None`` when balancing is off.
 
-    ``cost_model`` is a YAML of :class:`packer.cost.CostModel` fields, or a timing log
-    (``.csv`` / ``.parquet``) whose coefficients are fitted (:func:`packer.timing.load_model`).
+    ``cost_model`` is a YAML of :class:`packer.compute_balance.CostModel` fields, or a timing log
+    (``.csv`` / ``.parquet``) whose coefficients are fitted (:func:`packer.compute_balance.load_model`).
 
     Raises:
         UserError: ``--dp`` missing with ``--balance-compute``, balance flags without it, or bad values.
@@ -485,8 +480,6 @@ def balance_options(balance_compute: bool, dp: int | None, micro_batches: int | 
         raise UserError("--balance-compute needs --dp N, the number of data-parallel ranks that train on the pack")
     dp, m = check_dp(dp, 1 if micro_batches is None else micro_batches)
     check_mix(step_mix, dp, m)
-    from packer.timing import is_timing_log, load_model
-
     if cost_model is not None and is_timing_log(cost_model):
         model, fit = load_model(cost_model)
         return BalanceOptions(dp, m, model, step_mix, fit)
@@ -522,3 +515,842 @@ def plan_columns(bb: BalancedBins) -> dict[str, np.ndarray]:
     if lay.micro_batches > 1:
         cols["micro"] = lay.micro
     return {**cols, "cost": bb.bin_cost}
+
+
+# Training steps: which packed sequence each data-parallel rank trains on at each step.
+#
+# A step is ``dp`` ranks × ``micro_batches`` sequences per rank; ranks meet at the
+# gradient all-reduce once per step, so a step lasts as long as its slowest rank,
+# whose load is the sum of the costs of its micro-batches. The *imbalance* of a
+# step is ``max / mean`` of its ranks' loads (1.0 is perfect; a rank left without
+# a sequence counts as load 0), and its *idle fraction* ``1 − mean / max`` is the
+# share of the step's GPU time spent waiting.
+#
+# Two layouts:
+#
+# * :func:`token_layout`: the order of the token-only plan cut into consecutive
+#   steps (what a trainer gets from a plan that ignores cost), the baseline;
+# * :func:`balanced_layout`: a bin's cost is a sum of parts, one per cost component
+#   (:data:`packer.compute_balance.COMPONENTS`: ``a·ΣT``, ``b·ΣT²``, ``c·ΣP``, ``e·ΣP²``). Bins
+#   are grouped by :func:`similar_groups` into groups whose bins carry nearly the
+#   same amount of *every* part (cells of a k-d tree over the parts), so a step
+#   whose ranks hold bins of one group is balanced under every cost model of that
+#   form, not only the one that priced the bins. A step is made of ``mix`` groups
+#   (default ``micro_batches``: each micro-batch one group of ``dp`` similar bins,
+#   so every micro-batch is balanced across ranks too), taken from ``mix``
+#   different strata of the k-d order (matched at random), so that a step mixes
+#   sequences of different kinds; rank by rank, the costliest bin of the next
+#   micro-batch goes to the least loaded rank. Step order and the ranks within a
+#   step are then shuffled with the seed. When the bins do not fill whole steps,
+#   the cheapest ``bins mod (dp × M)`` make a short last step.
+#
+# Output positions are rank-major: ``position = rank_start[rank] + step × M + micro``,
+# so each rank reads a contiguous run of sequences (and of shards).
+@dataclass(frozen=True, eq=False)
+class StepLayout:
+    """Step, rank and micro-batch of every bin, and the output order.
+
+    Attributes:
+        dp: Data-parallel ranks.
+        micro_batches: Sequences per rank per step.
+        steps: Number of steps.
+        order: ``order[p]`` is the input bin written at output position ``p``.
+        step, rank, micro: int64 per output position.
+    """
+
+    dp: int
+    micro_batches: int
+    steps: int
+    order: np.ndarray
+    step: np.ndarray
+    rank: np.ndarray
+    micro: np.ndarray
+
+    def rank_starts(self) -> np.ndarray:
+        """First output position of each rank (``dp + 1`` values; the last is the number of bins)."""
+        counts = np.bincount(self.rank, minlength=self.dp)
+        out = np.zeros(self.dp + 1, dtype=np.int64)
+        np.cumsum(counts, out=out[1:])
+        return out
+
+
+def check_dp(dp: int, micro_batches: int) -> tuple[int, int]:
+    """Validate ``dp`` and ``micro_batches`` (positive integers) or raise :class:`UserError`."""
+    for name, value in (("--dp", dp), ("--micro-batches", micro_batches)):
+        if value is None:
+            raise UserError(f"{name} must be an integer, got None")
+    return integer("--dp", dp, 1), integer("--micro-batches", micro_batches, 1)
+
+
+def token_layout(bins: int, dp: int, micro_batches: int) -> StepLayout:
+    """Consecutive bins form a step: ``step = p // (dp·M)``, then micro-batch, then rank."""
+    dp, micro_batches = check_dp(dp, micro_batches)
+    p = np.arange(bins, dtype=np.int64)
+    per_step = dp * micro_batches
+    return StepLayout(dp, micro_batches, -(-bins // per_step), p, p // per_step, p % dp, (p % per_step) // dp)
+
+
+def similar_groups(points: np.ndarray, size: int, *, min_spread: float = 0.0) -> np.ndarray:
+    """An order of the rows of ``points`` in which every run of ``size`` rows is a group of similar rows.
+
+    A k-d tree built level by level on all cells at once: each cell is sorted
+    along its coordinate of largest variance and cut into parts of whole groups
+    (eight while it holds 64 groups or more, four down to 4 groups, then two),
+    until cells hold one group. Vectorised: one stable sort of ``rows`` keys per
+    level. Cutting in two at every level matches slightly better (on the
+    benchmark, p99 step imbalance 1.0118 instead of 1.0145 under the worst of
+    the other cost models at one micro-batch) for 40% more time.
+
+    Args:
+        points: ``(rows, dims)`` coordinates; ``rows`` a multiple of ``size``.
+        size: Rows per group.
+        min_spread: Coordinates whose standard deviation over all rows is at most this are left out.
+
+    Returns:
+        int64 row indices; deterministic (ties by row index).
+    """
+    points = np.asarray(points, dtype=np.float64)
+    if points.ndim == 1:
+        points = points[:, None]
+    n = points.shape[0]
+    if n % size:
+        raise ValueError(f"{n} rows do not make groups of {size}")
+    spread = points.std(axis=0) if n else np.zeros(points.shape[1])
+    values = np.ascontiguousarray(points[:, (spread > 0) & (spread > min_spread)].T)
+    order = np.arange(n, dtype=np.int64)
+    dims = values.shape[0]
+    if dims == 0 or n <= size:
+        return order
+    ranks = np.empty((dims, n), dtype=np.int32 if n < 2 ** 31 else np.int64)  # row's place along each coordinate
+    by_coordinate = []
+    for k in range(dims):
+        by_coordinate.append(np.argsort(values[k], kind="stable"))
+        ranks[k, by_coordinate[k]] = order
+    bounds = np.array([0, n], dtype=np.int64)
+    while True:
+        lens = np.diff(bounds)
+        groups = lens // size
+        if groups.max() <= 1:
+            return order
+        starts = bounds[:-1]
+        mean = np.add.reduceat(values, starts, axis=1) / lens
+        var = np.add.reduceat(values * values, starts, axis=1) / lens - mean * mean
+        widest = np.argmax(var, axis=0)
+        if starts.shape[0] == 1:  # the first cell: its sorted order is known
+            perm = by_coordinate[int(widest[0])]
+        else:
+            axis = np.repeat(widest, lens)
+            along = ranks[0].copy()
+            for k in range(1, dims):
+                np.copyto(along, ranks[k], where=axis == k)
+            key = np.repeat(np.arange(starts.shape[0], dtype=np.int64) * n, lens)
+            key += along
+            perm = np.argsort(key, kind="stable")
+        order, ranks, values = order[perm], np.take(ranks, perm, axis=1), np.take(values, perm, axis=1)
+        ways = np.where(groups >= 64, 8, np.where(groups >= 4, 4, np.minimum(groups, 2)))  # fewer sorting rounds
+        cell = np.repeat(np.arange(starts.shape[0]), ways)
+        part = np.arange(cell.shape[0]) - np.repeat(np.cumsum(ways) - ways, ways)
+        g, w = groups[cell], ways[cell]
+        bounds = np.concatenate([[0], np.cumsum((g * (part + 1) // w - g * part // w) * size)])
+
+
+MIN_SPREAD = 1e-3
+"""A cost part whose standard deviation over the bins is at most this share of the mean bin cost is not
+matched: it cannot unbalance a step by more than a few tenths of a percent (on the benchmark mixture, the
+linear LM part ``a·ΣT``, 0.06%: the token plan's bins are nearly all full)."""
+
+
+def cheapest(cost: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` cheapest bins, costliest of them first (the tail of a stable sort by decreasing cost)."""
+    if count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.argsort(-cost, kind="stable")[cost.shape[0] - count:]
+
+
+def check_mix(mix: int | None, dp: int, micro_batches: int) -> int:
+    """Groups per step (default ``micro_batches``); raises :class:`UserError` unless it divides ``dp × M``."""
+    if mix is None:
+        return micro_batches
+    mix = integer("--step-mix", mix, 1)
+    if (dp * micro_batches) % mix:
+        raise UserError(f"--step-mix {mix} must divide dp x micro-batches = {dp * micro_batches}")
+    return mix
+
+
+def balanced_layout(bin_cost: np.ndarray, dp: int, micro_batches: int, *, seed: int = 0,
+                    mix: int | None = None) -> StepLayout:
+    """Group bins into steps so that the ranks of a step carry nearly equal cost, part by part (module docstring).
+
+    Args:
+        bin_cost: Cost of each bin, ``(bins,)``, or its parts ``(bins, k)`` (one column per
+            cost component, in cost units: the row sums are the costs).
+        dp: Data-parallel ranks.
+        micro_batches: Sequences per rank per step.
+        seed: Seed of the step order, the strata-to-step matching and the ranks.
+        mix: Groups of similar bins per step (divides ``dp × micro_batches``; default
+            ``micro_batches``). 1 gives the most similar bins in a step; more groups mix
+            steps at the price of balance once a micro-batch holds more than one group.
+
+    Returns:
+        The :class:`StepLayout`, deterministic for ``(bin_cost, dp, micro_batches, seed, mix)``.
+    """
+    dp, m = check_dp(dp, micro_batches)
+    mix = check_mix(mix, dp, m)
+    parts = np.asarray(bin_cost, dtype=np.float64)
+    parts = parts[:, None] if parts.ndim == 1 else parts
+    cost = parts.sum(axis=1)
+    bins = cost.shape[0]
+    per_step = dp * m
+    full = bins // per_step  # complete steps; the cheapest bins % per_step bins make a short last step
+    rng = np.random.default_rng([seed, 3])
+    rest = cheapest(cost, bins % per_step)
+    main = np.arange(bins) if rest.size == 0 else np.setdiff1d(np.arange(bins), rest)
+    scale = float(cost[main].mean()) if main.size and cost[main].mean() > 0 else 1.0
+    groups = similar_groups(parts[main] / scale, per_step // mix, min_spread=MIN_SPREAD)
+    strata = main[groups].reshape(mix, full, per_step // mix)
+    for j in range(1, mix):  # which group of a stratum goes to which step: at random (stratum 0 fixes the steps)
+        strata[j] = strata[j][rng.permutation(full)]
+    chosen = strata.transpose(1, 0, 2).reshape(full, per_step)  # the bins of each step
+    slot = np.full((full + (bins % per_step > 0), dp, m), -1, dtype=np.int64)  # [step, rank, micro] = bin
+    load = np.zeros((full, dp))
+    rows = np.arange(full)[:, None]
+    if m == 1:  # one micro-batch: which rank holds which bin of the step is left to the shuffle below
+        slot[:full, :, 0] = chosen
+    for j in range(m if m > 1 else 0):  # micro-batch j: its costliest bin to the least loaded rank, and so on
+        group = chosen[:, j * dp:(j + 1) * dp]
+        group = np.take_along_axis(group, np.argsort(-cost[group], axis=1, kind="stable"), axis=1)
+        by_load = np.argsort(load, axis=1, kind="stable")
+        slot[rows, by_load, j] = group
+        load[rows, by_load] += cost[group]
+    # Shuffle the ranks within each complete step, then the complete steps.
+    ranks = rng.permuted(np.tile(np.arange(dp), (full, 1)), axis=1)  # one permutation of the ranks per step
+    slot[:full] = slot[np.arange(full)[:, None], ranks][rng.permutation(full)]
+    if rest.size:  # the short last step: micro-batch 0 of every rank first, ranks from 0 up
+        last = np.full(per_step, -1, dtype=np.int64)
+        last[:rest.size] = rest
+        slot[full] = last.reshape(m, dp).T
+    steps = slot.shape[0]
+    by_rank = slot.transpose(1, 0, 2).reshape(-1)  # rank-major: (rank, step, micro)
+    r, st, mi = np.meshgrid(np.arange(dp), np.arange(steps), np.arange(m), indexing="ij")
+    keep = by_rank >= 0
+    return StepLayout(dp, m, steps, by_rank[keep], st.reshape(-1)[keep].astype(np.int64),
+                      r.reshape(-1)[keep].astype(np.int64), mi.reshape(-1)[keep].astype(np.int64))
+
+
+def rank_loads(cost: np.ndarray, layout: StepLayout) -> np.ndarray:
+    """Load of every rank at every step, shape ``(steps, dp)``; ``cost`` is per input bin.
+
+    With cost parts ``(bins, k)``, the load of each part: shape ``(k, steps, dp)``.
+    """
+    cost = np.asarray(cost, dtype=np.float64)
+    if cost.ndim == 2:
+        return np.stack([rank_loads(np.ascontiguousarray(cost[:, k]), layout) for k in range(cost.shape[1])])
+    cost = cost[layout.order]
+    flat = np.bincount(layout.step * layout.dp + layout.rank, weights=cost, minlength=layout.steps * layout.dp)
+    return flat.reshape(layout.steps, layout.dp)
+
+
+MODEL_FACTORS = (0.5, 2.0)
+"""How far :func:`other_models` moves each part's weight: the attention, ViT and ViT-attention weights."""
+
+
+def other_models(part_loads: np.ndarray) -> dict[str, Any]:
+    """Step imbalance under the cost models that scale every part but the first by x0.5 or x2.
+
+    With the four parts of :data:`packer.compute_balance.COMPONENTS` these are the 8 models that
+    move the LM attention, ViT and ViT attention weights (``b``, ``c``, ``e``) against
+    the linear LM weight ``a``: a plan balanced for one model only is unbalanced under them.
+
+    Args:
+        part_loads: ``(k, steps, dp)`` from :func:`rank_loads` on cost parts.
+
+    Returns:
+        ``models`` (how many), ``p99_worst`` and ``mean_worst`` (the worst over the models of
+        the p99 and the mean step imbalance); 1.0 for fewer than two parts.
+    """
+    k = part_loads.shape[0] if part_loads.ndim == 3 else 1
+    if k < 2 or part_loads.size == 0:
+        return {"models": 0, "p99_worst": 1.0, "mean_worst": 1.0}
+    by_part = np.ascontiguousarray(part_loads.transpose(0, 2, 1))  # (k, dp, steps): reductions across ranks vectorise
+    p99, mean = [], []
+    for factors in itertools.product(MODEL_FACTORS, repeat=k - 1):
+        loads = by_part[0].copy()
+        for f, part in zip(factors, by_part[1:]):
+            loads += f * part
+        total = loads.sum(axis=0)
+        ok = total > 0
+        ratio = loads.max(axis=0)[ok] * loads.shape[0] / total[ok]
+        p99.append(float(np.percentile(ratio, 99)) if ratio.size else 1.0)
+        mean.append(float(ratio.mean()) if ratio.size else 1.0)
+    return {"models": len(p99), "p99_worst": max(p99), "mean_worst": max(mean)}
+
+
+def step_composition(layout: StepLayout, tokens: np.ndarray, image_tokens: np.ndarray,
+                     samples: np.ndarray) -> dict[str, Any]:
+    """How much what steps hold varies across the complete steps: image-token share and mean sample length.
+
+    Args:
+        layout: The layout.
+        tokens, image_tokens, samples: Per input bin: tokens, image tokens, samples.
+
+    Returns:
+        ``image_share`` and ``mean_length``, each ``{"mean", "std", "p1", "p99"}`` over steps.
+    """
+    full = np.bincount(layout.step, minlength=layout.steps) == layout.dp * layout.micro_batches
+    out: dict[str, Any] = {}
+    sums = [np.bincount(layout.step, weights=np.asarray(v, dtype=np.float64)[layout.order],
+                        minlength=layout.steps)[full] for v in (tokens, image_tokens, samples)]
+    for name, num, den in (("image_share", sums[1], sums[0]), ("mean_length", sums[0], sums[2])):
+        ok = den > 0
+        value = num[ok] / den[ok]
+        out[name] = ({"mean": float(value.mean()), "std": float(value.std()), "p1": float(np.percentile(value, 1)),
+                      "p99": float(np.percentile(value, 99))} if value.size else
+                     {"mean": 0.0, "std": 0.0, "p1": 0.0, "p99": 0.0})
+    return out
+
+
+def micro_batch_imbalance(cost: np.ndarray, layout: StepLayout) -> dict[str, float]:
+    """Imbalance of every (step, micro-batch) across ranks: ``micro_mean`` and ``micro_p99``.
+
+    What counts when ranks also meet at every micro-batch (FSDP or ZeRO-3 gather
+    parameters layer by layer in each forward and backward).
+    """
+    cost = np.asarray(cost, dtype=np.float64)[layout.order]
+    slots = layout.steps * layout.micro_batches
+    flat = np.bincount((layout.step * layout.micro_batches + layout.micro) * layout.dp + layout.rank,
+                       weights=cost, minlength=slots * layout.dp)
+    ratio = step_ratios(flat.reshape(slots, layout.dp))
+    if ratio.size == 0:
+        return {"micro_mean": 1.0, "micro_p99": 1.0}
+    return {"micro_mean": float(ratio.mean()), "micro_p99": float(np.percentile(ratio, 99))}
+
+
+def step_ratios(loads: np.ndarray) -> np.ndarray:
+    """``max / mean`` rank load of every step with any load (float64)."""
+    mean = loads.mean(axis=1)
+    ok = mean > 0
+    return loads.max(axis=1)[ok] / mean[ok]
+
+
+def imbalance_stats(loads: np.ndarray) -> dict[str, Any]:
+    """Step imbalance (``max / mean`` of rank loads) and idle fractions, JSON-ready.
+
+    Returns:
+        ``steps``, ``mean`` and ``p99`` and ``max`` imbalance over steps,
+        ``idle_fraction`` (rank-time spent waiting over all steps:
+        ``1 − Σ mean / Σ max``) and ``mean_step_idle`` (the mean over steps of
+        ``1 − mean / max``).
+    """
+    if loads.size == 0 or not loads.any():
+        return {"steps": int(loads.shape[0]), "mean": 1.0, "p99": 1.0, "max": 1.0,
+                "idle_fraction": 0.0, "mean_step_idle": 0.0}
+    top = loads.max(axis=1)
+    mean = loads.mean(axis=1)
+    ok = mean > 0
+    ratio = top[ok] / mean[ok]
+    return {
+        "steps": int(loads.shape[0]),
+        "mean": float(ratio.mean()),
+        "p99": float(np.percentile(ratio, 99)),
+        "max": float(ratio.max()),
+        "idle_fraction": float(1.0 - mean.sum() / top.sum()),
+        "mean_step_idle": float((1.0 - mean[ok] / top[ok]).mean()),
+    }
+
+
+# A per-sample compute cost model: estimated training FLOPs of one sample.
+#
+# A packed sequence is trained with variable-length attention, so attention stays
+# inside each sample (the language model) and inside each image (the vision
+# encoder, which encodes every image at its native resolution). The cost of a
+# sample with ``T`` tokens (text + image tokens) and images of ``P_j`` patches each
+# (patches *before* the ``merge × merge`` merge: ``P = t · h · w`` of the image's
+# grid) is, in forward FLOPs (2 per multiply-add)::
+#
+#     LM linear      T · 2 · [L · (d · hd · (2·H + 2·K) + m · d · F) + d · V]
+#     LM attention   T² · 2 · L · H · hd                      (QKᵀ and A·V, causal: half of T²)
+#     ViT linear     P · 2 · [c · p² · tp · D + Lv · (4 · D² + mv · D · Fv)]
+#     ViT attention  P² · 4 · Lv · D                           (bidirectional, per image)
+#     merger         (P / s²) · 2 · [(s² · D)² + s² · D · d]   (MLP from s²·D to s²·D to d)
+#
+# with ``d, L, H, K, hd, F, V`` the language model's hidden size, layers, attention
+# heads, key/value heads, head size, MLP size and vocabulary (the LM head is
+# applied to every token); ``m`` = 3 for a gated (SwiGLU) MLP, 2 otherwise;
+# ``D, Lv, Fv, mv`` the same for the vision encoder; ``p, tp, c`` its patch size,
+# temporal patch size and input channels; ``s`` the spatial merge size. The
+# sample's cost is ``training_factor`` (3: forward + backward) times the sum.
+# Norms, rotary embeddings, softmax and the loss are left out (a few percent,
+# nearly linear in tokens).
+#
+# So ``cost = a·T + b·T² + Σ_images (c·P + e·P²)`` with the coefficients of
+# :meth:`CostModel.coefficients`: a sample's cost is the dot product of its four
+# *components* (:data:`COMPONENTS`: ``T``, ``T²``, ``ΣP``, ``ΣP²``, from
+# :func:`sample_components`) with ``(a, b, c, e)``, and so is a packed sequence's
+# (its samples' components summed). The defaults describe LLaVA-OneVision-1.5-8B: a
+# Qwen3-8B language model (hidden 4096, 36 layers, 32 heads, 8 key/value heads of
+# 128, MLP 12288, vocabulary 151936) and a RICE-ViT-L/14 encoder (hidden 1024,
+# 24 layers, 16 heads, MLP 4096, GELU, patch 14, 2×2 merge). Other architectures
+# come from a YAML file of the same field names (``curate pack --cost-model FILE``);
+# the four coefficients can also be given directly (``per_token``, ``per_token_sq``,
+# ``per_patch``, ``per_patch_sq``: a model fitted to measured step times, see
+# :mod:`packer.compute_balance`), and then replace the FLOPs estimate.
+COMPONENTS = ("tokens", "tokens_sq", "patches", "patches_sq")
+"""The cost components of a sample (or a sum of samples): ``ΣT``, ``ΣT²``, ``ΣP`` and ``ΣP²``."""
+
+COEFFICIENT_FIELDS = ("per_token", "per_token_sq", "per_patch", "per_patch_sq")
+""":class:`CostModel` fields that give the coefficients of :data:`COMPONENTS` directly."""
+
+@dataclass(frozen=True)
+class CostModel:
+    """Architecture parameters of the cost model (defaults: LLaVA-OneVision-1.5-8B).
+
+    Attributes:
+        lm_hidden: Language model hidden size ``d``.
+        lm_layers: Language model layers ``L``.
+        lm_heads: Attention (query) heads ``H``.
+        lm_kv_heads: Key/value heads ``K`` (grouped-query attention).
+        lm_head_dim: Size of one attention head ``hd``.
+        lm_intermediate: MLP size ``F``.
+        lm_vocab: Vocabulary size ``V`` (LM head); 0 leaves the head out.
+        lm_gated_mlp: SwiGLU MLP (3 matrices) instead of 2.
+        vit_hidden: Vision encoder hidden size ``D``.
+        vit_layers: Vision encoder layers ``Lv``.
+        vit_intermediate: Vision encoder MLP size ``Fv``.
+        vit_gated_mlp: Gated vision MLP (3 matrices) instead of 2.
+        patch_size: Patch side ``p`` in pixels.
+        temporal_patch_size: Frames per patch ``tp``.
+        in_channels: Image channels ``c``.
+        merge_size: Spatial merge ``s`` (image tokens = patches / s²).
+        training_factor: Multiplier from forward to training FLOPs.
+        per_token, per_token_sq, per_patch, per_patch_sq: The coefficients ``(a, b, c, e)``
+            themselves (all four or none), e.g. fitted to measured step times; when
+            given they replace the FLOPs estimate of the fields above (cost is then in
+            their unit, seconds for a fit).
+    """
+
+    lm_hidden: int = 4096
+    lm_layers: int = 36
+    lm_heads: int = 32
+    lm_kv_heads: int = 8
+    lm_head_dim: int = 128
+    lm_intermediate: int = 12288
+    lm_vocab: int = 151936
+    lm_gated_mlp: bool = True
+    vit_hidden: int = 1024
+    vit_layers: int = 24
+    vit_intermediate: int = 4096
+    vit_gated_mlp: bool = False
+    patch_size: int = 14
+    temporal_patch_size: int = 1
+    in_channels: int = 3
+    merge_size: int = 2
+    training_factor: float = 3.0
+    per_token: float | None = None
+    per_token_sq: float | None = None
+    per_patch: float | None = None
+    per_patch_sq: float | None = None
+
+    def __post_init__(self) -> None:
+        given = [getattr(self, name) is not None for name in COEFFICIENT_FIELDS]
+        if any(given) and not all(given):
+            raise UserError(f"cost model: give all of {', '.join(COEFFICIENT_FIELDS)} or none")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in COEFFICIENT_FIELDS:
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
+                        or value == float("inf"):
+                    raise UserError(f"cost model: {f.name} must be a number >= 0, got {value!r}")
+                continue
+            if f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise UserError(f"cost model: {f.name} must be true or false, got {value!r}")
+                continue
+            minimum = 0 if f.name in ("lm_vocab", "vit_layers") else 1
+            if f.type in ("int", int) and value is not None:
+                integer(f"cost model: {f.name}", value, minimum)
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UserError(f"cost model: {f.name} must be a number, got {value!r}")
+            if value < minimum:
+                raise UserError(f"cost model: {f.name} must be >= {minimum}, got {value!r}")
+
+    def coefficients(self) -> tuple[float, float, float, float]:
+        """``(a, b, c, e)`` of ``cost = a·T + b·T² + Σ_images (c·P + e·P²)``: training FLOPs, or the given ones."""
+        if self.per_token is not None:
+            return tuple(float(getattr(self, name)) for name in COEFFICIENT_FIELDS)  # type: ignore[return-value]
+        d, hd = self.lm_hidden, self.lm_head_dim
+        m = 3 if self.lm_gated_mlp else 2
+        lm_layer = d * hd * (2 * self.lm_heads + 2 * self.lm_kv_heads) + m * d * self.lm_intermediate
+        a = 2.0 * (self.lm_layers * lm_layer + d * self.lm_vocab)
+        b = 2.0 * self.lm_layers * self.lm_heads * hd
+        big_d, s2 = self.vit_hidden, self.merge_size ** 2
+        mv = 3 if self.vit_gated_mlp else 2
+        embed = self.in_channels * self.patch_size ** 2 * self.temporal_patch_size * big_d
+        vit_layer = 4 * big_d * big_d + mv * big_d * self.vit_intermediate
+        merger = (s2 * big_d) ** 2 + s2 * big_d * d
+        c = 2.0 * (embed + self.vit_layers * vit_layer) + 2.0 * merger / s2
+        e = 4.0 * self.vit_layers * big_d
+        f = float(self.training_factor)
+        return a * f, b * f, c * f, e * f
+
+    def sample_costs(self, tokens: np.ndarray, patches: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """Training FLOPs per sample (float64).
+
+        Args:
+            tokens: Tokens ``T`` per sample (text + image tokens).
+            patches: Patches ``P`` per image (before the merge), all images.
+            owner: Sample index of each image (same length as ``patches``).
+        """
+        a, b, c, e = self.coefficients()
+        t = np.asarray(tokens, dtype=np.float64)
+        cost = a * t + b * t * t
+        p = np.asarray(patches, dtype=np.float64)
+        if p.size:
+            cost += np.bincount(np.asarray(owner, dtype=np.int64), weights=c * p + e * p * p, minlength=t.shape[0])
+        return cost
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the coefficients are given (fitted) rather than estimated from the architecture."""
+        return self.per_token is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parameters as a plain dict (the YAML layout of :func:`load_cost_model`)."""
+        return dataclasses.asdict(self)
+
+
+def sample_components(tokens: np.ndarray, patches: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """The :data:`COMPONENTS` of every sample, shape ``(samples, 4)`` (float64).
+
+    Args:
+        tokens: Tokens ``T`` per sample.
+        patches: Patches ``P`` per image (before the merge), all images.
+        owner: Sample index of each image.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    out = np.zeros((t.shape[0], len(COMPONENTS)), order="F")  # column by column: each component contiguous
+    out[:, 0] = t
+    out[:, 1] = t * t
+    p = np.asarray(patches, dtype=np.float64)
+    if p.size:
+        owner = np.asarray(owner, dtype=np.int64)
+        out[:, 2] = np.bincount(owner, weights=p, minlength=t.shape[0])
+        out[:, 3] = np.bincount(owner, weights=p * p, minlength=t.shape[0])
+    return out
+
+
+def load_cost_model(path: str | os.PathLike[str] | None) -> CostModel:
+    """The default model, or one read from a YAML (or JSON) file of :class:`CostModel` field names.
+
+    Fields left out keep their defaults. Raises :class:`UserError` naming the file
+    on a missing or unreadable file, an unknown field or a bad value. A timing log
+    (``.csv`` or ``.parquet``) is fitted instead: see :func:`packer.compute_balance.load_model`.
+    """
+    if path is None:
+        return CostModel()
+    import yaml
+
+    try:
+        with open_input(path, "r") as fh:  # a local file or an object in a bucket
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise UserError(f"--cost-model {path}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"--cost-model {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"--cost-model {path}: expected a mapping of field: value, got {type(data).__name__}")
+    names = [f.name for f in dataclasses.fields(CostModel)]
+    unknown = sorted(set(map(str, data)) - set(names))
+    if unknown:
+        raise UserError(f"--cost-model {path}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(names)}")
+    for name in (*COEFFICIENT_FIELDS, "training_factor"):  # YAML 1.1 reads 1e-7 (no dot) as a string
+        if isinstance(data.get(name), str):
+            try:
+                data[name] = float(data[name])
+            except ValueError:
+                pass
+    try:
+        return CostModel(**data)
+    except UserError as exc:
+        raise UserError(f"--cost-model {path}: {exc}") from None
+
+
+def image_patches(grids: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Patches per image and the owning sample of each image, from a ``list<list<int>>`` column of grids.
+
+    Args:
+        grids: One list of ``[t, h, w]`` grids (in patches, before the merge) per sample.
+
+    Returns:
+        ``(patches, owner)``: int64 arrays with one entry per image.
+    """
+    col = grids.combine_chunks() if isinstance(grids, pa.ChunkedArray) else grids
+    n = len(col)
+    per_sample = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if n == 0 or not per_sample.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    images = pc.list_flatten(col)
+    sizes = pc.fill_null(pc.list_value_length(images), 0).to_numpy(zero_copy_only=False)
+    if (sizes != 3).any():
+        i = int(np.flatnonzero(sizes != 3)[0])
+        raise UserError(f"image_grids: image {i} has a grid of {int(sizes[i])} values; expected [t, h, w]")
+    thw = pc.list_flatten(images).to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, 3)
+    owner = np.repeat(np.arange(n, dtype=np.int64), per_sample)
+    return thw.prod(axis=1), owner
+
+
+def _table_images(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tokens = table.column("tokens").to_numpy(zero_copy_only=False).astype(np.int64)
+    if "image_grids" in table.column_names:
+        patches, owner = image_patches(table.column("image_grids"))
+    else:
+        patches = owner = np.zeros(0, np.int64)
+    return tokens, patches, owner
+
+
+def table_costs(table: pa.Table, model: CostModel) -> np.ndarray:
+    """Training FLOPs of every row of a lengths table (``tokens``, optional ``image_grids``).
+
+    Lengths without ``image_grids`` (counted elsewhere) get the language-model
+    part only.
+    """
+    return model.sample_costs(*_table_images(table))
+
+
+def table_components(table: pa.Table) -> np.ndarray:
+    """:func:`sample_components` of every row of a lengths table (image parts 0 without ``image_grids``)."""
+    return sample_components(*_table_images(table))
+
+
+# Timing logs: measured times of packed sequences with their cost components, and the coefficients they give.
+#
+# A *timing log* is a table with one row per measured micro-batch or packed
+# sequence (CSV with a header line, or Parquet):
+#
+# ============  ===============================================================
+# ``tokens``       ΣT: tokens of its samples, summed
+# ``tokens_sq``    ΣT²: each sample's tokens squared, summed
+# ``patches``      ΣP: patches of its images (``t·h·w`` of ``image_grid_thw``, before the merge)
+# ``patches_sq``   ΣP²: each image's patches squared, summed
+# ``seconds``      its measured time (forward + backward; synchronise the GPU before reading the clock)
+# ``sequences``    optional: packed sequences in the row (default 1)
+# ============  ===============================================================
+#
+# Other columns (``step``, ``rank``, ...) are ignored. :class:`TimingLog` writes one
+# from any training loop; :func:`fit_coefficients` fits ``seconds ≈ a·tokens +
+# b·tokens_sq + c·patches + e·patches_sq + o·sequences`` with non-negative
+# coefficients (``scipy.optimize.nnls``, rows weighted by ``1 / seconds`` so that
+# the *relative* error is what is minimised) and reports the fit's error; the
+# per-sequence overhead ``o`` is the same on every rank (each rank trains the same
+# number of sequences per step), so the plan uses ``(a, b, c, e)`` only.
+# ``curate pack --balance-compute --cost-model LOG.csv`` plans with the fitted
+# coefficients (:func:`load_model`).
+SECONDS = "seconds"
+SEQUENCES = "sequences"
+LOG_SUFFIXES = (".csv", ".parquet", ".pq")
+MIN_ROWS = 8
+
+
+def is_timing_log(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a timing log (by its suffix: ``.csv``, ``.parquet``, ``.pq``)."""
+    return Path(text_of(path)).suffix.lower() in LOG_SUFFIXES  # a path or a bucket's URL
+
+
+def sequence_components(cu_seqlens: Any, image_grid_thw: Any = None) -> dict[str, float]:
+    """:data:`packer.compute_balance.COMPONENTS` of one packed sequence or micro-batch.
+
+    Args:
+        cu_seqlens: Sample boundaries (``[0, T1, T1 + T2, ...]``; a tensor or array).
+        image_grid_thw: ``(images, 3)`` grids of its images (patches before the merge), or None.
+    """
+    bounds = np.asarray(_numpy(cu_seqlens), dtype=np.float64).reshape(-1)
+    t = np.diff(bounds)
+    grids = np.zeros((0, 3)) if image_grid_thw is None else np.asarray(_numpy(image_grid_thw), np.float64)
+    p = grids.reshape(-1, 3).prod(axis=1)
+    return dict(zip(COMPONENTS, (float(t.sum()), float((t * t).sum()), float(p.sum()), float((p * p).sum()))))
+
+
+def _numpy(value: Any) -> Any:
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
+
+
+class TimingLog:
+    """Rows of a timing log, written to ``path`` (``.csv`` or ``.parquet``) by :meth:`write` or on leaving ``with``.
+
+    In a training loop::
+
+        with TimingLog("timings.csv") as log:
+            for batch in loader:
+                with log.measure(batch):      # synchronises CUDA before and after
+                    loss = model(**inputs(batch)).loss
+                    loss.backward()
+                optimizer.step(); optimizer.zero_grad()
+
+    ``batch`` is an item of :class:`packer.loader.PackedDataset` (or anything with
+    ``cu_seqlens`` and, for images, ``image_grid_thw``). Extra keyword arguments
+    (``step=``, ``rank=``) become columns.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        if not is_timing_log(path):
+            raise UserError(f"{path}: a timing log is written as .csv or .parquet")
+        self.path = Path(path)
+        self.rows: list[dict[str, float]] = []
+
+    def add(self, batch: Mapping[str, Any], seconds: float, *, sequences: int = 1, **extra: float) -> None:
+        """Record one measured micro-batch (its components from ``batch``) and its time."""
+        row = sequence_components(batch["cu_seqlens"], batch.get("image_grid_thw"))
+        self.rows.append({**row, SECONDS: float(seconds), SEQUENCES: float(sequences), **extra})
+
+    @contextmanager
+    def measure(self, batch: Mapping[str, Any], *, sequences: int = 1, **extra: float) -> Iterator[None]:
+        """Time the block (CUDA synchronised on both sides when it is in use) and :meth:`add` the row."""
+        _synchronize()
+        start = time.perf_counter()
+        yield
+        _synchronize()
+        self.add(batch, time.perf_counter() - start, sequences=sequences, **extra)
+
+    def write(self) -> Path:
+        """Write the rows (atomically) and return the path."""
+        from curate.core.io import atomic_open, write_parquet
+
+        names = list(dict.fromkeys(k for row in self.rows for k in row)) or [*COMPONENTS, SECONDS, SEQUENCES]
+        table = pa.table({k: pa.array([row.get(k) for row in self.rows], pa.float64()) for k in names})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.suffix.lower() == ".csv":
+            import pyarrow.csv as pacsv
+
+            with atomic_open(self.path, "wb") as fh:
+                pacsv.write_csv(table, fh)
+        else:
+            write_parquet(self.path, table)
+        return self.path
+
+    def __enter__(self) -> TimingLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.write()
+
+
+def _synchronize() -> None:
+    import sys
+
+    torch = sys.modules.get("torch")  # a loop that measures a model has torch loaded already
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def read_timing_log(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The columns of a timing log (float64), checked; raises :class:`UserError` naming the file."""
+    where = f"--cost-model {path}"
+    try:
+        with open_input(path) as fh:  # a local file or an object in a bucket
+            if Path(text_of(path)).suffix.lower() == ".csv":
+                import pyarrow.csv as pacsv
+
+                table = pacsv.read_csv(fh)
+            else:
+                import pyarrow.parquet as pq
+
+                table = pq.read_table(fh)
+    except FileNotFoundError:
+        raise UserError(f"{where}: no such file") from None
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise UserError(f"{where}: not a readable timing log ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in (*COMPONENTS, SECONDS) if c not in table.column_names]
+    if missing:
+        raise UserError(f"{where}: a timing log needs the columns {', '.join((*COMPONENTS, SECONDS))} "
+                        f"(and optionally {SEQUENCES}); missing {', '.join(missing)}")
+    out: dict[str, np.ndarray] = {}
+    for name in (*COMPONENTS, SECONDS, SEQUENCES):
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            raise UserError(f"{where}: column {name} holds {col.type}, not numbers")
+        if col.null_count:
+            raise UserError(f"{where}: column {name} has {col.null_count} empty values")
+        values = col.to_numpy().astype(np.float64)
+        bad = ~np.isfinite(values) | (values < 0) | ((values <= 0) if name == SECONDS else False)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            what = "a positive number" if name == SECONDS else "a number >= 0"
+            raise UserError(f"{where}: row {i + 1}: {name} is {float(values[i])!r}; expected {what}")
+        out[name] = values
+    if table.num_rows < MIN_ROWS:
+        raise UserError(f"{where}: {table.num_rows} rows; a fit needs at least {MIN_ROWS} measured sequences "
+                        "(a few hundred of varied composition give a good one)")
+    out.setdefault(SEQUENCES, np.ones(table.num_rows))
+    return out
+
+
+def fit_coefficients(columns: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Fit ``seconds`` to the components (non-negative least squares on the relative error).
+
+    Args:
+        columns: :data:`packer.compute_balance.COMPONENTS`, ``seconds`` and optionally ``sequences`` (see
+            :func:`read_timing_log`).
+
+    Returns:
+        JSON-ready report: ``rows``, ``coefficients`` (``per_token`` ... ``per_patch_sq``),
+        ``per_sequence`` (overhead), ``unmeasured`` (components that are 0 in every row: their
+        coefficient is 0), and the error of the fitted times against the measured ones:
+        ``rms_relative_error``, ``median_relative_error``, ``p90_relative_error``,
+        ``max_relative_error`` and ``r2``.
+    """
+    from scipy.optimize import nnls
+
+    y = np.asarray(columns[SECONDS], dtype=np.float64)
+    counts = columns.get(SEQUENCES, np.ones(y.shape[0]))
+    design = np.stack([np.asarray(columns[c], dtype=np.float64) for c in COMPONENTS] + [counts], axis=1)
+    weighted = design / y[:, None]  # minimise Σ ((fit - y) / y)²
+    scale = np.abs(weighted).max(axis=0)
+    used = scale > 0
+    coef = np.zeros(design.shape[1])
+    solution, _ = nnls(weighted[:, used] / scale[used], np.ones_like(y))
+    coef[used] = solution / scale[used]
+    fit = design @ coef
+    rel = np.abs(fit - y) / y
+    total = float(((y - y.mean()) ** 2).sum())
+    return {
+        "rows": int(y.shape[0]),
+        "coefficients": dict(zip(COEFFICIENT_FIELDS, map(float, coef[:4]))),
+        "per_sequence": float(coef[4]),
+        "unmeasured": [c for c, u in zip(COMPONENTS, used[:4]) if not u],
+        "rms_relative_error": float(np.sqrt((rel * rel).mean())),
+        "median_relative_error": float(np.median(rel)),
+        "p90_relative_error": float(np.percentile(rel, 90)),
+        "max_relative_error": float(rel.max()),
+        "r2": float(1.0 - ((fit - y) ** 2).sum() / total) if total > 0 else 1.0,
+    }
+
+
+def load_model(path: str | os.PathLike[str]) -> tuple[CostModel, dict[str, Any]]:
+    """The :class:`packer.compute_balance.CostModel` fitted to a timing log, and the fit's report (:func:`fit_coefficients`).
+
+    Raises:
+        UserError: On an unreadable log, or a fit that prices every component at 0.
+    """
+    report = fit_coefficients(read_timing_log(path))
+    coefficients = report["coefficients"]
+    if not any(coefficients.values()):
+        raise UserError(f"--cost-model {path}: the fit gives no cost to any component (times do not grow with "
+                        "tokens or patches); measure sequences of more varied sizes")
+    return CostModel(**coefficients), {"file": str(path), **report}
+
+
+def describe_fit(report: Mapping[str, Any]) -> str:
+    """One line on a fit: its coefficients and its error."""
+    c = report["coefficients"]
+    coefs = ", ".join(f"{k} {v:.3g}" for k, v in c.items())
+    note = f"; not in the log: {', '.join(report['unmeasured'])}" if report.get("unmeasured") else ""
+    return (f"cost model fitted to {report['rows']:,} timings ({coefs}, per sequence {report['per_sequence']:.3g} s); "
+            f"error: RMS {report['rms_relative_error']:.1%}, p90 {report['p90_relative_error']:.1%}, "
+            f"max {report['max_relative_error']:.1%}, R² {report['r2']:.4f}{note}")

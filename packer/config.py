@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from curate.core import validate as v
+from curate.core.limits import DEFAULT_SHARD_SIZE, ImageReading
 from curate.core.errors import UserError
-from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.location import Location, locations
-from curate.core.limits import ImageReading
+from curate.core.stats import Counts
 from curate.core.settings import setting
+
 
 if TYPE_CHECKING:  # the compute balance loads numpy and pyarrow: settings (and --help) are made without them
     from packer.compute_balance import BalanceOptions
@@ -58,7 +59,7 @@ class PackConfig(ImageReading):
     (:class:`curate.core.limits.ImageReading`) the shared image limit flags; ``plot`` is for Python
     callers only. ``balance_compute``, ``dp``, ``micro_batches``, ``cost_model``, ``step_mix``: the
     compute-balanced layout (:mod:`packer.compute_balance`; ``cost_model`` is a YAML of the model's fields or a
-    timing log to fit, :mod:`packer.timing`), checked once into :attr:`balance`.
+    timing log to fit, :mod:`packer.compute_balance`), checked once into :attr:`balance`.
     """
 
     processor: str | None = setting(None, metavar="PROC",
@@ -208,3 +209,17 @@ def read_pack_stats(out: PathLike, name: str | None = None) -> dict:
     if not isinstance(settings, dict) or not isinstance(settings.get("ctx"), int):
         raise UserError(f"{where}/stats.json: settings.ctx is missing; is this a finished curate pack output folder?")
     return stats
+
+
+# Typed results of ``curate pack`` (see :mod:`curate.core.stats`).
+@dataclass(frozen=True)
+class PackResult(Counts):
+    """``curate pack``: records packed into sequences, fill, padding, the compute balance if asked."""
+
+    records_packed: int = 0
+    bins: int = 0
+    lower_bound_bins: int = 0
+    fill_ratio: float = 0.0
+    padding_reduction: float | None = None
+    sequences: int | None = None
+    balance: dict[str, Any] | None = None

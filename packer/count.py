@@ -103,8 +103,7 @@ from curate.core.stats import StageStats
 from curate.core.limits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from curate.executors import Executor, run_stage
 from packer.config import PackConfig
-from packer.reserved import SPECIAL_TOKEN
-from packer.tokens import TokenCounter
+from packer.tokens import SPECIAL_TOKEN, TokenCounter
 
 
 # ---------------------------------------------------------------------------
@@ -481,7 +480,7 @@ class LengthsTask(ShardTask):
             stats.drop(rec["id"], rec["source"], TOO_LONG, long)
             return None
         reserved = self.counter.reserved.find(rec["messages"])
-        if reserved:  # the trainer would read it as the token: errored, never escaped (packer.reserved)
+        if reserved:  # the trainer would read it as the token: errored, never escaped (packer.tokens)
             stats.error(rec["id"], rec["source"], SPECIAL_TOKEN, reserved)
             return None
         grids, tokens, exts = [], [], []

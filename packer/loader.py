@@ -52,7 +52,6 @@ from packer.sampler import (
     StaleIndex,
     balanced_lists,
     epoch_order,
-    index_path,
     pack_index,
     rank_positions,
     read_members,
@@ -60,6 +59,7 @@ from packer.sampler import (
     worker_slots,
 )
 from packer.tokens import TokenCounter
+from packer.writer import index_path
 
 
 class ProcessorDrift(RuntimeError):

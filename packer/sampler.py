@@ -37,50 +37,10 @@ from typing import Any
 
 import numpy as np
 
-INDEX_SUFFIX = ".index.json"
-INDEX_FORMAT = "curate-sequence-index/1"
+from packer.writer import INDEX_FORMAT, TarIndex, build_index, index_path
+
 STATE_FORMAT = "curate-loader-state/1"
 _BLOCK = 512
-
-
-def index_path(tar: str) -> str:
-    """The index file beside a tar: ``shards/000001.tar`` -> ``shards/000001.index.json``."""
-    return (tar[:-4] if tar.endswith(".tar") else tar) + INDEX_SUFFIX
-
-
-@dataclass
-class TarIndex:
-    """Byte ranges of the packed sequences of one tar (and their step, rank, micro-batch when balanced)."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    steps: np.ndarray | None = None
-    ranks: np.ndarray | None = None
-    micros: np.ndarray | None = None
-    keys: list[str] | None = None
-
-    def __len__(self) -> int:
-        return int(self.starts.size)
-
-    def to_json(self, size: int) -> dict[str, Any]:
-        """The index file's content for a tar of ``size`` bytes."""
-        out: dict[str, Any] = {"format": INDEX_FORMAT, "tar_size": int(size), "start": self.starts.tolist(),
-                               "end": self.ends.tolist(), "key": self.keys}
-        if self.steps is not None:
-            out.update(step=self.steps.tolist(), rank=self.ranks.tolist(), micro=self.micros.tolist())
-        return out
-
-
-def build_index(starts: Sequence[int], ends: Sequence[int], balance: Sequence[dict[str, Any]] | None,
-                keys: Sequence[str] | None = None) -> TarIndex:
-    """A :class:`TarIndex` from the writer's offsets and keys (``balance``: each sequence's step/rank/micro, or None)."""
-    idx = TarIndex(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64),
-                   keys=list(keys) if keys is not None else None)
-    if balance:
-        idx.steps = np.asarray([b["step"] for b in balance], dtype=np.int64)
-        idx.ranks = np.asarray([b["rank"] for b in balance], dtype=np.int64)
-        idx.micros = np.asarray([b["micro"] for b in balance], dtype=np.int64)
-    return idx
 
 
 def _padded(size: int) -> int:

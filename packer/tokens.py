@@ -13,6 +13,9 @@
 The same class produces token ids and loss labels for the training loader
 (:meth:`TokenCounter.encode`), so counting and training cannot disagree without
 :meth:`encode` noticing.
+
+Below it, in sections: :class:`PieceCounter` (a text counted a piece between added tokens at a time, each piece
+once) and :func:`reserved_tokens` (the tokens a record's text may not hold).
 """
 
 from __future__ import annotations
@@ -21,14 +24,15 @@ import functools
 import hashlib
 import json
 import os
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.records import IMAGE_TOKEN
 from curate.models.hub import locate
-from packer.reserved import ReservedTokens, reserved_tokens
-from packer.text_counts import PieceCounter
+
 
 IGNORE_INDEX = -100
 #: Texts on which the fast paths (the backend tokenizer, counting piece by piece) must agree with the tokenizer
@@ -195,7 +199,7 @@ class TokenCounter:
         if self._direct is not None and any(self._direct(chat, gen) != self._render_whole(chat, gen)
                                             for chat in map(to_template_messages, PROBE_CHATS) for gen in (False, True)):
             self._direct = None  # the compiled template must render what render_jinja_template renders
-        #: Tokens a record's text may not hold (:mod:`packer.reserved`): such a record is errored ``special_token``.
+        #: Tokens a record's text may not hold (:mod:`packer.tokens`): such a record is errored ``special_token``.
         self.reserved = ReservedTokens(reserved_tokens(self.processor, self.tokenizer, self.render))
         self._backend = getattr(self.tokenizer, "backend_tokenizer", None)
         self._pieces = None
@@ -260,7 +264,7 @@ class TokenCounter:
 
     def text_lengths(self, texts: list[str]) -> list[int]:
         """Number of token ids of rendered texts (``len`` of :meth:`text_ids`), each piece between special tokens
-        tokenised once per run (:mod:`packer.text_counts`) where the tokenizer allows it."""
+        tokenised once per run (:mod:`packer.tokens`) where the tokenizer allows it."""
         if self._pieces is not None:
             return self._pieces.lengths(texts)
         return [len(ids) for ids in self.text_ids(texts)]
@@ -392,3 +396,124 @@ class TokenCounter:
         out_ids.extend(ids[start:])
         out_labels.extend(labels[start:])
         return out_ids, out_labels
+
+
+# Token counts of rendered chat texts, a piece between special tokens at a time, each piece counted once.
+#
+# A Hugging Face tokenizer first cuts its input at its added tokens (``<|im_start|>``,
+# ``<|image_pad|>`` …): each added token becomes its one id, and every piece between two of
+# them is normalised, pre-tokenised and tokenised on its own. So the length of a text is the
+# number of added tokens in it plus the lengths of its pieces, and a piece that repeats
+# (the system prompt, ``user``, an instruction shared by many records) need not be tokenised
+# again. :class:`PieceCounter` keeps the lengths of the pieces it has seen and tokenises only
+# new ones, in one batch.
+#
+# That holds when the tokenizer finds its added tokens as this module does: every added token
+# matched on the raw text (``normalized`` false), never absorbing the spaces around it
+# (``lstrip``/``rstrip`` false) nor only as a whole word (``single_word`` false), the longest one
+# at the leftmost place. :meth:`PieceCounter.of` gives None for any other tokenizer (its texts are
+# then tokenised whole), and :class:`~packer.tokens.TokenCounter` checks the two ways agree on
+# probe texts before it uses one.
+MAX_KEPT = 1 << 16
+"""Pieces whose lengths are kept; past it the table starts again (a corpus of unique captions never grows it)."""
+
+
+class PieceCounter:
+    """Counts tokens of texts piece by piece (see the module docstring)."""
+
+    def __init__(self, backend: Any, added: list[str]) -> None:
+        self._encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+        # longest first: at one place the alternation takes the first that matches, i.e. the longest
+        self._split = re.compile("(" + "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True)) + ")")
+        self._lengths: dict[str, int] = {"": 0}
+
+    @classmethod
+    def of(cls, backend: Any) -> PieceCounter | None:
+        """A counter for a ``tokenizers.Tokenizer`` whose added tokens it can find as the tokenizer does, else None."""
+        decoder = getattr(backend, "get_added_tokens_decoder", None)
+        if decoder is None:
+            return None
+        tokens = list(decoder().values())
+        if not tokens or any(t.normalized or t.lstrip or t.rstrip or t.single_word or not t.content for t in tokens):
+            return None
+        return cls(backend, [t.content for t in tokens])
+
+    def lengths(self, texts: list[str]) -> list[int]:
+        """The number of token ids of each text (``add_special_tokens=False``)."""
+        parts = [self._split.split(text) for text in texts]
+        known = self._lengths
+        wanted = {piece: None for pieces in parts for piece in pieces[::2]}  # distinct, in order
+        new = [piece for piece in wanted if piece not in known]
+        if new:
+            if len(known) + len(new) > MAX_KEPT:
+                known.clear()
+                known[""] = 0
+                new = [piece for piece in wanted if piece not in known]
+            for piece, encoding in zip(new, self._encode(new, add_special_tokens=False)):
+                known[piece] = len(encoding.ids)
+        # re.split with one group: pieces at even places, the added tokens between them (one id each)
+        return [sum(known[piece] for piece in pieces[::2]) + len(pieces) // 2 for pieces in parts]
+
+
+# Tokens a record's text may not hold: the ones the chat template and the processor give a meaning to.
+#
+# A message whose text holds ``<|image_pad|>`` makes the processor expect one more image than the
+# record has (the trainer's processor fails on it, or pairs pixels with the wrong placeholder); one
+# holding ``<|im_end|>`` or ``<|im_start|>`` ends a turn or starts a fake one, so the loss labels no longer
+# follow the roles. Trainers do not escape such text (they tokenise it as it is), so curate does not
+# either: a record whose text holds a reserved token is errored ``special_token``, and what is counted is
+# what the loader and the trainer read.
+#
+# Reserved (:func:`reserved_tokens`): every special token of the tokenizer that the chat template writes
+# around the text (its turn markers, found by rendering a probe conversation with an image), the processor's
+# image and video placeholders, and the tokenizer's ``bos``/``eos``/``pad``/``unk`` tokens. Other special
+# tokens stay text a record may hold: grounding data writes Qwen2-VL's ``<|box_start|>`` and
+# ``<|object_ref_start|>`` into its answers on purpose.
+#
+#: The reason of a record whose text holds a reserved token.
+SPECIAL_TOKEN = "special_token"
+_PROBE = [{"role": "system", "content": "s"}, {"role": "user", "content": "<image>\nq"},
+          {"role": "assistant", "content": "a"}]
+
+
+def reserved_tokens(processor: Any, tokenizer: Any, render: Callable[[list[dict[str, str]]], str]) -> list[str]:
+    """The reserved tokens of a processor (see the module docstring), longest first."""
+    special: set[str] = set()
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    for token in decoder.values():
+        if getattr(token, "special", False) and getattr(token, "content", ""):
+            special.add(token.content)
+    try:
+        rendered = render(_PROBE)
+    except Exception:  # noqa: BLE001 - a template refusing a system turn: the user/assistant turns alone
+        rendered = render(_PROBE[1:])
+    reserved = {t for t in special if t in rendered}
+    for name in ("image_token", "video_token"):
+        value = getattr(processor, name, None)
+        if isinstance(value, str) and value:
+            reserved.add(value)
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, str) and value:
+            reserved.add(value)
+    return sorted(reserved, key=lambda t: (-len(t), t))
+
+
+class ReservedTokens:
+    """Finds the first reserved token in a record's messages (a C-speed search, one pattern for all)."""
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        self.tokens = list(tokens)
+        self._pattern = re.compile("|".join(map(re.escape, self.tokens))) if self.tokens else None
+
+    def find(self, messages: Sequence[dict[str, Any]]) -> str | None:
+        """A description of the first reserved token in the messages' text, or None."""
+        if self._pattern is None:
+            return None
+        for i, message in enumerate(messages):
+            content = message.get("content")
+            found = self._pattern.search(content) if isinstance(content, str) else None
+            if found is not None:
+                return (f"{message.get('role', 'turn')} turn {i} holds {found.group()!r}, a token the chat template "
+                        "or the processor gives a meaning to (the trainer would read it as one)")
+        return None

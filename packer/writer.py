@@ -15,7 +15,7 @@ One output shard ``shards/NNNNNN.tar`` holds a contiguous range of bins of the
 
 Beside each tar, ``shards/NNNNNN.index.json`` records the byte range of every sequence's member group
 (and its step, rank and micro-batch when compute-balanced): the training loader reads one sequence with
-one seek (:mod:`packer.sampler`).
+one seek (:mod:`packer.sampler` reads it; its format, :class:`TarIndex`, is written here).
 
 Keys are the bin's position in the plan (``%010d``), so sample ids with dots,
 slashes, spaces or any Unicode live only inside the JSON and round-trip. Tar
@@ -28,6 +28,8 @@ import contextlib
 import io
 import json
 import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -39,9 +41,51 @@ from curate.core.images import ImageError, read_bytes
 from curate.core.io import open_input
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
-from packer.sampler import build_index, index_path
 
 PLAN_ARRAYS = "_plan/plan.npz"
+INDEX_SUFFIX = ".index.json"
+INDEX_FORMAT = "curate-sequence-index/1"
+
+
+def index_path(tar: str) -> str:
+    """The index file beside a tar: ``shards/000001.tar`` -> ``shards/000001.index.json``."""
+    return (tar[:-4] if tar.endswith(".tar") else tar) + INDEX_SUFFIX
+
+
+@dataclass
+class TarIndex:
+    """Byte ranges of the packed sequences of one tar (and their step, rank, micro-batch when balanced)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    steps: np.ndarray | None = None
+    ranks: np.ndarray | None = None
+    micros: np.ndarray | None = None
+    keys: list[str] | None = None
+
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    def to_json(self, size: int) -> dict[str, Any]:
+        """The index file's content for a tar of ``size`` bytes."""
+        out: dict[str, Any] = {"format": INDEX_FORMAT, "tar_size": int(size), "start": self.starts.tolist(),
+                               "end": self.ends.tolist(), "key": self.keys}
+        if self.steps is not None:
+            out.update(step=self.steps.tolist(), rank=self.ranks.tolist(), micro=self.micros.tolist())
+        return out
+
+
+def build_index(starts: Sequence[int], ends: Sequence[int], balance: Sequence[dict[str, Any]] | None,
+                keys: Sequence[str] | None = None) -> TarIndex:
+    """A :class:`TarIndex` from the writer's offsets and keys (``balance``: each sequence's step/rank/micro, or None)."""
+    idx = TarIndex(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64),
+                   keys=list(keys) if keys is not None else None)
+    if balance:
+        idx.steps = np.asarray([b["step"] for b in balance], dtype=np.int64)
+        idx.ranks = np.asarray([b["rank"] for b in balance], dtype=np.int64)
+        idx.micros = np.asarray([b["micro"] for b in balance], dtype=np.int64)
+    return idx
+
 
 
 def key_of(position: int) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from curate.core.environ import environ
+from curate.core.threads import environ
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "python.md"
 BLOCKS = [(m.group(1), PAGE.read_text(encoding="utf-8")[:m.start()].count("\n") + 2)

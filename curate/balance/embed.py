@@ -31,17 +31,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.balance.config import DEFAULT_BATCH, EmbedConfig
+from curate.balance.config import DEFAULT_BATCH, EmbedConfig, wall_timings
 from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
 from curate.models.specs import check_weights
-from curate.core.defaults import DEFAULT_MAX_IMAGES
+from curate.core.limits import DEFAULT_MAX_IMAGES
 from curate.core.errors import UserError
 from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
 from curate.core.io import write_parquet
 from curate.core.remote import writing
 from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
                                 readable_records)
-from curate.balance.results import wall_timings
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 

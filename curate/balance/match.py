@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.balance.config import MatchConfig
+from curate.balance.config import MatchConfig, wall_timings
 from curate.balance.matching.automaton import TextMatcher
 from curate.balance.matching.languages import LanguageIdentifier, counting_language, lang_id_version
 from curate.balance.matching.rules import match_rules
@@ -34,7 +34,6 @@ from curate.core.io import write_parquet
 from curate.core.remote import writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask, plan_shards, readable_records
-from curate.balance.results import wall_timings
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 

@@ -34,14 +34,13 @@ from typing import Any
 from curate.balance.config import DEFAULT_FRACTION, BalanceConfig  # noqa: F401 (re-exported)
 from curate.balance.embed import EMBED_DIR, NO_IMAGE, embed_step
 from curate.balance.match import match_step
-from curate.balance.results import BalanceResult, language_lines, records_lines
-from curate.core.results import from_stats
+from curate.balance.config import BalanceResult, language_lines, records_lines
+from curate.core.stats import StageStats, finish_stage, from_stats, stage_result
 from curate.models.encoders import load_encoder
 from curate.models.specs import check_weights
 from curate.core.progress import console
 from curate.core.remote import writing
 from curate.balance.resample import RECORDS_DIR, resample_step
-from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.balance.tag import tag_step
 from curate.balance.vocab.embed import embed_vocab
 

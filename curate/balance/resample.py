@@ -67,8 +67,7 @@ from curate.balance.report import compare, language_figures, plot_balance, top_c
 from curate.balance.tags_file import open_tags, read_tag_concepts, read_tag_ids, read_tags  # noqa: F401
 from curate.balance.thresholds import REFERENCE
 from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, record_weights  # noqa: F401
-from curate.core.arrow import from_numpy
-from curate.core.columns import code_counts, first_occurrences, rows, take_rows
+from curate.core.columns import code_counts, first_occurrences, from_numpy, rows, take_rows
 from curate.core.errors import UserError
 from curate.core.filters import write_kept
 from curate.core.io import write_parquet
@@ -207,7 +206,7 @@ def _read(tags: str | os.PathLike[str], config: ResampleConfig, timings: dict[st
     eligible = weighed = None
     with ThreadPoolExecutor(max_workers=2) as thread:
         # One thread reads the ids and sorts them for repeats while this one reads the concepts and weighs
-        # (the reads and the sort run outside the GIL). Nothing converts through pandas (curate.core.arrow).
+        # (the reads and the sort run outside the GIL). Nothing converts through pandas (curate.core.columns).
         repeats = thread.submit(_ids_and_first_occurrences, tags)
         # Then, while the weighing runs on this thread, the other draws the exponentials of the draw and
         # faults in the weights' memory (the first touch of fresh pages is a large part of both).

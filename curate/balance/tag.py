@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.balance.concepts import sidecar_path
-from curate.balance.config import DEFAULT_NPROBE, DEFAULT_TOP_K, TagConfig
+from curate.balance.config import DEFAULT_NPROBE, DEFAULT_TOP_K, TagConfig, wall_timings
 from curate.balance.index import (SEARCH_BATCH, auto_nlist, concept_matrix, exact_index, ivf_file, maybe_gpu,
                                   measure_recall, search)
 from curate.core.embeddings import EmbeddingFile, find_embeddings, read_ids, sample_rows
@@ -48,7 +48,6 @@ from curate.core.location import Location
 from curate.core.remote import local_file, reading, writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask
-from curate.balance.results import wall_timings
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 

@@ -18,8 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from curate.balance.weights import TagArrays
-from curate.core.arrow import strings, to_numpy
-from curate.core.columns import source_codes
+from curate.core.columns import source_codes, strings, to_numpy
 from curate.core.errors import UserError
 
 

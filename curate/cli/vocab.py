@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from curate.balance.config import VocabEmbedConfig
-from curate.balance.results import VocabEmbedResult
+from curate.balance.config import VocabEmbedResult
 from curate.balance.vocab.config import VocabBuildConfig
 from curate.balance.vocab.sources import WORDFREQ_SCRIPTS
-from curate.core.results import from_stats
+from curate.core.stats import from_stats
 from curate.cli.group import cli
 from curate.cli.options import config_options, options, values_of
 from curate.core.settings import build_config

@@ -54,10 +54,9 @@ from curate.core.formats.writeback import (dumps_record, loads_record, merge_rec
 from curate.core.io import as_path
 from curate.core.location import Location, locations
 from curate.core.records import BadRecord, expand_inputs, input_format, read_part, split_file
-from curate.core.results import Counts
+from curate.core.stats import Counts, StageStats
 from curate.core.settings import setting
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records, resolve_image_root
-from curate.core.stats import StageStats
 from curate.core.threads import available_cpus, plain_workers_context
 
 PathLike = str | os.PathLike[str]

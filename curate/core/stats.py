@@ -5,36 +5,50 @@ them into the run's ``stats.json``. The invariant ``records_in = records_out +
 Σ dropped + Σ errored`` is checked at every merge, overall and per source.
 Dropped and errored records are kept as rows (id, source, kind, reason, detail)
 and written to ``rejects.parquet``.
+
+Also the rest of a stage's accounting, in sections: ``history.json`` (wall times and resumes, the one file a
+resumed run writes differently: :func:`record_run`) and the typed results of ``stats.json`` (:class:`Counts`,
+:func:`from_stats`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import platform
+import shlex
+import sys
 import time
+import types
+import typing
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from curate.core.errors import UserError
+from curate.core.io import read_json, write_json, write_parquet
 
-from curate.core.arrow import strings
-from curate.core.history import command_line, record_run
-from curate.core.io import write_json, write_parquet
+if TYPE_CHECKING:  # pyarrow loads where rejects become a table: a stage's config, which declares its result, loads without it
+    import pyarrow as pa
+
 
 #: Prefixes of ``StageStats.extra`` keys that tell how a run went rather than what it made (a backend's requests,
 #: retries and seconds): left out of shard markers and ``stats.json``, recorded in ``history.json``.
 HISTORY_EXTRA = ("generation.",)
 
-__all__ = ["AccountingError", "HISTORY_EXTRA", "REJECT_SCHEMA", "StageStats", "command_line", "engine_used",
-           "finish_stage", "run_header", "stage_result", "versions", "without_timings"]
 
-REJECT_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
-                           ("reason", pa.string()), ("detail", pa.string())])
+
+@functools.cache
+def reject_schema() -> pa.Schema:
+    """The columns of ``rejects.parquet``: id, source, kind, reason, detail (all strings)."""
+    import pyarrow as pa
+
+    return pa.schema([("id", pa.string()), ("source", pa.string()), ("kind", pa.string()),
+                      ("reason", pa.string()), ("detail", pa.string())])
 
 
 class AccountingError(RuntimeError):
@@ -137,6 +151,9 @@ class StageStats:
             sources: their sources (strings, same length).
             details: one string for all of them, or a string array (each cut to 500 characters).
         """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         if kind not in ("dropped", "errored"):
             raise ValueError(f"kind must be dropped or errored, got {kind!r}")
         n = len(ids)
@@ -151,7 +168,7 @@ class StageStats:
         self.reject_blocks.append(pa.table([ids.cast(pa.string()), sources.cast(pa.string()),
                                             pa.repeat(pa.scalar(kind, pa.string()), n),
                                             pa.repeat(pa.scalar(reason, pa.string()), n), text],
-                                           schema=REJECT_SCHEMA))
+                                           schema=reject_schema()))
 
     def _append_rejects(self, other: StageStats) -> None:
         """Add ``other``'s rejects after this one's, keeping their order (rows before blocks)."""
@@ -275,6 +292,8 @@ class StageStats:
 
     def rejects_table(self) -> pa.Table:
         """The dropped and errored records as a table (id, source, kind, reason, detail), one chunk."""
+        import pyarrow as pa
+
         table = _rows_table(self.rejects)
         if self.reject_blocks:
             table = pa.concat_tables([table, *self.reject_blocks]).combine_chunks()
@@ -282,8 +301,12 @@ class StageStats:
 
 
 def _rows_table(rows: Sequence[tuple[str, str, str, str, str]]) -> pa.Table:
+    import pyarrow as pa
+
+    from curate.core.columns import strings
+
     cols = list(zip(*rows)) if rows else [[], [], [], [], []]
-    return pa.table([strings(c) for c in cols], schema=REJECT_SCHEMA)
+    return pa.table([strings(c) for c in cols], schema=reject_schema())
 
 
 #: Engines (``ray``) that ran shards in this process since the last :func:`finish_stage`.
@@ -363,7 +386,7 @@ def finish_stage(out: str | os.PathLike[str], result: dict[str, Any], stats: Sta
     run should leave behind (a report page, a notification) is one call added at
     the end of this function. ``stats.json`` is a function of the inputs, settings and seed:
     the ``timings`` of ``result`` (wall seconds, also nested ones: :func:`without_timings`) are
-    left out of it and appended to ``history.json`` (:func:`curate.core.history.record_run`), the
+    left out of it and appended to ``history.json`` (:func:`curate.core.stats.record_run`), the
     one file of a folder that differs between a straight and a killed-and-resumed run.
 
     Args:
@@ -384,3 +407,194 @@ def finish_stage(out: str | os.PathLike[str], result: dict[str, Any], stats: Sta
     write_json(out / "stats.json", content)
     _ENGINES.clear()  # the next stage of this process lists what it used
     return result
+
+
+# ``OUT/history.json``: how an output folder came to be, kept apart from ``stats.json``.
+# 
+# Every file of an output folder is a function of the inputs, the settings and the seed: a run
+# that was killed and resumed writes the same bytes as a run that went straight through
+# (``stats.json``, the shards' markers, the report). ``history.json`` is the one file that
+# differs: what depends on the run's history goes here instead, per stage:
+# 
+# * ``runs``: one entry per finished invocation into the folder (when it finished, the
+#   command, the wall time per step: the ``timings`` every stage reports, moved here by
+#   :func:`curate.core.stats.finish_stage`; for ``recaption`` and ``rl-filter`` also how many
+#   shards it found already done, e.g. by a killed run), and ``resumes``: the invocations that
+#   found shards done;
+# * ``generation``: backend counters (requests, attempts, retries per reason, errors per
+#   reason, seconds) summed over the shards the last invocation ran (a shard's marker keeps
+#   none of them: they depend on how often it was asked);
+# * ``unanswered``: requests that failed on the server's side in the last invocation
+#   (asked again by a rerun), and the server's learned ``choices_per_call``, if any;
+# * per run, its ``operational`` settings (:data:`OPERATIONAL`).
+# 
+# **Operational settings** change how a run goes, never what it writes: how many requests
+# are in flight, time-outs and retries, the batch size and device of a local model, what a
+# server was found to return per call, rows a rollouts file had to skip. They are recorded
+# here, per run, and left out of the settings that key a resume (:func:`backend_identity`),
+# so a killed run can be resumed with another ``--concurrency`` or ``--timeout``, while a
+# change of model, ``--n``, sampling or prompts is still refused. Every generating stage
+# (``recaption``, ``rl-filter``) uses this one notion.
+HISTORY = "history.json"
+#: Backend description keys that change how a run goes, not its outputs (see the module docstring).
+OPERATIONAL = ("concurrency", "timeout", "max_retries", "choices_per_call", "batch_size", "device", "skipped_rows")
+
+
+def split_extra(extra: dict[str, Any], prefix: str = "generation.") -> dict[str, Any]:
+    """The ``prefix``-ed counters of merged ``StageStats.extra``, without the prefix, sorted."""
+    return {k[len(prefix):]: v for k, v in sorted(extra.items()) if k.startswith(prefix)}
+
+
+def operational_of(described: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`OPERATIONAL` settings of a backend description (for ``history.json``)."""
+    return {k: described[k] for k in OPERATIONAL if k in described}
+
+
+def backend_identity(described: Mapping[str, Any]) -> dict[str, Any]:
+    """What in a backend description decides the answers: all but :data:`OPERATIONAL`.
+
+    The endpoint is left out too when the served model is named: the server may move
+    (another host or port) and still serve the same model.
+    """
+    identity = {k: v for k, v in described.items() if k not in OPERATIONAL}
+    if identity.get("model") != identity.get("endpoint"):
+        identity.pop("endpoint", None)
+    return identity
+
+
+def command_line() -> str:
+    """The command that started this process, shell-quoted."""
+    return shlex.join([sys.argv[0].rsplit("/", 1)[-1], *sys.argv[1:]])
+
+
+def _rounded(timings: Mapping[str, Any]) -> dict[str, Any]:
+    """Wall seconds rounded to the microsecond (nested groups, such as a pipeline's steps, kept as groups)."""
+    return {k: _rounded(v) if isinstance(v, Mapping) else round(v, 6) if isinstance(v, float) else v
+            for k, v in sorted(timings.items())}
+
+
+def record_run(out: Path, stage: str, *, timings: Mapping[str, Any], shards: int | None = None,
+               reused: int | None = None, operational: Mapping[str, Any] | None = None,
+               **figures: Any) -> dict[str, Any]:
+    """Append this invocation to ``OUT/history.json`` under ``stage`` and set its ``figures``; return the entry.
+
+    Args:
+        out: The output folder.
+        stage: The stage name (one section per stage).
+        timings: Wall seconds per step of this invocation (a group of steps may nest: ``{"steps": {...}}``).
+        shards: Shards of the run (None: not recorded).
+        reused: Shards found complete when this invocation started (see :func:`curate.executors.pending`).
+        operational: This invocation's operational settings (:func:`operational_of`), kept with its run.
+        **figures: Counters of the run's history (``generation``, ``unanswered``...).
+    """
+    path = Path(out) / HISTORY
+    try:
+        data = read_json(path) if path.exists() else {}
+    except (OSError, ValueError):
+        data = {}  # a torn or foreign file: history is a record, never a reason to fail a run
+    if not isinstance(data, dict):
+        data = {}
+    entry = data.get(stage) if isinstance(data.get(stage), dict) else {}
+    counts = {"shards": shards} if shards is not None else {}
+    if reused is not None:
+        counts["shards_reused"] = reused
+    runs = list(entry.get("runs", [])) + [{"finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                           "command": command_line(), **counts, "timings": _rounded(timings),
+                                           **({"operational": dict(operational)} if operational else {})}]
+    entry = {**entry, **figures, "runs": runs, "resumes": sum(1 for r in runs if r.get("shards_reused"))}
+    data[stage] = entry
+    write_json(path, data)
+    return entry
+
+
+# Typed views of what a stage returns: the verbs read attributes, never string keys.
+# 
+# A stage function returns the content of its ``stats.json`` (a JSON document
+# users and tools read); each stage also has a frozen dataclass holding the
+# figures its verb reports, built by :func:`from_stats` in one place. Nested
+# sections are dataclasses too (``field`` types that are dataclasses are built
+# from the nested mapping).
+R = TypeVar("R")
+
+
+@typing.overload
+def from_stats(cls: type[R], stats: Mapping[str, Any]) -> R: ...
+
+
+@typing.overload
+def from_stats(cls: Mapping[str, Any] | str | os.PathLike[str]) -> Any: ...
+
+
+def from_stats(cls: Any, stats: Any = None) -> Any:
+    """A stage's typed result from its ``stats.json`` content.
+
+    ``from_stats(stats)`` picks the class from ``stats["stage"]`` (:data:`curate.stages.STAGES`); ``stats`` may
+    also be the path of a ``stats.json`` or of the stage's output folder. ``from_stats(cls, stats)`` builds
+    ``cls``. Missing keys keep the field's default; a field whose type is a dataclass is built from the nested
+    mapping; the full document is kept in a field named ``stats`` when ``cls`` has one.
+
+    Raises:
+        UserError: a path without a readable ``stats.json``, or a stage with no typed result.
+    """
+    if stats is None:
+        stats = _read_stats(cls) if isinstance(cls, (str, os.PathLike)) else cls
+        return _build(_result_class(stats), stats)
+    return _build(cls, stats)
+
+
+def _read_stats(path: str | os.PathLike[str]) -> Mapping[str, Any]:
+    
+    file = Path(path) / "stats.json" if Path(path).is_dir() else Path(path)
+    if not file.is_file():
+        raise UserError(f"{path}: no stats.json there; give a stage's output folder or its stats.json")
+    return read_json(file)
+
+
+def _result_class(stats: Mapping[str, Any]) -> type:
+    from curate.stages import STAGES
+
+    name = stats.get("stage") if isinstance(stats, Mapping) else None
+    spec = STAGES.get(str(name))
+    if spec is None or spec.result is None:
+        known = ", ".join(n for n, s in STAGES.items() if s.result)
+        raise UserError(f"stats of stage {name!r}: no typed result for it (stages with one: {known}); "
+                        "read the mapping itself")
+    return spec.result.load()
+
+
+def _build(cls: type[R], stats: Mapping[str, Any]) -> R:
+    """``cls`` from the matching keys of ``stats`` (see :func:`from_stats`)."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name == "stats":
+            values["stats"] = dict(stats)
+            continue
+        if f.name not in stats:
+            continue
+        value = stats[f.name]
+        kind = hints.get(f.name)
+        union = typing.get_origin(kind) in (typing.Union, types.UnionType)
+        target = next((a for a in typing.get_args(kind) if dataclasses.is_dataclass(a)), kind) if union else kind
+        if dataclasses.is_dataclass(target) and isinstance(value, Mapping):
+            value = _build(target, value)  # type: ignore[arg-type]
+        values[f.name] = value
+    return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """What every stage accounts for: records in = out + dropped + errored."""
+
+    records_in: int = 0
+    dropped: dict[str, int] = dataclasses.field(default_factory=dict)
+    errored: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def rejected(self) -> bool:
+        """Whether any record was dropped or errored."""
+        return bool(self.dropped or self.errored)
+
+    def rejects_line(self, out: object) -> str:
+        """One line for the command line: the dropped and errored records by reason, and where they are listed."""
+        return f"dropped {self.dropped or {}}  errored {self.errored or {}}  → {out}/rejects.parquet"

@@ -4,19 +4,34 @@ A worker pool of W processes on a C-core machine, each starting C torch/OpenMP
 threads, oversubscribes the cores C-fold; the processor check of ``curate pack``
 ran 3× slower that way. Executors cap every worker (1 thread by default for CPU
 workers, or the task's ``threads``) before the task's ``setup()``; a task that
-runs a model with more threads sets them itself in ``setup()``.
+runs a model with more threads sets them itself in ``setup()``. :func:`environ` sets environment variables
+(thread counts among them) for the length of a block, then puts them back.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from curate.core.environ import environ
+
+@contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block; on the way out restore each one, or remove it if it was unset."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 T = TypeVar("T")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from curate.core import validate as v
-from curate.core.defaults import DEFAULT_SHARD_SIZE
+from curate.core.limits import DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
-from curate.core.location import Location, locations
 from curate.core.images import DEFAULT_MAX_PIXELS
+from curate.core.location import Location, locations
 from curate.core.settings import setting
+from curate.core.stats import Counts
+
 
 PathLike = str | os.PathLike[str]
 
@@ -84,3 +87,14 @@ class DedupConfig:
         v.at_least("--search-block", self.search_block, 1)
         v.at_least("--decode-threads", self.decode_threads, 1)
         v.at_least("--max-image-pixels", self.max_image_pixels, 1)
+
+
+# The typed result of ``curate dedup`` (see :mod:`curate.core.stats`).
+@dataclass(frozen=True)
+class DedupResult(Counts):
+    """``curate dedup``: records kept, copies removed by kind, benchmark overlap, records written."""
+
+    records_out: int = 0
+    duplicates: dict[str, int] = field(default_factory=dict)
+    benchmark_overlap: dict[str, Any] | None = None
+    records_written: dict[str, Any] | None = None

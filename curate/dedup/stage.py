@@ -39,7 +39,7 @@ from curate.core.io import write_parquet
 from curate.core.lock import out_lock
 from curate.core.remote import local_file, writing
 from curate.core.shards import Shard, plan_hash, plan_shards
-from curate.core.stats import REJECT_SCHEMA, StageStats, finish_stage, stage_result
+from curate.core.stats import reject_schema, StageStats, finish_stage, stage_result
 from curate.core.validate import configure
 from curate.dedup.config import DedupConfig
 from curate.dedup.decide import REASONS, Decision, Hashed
@@ -49,7 +49,7 @@ from curate.dedup.task import (AGAINST_DIR, HASH_SCHEMA, HASHES_DIR, INDEX_DIR, 
 
 RECORDS_DIR = "records"
 #: ``rejects.parquet`` of ``curate dedup``: every stage's columns, then whom a removed record copies and how far.
-DEDUP_REJECT_SCHEMA = pa.schema([*REJECT_SCHEMA, ("duplicate_of", pa.string()), ("distance", pa.float64())])
+DEDUP_REJECT_SCHEMA = pa.schema([*reject_schema(), ("duplicate_of", pa.string()), ("distance", pa.float64())])
 
 
 def dedup(inputs: Sequence[str | os.PathLike[str]], config: DedupConfig | None = None, *, executor: Any = None,

@@ -10,8 +10,7 @@ from typing import Any
 
 from curate.core.filters import KEPT_DIR, FilterConfig, FilterResult, RecordFilter, write_kept
 from curate.core.remote import writing
-from curate.core.results import from_stats
-from curate.core.stats import finish_stage, stage_result
+from curate.core.stats import finish_stage, from_stats, stage_result
 
 PathLike = str | os.PathLike[str]
 
@@ -30,7 +29,7 @@ def run_filter(inputs: Sequence[PathLike], config: FilterConfig, filter: RecordF
 
 def _run_filter(inputs: Sequence[PathLike], config: FilterConfig, task: RecordFilter, out: Path,
                 executor: Any) -> FilterResult:
-    from curate.core.history import record_run
+    from curate.core.stats import record_run
     from curate.core.shards import plan_shards
     from curate.executors import pending, run_stage
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core import validate as v
-from curate.core.defaults import MAX_THREADS
+from curate.core.limits import MAX_THREADS
 from curate.core.errors import UserError
 
 #: Options each backend takes (beside the one of ``model``/``endpoint``/``rollouts`` that names it).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from curate.core.defaults import DEFAULT_MAX_IMAGES
+from curate.core.limits import DEFAULT_MAX_IMAGES
 from curate.core.images import DEFAULT_LIMITS, ImageLimits
 from curate.core.shards import ShardTask
 from curate.generate.base import GenerationBackend

@@ -14,14 +14,17 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.location import Location, locations
 from curate.core.limits import ImageReading
+from curate.core.location import Location, locations
 from curate.core.records import IMAGE_TOKEN
 from curate.core.settings import setting
+from curate.core.stats import Counts, from_stats
 from curate.generate.checks import check_backend, check_sampling
-from curate.generate.settings import (BackendSettings, backend_of, max_new_tokens_setting, temperature_setting,
-                                      top_p_setting)
+from curate.generate.settings import (
+    BackendSettings, backend_of, max_new_tokens_setting, temperature_setting, top_p_setting,
+)
 from curate.recaption.checks import LANGS, CaptionRules
+
 
 PathLike = str | os.PathLike[str]
 
@@ -190,3 +193,28 @@ class RecaptionConfig(ImageReading):
         object.__setattr__(self, "backend", backend_of(self.backend))
         check_backend(self.backend)
         check_sampling({"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens})
+
+
+# Typed results of ``curate recaption`` (see :mod:`curate.core.stats`).
+@dataclass(frozen=True)
+class CaptionCounts:
+    """Captions asked, kept, retried and failed by reason (one language, or all)."""
+
+    images: int = 0
+    kept: int = 0
+    retried: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    mean_chars: float | None = None
+
+
+@dataclass(frozen=True)
+class RecaptionResult(Counts):
+    """``curate recaption``: records out, captions overall and per language."""
+
+    records_out: int = 0
+    captions: CaptionCounts = field(default_factory=CaptionCounts)
+    per_lang: dict[str, CaptionCounts] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        langs = {k: v if isinstance(v, CaptionCounts) else from_stats(CaptionCounts, v) for k, v in self.per_lang.items()}
+        object.__setattr__(self, "per_lang", langs)

@@ -22,7 +22,7 @@ keyed by request key) as soon as it arrives, and the checks are recomputed from
 the journal, so a rerun after a kill never asks for an answer (first or retry)
 it already has. Backend failures are not journaled, and a shard with failures of the
 server (timeouts, lost connections, 429/5xx) is not complete: a rerun asks again.
-Generation counters and timings go to ``history.json`` (:mod:`curate.core.history`).
+Generation counters and timings go to ``history.json`` (:mod:`curate.core.stats`).
 
 Per shard the task writes ``captions/<shard>.parquet`` (one row per image ×
 language requested) and ``records/<shard>.jsonl`` (one canonical record per kept
@@ -89,7 +89,7 @@ def _recaption(inputs: list[str], config: RecaptionConfig, out: Path, executor: 
 
     from curate.executors import pending, run_stage
     from curate.core.shards import plan_shards
-    from curate.core.history import HISTORY, operational_of, record_run, split_extra
+    from curate.core.stats import HISTORY, operational_of, record_run, split_extra
 
     seed, lang_list = config.seed, list(config.langs or ())
     task = RecaptionTask(config)

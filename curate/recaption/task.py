@@ -13,12 +13,11 @@ from typing import Any
 import pyarrow as pa
 
 from curate.core.formats.writeback import dumps_record, image_ref
-from curate.core.history import backend_identity
+from curate.core.stats import StageStats, backend_identity
 from curate.core.images import refusal
 from curate.core.io import write_parquet
 from curate.core.journal import JournalWriter, read_journal
 from curate.core.shards import UNANSWERED, Shard, ShardContext, readable_records
-from curate.core.stats import StageStats
 from curate.core.limits import MAX_CAPTION_CHARS, TOO_LONG, over
 from curate.generate.base import is_transient
 from curate.generate.settings import sampling_of

@@ -12,7 +12,7 @@ A record in the RL layout carries:
   of which is right). For the ``choice`` verifier a row with options (``choices`` or
   ``options``) and the index of the right one (``answer`` or ``correct_choice_idx``, as
   ScienceQA, AI2D and A-OKVQA store them) is scored against that option's letter
-  (:mod:`curate.core.answers`).
+  (:mod:`curate.core.formats.rows`).
 - ``answer_type``: one of :data:`ANSWER_TYPES` (the LLaVA-OneVision-1.5-RL names) or a
   verifier name (``math``, ``choice``, ``detection``, …); case and ``_``/``-`` are ignored.
 - ``prompt_type``: ``normal`` (answer-only, default) or ``think``.
@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from curate.core.answers import annotator_answers, is_multiple_choice, multiple_choice
+from curate.core.formats.rows import annotator_answers, is_multiple_choice, multiple_choice
 from curate.rewards.verifiers import (bbox, boolean, choice, code, critic, detection, html, number, ocr, string, svg,
                                       llava_ov_rl, v_triune, vlm_r1)
 from curate.rewards.verifiers import math as math_verifier

@@ -17,16 +17,18 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.location import Location, as_location, locations
-from curate.core.limits import ImageReading
 from curate.core.formats.rl_layouts import LAYOUTS, layout_setting, METHODS as VLM_R1_METHODS
+from curate.core.limits import ImageReading
+from curate.core.location import Location, as_location, locations
 from curate.core.settings import setting
+from curate.core.stats import Counts
 from curate.generate.checks import check_backend, check_sampling
 from curate.generate.settings import BackendSettings, backend_of, temperature_setting, top_p_setting
 from curate.rewards.format import PROMPT_TYPES
 from curate.rewards.runtime.sandbox import CodeSandbox
 from curate.rl.presets import PRESETS, SCORING, preset_sources, preset_values
 from curate.rl.selection import load_thresholds
+
 
 PathLike = str | os.PathLike[str]
 
@@ -365,3 +367,32 @@ def _answer_type(answer_type: str | None) -> None:
         from curate.rewards.registry import answer_types
 
         v.one_of("--answer-type", answer_type, answer_types())
+
+
+# Typed results of ``curate rl-filter`` and ``curate score`` (see :mod:`curate.core.stats`).
+@dataclass(frozen=True)
+class RewardSummary:
+    """Mean reward, pass@1, pass@N and truncation over prompts (or responses)."""
+
+    mean_reward: float | None = None
+    mean_pass_at_1: float | None = None
+    mean_pass_at_n: float | None = None
+    truncation_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class RlFilterResult(Counts):
+    """``curate rl-filter``: prompts kept, and the reward figures over all prompts."""
+
+    kept: int = 0
+    overall: RewardSummary = field(default_factory=RewardSummary)
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """``curate score``: responses scored, errored by reason, the mean reward."""
+
+    responses_in: int = 0
+    scored: int = 0
+    errored: dict[str, int] = field(default_factory=dict)
+    overall: RewardSummary = field(default_factory=RewardSummary)

@@ -109,8 +109,8 @@ class RolloutTask(GenerationTask):
 
     def settings(self) -> dict[str, Any]:
         """Answers depend on the backend, n, sampling, prompt style and templates (not the thresholds,
-        nor the backend's operational settings such as ``concurrency``: see :mod:`curate.core.history`)."""
-        from curate.core.history import backend_identity
+        nor the backend's operational settings such as ``concurrency``: see :mod:`curate.core.stats`)."""
+        from curate.core.stats import backend_identity
 
         self.setup()
         from curate.rewards.runtime.sandbox import current
@@ -290,7 +290,7 @@ def _rl_filter(inputs: list[str], config: RlFilterConfig, out: Path, executor: A
     """:func:`rl_filter` into the local folder ``out``."""
     import pyarrow.parquet as pq
 
-    from curate.core.history import HISTORY, operational_of, record_run, split_extra
+    from curate.core.stats import HISTORY, operational_of, record_run, split_extra
     from curate.core.progress import console
     from curate.core.shards import plan_shards
     from curate.executors import pending, run_stage

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from curate.core.answers import is_multiple_choice
+from curate.core.formats.rows import is_multiple_choice
 from curate.core.io import atomic_path
 from curate.core.records import BadRecord, read_records
 from curate.rewards.verifiers.vlm_r1 import with_input_sizes

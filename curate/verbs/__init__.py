@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from curate.core import validate as v
-from curate.core.defaults import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
+from curate.core.limits import DEFAULT_MAX_IMAGES, MAX_THREADS, MAX_WORKERS
 from curate.core.errors import UserError
 from curate.core.settings import (IMAGE_ROOT_HELP, SEED_HELP, SettingInfo, convert, default_workers, option,
                                   settings_of)
@@ -260,7 +260,7 @@ def threads_for(threads: int | None, workers: int) -> int | None:
 
 
 def print_rejects(counts: Any, out: str) -> None:
-    """The line with the dropped and errored records by reason (:meth:`~curate.core.results.Counts.rejects_line`),
+    """The line with the dropped and errored records by reason (:meth:`~curate.core.stats.Counts.rejects_line`),
     when there are any."""
     from curate.core.progress import console
 

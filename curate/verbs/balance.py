@@ -66,9 +66,9 @@ def embed(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.balance.embed import embed as embed_records
-        from curate.balance.results import EmbedResult
+        from curate.balance.config import EmbedResult
         from curate.core.progress import console
-        from curate.core.results import from_stats
+        from curate.core.stats import from_stats
 
         r = from_stats(EmbedResult, embed_records(records, config, executor=runner.make()))
         console.print(f"[bold]embedded[/bold] {r.records_embedded:,} of {r.records_in:,} records "
@@ -101,10 +101,10 @@ def tag(values: Values) -> Prepared:
     embeddings, concepts = values["embeddings"], values["concepts"]
 
     def run() -> None:
-        from curate.balance.results import TagResult
+        from curate.balance.config import TagResult
         from curate.balance.tag import tag as tag_embeddings
         from curate.core.progress import console
-        from curate.core.results import from_stats
+        from curate.core.stats import from_stats
 
         r = from_stats(TagResult, tag_embeddings(embeddings, concepts, config, executor=runner.make()))
         console.print(f"[bold]tagged[/bold] {r.records_tagged:,} records with their top {config.top_k} of "
@@ -144,9 +144,9 @@ def match(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.balance.match import match as match_records
-        from curate.balance.results import TagResult
+        from curate.balance.config import TagResult
         from curate.core.progress import console
-        from curate.core.results import from_stats
+        from curate.core.stats import from_stats
 
         r = match_records(records, vocab, config, executor=runner.make())
         unit = "texts" if config.per == "text" else "records"
@@ -184,9 +184,9 @@ def resample(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.balance.resample import resample as resample_tags
-        from curate.balance.results import ResampleResult, language_lines, records_lines
+        from curate.balance.config import ResampleResult, language_lines, records_lines
         from curate.core.progress import console
-        from curate.core.results import from_stats
+        from curate.core.stats import from_stats
 
         r = from_stats(ResampleResult, resample_tags(tags, config))
         b = r.balance
@@ -234,9 +234,9 @@ def balance(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.balance.pipeline import balance as balance_records, summary_lines
-        from curate.balance.results import BalanceResult
+        from curate.balance.config import BalanceResult
         from curate.core.progress import console
-        from curate.core.results import from_stats
+        from curate.core.stats import from_stats
 
         r = from_stats(BalanceResult, balance_records(records, config, executor=runner.make()))
         for line in summary_lines(r, str(values["out"])):

@@ -34,8 +34,8 @@ def dedup(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.core.progress import console
-        from curate.core.results import from_stats
-        from curate.dedup.results import DedupResult
+        from curate.core.stats import from_stats
+        from curate.dedup.config import DedupResult
         from curate.dedup.stage import dedup as dedup_records
 
         r = from_stats(DedupResult, dedup_records(records, config, executor=runner.make()))

@@ -65,9 +65,9 @@ def pack(values: Values) -> Prepared:
 
 def _summary_pack(stats: dict, out: str) -> None:
     from curate.core.progress import console
-    from curate.core.results import from_stats
-    from curate.report.pages.pack import padding_summary
-    from packer.results import PackResult
+    from curate.core.stats import from_stats
+    from curate.report.pages import padding_summary
+    from packer.config import PackResult
 
     r = from_stats(PackResult, stats)
     console.print(f"[bold]packed[/bold] {r.records_packed:,} of {r.records_in:,} records into "
@@ -78,7 +78,7 @@ def _summary_pack(stats: dict, out: str) -> None:
         before, after = b["imbalance"]["token_only"], b["imbalance"]["balanced"]
         mb = b["micro_batches"]
         if b.get("calibration"):
-            from packer.timing import describe_fit
+            from packer.compute_balance import describe_fit
 
             console.print(describe_fit(b["calibration"]))
         console.print(f"compute-balanced: {b['steps']:,} steps of {b['dp']} ranks x {mb} "

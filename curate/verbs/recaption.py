@@ -50,8 +50,8 @@ def recaption(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.core.progress import console
-        from curate.core.results import from_stats
-        from curate.recaption.results import RecaptionResult
+        from curate.core.stats import from_stats
+        from curate.recaption.config import RecaptionResult
         from curate.recaption.stage import recaption as recaption_records
 
         stats = recaption_records(records, config, executor=runner.make())

@@ -69,8 +69,8 @@ def score(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.core.progress import console
-        from curate.core.results import from_stats
-        from curate.rl.results import ScoreResult
+        from curate.core.stats import from_stats
+        from curate.rl.config import ScoreResult
         from curate.rl.score import score as score_responses
 
         stats = score_responses(records, config, executor=runner.make())
@@ -115,9 +115,9 @@ def rl_filter(values: Values) -> Prepared:
 
     def run() -> None:
         from curate.core.progress import console
-        from curate.core.results import from_stats
+        from curate.core.stats import from_stats
         from curate.rl.filter import rl_filter as filter_prompts
-        from curate.rl.results import RlFilterResult
+        from curate.rl.config import RlFilterResult
 
         stats = filter_prompts(records, config, executor=runner.make())
         r = from_stats(RlFilterResult, stats)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from curate.core.environ import environ
+from curate.core.threads import environ
 from tests._fixtures.servers import serving
 
 ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "NO_GCE_CHECK": "true", "FSSPEC_GS_TOKEN": "anon"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from curate.core.environ import environ
+from curate.core.threads import environ
 
 RECIPE = """\
 description: a small mid-training recipe for the tests

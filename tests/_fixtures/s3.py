@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from curate.core.environ import environ
+from curate.core.threads import environ
 from tests._fixtures.servers import serving
 
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}

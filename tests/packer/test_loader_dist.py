@@ -29,7 +29,8 @@ import torch
 from curate.fixtures.tiny_vlm import free_port
 from packer.loader import PackedDataset, collate_packed, collate_padded
 from packer.pack import pack
-from packer.sampler import index_path, load_index, scan_tar
+from packer.sampler import load_index, scan_tar
+from packer.writer import index_path
 
 CTX = 512
 MAX_PIXELS = 28 * 28 * 16

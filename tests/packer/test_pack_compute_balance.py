@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from curate.core.errors import UserError
-from packer.cost import CostModel, table_components, table_costs
+from packer.compute_balance import CostModel, table_components, table_costs
 from packer.loader import PackedDataset
 from packer.pack import pack
 from packer.verify import verify_pack
@@ -169,7 +169,7 @@ def test_a_training_loop_writes_a_timing_log(balanced, tiny_vlm_dir, tmp_path) -
     from transformers import AutoModelForImageTextToText
 
     from packer.loader import block_causal_mask
-    from packer.timing import TimingLog
+    from packer.compute_balance import TimingLog
 
     out, _ = balanced
     model = AutoModelForImageTextToText.from_pretrained(tiny_vlm_dir, attn_implementation="sdpa").train()

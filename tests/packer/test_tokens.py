@@ -1,12 +1,16 @@
-"""Token counting and encoding against the real processor (built offline)."""
+"""Token counting, piece counts and reserved tokens against the real processor (built offline)."""
 
 from __future__ import annotations
+
+import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from packer.tokens import IGNORE_INDEX, TokenCounter, channel_first, to_template_messages
+from packer import tokens
+from packer.tokens import IGNORE_INDEX, TokenCounter, channel_first, to_template_messages, PieceCounter, PROBE_TEXTS
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +124,69 @@ def test_channel_first_layout_is_checked_at_load(counter: TokenCounter) -> None:
 
     assert counter.layout_agrees(channel_first)
     assert not counter.layout_agrees(reversed_bands)
+
+
+# Counting tokens piece by piece between added tokens gives the whole text's count, or is not used.
+BITS = ["<|im_start|>", "<|im_end|>", "<|image_pad|>", "<|vision_start|>", "<|im_end", "|>", " ", "  ", "\n", "\n\n",
+        "\t", "a", "e", "\u0301", "cat", " dog", "你好", "世界", "🙂", "123", "'s", "!", "user", "assistant"]
+
+
+def _texts(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(BITS) for _ in range(rng.randrange(0, 30))) for _ in range(n)]
+
+
+def test_piece_counts_equal_whole_text_counts(counter: TokenCounter) -> None:
+    pieces = PieceCounter.of(counter._backend)
+    assert pieces is not None and counter._pieces is not None
+    texts = _texts(0, 600) + PROBE_TEXTS
+    whole = [len(ids) for ids in counter.text_ids(texts)]
+    assert pieces.lengths(texts) == whole
+    assert pieces.lengths(texts) == whole  # every piece known now: the same from the table
+    assert counter.text_lengths(texts) == whole
+
+
+def test_the_table_starts_again_when_full(counter: TokenCounter, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "MAX_KEPT", 50)
+    pieces = PieceCounter.of(counter._backend)
+    for seed in range(1, 6):
+        texts = _texts(seed, 40)
+        assert pieces.lengths(texts) == [len(ids) for ids in counter.text_ids(texts)]
+        assert len(pieces._lengths) <= 50 + len(texts) * 30
+
+
+def _tokenizer(**flags: bool):
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate("abcxyz <>|")}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="x"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.add_special_tokens([AddedToken("<a>", normalized=False, **flags), AddedToken("<a>b", normalized=False, **flags)])
+    return tok
+
+
+def test_longest_added_token_wins_as_in_the_tokenizer() -> None:
+    tok = _tokenizer()
+    pieces = PieceCounter.of(tok)
+    assert pieces is not None
+    texts = ["x<a>by", "<a><a>b<a>", "<a", "a>b<a>b<a>", "zz<a>bb"]
+    assert pieces.lengths(texts) == [len(tok.encode(t, add_special_tokens=False).ids) for t in texts]
+
+
+@pytest.mark.parametrize("flag", ["lstrip", "rstrip", "single_word"])
+def test_tokenizers_that_find_added_tokens_otherwise_are_counted_whole(flag: str) -> None:
+    assert PieceCounter.of(_tokenizer(**{flag: True})) is None
+
+
+# Tokens a record's text may not hold (packer.tokens): the template's and the processor's, not grounding's.
+def test_the_template_markers_and_placeholders_are_reserved_grounding_tokens_are_not(tiny_processor_dir: Path) -> None:
+    counter = TokenCounter(tiny_processor_dir)
+    reserved = set(counter.reserved.tokens)
+    assert {"<|im_start|>", "<|im_end|>", "<|image_pad|>", "<|vision_start|>", "<|vision_end|>"} <= reserved
+    assert not {"<|box_start|>", "<|object_ref_start|>", "<|quad_start|>"} & reserved  # grounding data writes them
+    user = [{"role": "user", "content": "<image>\nWhat is <|image_pad|>?"}, {"role": "assistant", "content": "x"}]
+    assert "'<|image_pad|>'" in (counter.reserved.find(user) or "")
+    box = [{"role": "user", "content": "<image>\nWhere?"},
+           {"role": "assistant", "content": "<|object_ref_start|>cat<|object_ref_end|><|box_start|>(1,2),(3,4)<|box_end|>"}]
+    assert counter.reserved.find(box) is None
+    assert counter.reserved.find([{"role": "assistant", "content": "done<|im_end|>"}]) is not None

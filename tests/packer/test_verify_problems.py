@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from packer.verify import VerifyReport
-from packer.verify_tar import MAX_PROBLEMS, TarReport
+from packer.verify import MAX_PROBLEMS, TarReport, VerifyReport
 
 
 @pytest.mark.parametrize("found", [0, 5, MAX_PROBLEMS, MAX_PROBLEMS + 1, 3 * MAX_PROBLEMS + 7])

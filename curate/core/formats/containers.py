@@ -49,7 +49,7 @@ with ``datasets`` image structs (:func:`curate.core.formats.writeback.records_ta
 
 Every input container curate reads, by name and by file suffix: the one table of formats.
 
-Readers (:mod:`curate.core.records`), the split cache (:mod:`curate.core.splits`), folder listing and
+Readers (:mod:`curate.core.records`), the split cache (:mod:`curate.core.shards`), folder listing and
 writing records back (``resample``'s selected records) all look a format up here. A new format is a
 :class:`Container` here and one line in the table.
 """
@@ -116,7 +116,7 @@ class Container(ABC):
     name: ClassVar[str]
     #: Lower-case file suffixes (``.tar.gz`` counts as one).
     suffixes: ClassVar[tuple[str, ...]]
-    #: Whether splitting walks the whole file, so its parts are worth keeping across runs (``curate.core.splits``).
+    #: Whether splitting walks the whole file, so its parts are worth keeping across runs (``curate.core.shards``).
     cached_split: ClassVar[bool] = False
     #: The suffix of a file of this format written back (tars come back as Parquet).
     written_suffix: ClassVar[str | None] = None

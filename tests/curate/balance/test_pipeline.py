@@ -232,7 +232,7 @@ def test_balance_reads_images_from_the_image_root(tiny_clip_spec: str, sample_da
 
 
 def test_selected_ids_not_in_the_records_are_said() -> None:
-    from curate.balance.results import records_lines
+    from curate.balance.config import records_lines
 
     assert records_lines(None, "o") == []
     assert records_lines({"records": 5, "selected_not_found": 0}, "o") == ["records: o/records/ (5 written)"]

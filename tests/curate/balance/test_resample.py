@@ -322,7 +322,7 @@ def test_kth_smallest_equals_a_full_partition() -> None:
 
 def test_resample_runs_without_pandas_or_matplotlib(tmp_path: Path) -> None:
     """pyarrow imports pandas on its first conversion of a numpy array or Python value (0.4 s of CPU holding
-    the GIL); resample converts through the buffers (curate.core.arrow) and draws with Pillow."""
+    the GIL); resample converts through the buffers (curate.core.columns) and draws with Pillow."""
     tags = _zipf_tags(tmp_path / "t.parquet")
     rng = np.random.default_rng(1)
     concepts = [rng.choice(50, size=3, replace=False).tolist() for _ in range(300)] + [[]]

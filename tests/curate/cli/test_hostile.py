@@ -179,7 +179,7 @@ def test_a_yaml_alias_bomb_is_refused_within_limits(tmp_path: Path) -> None:
 def test_the_image_limit_flags_state_their_real_defaults() -> None:
     """The flags are declared without importing the image gate (no Pillow for ``--help``): their help states the
     defaults, which must be the gate's and the record loop's."""
-    from curate.core.defaults import DEFAULT_MAX_IMAGES
+    from curate.core.limits import DEFAULT_MAX_IMAGES
     from curate.core.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS
     from curate.verbs import IMAGE_LIMITS
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from curate.verbs import print_rejects
-from curate.core.results import Counts
-from curate.core.stats import StageStats
+from curate.core.stats import Counts, StageStats
 
 
 def test_a_reason_that_took_most_records_shows_one_example(tmp_path: Path, capsys) -> None:

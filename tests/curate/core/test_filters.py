@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from curate.cli import cli
-from curate.core.environ import environ
+from curate.core.threads import environ
 from curate.core.filters import FilterConfig, FilterResult, RecordFilter, write_kept
 from curate.executors.filters import run_filter
 from curate.core.settings import setting

@@ -53,8 +53,8 @@ def test_integer_is_the_one_integer_check() -> None:
     from curate.core.validate import integer
     from packer.plan import check_int
     from packer.config import PackConfig
-    from packer.cost import CostModel
-    from packer.steps import check_dp
+    from packer.compute_balance import CostModel
+    from packer.compute_balance import check_dp
 
     assert integer("--n", None, 1) is None and integer("--n", np.int32(3), 1) == 3 and integer("--n", 0) == 0
     for bad, match in [(2.5, "must be an integer"), (True, "must be an integer"), ("3", "must be an integer"),

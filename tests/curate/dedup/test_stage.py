@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from curate.core.records import BadRecord, read_records
-from curate.core.stats import REJECT_SCHEMA
+from curate.core.stats import reject_schema
 from curate.dedup.stage import dedup
 from tests._fixtures.dedup import SAME_BYTES, same_files
 
@@ -73,7 +73,7 @@ def test_accounting_and_the_records_written_back(dedup_world, plain_run) -> None
     kept = _kept_ids(plain_run)
     assert len(kept) == stats["records_out"] and dedup_world.no_image in kept
     rejects = pq.read_table(plain_run / "rejects.parquet")
-    assert rejects.schema.names[:len(REJECT_SCHEMA)] == REJECT_SCHEMA.names
+    assert rejects.schema.names[:len(reject_schema())] == reject_schema().names
     assert {"duplicate_of", "distance"} <= set(rejects.schema.names)
     assert sorted(set(kept) | set(rejects.column("id").to_pylist())) == sorted([*dedup_world.groups, "no-image",
                                                                                "missing"])

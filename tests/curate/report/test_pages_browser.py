@@ -22,7 +22,7 @@ from PIL import Image
 from curate.cli import cli
 from curate.core.stats import StageStats, engine_used, finish_stage, run_header
 from curate.report import write_report
-from packer.report import plot_packing
+from packer.pack import plot_packing
 from tests.curate.report.test_report_browser import CHROMIUM, chromium
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: apt-get install -y chromium")

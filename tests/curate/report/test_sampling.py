@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import curate.report.assets as assets
+import curate.report.site as site
 from curate.report import write_report
 
 
@@ -27,7 +27,7 @@ def test_pack_report_on_sampled_row_groups(tmp_path: Path, monkeypatch) -> None:
     (out / "stats.json").write_text(json.dumps({"stage": "pack", "records_in": len(ids), "records_packed": len(ids),
                                                 "dropped": {}, "errored": {}, "bins": len(sizes),
                                                 "settings": {"ctx": 4096}}))
-    monkeypatch.setattr(assets, "FULL_READ_ROWS", 2500)
+    monkeypatch.setattr(site, "FULL_READ_ROWS", 2500)
     write_report(out, samples=40, seed=1)
     page = (out / "report" / "stage.html").read_text()
     shown = re.findall(r"sequence (\d+): (\d+) samples, ([\d,]+) of", page)

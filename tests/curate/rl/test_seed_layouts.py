@@ -189,7 +189,7 @@ def test_llava_ov_rl_parquet_as_released(tmp_path: Path) -> None:
 def test_rec_preset_monitors_boxes_per_source(tmp_path: Path) -> None:
     """``--preset vlm-r1-rec``: VLM-R1's REC reward on rows without ``accu_reward_method``; stats.json and the report
     page carry the figures V-Triune logs for box answers (IoU, precision and recall at 0.5/0.75/0.95)."""
-    from curate.report.pages.rl import monitoring_html
+    from curate.report.pages import monitoring_html
 
     rows = [{"id": f"r{i}", "conversations": [{"from": "human", "value": "Find the cat."},
                                                {"from": "gpt", "value": "<answer>[10, 10, 50, 50]</answer>"}]}

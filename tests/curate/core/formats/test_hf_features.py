@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from curate.core.environ import environ
+from curate.core.threads import environ
 from curate.core.formats.containers import CONTAINERS
 from curate.core.formats.writeback import IMAGE_STRUCT, with_hf_features, write_records
 

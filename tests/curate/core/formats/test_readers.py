@@ -158,7 +158,7 @@ def test_every_container_is_in_the_one_table(tmp_path: Path) -> None:
     from curate.core.filters import write_kept
     from curate.core.formats.containers import ACCEPTED, CONTAINERS, SUFFIXES
     from curate.core.records import input_format
-    from curate.core.splits import SCANNED
+    from curate.core.shards import SCANNED
 
     assert set(SUFFIXES.values()) == set(CONTAINERS) and all(s in ACCEPTED for s in SUFFIXES)
     assert SCANNED == {name for name, c in CONTAINERS.items() if c.cached_split}

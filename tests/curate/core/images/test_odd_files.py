@@ -65,7 +65,7 @@ def test_the_proof_is_sound_on_damaged_copies() -> None:
     from PIL import Image
 
     from curate.core.images import as_file
-    from curate.core.image_proof import prove
+    from curate.core.images import prove
 
     rng = np.random.default_rng(11)
     photo = Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from curate.core.results import from_stats
-from curate.recaption.results import CaptionCounts, RecaptionResult
-from curate.rl.results import RlFilterResult
+from curate.core.stats import from_stats
+from curate.recaption.config import CaptionCounts, RecaptionResult
+from curate.rl.config import RlFilterResult
 
 
 def test_nested_sections_become_dataclasses() -> None:
@@ -31,8 +31,8 @@ def test_from_stats_picks_the_result_of_the_stage(tmp_path) -> None:
     import pytest
 
     from curate.core.errors import UserError
-    from curate.core.results import from_stats
-    from packer.results import PackResult
+    from curate.core.stats import from_stats
+    from packer.config import PackResult
 
     stats = {"stage": "pack", "records_in": 5, "records_packed": 4, "bins": 2, "dropped": {"too_long": 1}}
     (tmp_path / "stats.json").write_text(json.dumps(stats))

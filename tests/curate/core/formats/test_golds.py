@@ -1,10 +1,10 @@
-"""The golds of VQA rows (curate.core.answers): annotators' answers, options and the letter of the right one."""
+"""The golds of VQA rows (curate.core.formats.rows): annotators' answers, options and the letter of the right one."""
 
 from __future__ import annotations
 
 import pytest
 
-from curate.core.answers import CHOICE_PROMPT, annotator_answers, answer_letter, choice_question, options_of
+from curate.core.formats.rows import CHOICE_PROMPT, annotator_answers, answer_letter, choice_question, options_of
 
 
 def test_annotator_answers_are_distinct_strings_first_seen_first() -> None:
