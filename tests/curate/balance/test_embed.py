@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -100,45 +95,6 @@ def test_rerun_with_other_settings_is_refused(tiny_clip_spec: str, sample_data: 
     embed([sample_data / "captions.jsonl"], out=tmp_path / "o", model=tiny_clip_spec, batch_size=4)
     with pytest.raises(UserError, match="other settings"):
         embed([sample_data / "captions.jsonl"], out=tmp_path / "o", model=tiny_clip_spec, batch_size=8)
-
-
-def _many_records(sample_data: Path, path: Path, n: int) -> Path:
-    images = sorted(str(p) for p in (sample_data / "images").glob("*.jpg"))
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(n):
-            fh.write(json.dumps({"id": f"r{i:04d}", "source": "s", "images": [images[i % len(images)]],
-                                 "caption": f"caption {i}"}) + "\n")
-    return path
-
-
-@pytest.mark.slow
-def test_sigkill_then_rerun_gives_identical_bytes(tiny_clip_spec: str, sample_data: Path, tmp_path: Path) -> None:
-    data = _many_records(sample_data, tmp_path / "many.jsonl", 240)
-    args = ["embed", str(data), "--model", tiny_clip_spec, "--shard-size", "4", "--batch-size", "4"]
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "curate", *args, "--out", str(killed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
-    markers = killed / "_shards" / "embed"
-    deadline = time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if markers.is_dir() and len([p for p in markers.glob("0*.json")]) >= 3:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.02)
-    finally:
-        proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    done = len(list(markers.glob("0*.json")))
-    assert 3 <= done < 60
-
-    # The rerun (same arguments, in this process) does only the missing shards.
-    embed([str(data)], out=killed, model=tiny_clip_spec, shard_size=4, batch_size=4)
-    reference = tmp_path / "reference"
-    embed([data], out=reference, model=tiny_clip_spec, shard_size=4, batch_size=4)
-    assert _folder_bytes(killed / EMBED_DIR) == _folder_bytes(reference / EMBED_DIR)
-    assert len(list((killed / EMBED_DIR).glob("*.npy"))) == 60
-    assert not list((killed / ".tmp").rglob("*.npy"))
 
 
 def test_pickled_task_and_other_thread_count_give_the_same_bytes(tiny_clip_spec: str, sample_data: Path,

@@ -2,8 +2,9 @@
 
 ``history.json`` (wall times, resumes: docs/resume.md) is the one file documented to differ. This is
 the local shard contract's test (``run_stage``, ``execute_shard``'s markers, ``finish_stage``, the
-report written after the verb, the plot), on ``curate pack`` (two sharded steps: counting and writing).
-The generating stages' journals and counters: ``test_stats_reproducible.py``; a bucket:
+report written after the verb, the plot), on ``curate pack``, killed in each of its two sharded steps (counting,
+then writing tars). One test per mechanism, not per verb: every sharded verb resumes through this contract (balance's
+steps: ``test_pipeline.py``). The generating stages' journals and counters: ``test_stats_reproducible.py``; a bucket:
 ``test_remote.py::test_sigkill_while_packing_into_a_bucket_then_rerun``.
 """
 
@@ -54,8 +55,9 @@ def files(folder: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != HISTORY}
 
 
-def test_killed_and_resumed_pack_equals_a_straight_run_file_for_file(layouts: Layouts, tiny_processor_dir: Path,
-                                                                    tmp_path: Path,
+@pytest.mark.parametrize("stage", ["lengths", "write"])  # pack's two sharded steps: counting, then writing tars
+def test_killed_and_resumed_pack_equals_a_straight_run_file_for_file(stage: str, layouts: Layouts,
+                                                                    tiny_processor_dir: Path, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     def args(out: Path) -> list[str]:
         return ["pack", str(layouts.files), "--processor", str(tiny_processor_dir), "--ctx", "1024",
@@ -68,21 +70,22 @@ def test_killed_and_resumed_pack_equals_a_straight_run_file_for_file(layouts: La
     _curate(args(out))
     out.rename(straight)
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache-resumed"))
-    child = multiprocessing.get_context("fork").Process(target=_killed_at_marker, args=(args(out), "lengths", 3))
+    child = multiprocessing.get_context("fork").Process(target=_killed_at_marker, args=(args(out), stage, 3))
     child.start()
     child.join(timeout=120)
     assert child.exitcode == -signal.SIGKILL, "the run was not killed"
-    assert not (out / "stats.json").exists() and len(list((out / "_shards" / "lengths").glob("0*.json"))) == 2
+    assert not (out / "stats.json").exists() and len(list((out / "_shards" / stage).glob("0*.json"))) == 2
     _curate(args(out))
     resumed = out
 
     want, got = files(straight), files(resumed)
     assert sorted(got) == sorted(want)
     assert [rel for rel in want if want[rel] != got[rel]] == []
-    for part in ("stats.json", "report/index.html", "report/stage.html", "packing.png", "_shards/lengths/000000.json",
-                 "shards/000000.tar"):
+    assert not [p for p in resumed.rglob(".tmp*") if p.is_file()] and not list((resumed / "shards").glob(".*"))
+    for part in ("stats.json", "report/index.html", "report/stage.html", "packing.png", f"_shards/{stage}/000000.json",
+                 "shards/000000.tar", "shards/000002.tar"):
         assert part in want, part  # the comparison covered what used to differ
     # what differs is in history.json: the wall times of each invocation (two into the resumed folder)
     runs = json.loads((resumed / HISTORY).read_text())["pack"]["runs"]
-    assert len(runs) == 1 and runs[0]["timings"]["lengths"] > 0  # the killed run never finished: no entry
+    assert len(runs) == 1 and runs[0]["timings"][stage] > 0  # the killed run never finished: no entry
     assert "timings" not in json.loads((resumed / "stats.json").read_text())
