@@ -2,10 +2,10 @@
 
 A :class:`StageSpec` says where a verb's command lives, the first paragraph of its help, what a
 recipe step of it hands to the next step, whether it writes ``OUT/report/`` when it ends, and which
-plots and sample view its report page shows. Adding a verb is one entry here plus its modules in
-``curate/verbs/`` and ``curate/cli/`` (docs/architecture.md, "How to add a stage"); a filter stage
+plots and sample view its report page shows. Adding a verb is one entry here plus its ``Verb`` in
+``curate/verbs/`` (docs/architecture.md, "How to add a stage"); a filter stage
 (:class:`curate.core.filters.RecordFilter`) is one entry naming it (``filter=``), its verb made from it by
-``curate/cli/filters.py``. This module imports nothing, so the CLI can list every verb without loading any of
+``curate/verbs/filters.py``. This module imports nothing, so the CLI can list every verb without loading any of
 them. The tables derived from :data:`STAGES` (:data:`RECIPE_VERBS`, :data:`MAIN_OUTPUTS`) read it when asked.
 
 A spec holds its settings class and its result class as :class:`Ref` objects: written ``module:Class`` in the
@@ -43,8 +43,10 @@ class StageSpec:
 
     Attributes:
         name: the verb (``curate NAME``), also the ``stage`` its ``stats.json`` names.
-        cli: the module of ``curate/verbs`` that holds it (its options and ``prepare``, read by the command line and
-            recipes alike) and of ``curate/cli`` that makes its command; imported only when the verb runs.
+        cli: its family: ``curate/verbs/<cli>.py`` holds it (its options and ``prepare``, read by the command line
+            and recipes alike; the group makes its command from them), or, for a command that is not a verb of
+            values (``run``, ``report``, ``serve-rewards``...), ``curate/cli/<cli>.py`` registers it; imported only
+            when the verb runs.
         help: the first paragraph of its help, as ``curate --help`` lists it.
         main_output: what a recipe step of this verb hands to the next step when named without a
             sub-path: the first that exists (Parquet when records carry image bytes), else the first;

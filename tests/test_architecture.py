@@ -236,5 +236,5 @@ def test_the_verb_table_imports_no_module_of_curate() -> None:
 
 def test_floor_check_sees_an_upward_import() -> None:
     """The floor check can fail: the core importing a stage, or a stage the CLI, goes up."""
-    assert _floor("curate.core.io") < _floor("curate.balance.tag") < _floor("curate.cli.balance")
+    assert _floor("curate.core.io") < _floor("curate.balance.tag") < _floor("curate.cli.group")
     assert _floor("packer.plan") == _floor("curate.rl.filter") > _floor("curate.rewards.registry")

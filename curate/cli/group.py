@@ -1,8 +1,10 @@
 """The ``curate`` click group: it knows every verb by name and imports a verb's module only to run it.
 
 ``curate --help`` lists the verbs from :data:`curate.stages.STAGES` without importing any of them;
-``curate pack ...`` imports curate/cli/pack.py alone (and, through it, only what
-packing needs). A verb module adds its commands to :data:`cli` when imported.
+``curate pack ...`` imports curate/verbs/pack.py alone (and, through it, only what packing needs) and makes the
+command from its options (:func:`curate.cli.options.verb_command`). The few commands that are not verbs of values
+(``run``, ``report``, ``vocab build``, ``serve-rewards``, ``energon-prepare``) live in ``curate/cli/<family>.py``,
+which adds them to :data:`cli` when imported.
 """
 
 from __future__ import annotations
@@ -82,9 +84,16 @@ class _Group(click.Group):
         if cmd_name not in self.commands and cmd_name in STAGES:
             if self._listing:  # a stand-in with the verb's first help paragraph: nothing imported to list it
                 return click.Command(cmd_name, help=STAGES[cmd_name].help)
-            module = importlib.import_module(f"curate.cli.{STAGES[cmd_name].cli}")  # registers its verbs here
-            if cmd_name not in self.commands and STAGES[cmd_name].filter is not None:
-                module.add_verb(STAGES[cmd_name])  # a filter stage's verb, made from its row (curate/cli/filters.py)
+            from curate.verbs import verb
+
+            try:  # a verb of values (curate/verbs/<family>.py, or a filter stage's row): its command made here
+                made = verb(cmd_name)
+            except (KeyError, ModuleNotFoundError):  # a click-only command: curate/cli/<family>.py registers it
+                importlib.import_module(f"curate.cli.{STAGES[cmd_name].cli}")
+            else:
+                from curate.cli.options import verb_command
+
+                verb_command(made, self)
         return self.commands.get(cmd_name)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:

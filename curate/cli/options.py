@@ -16,23 +16,36 @@ from curate.core.settings import SettingInfo
 from curate.verbs import Prepared, Values, Verb
 
 
-def verb_command(verb: Verb, group: click.Group, module: str, cls: type[click.Command] | None = None) -> click.Command:
+def verb_command(verb: Verb, group: click.Group) -> click.Command:
     """The click command of ``verb`` added to ``group``: its flags made from the verb's options (where each is declared
-    once), its callback the verb's ``prepare`` given the parsed values (``module``: the command's module, which
-    registers it). The group runs the returned :class:`~curate.verbs.Prepared`."""
+    once), its callback the verb's ``prepare`` given the parsed values. The group runs the returned
+    :class:`~curate.verbs.Prepared`; a flag the verb no longer takes (:attr:`~curate.verbs.Verb.moved`) is one line
+    saying where it went."""
 
     def callback(**params: Any) -> Prepared:
         return verb.prepare(values_of(click.get_current_context(), params))
 
-    callback.__module__ = module
+    callback.__module__ = verb.prepare.__module__
     callback.__name__ = callback.__qualname__ = f"{verb.name.replace('-', '_')}_cmd"
     fn: Any = options(*verb.options, verb=verb.name)(callback)
     if verb.argument is not None:
         arg = verb.argument
         fn = click.argument(arg.name, nargs=-1 if arg.multiple else 1, required=arg.required, metavar=arg.metavar,
                             type=click.Path(path_type=str))(fn)
-    kwargs = {"cls": cls} if cls is not None else {}
-    return group.command(verb.name.rsplit(" ", 1)[-1], help=verb.prepare.__doc__, **kwargs)(fn)
+    command = group.command(verb.name.rsplit(" ", 1)[-1], help=verb.prepare.__doc__)(fn)
+    if verb.moved:
+        parse = command.parse_args
+
+        def parse_args(ctx: click.Context, args: list[str]) -> list[str]:
+            from curate.core.errors import UserError
+
+            for flag, why in verb.moved:
+                if any(a == flag or a.startswith(f"{flag}=") for a in args):
+                    raise UserError(why)
+            return parse(ctx, args)
+
+        command.parse_args = parse_args  # type: ignore[method-assign]
+    return command
 
 
 def values_of(ctx: click.Context, params: dict[str, Any]) -> Values:

@@ -1,18 +1,13 @@
-"""Verbs of sequence packing: ``pack``, ``verify`` (made from curate/verbs/pack.py), ``energon-prepare`` (packer/)."""
+"""``energon-prepare`` (packer/energon.py), the packing family's one command that is not a verb of values (``pack``
+and ``verify`` are made from curate/verbs/pack.py by the group)."""
 
 from __future__ import annotations
 
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import verb_command
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.verbs.pack import VERBS
-
-
-for _verb in VERBS.values():  # pack and verify: their options and work are curate/verbs/pack.py's
-    verb_command(_verb, cli, __name__)
 
 
 @cli.command("energon-prepare")

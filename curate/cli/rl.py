@@ -1,5 +1,5 @@
-"""Verbs of RL data: ``score``, ``rl-filter`` (made from curate/verbs/rl.py), ``serve-rewards`` (curate/rewards/,
-curate/rl/)."""
+"""``serve-rewards`` (curate/rewards/, curate/rl/): the RL family's one command that is not a verb of values
+(``score`` and ``rl-filter`` are made from curate/verbs/rl.py by the group)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ from typing import Any
 import click
 
 from curate.cli.group import cli
-from curate.cli.options import config_options, options, verb_command
+from curate.cli.options import config_options, options
 from curate.core.settings import build_config
 from curate.rl.config import ServeRewardsConfig
-from curate.verbs.rl import CODE_FLAGS, CODE_OPTIONS, VERBS, code_of
-
-for _verb in VERBS.values():
-    verb_command(_verb, cli, __name__)
+from curate.verbs.rl import CODE_FLAGS, CODE_OPTIONS, code_of
 
 
 @cli.command("serve-rewards")

@@ -58,6 +58,8 @@ class Verb:
     argument: SettingInfo | None
     options: tuple[SettingInfo, ...]
     prepare: Callable[[Values], Prepared]
+    #: Flags the verb no longer takes, each with the one line that says where it went (``tag --match``).
+    moved: tuple[tuple[str, str], ...] = ()
     by_key: dict[str, SettingInfo] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -252,7 +252,9 @@ VERBS = {
                help="Embeddings folder: curate embed's OUT (or OUT/embeddings), or clip-retrieval's "
                     "(img_emb/ + metadata/)."),
         option("concepts", type=os.PathLike, required=True, help="Concept matrix from curate vocab embed."),
-        *options_of(TagConfig), *EXECUTOR_OPTIONS), tag),
+        *options_of(TagConfig), *EXECUTOR_OPTIONS), tag,
+        moved=(("--match", "tag --match: matching records' text is its own verb: "
+                           "curate match RECORDS... --vocab VOCAB --out OUT (tag reads embeddings only)"),)),
     "match": Verb("match", inputs(metavar="RECORDS..."), (_vocab_option(), *options_of(MatchConfig), *EXECUTOR_OPTIONS), match),
     "resample": Verb("resample", None, (
         option("tags", type=os.PathLike, required=True, help="tags.parquet from curate tag or curate match."),

@@ -11,11 +11,15 @@ from curate.stages import RECIPE_VERBS, STAGES
 
 
 def test_every_command_has_its_spec_and_every_spec_its_command() -> None:
+    from curate.cli.group import command
+
     for info in pkgutil.iter_modules(curate.cli.__path__):
         importlib.import_module(f"curate.cli.{info.name}")
+    for name in STAGES:
+        command(name)
     assert sorted(cli.commands) == sorted(STAGES)
-    for name, spec in STAGES.items():
-        assert cli.commands[name].callback.__module__ == f"curate.cli.{spec.cli}", name
+    for name, spec in STAGES.items():  # a verb of values is made from curate/verbs/<cli>.py, another in curate/cli/
+        assert cli.commands[name].callback.__module__ in (f"curate.cli.{spec.cli}", f"curate.verbs.{spec.cli}"), name
 
 
 def test_the_consumers_read_the_table() -> None:

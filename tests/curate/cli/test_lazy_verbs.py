@@ -1,10 +1,10 @@
 """The click group imports a verb's module only when that verb is asked for.
 
 ``curate --help`` lists every verb from ``curate.stages.STAGES`` without importing
-one; ``curate pack --help`` imports curate/cli/pack.py alone. The first tests run a
+one; ``curate pack --help`` imports curate/verbs/pack.py alone (the group makes its command). The first tests run a
 fresh ``python`` so that no other test's imports hide a stray one; the table test
-imports every module of curate/cli and checks STAGES against the real commands, so
-the table cannot drift from them.
+asks the group for every verb of STAGES and imports every module of curate/cli, and checks STAGES against the real
+commands, so the table cannot drift from them.
 """
 
 from __future__ import annotations
@@ -60,19 +60,22 @@ def test_pack_help_imports_pack_and_nothing_of_the_other_stages() -> None:
     got = _probe("pack", "--help")
     assert "Usage: curate pack [OPTIONS] [INPUTS]..." in got["out"]
     modules = got["modules"]
-    others = [f"curate.cli.{m}" for m in ("balance", "rl", "recaption", "run", "vocab", "report")]
+    others = [f"curate.{p}.{m}" for p in ("cli", "verbs") for m in ("balance", "rl", "recaption", "run", "vocab",
+                                                                     "report", "dedup", "pack")]
+    others.remove("curate.verbs.pack")
     assert _loaded(modules, "curate.balance", "curate.rl", "curate.rewards", "curate.recaption", "curate.generate",
                    "curate.run", "curate.report", *others) == []
-    assert "curate.cli.pack" in modules
+    assert "curate.verbs.pack" in modules
     # the flags of pack read no heavy library (curate.executors and curate.core.io import theirs where they run)
     assert _loaded(modules, "numpy", "pyarrow", "pandas", "matplotlib", "torch", "PIL") == []
 
 
 def test_curate_help_imports_no_verb_and_lists_the_same_verbs_as_the_commands() -> None:
     got = _probe("--help")
-    assert _loaded(got["modules"], *(f"curate.cli.{module}" for module, _ in VERBS.values())) == []
-    for module in {module for module, _ in VERBS.values()}:  # now every verb is real: click's own help lines
-        importlib.import_module(f"curate.cli.{module}")
+    assert _loaded(got["modules"], *(f"curate.{p}.{module}" for module, _ in VERBS.values()
+                                      for p in ("cli", "verbs"))) == []
+    for name in VERBS:  # now every verb is real: click's own help lines
+        assert command(name) is not None
     loaded = CliRunner().invoke(cli, ["--help"], prog_name="curate")
     assert loaded.exit_code == 0, loaded.output
     assert got["out"] == loaded.output
@@ -80,12 +83,15 @@ def test_curate_help_imports_no_verb_and_lists_the_same_verbs_as_the_commands() 
 
 
 def test_the_table_of_verbs_matches_the_commands() -> None:
-    for info in pkgutil.iter_modules(curate.cli.__path__):  # every module of curate/cli, so a new verb is seen
+    for name in VERBS:
+        command(name)
+    for info in pkgutil.iter_modules(curate.cli.__path__):  # every module of curate/cli, so a new command is seen
         importlib.import_module(f"curate.cli.{info.name}")
     assert sorted(cli.commands) == sorted(VERBS), "add the verb's StageSpec to curate/stages.py (or remove it)"
     for name, cmd in cli.commands.items():
         module, first_paragraph = VERBS[name]
-        assert cmd.callback is not None and cmd.callback.__module__ == f"curate.cli.{module}", name
+        assert cmd.callback is not None and cmd.callback.__module__ in (f"curate.cli.{module}",
+                                                                        f"curate.verbs.{module}"), name
         listed = click.Command(name, help=first_paragraph)
         for limit in (30, 45, 60, 80, 200):
             assert listed.get_short_help_str(limit) == cmd.get_short_help_str(limit), (name, limit)

@@ -109,7 +109,7 @@ def test_the_row_makes_the_verb_and_the_report(registered: StageSpec, inputs: Pa
     from curate.core.progress import console
 
     verb = command("min-words")
-    assert verb is not None and verb.callback.__module__ == "curate.cli.filters"
+    assert verb is not None and verb.callback.__module__ == "curate.verbs.filters"
     flags = {opt for p in verb.params for opt in getattr(p, "opts", [])}
     assert {"--min-words", "--out", "--shard-size", "--image-root", "--executor", "--workers", "--seed"} <= flags
     out = tmp_path / "out"

@@ -24,7 +24,7 @@ def _flags_values(name: str, args: list[str]) -> Values:
     seen: list[Values] = []
     probe = Verb(spec.name, spec.argument, spec.options, lambda values: seen.append(values) or Prepared(None, print))
     group = click.Group("curate")
-    verb_command(probe, group, __name__)
+    verb_command(probe, group)
     result = CliRunner().invoke(group, [name, *args])
     assert result.exit_code == 0, result.output
     return seen[0]
