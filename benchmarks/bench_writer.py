@@ -30,6 +30,7 @@ from curate.executors import run_stage  # noqa: E402
 from curate.fixtures.processor import build_tiny_processor  # noqa: E402
 from curate.fixtures.sampledata import make_sample_data  # noqa: E402
 from curate.core.shards import Shard  # noqa: E402
+from packer.config import PackConfig  # noqa: E402
 from packer.pack import pack  # noqa: E402
 from packer.writer import BinRange, ShardWriteTask  # noqa: E402
 
@@ -74,7 +75,8 @@ def main() -> None:
         bins = stats["bins"]
         work = [Shard(k, meta=BinRange(lo, min(lo + 64, bins)), size=min(lo + 64, bins) - lo)
                 for k, lo in enumerate(range(0, bins, 64))]
-        task = ShardWriteTask(str(fresh), ctx=8192, processor=stats["settings"]["processor"], store_dir=str(out))
+        task = ShardWriteTask(PackConfig(out=fresh, ctx=8192), stats["settings"]["processor"], store_dir=str(out),
+                              out=str(fresh))
         task.setup()
         t0 = time.perf_counter()
         run_stage(task, work, fresh, seed=0)

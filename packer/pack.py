@@ -267,7 +267,7 @@ def _write(planned: _Planned, counted: Counted, config: PackConfig, out: Path, e
     bounds = [0, bins] if planned.balanced is None else planned.balanced.layout.rank_starts().tolist()
     ranges = [(lo, min(lo + per, hi)) for lo_r, hi in zip(bounds[:-1], bounds[1:]) for lo in range(lo_r, hi, per)]
     shards = [Shard(k, meta=BinRange(*r), size=r[1] - r[0]) for k, r in enumerate(ranges)]
-    writer = ShardWriteTask(ctx=config.ctx, processor=counted.fingerprint or "",
+    writer = ShardWriteTask(config, counted.fingerprint or "",
                             store_dir=None if counted.store_dir == out else str(counted.store_dir))
     return run_stage(writer, shards, out, executor=executor, seed=config.seed, desc="write shards",
                      settings={**writer.settings(), "plan": file_sha256(out / PLAN_ARRAYS)[:16]})

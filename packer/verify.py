@@ -398,11 +398,15 @@ class VerifyTarTask(ShardTask):
 
     transient = ("counter",)
 
-    def __init__(self, *, ctx: int, rule: Any, sample: int, balance: dict[str, Any] | None,
+    def __init__(self, config: VerifyConfig, *, ctx: int, rule: Any, balance: dict[str, Any] | None,
                  limits: ImageLimits = DEFAULT_LIMITS, processor: dict[str, Any] | None = None) -> None:
-        self.ctx, self.rule = ctx, rule  # the processor's image rule (a small dataclass): workers load no model
-        self.sample, self.balance, self.limits = sample, balance, limits
-        self.processor = processor  # --recount-all: TokenCounter arguments, each worker loads the processor
+        """Check with ``config``'s recount sample; what the driver read of the pack at run time: its ``ctx``,
+        compute ``balance`` settings and image ``limits`` (``stats.json``), the image ``rule`` of the processor
+        it loaded (a small dataclass: workers load no model) and, with ``--recount-all``, ``processor``, the
+        :class:`~packer.tokens.TokenCounter` arguments each worker loads the processor with."""
+        self.config = config
+        self.ctx, self.rule, self.balance, self.limits = ctx, rule, balance, limits
+        self.processor = processor
         self.counter: Any = None
 
     def setup(self) -> None:
@@ -416,7 +420,7 @@ class VerifyTarTask(ShardTask):
         """Check the shard's tars; write their summaries (``{"tars": [...]}``) and columns under ``verify/``."""
         summaries, tables = [], []
         for path, index in shard.meta:
-            summary, table = check_tar(path, index, ctx=self.ctx, rule=self.rule, sample=self.sample,
+            summary, table = check_tar(path, index, ctx=self.ctx, rule=self.rule, sample=self.config.sample,
                                        seed=ctx.seed, balance=self.balance, limits=self.limits,
                                        counter=self.counter)
             summaries.append(summary)
@@ -498,7 +502,7 @@ def _verify(config: VerifyConfig, out: Path, executor: Any, workers: int) -> Ver
         report.add(f"unfinished files in shards/: {leftovers[:5]}")
     balance = stats["settings"].get("balance")
     every = config.recount_all and counter is not None  # every record re-tokenized in the shards
-    task = VerifyTarTask(ctx=ctx, rule=counter.image_rule if counter is not None else None, sample=sample,
+    task = VerifyTarTask(config, ctx=ctx, rule=counter.image_rule if counter is not None else None,
                          balance=balance, limits=image_limits(stats),
                          processor={"processor": processor, "min_pixels": min_pixels, "max_pixels": max_pixels}
                          if every else None)

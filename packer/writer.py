@@ -41,6 +41,7 @@ from curate.core.images import ImageError, read_bytes
 from curate.core.io import open_input
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
+from packer.config import PackConfig
 
 PLAN_ARRAYS = "_plan/plan.npz"
 INDEX_SUFFIX = ".index.json"
@@ -135,10 +136,15 @@ class ShardWriteTask(ShardTask):
     driver_reads = ()  # the driver never reads the tars back (--out in a bucket: they stay there)
     reads_out = ("_records/*.arrow", PLAN_ARRAYS)  # the lengths step's record store, the driver's plan
 
-    def __init__(self, out: str | None = None, *, ctx: int, processor: str, store_dir: str | None = None) -> None:
-        self.out = out  # opened by setup() when given; shards run through the contract open their own OUT
-        self.store_dir = store_dir  # None: the run's OUT (on whichever node runs the shard)
-        self.ctx = ctx
+    def __init__(self, config: PackConfig, processor: str, *, store_dir: str | None = None,
+                 out: str | None = None) -> None:
+        """Write sequences of ``config.ctx`` tokens; what the driver found at run time: ``processor``, the
+        fingerprint of the processor the records were counted with, and ``store_dir``, the folder holding the
+        lengths step's record store (None: the run's OUT, on whichever node runs the shard). ``out``: a folder
+        :meth:`setup` opens the store and plan of (shards run through the contract open their own OUT)."""
+        self.config = config
+        self.out = out
+        self.store_dir = store_dir
         self.processor = processor
         self._store: pa.Table | None = None
         self._plan: dict[str, np.ndarray] | None = None
@@ -146,7 +152,7 @@ class ShardWriteTask(ShardTask):
 
     def settings(self) -> dict[str, Any]:
         """Outputs depend on the context length and the processor fingerprint (the plan is checked separately)."""
-        return {"ctx": self.ctx, "processor": self.processor}
+        return {"ctx": self.config.ctx, "processor": self.processor}
 
     def setup(self) -> None:
         """Memory-map the record store and load the plan arrays of ``out`` when it was given."""
@@ -235,7 +241,8 @@ class ShardWriteTask(ShardTask):
 
     def _sequence(self, position: int, rows: list[dict[str, Any]],
                   stats: StageStats) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
-        meta: dict[str, Any] = {"key": key_of(position), "ctx": self.ctx, "processor": self.processor, "ids": [],
+        meta: dict[str, Any] = {"key": key_of(position), "ctx": self.config.ctx, "processor": self.processor,
+                                "ids": [],
                                 "sources": [], "tokens": [], "image_grids": [], "images_per_sample": [],
                                 "image_tokens": [], "image_members": [], "messages": []}
         blobs: list[tuple[str, bytes]] = []

@@ -31,12 +31,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from curate.balance.config import DEFAULT_BATCH, EmbedConfig, wall_timings
-from curate.models.encoders import DEFAULT_MODEL, Encoder, load_encoder
+from curate.balance.config import EmbedConfig, wall_timings
+from curate.models.encoders import Encoder, load_encoder
 from curate.models.specs import check_weights
-from curate.core.limits import DEFAULT_MAX_IMAGES
-from curate.core.errors import UserError
-from curate.core.images import DEFAULT_LIMITS, ImageError, ImageLimits, decode
+from curate.core.images import ImageError, decode
 from curate.core.io import write_parquet
 from curate.core.remote import writing
 from curate.core.shards import (Shard, ShardContext, ShardTask, plan_hash, plan_shards,
@@ -69,33 +67,27 @@ class EmbedTask(ShardTask):
     unit = "records"
     transient = ("encoder",)
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, precision: str = "fp32", device: str = "auto",
-                 batch_size: int = DEFAULT_BATCH, decode_threads: int | None = None, threads: int | None = None,
-                 limits: ImageLimits = DEFAULT_LIMITS, max_images: int = DEFAULT_MAX_IMAGES) -> None:
-        if batch_size < 1:
-            raise UserError(f"--batch-size must be at least 1, got {batch_size}")
-        if decode_threads is not None and decode_threads < 1:
-            raise UserError(f"--decode-threads must be at least 1, got {decode_threads}")
-        self.model_spec, self.precision, self.device = model, precision, device
-        self.batch_size = batch_size
-        self.decode_threads = decode_threads or default_decode_threads()
-        self.threads = threads
-        self.limits, self.max_images = limits, max_images
+    def __init__(self, config: EmbedConfig) -> None:
+        """Embed with the model, batch size, threads and image limits of ``config`` (checked when it was built)."""
+        self.config = config
+        self.decode_threads = config.decode_threads or default_decode_threads()
+        self.limits = config.image_limits  # the gate's limits, made once
         self.encoder: Encoder | None = None
 
     def setup(self) -> None:
         """Load the model once per worker."""
         if self.encoder is None:
-            self.encoder = load_encoder(self.model_spec, precision=self.precision, device=self.device,
-                                        threads=self.threads)
+            c = self.config
+            self.encoder = load_encoder(c.model, precision=c.precision, device=c.device, threads=c.threads)
 
     def settings(self) -> dict[str, Any]:
         """The model fingerprint, precision, batch size and decoding limits change the bytes."""
         self.setup()
         assert self.encoder is not None
-        return {"model": self.encoder.fingerprint, "model_spec": self.model_spec, "precision": self.precision,
-                "batch_size": self.batch_size, "image_limits": self.limits.settings(), "dim": self.encoder.dim,
-                "max_images": self.max_images,
+        c = self.config
+        return {"model": self.encoder.fingerprint, "model_spec": c.model, "precision": c.precision,
+                "batch_size": c.batch_size, "image_limits": self.limits.settings(), "dim": self.encoder.dim,
+                "max_images": c.max_images,
                 "multi_image": "mean"}
 
     # ------------------------------------------------------------------
@@ -108,7 +100,7 @@ class EmbedTask(ShardTask):
         self.setup()
         assert self.encoder is not None
         stats = StageStats()
-        batch = _Batch(self.encoder, self.batch_size, stats, ctx)
+        batch = _Batch(self.encoder, self.config.batch_size, stats, ctx)
         for item, tensors in self._decoded(self._items(shard, stats, ctx), stats, ctx):
             batch.add(item, tensors)
         batch.flush()
@@ -124,7 +116,7 @@ class EmbedTask(ShardTask):
     def _items(self, shard: Shard, stats: StageStats, ctx: ShardContext) -> Iterator[_Item]:
         """The shard's records with images, streamed: only the records being decoded hold their image bytes
         (Parquet cells, tar members; Parquet cells decode in place); a record without any is dropped ``no_image``."""
-        for rec in readable_records(shard, stats, ctx, views=True, max_images=self.max_images):
+        for rec in readable_records(shard, stats, ctx, views=True, max_images=self.config.max_images):
             if not rec["images"]:
                 stats.drop(rec["id"], rec["source"], NO_IMAGE, "record has no image to embed")
                 ctx.progress(1)
@@ -135,7 +127,7 @@ class EmbedTask(ShardTask):
                  ctx: ShardContext) -> Iterator[tuple[_Item, list[Any]]]:
         """Each item with its images decoded and preprocessed, in order, by a thread pool kept two batches ahead of
         the model; an image that fails errors its record with the gate's reason (or ``preprocess_failed``)."""
-        ahead = 2 * self.batch_size
+        ahead = 2 * self.config.batch_size
         with ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="decode") as pool:
             pending: deque[tuple[_Item, Future]] = deque()
 
@@ -236,9 +228,7 @@ def embed_step(inputs: Sequence[str | os.PathLike[str]], config: EmbedConfig, ou
     from curate.executors import run_stage
 
     shards = plan_shards(inputs, config.shard_size, image_root=config.image_root)
-    task = EmbedTask(config.model, precision=config.precision, device=config.device, batch_size=config.batch_size,
-                     decode_threads=config.decode_threads, threads=config.threads, limits=config.image_limits,
-                     max_images=config.max_images)
+    task = EmbedTask(config)
     settings = {**task.settings(), "shard_size": config.shard_size, "plan": plan_hash(shards)}
     t0 = time.perf_counter()
     stats = run_stage(task, shards, out, executor=executor, seed=config.seed, desc="embed images", settings=settings)

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from curate.balance.concepts import sidecar_path
-from curate.balance.config import DEFAULT_NPROBE, DEFAULT_TOP_K, TagConfig, wall_timings
+from curate.balance.config import TagConfig, wall_timings
 from curate.balance.index import (SEARCH_BATCH, auto_nlist, concept_matrix, exact_index, ivf_file, maybe_gpu,
                                   measure_recall, search)
 from curate.core.embeddings import EmbeddingFile, find_embeddings, read_ids, sample_rows
@@ -96,10 +96,11 @@ class TagTask(ShardTask):
     unit = "records"
     transient = ("_index", "_rows")
 
-    def __init__(self, concepts: str, *, top_k: int, index: str = "flat",
-                 index_file: str | None = None, nprobe: int = DEFAULT_NPROBE, id_column: str | None = None) -> None:
-        self.concepts, self.top_k, self.index_kind = concepts, top_k, index
-        self.index_file, self.nprobe, self.id_column = index_file, nprobe, id_column
+    def __init__(self, config: TagConfig, concepts: str, *, index_file: str | None = None) -> None:
+        """Tag with ``config``'s K, index kind, ``nprobe`` and id column; what the driver made at run time:
+        ``concepts``, the concept matrix as every node finds it (:func:`portable`), and with ``--index ivf``
+        ``index_file``, the trained index."""
+        self.config, self.concepts, self.index_file = config, concepts, index_file
         self.reads_out = tuple(p for p in (concepts, index_file) if _in_out(p))  # written by the driver
         self._index: Any = None
         self._rows: np.ndarray | None = None
@@ -116,10 +117,10 @@ class TagTask(ShardTask):
         import faiss
 
         vectors, rows, _ = concept_matrix(readable(self.concepts, ctx))
-        if self.index_kind == "ivf":
+        if self.config.index == "ivf":
             assert self.index_file is not None
             index = faiss.read_index(str(readable(self.index_file, ctx)))
-            index.nprobe = self.nprobe
+            index.nprobe = self.config.nprobe
         else:
             index = exact_index(vectors)
         self._index, self._rows = maybe_gpu(index), rows
@@ -134,7 +135,7 @@ class TagTask(ShardTask):
         assert self._rows is not None
         given: EmbeddingFile = shard.meta
         file = given._replace(npy=str(readable(given.npy, ctx)), ids=str(readable(given.ids, ctx)))
-        ids, codes, names = read_ids(file, self.id_column)
+        ids, codes, names = read_ids(file, self.config.id_column)
         stats = StageStats()
         per_source = counts_by_source(codes, names)
         stats.seen_many(per_source)
@@ -142,7 +143,7 @@ class TagTask(ShardTask):
         if emb.shape[1] != self._index.d:
             raise UserError(f"{given.npy}: embeddings have {emb.shape[1]} dims but the concepts have "
                             f"{self._index.d}; embed images and concepts with the same model")
-        k = min(self.top_k, len(self._rows))
+        k = min(self.config.top_k, len(self._rows))
         concept_lists: list[np.ndarray] = []
         score_lists: list[np.ndarray] = []
         with stats.timer("search"):
@@ -280,9 +281,8 @@ def _tag(embeddings: Location, concepts: Path, given: Location, config: TagConfi
     # any node finds the files: relative to OUT, or an input's URL (curate.core.remote)
     shards = [Shard(i, meta=f._replace(npy=portable(f.npy, out, copied), ids=portable(f.ids, out, copied)), size=f.rows)
               for i, f in enumerate(files)]
-    task = TagTask(portable(concepts, out, (concepts.parent, given.parent.url) if given.is_remote else None),
-                   top_k=top_k, index=index, index_file=portable(index_file, out) if index_file else None,
-                   nprobe=config.nprobe, id_column=config.id_column)
+    task = TagTask(config, portable(concepts, out, (concepts.parent, given.parent.url) if given.is_remote else None),
+                   index_file=portable(index_file, out) if index_file else None)
     settings = {"concepts": concepts_sha[:16], "top_k": top_k, "index": index,
                 **({"nlist": nlist, "nprobe": config.nprobe} if index == "ivf" else {}), "id_column": config.id_column,
                 "embeddings": [(s.meta.npy, s.meta.rows) for s in shards]}

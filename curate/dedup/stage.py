@@ -175,7 +175,7 @@ def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: 
     size = config.search_block
     blocks = [Shard(i, meta=QueryBlock(s, min(s + size, len(hashes))), size=min(size, len(hashes) - s))
               for i, s in enumerate(range(0, len(hashes), size))]
-    task = SearchTask(threshold, digest, config.near_threshold if config.near else None)
+    task = SearchTask(config, threshold, digest)
     run_stage(task, blocks, out, executor=executor, seed=config.seed, desc="search near duplicates",
               settings={**task.settings(), "plan": plan_hash(blocks)})
     found = [pq.read_table(out / PAIRS_DIR / f"{b.id}.parquet") for b in blocks]
@@ -189,12 +189,12 @@ def _run(inputs: list[Any], config: DedupConfig, out: Path, executor: Any) -> di
 
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    task = HashTask(decode_threads=config.decode_threads, max_image_pixels=config.max_image_pixels)
+    task = HashTask(config)
     hash_stats, records, hash_settings = _hash_step(task, inputs, config, out, executor, config.image_root,
                                                     "hash images")
     refs = ref_stats = None
     if config.against:
-        ref_task = AgainstTask(decode_threads=config.decode_threads, max_image_pixels=config.max_image_pixels)
+        ref_task = AgainstTask(config)
         ref_stats, refs, _ = _hash_step(ref_task, [str(p) for p in config.against], config, out, executor, None,
                                         "hash reference images", per_input=True)
     timings = {"hash": time.perf_counter() - t0}
@@ -213,16 +213,15 @@ def _run(inputs: list[Any], config: DedupConfig, out: Path, executor: Any) -> di
         (ra, rb, _), (xa, xb, _) = nodes.split(found[0][close], found[1][close], found[2][close])
         need = np.unique(np.concatenate([_needed(records, ra, rb, records), _needed(records, rb, ra, records),
                                          _needed(records, xa, xb, refs) if refs is not None else ra[:0]]))
-        records.pixel_key = _pixel_keys(records, need, DigestTask(decode_threads=config.decode_threads,
-                                                                  max_image_pixels=config.max_image_pixels),
-                                        config, out, executor, "digest candidate images")
+        records.pixel_key = _pixel_keys(records, need, DigestTask(config), config, out, executor,
+                                        "digest candidate images")
         if refs is not None:
             need = _needed(refs, xb, xa, records)
-            refs.pixel_key = _pixel_keys(refs, need, AgainstDigestTask(
-                decode_threads=config.decode_threads, max_image_pixels=config.max_image_pixels), config, out,
-                executor, "digest candidate reference images")
+            refs.pixel_key = _pixel_keys(refs, need, AgainstDigestTask(config), config, out, executor,
+                                         "digest candidate reference images")
     else:
-        records.pixel_key = _pixel_keys(records, np.zeros(0, np.int64), DigestTask(), config, out, executor, "")
+        records.pixel_key = _pixel_keys(records, np.zeros(0, np.int64), DigestTask(config), config, out, executor,
+                                        "")
     timings["search"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     decision, pair_counts = decide(records, alive, prefer=tuple(config.prefer), near_pairs=near,

@@ -33,10 +33,11 @@ import numpy as np
 import pyarrow as pa
 
 from curate.core.image_headers import ImageAt
-from curate.core.images import DEFAULT_MAX_PIXELS, ImageError, ImageLimits, decode, decode_small, image_label
+from curate.core.images import ImageError, ImageLimits, decode, decode_small, image_label
 from curate.core.io import is_url, write_parquet
 from curate.core.shards import Shard, ShardContext, ShardTask, readable_records
 from curate.core.stats import StageStats
+from curate.dedup.config import DedupConfig
 from curate.dedup.hashing import (DIGEST_BYTES, HASHES_PER_IMAGE, bytes_digest, combined_digest, perceptual_hashes,
                                   pixel_digest)
 
@@ -95,13 +96,15 @@ class HashTask(ShardTask):
     folder: ClassVar[str] = HASHES_DIR
     unit = "records"
 
-    def __init__(self, *, decode_threads: int | None = None, max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
-        self.decode_threads = decode_threads or _default_threads()
-        self.max_image_pixels = max_image_pixels
+    def __init__(self, config: DedupConfig) -> None:
+        """Hash with ``config``'s decoding threads and pixel limit."""
+        self.config = config
+        self.decode_threads = config.decode_threads or _default_threads()
 
     def settings(self) -> dict[str, Any]:
         """The decoding limit and the hashing scheme change the bytes (threads do not)."""
-        return {"max_image_pixels": self.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE, "hash_version": 3,
+        return {"max_image_pixels": self.config.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE,
+                "hash_version": 3,
                 "signature_size": list(SIGNATURE_SIZE)}
 
     def _signature(self, src: Any, index: int, cache: dict[bytes, Signature]) -> Signature:
@@ -111,7 +114,7 @@ class HashTask(ShardTask):
         key = bytes_digest(raw) if raw is not None and len(raw) else None
         if key is not None and key in cache:
             return cache[key]
-        img, width, height = decode_small(src, ImageLimits(max_pixels=self.max_image_pixels),
+        img, width, height = decode_small(src, ImageLimits(max_pixels=self.config.max_image_pixels),
                                           label=image_label(src, index), size=SIGNATURE_SIZE, grey=True)
         sig = Signature(width * height, b"", key, perceptual_hashes(img))
         if key is not None:
@@ -193,16 +196,17 @@ class DigestTask(ShardTask):
     folder: ClassVar[str] = DIGESTS_DIR
     unit = "records"
 
-    def __init__(self, *, decode_threads: int | None = None, max_image_pixels: int = DEFAULT_MAX_PIXELS) -> None:
-        self.decode_threads = decode_threads or _default_threads()
-        self.max_image_pixels = max_image_pixels
+    def __init__(self, config: DedupConfig) -> None:
+        """Digest with ``config``'s decoding threads and pixel limit."""
+        self.config = config
+        self.decode_threads = config.decode_threads or _default_threads()
 
     def settings(self) -> dict[str, Any]:
         """The decoding limit and the digest scheme (the ids are in the plan)."""
-        return {"max_image_pixels": self.max_image_pixels, "digest_version": 1}
+        return {"max_image_pixels": self.config.max_image_pixels, "digest_version": 1}
 
     def _digest(self, images: tuple[Any, ...]) -> bytes | None:
-        limits = ImageLimits(max_pixels=self.max_image_pixels)
+        limits = ImageLimits(max_pixels=self.config.max_image_pixels)
         try:
             return combined_digest([pixel_digest(decode(src, limits, label=image_label(src, i)))
                                     for i, src in enumerate(images)])
@@ -253,14 +257,17 @@ class SearchTask(ShardTask):
     transient = ("index",)
     reads_out = (f"{INDEX_DIR}/*",)
 
-    def __init__(self, threshold: int, digest: str, near: int | None = None) -> None:
-        self.threshold, self.digest, self.near = threshold, digest, near
+    def __init__(self, config: DedupConfig, threshold: int, digest: str) -> None:
+        """Search within ``threshold`` bits (the driver's: ``config``'s near threshold, or further for the candidates
+        of the same pixels) the index whose hashes have the digest ``digest``."""
+        self.config, self.threshold, self.digest = config, threshold, digest
         self.index: tuple[str, dict[str, np.ndarray]] | None = None
 
     def settings(self) -> dict[str, Any]:
-        """The threshold and the index (its digest) decide the pairs; ``near``, the run's near threshold (the
-        search may go further, for the candidates of the same pixels), is recorded with them."""
-        return {"near_threshold": self.near, "search_threshold": self.threshold, "index": self.digest}
+        """The threshold and the index (its digest) decide the pairs; the run's near threshold (None with
+        ``--no-near``; the search may go further, for the candidates of the same pixels) is recorded with them."""
+        near = self.config.near_threshold if self.config.near else None
+        return {"near_threshold": near, "search_threshold": self.threshold, "index": self.digest}
 
     def run(self, shard: Shard, work: Path, ctx: ShardContext) -> StageStats:
         """Write the pairs found from this block's queries."""

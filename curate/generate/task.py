@@ -2,30 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from curate.core.limits import DEFAULT_MAX_IMAGES
-from curate.core.images import DEFAULT_LIMITS, ImageLimits
+from curate.core.images import ImageLimits
 from curate.core.shards import ShardTask
 from curate.generate.base import GenerationBackend
 
 
+class GenerationSettings(Protocol):
+    """The part of a generating stage's config a :class:`GenerationTask` reads (``RecaptionConfig``,
+    ``RlFilterConfig``): the backend's :func:`curate.generate.make_backend` arguments and the image limits
+    (:class:`curate.core.limits.ImageReading`)."""
+
+    @property
+    def backend(self) -> Mapping[str, Any]: ...
+
+    @property
+    def image_limits(self) -> ImageLimits: ...
+
+    @property
+    def max_images(self) -> int: ...
+
+
 class GenerationTask(ShardTask):
-    """Holds the :func:`curate.generate.make_backend` arguments; opens the backend once per worker.
+    """Holds the :func:`curate.generate.make_backend` arguments of its config; opens the backend once per worker.
 
     The open backend (a loaded model, a connection pool) is never pickled: each
     worker process or Ray actor opens its own in :meth:`setup`. ``limits`` and ``max_images``
-    (:class:`curate.core.limits.ImageReading`) bound what one record's images cost: the task checks
+    (the config's :class:`curate.core.limits.ImageReading`) bound what one record's images cost: the task checks
     them at the gate before a request, and a backend that reads pixels (a local model, a server's data
     URLs) reads within the same limits.
     """
 
     transient = ("_backend",)
 
-    def __init__(self, backend: dict[str, Any], *, limits: ImageLimits = DEFAULT_LIMITS,
-                 max_images: int = DEFAULT_MAX_IMAGES) -> None:
-        self.backend_args = backend
-        self.limits, self.max_images = limits, max_images
+    def __init__(self, config: GenerationSettings) -> None:
+        """The task of a run's ``config`` (checked when it was built): its backend arguments and image limits."""
+        self.backend_args = dict(config.backend)
+        self.limits, self.max_images = config.image_limits, config.max_images
         self._backend: GenerationBackend | None = None
 
     def setup(self) -> None:

@@ -62,7 +62,7 @@ class RecaptionTask(GenerationTask):
     unit = "records"
 
     def __init__(self, config: RecaptionConfig) -> None:
-        super().__init__(dict(config.backend), limits=config.image_limits, max_images=config.max_images)
+        super().__init__(config)
         self.langs = list(config.langs or ())
         self.mix = config.mix
         self.prompts = dict(config.prompts)

@@ -86,7 +86,7 @@ class RolloutTask(GenerationTask):
         """The task of the run ``config`` (checked when it was built): its backend, n, sampling (seeded with its
         ``seed``), prompt style and templates, training progress, default answer type, code sandbox and image
         limits; ``max_prompt_chars``: longer prompts are errored before they are asked."""
-        super().__init__(dict(config.backend), limits=config.image_limits, max_images=config.max_images)
+        super().__init__(config)
         self.n = config.n
         self.sampling = sampling_of(config)
         self.prompt_style = config.prompt_style

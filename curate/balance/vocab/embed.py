@@ -207,8 +207,8 @@ def _embed_vocab(config: VocabEmbedConfig, out: Path | None, encoder: Encoder | 
             meta = _compute(entries, enc, allowed, template, folder, batch_size, threads, show_progress, glosses_at)
         else:
             source = str(config.vocab) if config.vocab.is_remote else str(vocab.resolve())  # what every node reads
-            meta = _compute_sharded(source, enc, allowed, template, folder, batch_size, threads, executor,
-                                    _chunks_folder(out, key), glosses_at)
+            meta = _compute_sharded(config, source, enc, allowed, folder, executor, _chunks_folder(out, key),
+                                    glosses_at)
         meta.update({"model": enc.fingerprint, "model_spec": enc.spec, "precision": enc.precision,
                      "vocab_sha256": vhash, "vocab_path": str(config.vocab if config.vocab.is_remote else
                                                                vocab.resolve()),
@@ -310,6 +310,14 @@ class Chunk(NamedTuple):
     index: int
 
 
+class Loaded(NamedTuple):
+    """The encoder the driver loaded, as each worker loads it again: its spec, precision and device."""
+
+    spec: str
+    precision: str
+    device: str
+
+
 class ConceptChunkTask(ShardTask):
     """Embeds one chunk of :data:`CHUNK` vocabulary entries (``shard.meta`` a :class:`Chunk`) into ``parts/``."""
 
@@ -317,27 +325,31 @@ class ConceptChunkTask(ShardTask):
     unit = "concepts"
     transient = ("_state",)
 
-    def __init__(self, vocab: str, model: str, *, precision: str, device: str, template: str | None,
-                 scripts: tuple[str, ...], batch_size: int, threads: int | None, glosses: str | None = None) -> None:
-        self.glosses = glosses
-        self.vocab, self.model, self.precision, self.device = vocab, model, precision, device
-        self.template, self.scripts, self.batch_size, self.threads = template, scripts, batch_size, threads
+    def __init__(self, config: VocabEmbedConfig, *, vocab: str, encoder: Loaded, scripts: tuple[str, ...],
+                 glosses: str | None = None) -> None:
+        """Embed with ``config``'s template, batch size and threads; what the driver found at run time: ``vocab``,
+        the vocabulary file every node reads (a local path or a bucket's URL), ``encoder``, the model it loaded
+        (given to :func:`embed_vocab` or loaded from ``config``), ``scripts``, the scripts that model reads, and
+        ``glosses``, the gloss file beside the vocabulary (None: none)."""
+        self.config, self.vocab, self.encoder, self.scripts, self.glosses = config, vocab, encoder, scripts, glosses
+        self.template = check_template(config.template)
         self._state: tuple[Encoder, list[str], np.ndarray] | None = None
 
     def settings(self) -> dict[str, Any]:
         """The chunks depend on the model, vocabulary, template, scripts and batch size."""
-        return {"model": self.model, "vocab": file_sha256(local_file(self.vocab)), "template": self.template,
+        return {"model": self.encoder.spec, "vocab": file_sha256(local_file(self.vocab)), "template": self.template,
                 "glosses": file_sha256(Path(self.glosses)) if self.glosses else None,
-                "scripts": list(self.scripts), "batch_size": self.batch_size, "precision": self.precision}
+                "scripts": list(self.scripts), "batch_size": self.config.batch_size,
+                "precision": self.encoder.precision}
 
     def setup(self) -> None:
         """Load the encoder and the vocabulary once per worker."""
         if self._state is None:
             import torch
 
-            enc = load_encoder(self.model, precision=self.precision, device=self.device)
-            if self.threads:
-                torch.set_num_threads(self.threads)
+            enc = load_encoder(self.encoder.spec, precision=self.encoder.precision, device=self.encoder.device)
+            if self.config.threads:
+                torch.set_num_threads(self.config.threads)
             entries = read_vocab(local_file(self.vocab))  # a local path, or a bucket's object (a cached copy)
             glosses = load_glosses(Path(self.glosses)) if self.glosses else None
             texts, mask, _, _ = embed_texts(entries, self.scripts, glosses)
@@ -350,7 +362,7 @@ class ConceptChunkTask(ShardTask):
         enc, entries, mask = self._state
         c = int(shard.meta.index)
         idx, tokens = _tokenize_chunk(enc, entries, mask, self.template, c)
-        block = _chunk_block(enc, len(entries), c, idx, tokens, self.batch_size)
+        block = _chunk_block(enc, len(entries), c, idx, tokens, self.config.batch_size)
         path = work / "parts" / f"{c:06d}.npy"
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, block)
@@ -362,11 +374,10 @@ class ConceptChunkTask(ShardTask):
         return stats
 
 
-def _compute_sharded(vocab: str, enc: Encoder, allowed: tuple[str, ...], template: str | None, folder: Path,
-                     batch_size: int, threads: int | None, executor: Any, chunks: Path | None = None,
-                     glosses_at: Path | None = None) -> dict[str, Any]:
-    """Embed the chunks as shards of a stage on ``executor`` (into ``chunks``, default ``folder``), then assemble as
-    :func:`_compute` does."""
+def _compute_sharded(config: VocabEmbedConfig, vocab: str, enc: Encoder, allowed: tuple[str, ...], folder: Path,
+                     executor: Any, chunks: Path | None = None, glosses_at: Path | None = None) -> dict[str, Any]:
+    """Embed the chunks of ``vocab`` (the file every node reads) as shards of a stage on ``executor`` (into ``chunks``,
+    default ``folder``), then assemble as :func:`_compute` does."""
     from curate.core.remote_sync import drop_prefix
     from curate.executors import run_stage
 
@@ -374,13 +385,13 @@ def _compute_sharded(vocab: str, enc: Encoder, allowed: tuple[str, ...], templat
     _, mask, skipped, glossed = embed_texts(entries, allowed, load_glosses(glosses_at) if glosses_at else None)
     n_chunks = (len(entries) + CHUNK - 1) // CHUNK
     shards = [Shard(c, meta=Chunk(c), size=min(CHUNK, len(entries) - c * CHUNK)) for c in range(n_chunks)]
-    task = ConceptChunkTask(vocab, enc.spec, precision=enc.precision, device=str(enc.device),
-                            template=template, scripts=allowed, batch_size=batch_size, threads=threads,
-                            glosses=str(glosses_at) if glosses_at else None)
+    task = ConceptChunkTask(config, vocab=vocab, encoder=Loaded(enc.spec, enc.precision, str(enc.device)),
+                            scripts=allowed, glosses=str(glosses_at) if glosses_at else None)
     where = chunks or folder
     run_stage(task, shards, where, executor=executor, seed=0, desc="embed concepts")
     folder.mkdir(parents=True, exist_ok=True)
-    meta = _assemble(folder, where / "parts", len(entries), enc.dim, n_chunks, mask, skipped, batch_size, glossed)
+    meta = _assemble(folder, where / "parts", len(entries), enc.dim, n_chunks, mask, skipped, config.batch_size,
+                     glossed)
     if chunks is not None:  # in a bucket's staging folder: the bucket's copy is done with too
         drop_prefix(chunks)
         shutil.rmtree(chunks, ignore_errors=True)

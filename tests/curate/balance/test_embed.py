@@ -102,11 +102,12 @@ def test_pickled_task_and_other_thread_count_give_the_same_bytes(tiny_clip_spec:
     """What a worker process or Ray actor does: unpickle the task (no model inside), set up, run a shard."""
     import pickle
 
+    from curate.balance.config import EmbedConfig
     from curate.balance.embed import EmbedTask
     from curate.core.shards import ShardContext, plan_shards
 
     shard = plan_shards([sample_data / "records.jsonl"], 40)[1]
-    task = EmbedTask(tiny_clip_spec, batch_size=8)
+    task = EmbedTask(EmbedConfig(out=tmp_path / "out", model=tiny_clip_spec, batch_size=8))
     task.setup()
     blob = pickle.dumps(task)
     assert len(blob) < 10_000  # the model is not pickled

@@ -404,9 +404,10 @@ def test_interrupted_local_run_is_finished_on_ray(ray_cluster, stage, local_refe
 
 def test_task_errors_reach_the_driver_unchanged(ray_cluster, tmp_path) -> None:
     """A UserError raised in an actor's setup surfaces as the same UserError (one-line CLI message)."""
+    from packer.config import PackConfig
     from packer.writer import ShardWriteTask
 
-    task = ShardWriteTask(str(tmp_path), ctx=64, processor="none")
+    task = ShardWriteTask(PackConfig(out=tmp_path, ctx=64), "none", out=str(tmp_path))
     with pytest.raises(UserError, match="no counted records"):
         run_stage(task, [Shard(0, meta=(0, 1), size=1), Shard(1, meta=(1, 2), size=1)], tmp_path,
                   executor=ray_executor(concurrency=1), seed=0)
@@ -435,7 +436,7 @@ def test_tasks_pickle_without_their_heavy_state(request, tmp_path_factory, tiny_
 
     lengths = LengthsTask(PackConfig(out=tmp_path_factory.mktemp("packed")), str(tiny_processor_dir))
     lengths.setup()
-    writer = ShardWriteTask(str(local_pack_dir), ctx=2048, processor="x")
+    writer = ShardWriteTask(PackConfig(out=local_pack_dir, ctx=2048), "x", out=str(local_pack_dir))
     writer.setup()
     for task, heavy in [(lengths, "counter"), (writer, "_store")]:
         assert getattr(task, heavy) is not None
