@@ -20,6 +20,7 @@ The last section splits input files into the parts a shard plan is made of (tars
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -381,9 +382,54 @@ def check_settings(out: Path, stage: str, settings: dict[str, Any]) -> None:
     write_json(path, normal)  # first run, or no shard finished under the old settings
 
 
-def clean_tmp(out: Path, stage: str) -> None:
-    """Remove work folders left by a killed run of ``stage``."""
-    shutil.rmtree(out / TMP_DIR / stage, ignore_errors=True)
+#: Seconds a run waits at its start for the workers of a killed run that are still writing into its ``OUT/.tmp/``.
+WORKERS_GONE_WAIT = 10.0
+
+
+def clean_tmp(out: Path, stage: str, *, wait: float = 0.0) -> None:
+    """Remove work folders left by a killed run of ``stage``, but not those of another live process.
+
+    A worker of a killed driver lives on for a moment (it stops within a second, or ends its shard): the
+    folder it writes into is its own (``<shard>.<pid>.<hex>``) and is not removed. Removed under it, the
+    worker would rename what it writes after that and then mark the shard done, listing only those files:
+    a rerun trusting that marker would miss the shard's other files. ``wait``: seconds to wait first for
+    such workers to be gone (a shard one of them finishes meanwhile is marked done, complete).
+    """
+    folder = out / TMP_DIR / stage
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            return
+        live = {entry for entry in entries if _worked_by_another_live_process(entry.name)}
+        if not live or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    for entry in entries:
+        if entry in live:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # when no live worker works there
+
+
+def _worked_by_another_live_process(name: str) -> bool:
+    """Whether a work folder (``<shard>.<pid>.<hex>``, :func:`execute_shard`) is another live process's of this
+    host (a zombie is not live: its work is over)."""
+    from curate.core.lock import pid_alive
+
+    parts = name.split(".")
+    if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) == os.getpid() or not pid_alive(int(parts[1])):
+        return False
+    try:
+        with open(f"/proc/{parts[1]}/stat", encoding="utf-8", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): alive as far as we know
 
 
 def merge_shards(out: Path, stage: str, markers: Sequence[dict[str, Any]]) -> StageStats:

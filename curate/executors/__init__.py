@@ -79,15 +79,15 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     from curate.core.remote_sync import ensure_local, pull_listed, push_files, push_missing
     from curate.core.uploads import finish_uploads
     from curate.core.records import READER_VERSION
-    from curate.core.shards import (SHARDS_DIR, TMP_DIR, check_settings, clean_tmp, marker_path, merge_shards,
-                                     plan_hash, read_marker)
+    from curate.core.shards import (SHARDS_DIR, TMP_DIR, WORKERS_GONE_WAIT, check_settings, clean_tmp,
+                                     marker_path, merge_shards, plan_hash, read_marker)
 
     out = Path(out)
     with out_lock(out):  # one run per folder (curate.core.lock): a second one stops here with one line
         recorded = {"seed": seed, "plan": plan_hash(shards), "reader": READER_VERSION,
                     **(settings if settings is not None else task.settings())}
         check_settings(out, task.stage, recorded)
-        clean_tmp(out, task.stage)
+        clean_tmp(out, task.stage, wait=WORKERS_GONE_WAIT)  # workers of a killed run: their shard ends or they stop
         todo: list[Shard] = []
         markers: list[dict[str, Any]] = []
         for shard in shards:  # each marker read once
@@ -109,6 +109,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
                     (out / TMP_DIR).rmdir()  # when no other stage works there
                 raise
             finish_uploads()  # shards run here upload in the background: all in the bucket before the stage ends
+            clean_tmp(out, task.stage)  # what workers of a killed run, spared above, left when they stopped
         pull_listed(out, markers, task.driver_reads)  # a bucket: what the driver reads of shards done elsewhere
         return merge_shards(out, task.stage, markers)
 

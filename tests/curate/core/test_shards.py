@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -16,9 +18,8 @@ from PIL import Image
 
 from curate.core.errors import UserError
 from curate.core.records import expand_inputs, split_file
-from curate.core.shards import (
-    Shard, ShardContext, ShardTask, inputs_fingerprint, marker_path, plan_shards, readable_records,
-)
+from curate.core.shards import (Shard, ShardContext, ShardTask, execute_shard, inputs_fingerprint, marker_path,
+                                 plan_shards, readable_records)
 from curate.core.stats import StageStats
 from curate.executors import get_executor, run_stage
 import curate.core.shards as splits
@@ -30,10 +31,11 @@ class LengthTask(ShardTask):
     stage = "lengths"
 
     def __init__(self, min_chars: int, log: str | None = None, fail_setup: bool = False,
-                 fail_shard: int | None = None) -> None:
+                 fail_shard: int | None = None, hold: str | None = None) -> None:
         self.min_chars = min_chars
         self.log = log
         self.fail_setup, self.fail_shard = fail_setup, fail_shard
+        self.hold = hold  # a slow worker: once its file is written, it says so (HOLD.held) and waits for HOLD
 
     def setup(self) -> None:
         if self.fail_setup:
@@ -61,6 +63,11 @@ class LengthTask(ShardTask):
             scores.append(float(rng.random()))
         pq.write_table(pa.table({"id": ids, "score": scores}), work / "out" / f"{shard.id}.parquet"
                        if (work / "out").mkdir(parents=True, exist_ok=True) is None else None)
+        if self.hold is not None:
+            Path(self.hold + ".held").touch()
+            deadline = time.monotonic() + 60
+            while not Path(self.hold).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return stats
 
 
@@ -102,6 +109,42 @@ def test_run_accounts_for_every_record_and_resumes(tmp_path: Path) -> None:
     # rejects are written with their reasons
     rejects = stats.rejects_table().to_pylist()
     assert {r["reason"] for r in rejects} == {"malformed_json", "too_short", "invalid_field"}  # empty captions
+
+
+def _folder(out: Path) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_rerun_leaves_a_live_worker_of_a_killed_run_its_work_folder(tmp_path: Path) -> None:
+    """A worker of a killed driver may still be writing a shard as the rerun starts (it stops within a second, or
+    ends its shard). The rerun waits for it rather than remove its work folder under it (the worker would then
+    mark its shard done listing only the files it wrote after that, and a later rerun would trust that marker);
+    the work folders of dead processes still go."""
+    shards = plan_shards([make_input(tmp_path)], shard_size=5)
+    straight, out, go, log = tmp_path / "straight", tmp_path / "out", tmp_path / "go", tmp_path / "calls.txt"
+    run_stage(LengthTask(2), shards, straight, seed=1)
+    dead = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+    dead.start()
+    dead.join()
+    for owner in (dead.pid, os.getpid()):  # left by a dead worker, and by this process's own earlier run
+        left = out / ".tmp" / "lengths" / f"000001.{owner}.0badc0de" / "out" / "000001.parquet"
+        left.parent.mkdir(parents=True)
+        left.write_bytes(b"half")
+    worker = multiprocessing.get_context("fork").Process(target=execute_shard,
+                                                         args=(LengthTask(2, hold=str(go)), shards[0], out, 1))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not Path(f"{go}.held").exists() and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert Path(f"{go}.held").exists(), "the worker did not start its shard"
+    threading.Timer(0.5, go.touch).start()  # the worker ends its shard while the rerun has started
+    run_stage(LengthTask(2, str(log)), shards, out, seed=1)
+    worker.join(timeout=60)
+    assert worker.exitcode == 0
+    got, want = _folder(out), _folder(straight)
+    assert sorted(got) == sorted(want)  # nothing is left in .tmp
+    assert got == want  # the worker's marker lists its files
+    assert log.read_text().split() == [s.id for s in shards[1:]]  # shard 0 is the worker's, done once
 
 
 def test_other_settings_are_refused(tmp_path: Path) -> None:

@@ -197,6 +197,9 @@ def test_resume_after_sigkill_gives_the_same_bytes(dedup_world, plain_run, tmp_p
     dedup(list(dedup_world.inputs), out=reference, shard_size=2, search_block=8,
           executor=get_executor("local", workers=2))
     assert same_files(reference, out) >= len(SAME_BYTES)
+    # the shards' markers too: a worker of the killed run, still writing as the rerun began, marked its shard done
+    # listing only the files written after the rerun removed its work folder (the rerun then missed the others)
+    assert same_files(reference, out, ("_shards/*/0*.json", "_shards/*/settings.json")) > 1
     assert _without_timings(reference / "stats.json") == _without_timings(out / "stats.json")
     assert done >= 1
     # another shard size gives other shard files, but the same decisions
