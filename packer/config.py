@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE
-from curate.core.location import Location, locations
+from curate.core.io import Location, locations
 from curate.core.limits import ImageReading
 from curate.core.settings import setting
 

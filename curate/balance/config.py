@@ -18,7 +18,7 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.core.defaults import DEFAULT_SHARD_SIZE, MAX_THREADS
-from curate.core.location import Location, locations
+from curate.core.io import Location, locations
 from curate.core.limits import ImageReading
 from curate.core.settings import setting
 from curate.models.specs import DEFAULT_MODEL, PRECISIONS

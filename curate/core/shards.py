@@ -35,15 +35,12 @@ import pyarrow.parquet as pq
 
 from curate.core.defaults import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError, reading_input
-from curate.core.io import dumps_json, is_url, read_json, text_of, write_json, write_parquet
-from curate.core.location import shown
-from curate.core.remote_sync import fetch, push_shard
+from curate.core.io import dumps_json, is_url, read_json, shown, text_of, url_of, write_json, write_parquet
+from curate.core.remote import fetch, push_shard, push_shard_later, warm_up
 from curate.core.limits import TOO_MANY_IMAGES
-from curate.core.staging import url_of
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, read_part
 from curate.core.splits import input_stamps, split_inputs
 from curate.core.stats import REJECT_SCHEMA, StageStats
-from curate.core.uploads import push_shard_later, warm_up
 from curate.core.validate import in_dir
 
 SHARDS_DIR = "_shards"
@@ -212,7 +209,7 @@ class ShardTask(ABC):
     transient: ClassVar[tuple[str, ...]] = ()
     #: Glob patterns (relative to OUT) of the shard files the stage's driver reads once the shards are
     #: done (to merge them); None: all of them. With ``--out`` in a bucket only these (and the shards'
-    #: rejects) are fetched for shards that finished elsewhere or earlier (:mod:`curate.core.remote_sync`).
+    #: rejects) are fetched for shards that finished elsewhere or earlier (:mod:`curate.core.remote`).
     driver_reads: ClassVar[tuple[str, ...] | None] = None
     #: Glob patterns (relative to OUT) of files written by earlier steps that shards read while they run;
     #: with ``--out`` in a bucket they are fetched before pending shards run.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from curate.core import validate as v
 from curate.core.defaults import DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
-from curate.core.location import Location, locations
+from curate.core.io import Location, locations
 from curate.core.images import DEFAULT_MAX_PIXELS
 from curate.core.settings import setting
 

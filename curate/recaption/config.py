@@ -14,7 +14,7 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.location import Location, locations
+from curate.core.io import Location, locations
 from curate.core.limits import ImageReading
 from curate.core.records import IMAGE_TOKEN
 from curate.core.settings import setting

@@ -20,8 +20,7 @@ import yaml
 
 from curate import __version__
 from curate.core.errors import UserError, command_line
-from curate.core.io import RemotePath, as_path, dumps_json, is_url, path_exists, url_fs, write_text_at
-from curate.core.lock import let_go, out_lock
+from curate.core.io import RemotePath, as_path, dumps_json, is_url, let_go, out_lock, path_exists, url_fs, write_text_at
 from curate.core.stats import versions
 from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, VerbTable, record_path, check_ready,
                              plan_run, plan_step, upstream_of, write_record)

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from curate.core.remote import staging
-from curate.core.staging import staging_folder
-from curate.core.remote_sync import get_file
+from curate.core.io import staging, staging_folder
+from curate.core.remote import get_file
 from packer.pack import pack
 from tests._fixtures.formats import Layouts
 from tests._fixtures.s3 import recorded_requests
@@ -152,7 +151,7 @@ def test_an_interrupted_download_leaves_no_file_under_its_name(half_server: str,
         get_file(fsspec.filesystem("http", skip_instance_cache=True), f"{half_server}/cut", dest)
     assert not dest.exists() and not list(dest.parent.iterdir())
     # SIGKILL while the bytes arrive: a hidden partial file, never the final name
-    code = ("import fsspec, sys; from pathlib import Path; from curate.core.remote_sync import get_file; "
+    code = ("import fsspec, sys; from pathlib import Path; from curate.core.remote import get_file; "
             "get_file(fsspec.filesystem('http'), sys.argv[1], Path(sys.argv[2]))")
     proc = subprocess.Popen([sys.executable, "-c", code, f"{half_server}/stall", str(dest)],
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
@@ -173,7 +172,7 @@ def test_push_does_not_upload_again_what_another_process_put_after_a_listing(
         s3_server: str, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker process uploads a shard's marker after the driver listed the prefix (``ensure_local``): the driver's
     final ``push`` must see it in the bucket, not trust the folder listing its filesystem cached, and leave it."""
-    from curate.core.remote_sync import ensure_local, push, remote_fs
+    from curate.core.remote import ensure_local, push, remote_fs
 
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
     url = f"{bucket}/out"
