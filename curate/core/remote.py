@@ -184,11 +184,11 @@ def upload(local: Path, url: str) -> int:
 # * :func:`push_shard`: a finished shard's outputs, then its marker, once, from the worker that ran
 #   it; then :func:`drop_local` deletes its files from the local disk, except those this machine reads
 #   again (the driver's ``ShardTask.driver_reads``, a later step's ``ShardTask.kept_local``).
-#   the uploads below does the same in the background while the worker makes its next shard;
+#   :func:`push_shard_later` (below) does the same in the background while the worker makes its next shard;
 # * :func:`pull_listed`: after a stage, the files of finished shards that the stage's driver reads,
 #   for shards that ran elsewhere or before; :func:`ensure_local` / :func:`fetch`: before or while
 #   shards run, the files of earlier steps they read (``ShardTask.reads_out``), on whichever node runs
-#   them; :func:`push_missing`: before shards run, the driver's own files they read;
+#   them; :func:`share_reads`: before shards run, the driver's own files they read, and those of earlier runs;
 # * :func:`push`: at the end, whatever the bucket lacks or holds with other bytes (outputs, then
 #   markers, then ``stats.json``), never what is already there.
 #
@@ -218,11 +218,17 @@ def remote_fs(url: str) -> tuple[Any, str]:
 
 
 def listing(fs: Any, inner: str, sub: str = "") -> dict[str, dict[str, Any]]:
-    """The objects under ``inner/sub`` (fresh, not from a cache): path relative to ``inner`` → info."""
+    """The objects under ``inner/sub`` (fresh, not from a cache): path relative to ``inner`` → info.
+
+    On S3 a folder is listed by its key prefix, one request (a listing by path asks again for the path itself
+    when the folder is empty, two more requests)."""
     root = f"{inner}/{sub}".rstrip("/")
     fs.invalidate_cache(root)
     try:
-        found = fs.find(root, detail=True)
+        if sub and type(fs).__name__ == "S3FileSystem":
+            found = fs.find(inner, prefix=sub.rstrip("/") + "/", detail=True)
+        else:
+            found = fs.find(root, detail=True)
     except FileNotFoundError:
         return {}
     return {path[len(inner) + 1:]: info for path, info in found.items()
@@ -312,10 +318,7 @@ def pull_control(url: str, local: Path) -> int:
     fs, inner = remote_fs(url)
     remote = {rel: info for rel, info in listing(fs, inner, SHARDS).items() if _is_control(rel)}
     for rel in CONTROL_TOP:
-        try:
-            remote[rel] = fs.info(f"{inner}/{rel}")
-        except FileNotFoundError:
-            pass
+        remote.update(_info_if_there(fs, inner, rel))
     for path in [*(local / SHARDS).rglob("*.json"), *(local / rel for rel in CONTROL_TOP)]:
         rel = path.relative_to(local).as_posix()
         if path.is_file() and not path.name.startswith(".") and rel not in remote:
@@ -325,6 +328,19 @@ def pull_control(url: str, local: Path) -> int:
     # answers journaled by shards that are not complete yet: a rerun asks only what they lack
     return n + sum(_refresh(fs, inner, rel, info, local) for rel, info in sorted(listing(fs, inner, JOURNAL).items())
                    if _unfinished(local, rel))
+
+
+def _info_if_there(fs: Any, inner: str, rel: str) -> dict[str, dict[str, Any]]:
+    """``{rel: info}`` of the object ``inner/rel``, or ``{}`` when there is none (on S3 one listing by its key, not a
+    HEAD that a missing object follows with a listing)."""
+    if type(fs).__name__ == "S3FileSystem":
+        fs.invalidate_cache(f"{inner}/{rel}")
+        found = fs.find(inner, prefix=rel, detail=True)
+        return {rel: info for path, info in found.items() if path == f"{inner}/{rel}" and info.get("type") != "directory"}
+    try:
+        return {rel: fs.info(f"{inner}/{rel}")}
+    except FileNotFoundError:
+        return {}
 
 
 def _matches(rel: str, patterns: Iterable[str]) -> bool:
@@ -354,15 +370,37 @@ def pull_listed(out: Path, markers: Sequence[dict[str, Any]], patterns: Sequence
     return len(missing)
 
 
+def _listed(fs: Any, inner: str, patterns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The bucket's objects matching ``patterns`` (relative path → info): one listing per folder the patterns name
+    (the whole prefix for a pattern whose first component is a glob)."""
+    tops = {p.split("/", 1)[0] if "/" in p and not any(c in p.split("/", 1)[0] for c in "*?[") else "" for p in patterns}
+    return {rel: info for top in sorted(tops) for rel, info in listing(fs, inner, top).items() if _matches(rel, patterns)}
+
+
 def ensure_local(out: Path, patterns: Sequence[str]) -> int:
     """Fetch the bucket's files matching ``patterns`` that a staging folder lacks; return how many came."""
     url = url_of(out)
     if url is None or not patterns:
         return 0
     fs, inner = remote_fs(url)
-    tops = {p.split("/", 1)[0] if "/" in p and not any(c in p.split("/", 1)[0] for c in "*?[") else "" for p in patterns}
-    return sum(_refresh(fs, inner, rel, info, out) for top in sorted(tops)
-               for rel, info in sorted(listing(fs, inner, top).items()) if _matches(rel, patterns))
+    return sum(_refresh(fs, inner, rel, info, out) for rel, info in sorted(_listed(fs, inner, patterns).items()))
+
+
+def share_reads(out: Path, patterns: Sequence[str]) -> tuple[int, int]:
+    """Before shards run, the files matching ``patterns`` that they read, on both sides of a staging folder: upload
+    those of the folder that its bucket lacks or holds at another size (what the driver wrote for the shards: nodes
+    that share nothing but the bucket fetch them), then fetch those of the bucket the folder lacks (an earlier run's,
+    :func:`ensure_local`), from one listing; returns (uploaded, fetched). A no-op for an ordinary folder."""
+    url = url_of(out)
+    if url is None or not patterns:
+        return 0, 0
+    fs, inner = remote_fs(url)
+    there = _listed(fs, inner, patterns)
+    mine = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    mine = [rel for rel in mine if _matches(rel, patterns) and not _hidden(rel)]
+    sent = [rel for rel in mine if rel not in there or _size(there[rel]) != (out / rel).stat().st_size]
+    push_outputs(out, sent)
+    return len(sent), sum(_refresh(fs, inner, rel, info, out) for rel, info in sorted(there.items()) if rel not in sent)
 
 
 def fetch(out: Path, rel: str) -> Path:
@@ -400,21 +438,6 @@ def push_files(out: Path, files: Sequence[str]) -> None:
         fs.put_file(str(out / rel), remote)
 
 
-def push_missing(out: Path, patterns: Sequence[str]) -> int:
-    """Upload the files of a staging folder matching ``patterns`` that its bucket lacks or holds at another size
-    (what the driver wrote for the shards: nodes that share nothing but the bucket fetch them); return how many."""
-    url = url_of(out)
-    if url is None or not patterns:
-        return 0
-    mine = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    mine = [rel for rel in mine if _matches(rel, patterns) and not _hidden(rel)]
-    fs, inner = remote_fs(url)
-    there = _infos(fs, inner, mine)
-    sent = [rel for rel in mine if rel not in there or _size(there[rel]) != (out / rel).stat().st_size]
-    push_files(out, sent)
-    return len(sent)
-
-
 def drop_files(out: Path, files: Sequence[str]) -> None:
     """Delete files of a staging folder's bucket that the run no longer needs (no-op for an ordinary folder)."""
     for fs, remote, _ in _each_remote(out, files):
@@ -436,15 +459,21 @@ def drop_prefix(out: Path) -> None:
 def push_shard(out: Path, files: Sequence[str], marker: Path) -> None:
     """Upload one finished shard of a staging folder: its files (at once, on the filesystem's concurrent transfers),
     then its marker (no-op elsewhere)."""
+    push_outputs(out, files)
+    push_files(out, [marker.relative_to(out).as_posix()])
+
+
+def push_outputs(out: Path, files: Sequence[str]) -> None:
+    """Upload files of a staging folder at once, on the filesystem's concurrent transfers (no-op elsewhere); a
+    shard's marker goes after them, on its own (:func:`push_shard`)."""
     url = url_of(out)
-    if url is None:
+    if url is None or not files:
         return
     fs, inner = remote_fs(url)
     if len(files) > 1:
         fs.put([str(out / rel) for rel in files], [f"{inner}/{rel}" for rel in files])
-    elif files:
+    else:
         fs.put_file(str(out / files[0]), f"{inner}/{files[0]}")
-    fs.put_file(str(marker), f"{inner}/{marker.relative_to(out).as_posix()}")
 
 
 def drop_local(out: Path, files: Sequence[str], keep: Sequence[str] | None) -> int:
@@ -494,7 +523,8 @@ def _infos(fs: Any, inner: str, files: Sequence[str]) -> dict[str, dict[str, Any
 
 
 def push(url: str, local: Path) -> int:
-    """Upload what the bucket lacks or holds with other bytes: outputs, then markers, then ``stats.json``.
+    """Upload what the bucket lacks or holds with other bytes: outputs, then markers, then ``stats.json`` (each
+    group once the group before is in the bucket).
 
     Files a marker lists (shard outputs, written once) count as present at the same size; other files
     are compared by checksum, so a rerun uploads only what it changed. Returns how many were uploaded.
@@ -514,15 +544,14 @@ def push(url: str, local: Path) -> int:
     def rank(rel: str) -> int:
         return 2 if rel == "stats.json" else 1 if _is_marker(rel) else 0
 
-    n = 0
-    for rel in sorted(files, key=lambda r: (rank(r), r)):
-        info = remote.get(rel)
-        if info is not None and _size(info) == (local / rel).stat().st_size and \
-                (rel in listed or _md5_matches(local / rel, info)):
-            continue  # the same object is there already
-        fs.put_file(str(local / rel), f"{inner}/{rel}")
-        n += 1
-    return n
+    sent = [rel for rel in files if not (
+        (info := remote.get(rel)) is not None and _size(info) == (local / rel).stat().st_size
+        and (rel in listed or _md5_matches(local / rel, info)))]  # else the same object is there already
+    for step in (0, 1, 2):  # each step at once, on the filesystem's concurrent transfers, once the one before is in
+        batch = sorted(rel for rel in sent if rank(rel) == step)
+        if batch:
+            fs.put([str(local / rel) for rel in batch], [f"{inner}/{rel}" for rel in batch])
+    return len(sent)
 
 
 # ---------------------------------------------------------------------------
@@ -531,51 +560,80 @@ def push(url: str, local: Path) -> int:
 # Uploads of finished shards in the background, while the worker makes its next shard (``--out`` in a bucket).
 #
 # On this machine (the local executor, in-process or in worker processes) a finished shard of a staging
-# folder goes to the bucket from a thread of the process that made it: its outputs, then its marker
-# (:func:`push_shard`), then its files leave the local disk
-# (:func:`drop_local`). One shard uploads at a time per process, so the disk holds
-# at most the shard uploading and the one being made, and an upload error is raised in the worker at its
-# next shard. :func:`finish_uploads` waits for the upload (the executor, before a stage ends); a worker
-# process waits for it when it exits. A process killed mid-upload leaves the bucket without that shard's
-# marker: the shard is not done there, and a rerun makes it again (readers trust markers only). What a
-# failed upload left on this machine's disk, the driver's final :func:`push`
-# uploads, outputs before markers. A Ray node uploads its shard before it reports it (the driver fetches
-# the marker at once): no background there.
+# folder goes to the bucket from a thread of the process that made it: its outputs (:func:`push_outputs`), which
+# then leave the local disk (:func:`drop_local`), then its marker. The next shard's outputs start once the
+# outputs before are in the bucket (that shard's marker may still be on its way: a marker waits for its own
+# shard's outputs only), so the disk holds at most the outputs uploading and the shard being made, and an upload
+# error is raised in the worker at its next shard. :func:`finish_uploads` waits for every upload, markers
+# included (the executor, before a stage ends); a worker process waits for them when it exits. A process killed
+# mid-upload leaves the bucket without that shard's marker: the shard is not done there, and a rerun makes it
+# again (readers trust markers only). What a failed upload left on this machine's disk, the driver's final
+# :func:`push` uploads, outputs before markers. A Ray node uploads its shard before it reports it (the driver
+# fetches the marker at once): no background there.
+
+
+class _Upload:
+    """One shard's upload in a thread: its outputs, then (once they are in the bucket) its marker."""
+
+    def __init__(self, outputs: Callable[[], None], marker: Callable[[], None]) -> None:
+        self.outputs_done = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(outputs, marker), name="curate-upload", daemon=True)
+        self.thread.start()
+
+    def _run(self, outputs: Callable[[], None], marker: Callable[[], None]) -> None:
+        try:
+            outputs()
+        except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits; no marker without outputs
+            self.error = exc
+            return
+        finally:
+            self.outputs_done.set()
+        try:
+            marker()
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
 
 class _Uploads:
-    """The background upload of this process: one shard at a time, in a thread, while the next shard is made."""
+    """The background uploads of this process: a shard's outputs upload while the next shard is made; its marker may
+    still be on its way while the next shard's outputs go (at most two shards in flight, one of them a marker)."""
 
     def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._jobs: list[_Upload] = []
         self._pid = 0  # the process that registered the wait at exit (a forked worker registers its own)
 
-    def submit(self, work: Callable[[], None]) -> None:
-        """Wait for the shard uploading (raising its error), then start ``work`` in a thread."""
+    def submit(self, outputs: Callable[[], None], marker: Callable[[], None]) -> None:
+        """Wait until the shard uploading before has its outputs in the bucket, and every shard before it its marker
+        (raising their errors), then start ``outputs`` and then ``marker`` in a thread."""
         if self._pid != os.getpid():  # a worker process uploads its last shard before it exits
             from multiprocessing import util
 
-            self._thread, self._error, self._pid = None, None, os.getpid()  # a forked copy of the driver's: not ours
+            self._jobs, self._pid = [], os.getpid()  # a forked copy of the driver's: not ours
             util.Finalize(None, self.wait, kwargs={"quiet": True}, exitpriority=20)
-        self.wait()
-        self._thread = threading.Thread(target=self._run, args=(work,), name="curate-upload", daemon=True)
-        self._thread.start()
+        if self._jobs:
+            last = self._jobs[-1]
+            last.outputs_done.wait()  # the disk holds at most the outputs uploading and the shard being made
+            self._join(self._jobs[:-1] + ([last] if last.error is not None else []))
+        self._jobs.append(_Upload(outputs, marker))
 
-    def _run(self, work: Callable[[], None]) -> None:
-        try:
-            work()
-        except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits
-            self._error = exc
+    def _join(self, jobs: list[_Upload]) -> None:
+        """Wait for ``jobs`` to end and forget them; raise the first error among them."""
+        for job in jobs:
+            job.thread.join()
+        self._jobs = [job for job in self._jobs if job not in jobs]
+        error = next((job.error for job in jobs if job.error is not None), None)
+        if error is not None:
+            raise error
 
     def wait(self, *, quiet: bool = False) -> None:
-        """Wait until the shard uploading is in the bucket; raise its error (``quiet``: at exit, the driver's final
-        :func:`push` uploads what a failed one left on this machine's disk)."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
-        error, self._error = self._error, None
-        if error is not None and not quiet:
-            raise error
+        """Wait until every shard uploading is in the bucket, markers included; raise the first error (``quiet``: at
+        exit, the driver's final :func:`push` uploads what a failed one left on this machine's disk)."""
+        try:
+            self._join(list(self._jobs))
+        except BaseException:
+            if not quiet:
+                raise
 
 
 _UPLOADS = _Uploads()
@@ -595,7 +653,10 @@ def warm_up(out: Path) -> None:
     def connect() -> None:
         try:
             fs, inner = remote_fs(url)
-            fs.exists(f"{inner}/{SHARDS}")
+            if hasattr(fs, "connect") and hasattr(fs, "set_session"):  # S3: the client, without a request
+                fs.connect()
+            else:
+                fs.exists(f"{inner}/{SHARDS}")
         except Exception:  # noqa: BLE001 - only a head start: the upload itself reports what fails
             pass
 
@@ -604,21 +665,22 @@ def warm_up(out: Path) -> None:
 
 def push_shard_later(out: Path, files: Sequence[str], marker: Path, driver_reads: Sequence[str] | None,
                      kept_local: Sequence[str] = ()) -> None:
-    """Upload a finished shard (``push_shard``: its files, then its marker), then delete from the disk all but the
-    task's ``driver_reads`` and ``kept_local`` (``drop_local``; all kept when ``driver_reads`` is None), in this
-    process's upload thread, while the caller goes on (a no-op for an ordinary folder). Waits first for the shard
-    uploading before (its error is raised)."""
+    """Upload a finished shard's files, delete them from the disk but the task's ``driver_reads`` and ``kept_local``
+    (``drop_local``; all kept when ``driver_reads`` is None), then upload its marker, in a thread of this process,
+    while the caller goes on (a no-op for an ordinary folder). Waits first until the files of the shard uploading
+    before are in the bucket (errors of earlier uploads are raised)."""
     if url_of(out) is None:
         return
     keep = None if driver_reads is None else (*driver_reads, *kept_local)
 
-    def work() -> None:
-        push_shard(out, files, marker)
-        drop_local(out, files, keep)
+    def outputs() -> None:
+        push_outputs(out, files)
+        drop_local(out, files, keep)  # in the bucket: off the disk (the marker is a control file, it stays)
 
-    _UPLOADS.submit(work)
+    _UPLOADS.submit(outputs, lambda: push_files(out, [marker.relative_to(out).as_posix()]))
 
 
 def finish_uploads() -> None:
-    """Wait for this process's background upload (:func:`push_shard_later`) to reach the bucket; raise its error."""
+    """Wait for this process's background uploads (:func:`push_shard_later`) to reach the bucket, markers included;
+    raise the first error."""
     _UPLOADS.wait()

@@ -76,7 +76,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     reads (``task.driver_reads``) and their rejects are fetched, once.
     """
     from curate.core.io import out_lock
-    from curate.core.remote import ensure_local, finish_uploads, pull_listed, push_files, push_missing
+    from curate.core.remote import finish_uploads, pull_listed, push_files, share_reads
     from curate.core.records import READER_VERSION
     from curate.core.shards import (SHARDS_DIR, TMP_DIR, check_settings, clean_tmp, marker_path, merge_shards,
                                      plan_hash, read_marker)
@@ -97,8 +97,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
                 markers.append(content)
         if todo:
             push_files(out, [f"{SHARDS_DIR}/{task.stage}/settings.json"])  # a bucket: settings before any marker
-            push_missing(out, task.reads_out)  # what the driver wrote for the shards, for nodes that lack it
-            ensure_local(out, task.reads_out)
+            share_reads(out, task.reads_out)  # a bucket: what the driver wrote for the shards, for nodes that lack it
             executor = executor or get_executor("local")
             try:
                 markers += executor.run(task, todo, out, seed, desc or task.stage)
