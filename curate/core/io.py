@@ -227,8 +227,13 @@ _BOTOCORE: dict[str, Any] = {}
 def _share_api_models(fs: Any) -> None:
     """Give an S3 filesystem whose session is not made yet a session whose data loader is this process's (or the
     one its parent had parsed before forking it): about 0.2 s of CPU less for a forked worker's first request.
-    Other filesystems, and an S3 filesystem already connected, are left as they are."""
-    if type(fs).__name__ != "S3FileSystem" or getattr(fs, "session", True) is not None:
+    Other filesystems, and an S3 filesystem already connected, are left as they are (the loader of the first one
+    this process sees becomes its own)."""
+    if type(fs).__name__ != "S3FileSystem":
+        return
+    if fs.session is not None:  # made already (by s3fs, or by the code that made this filesystem): its models serve
+        if "loader" not in _BOTOCORE and hasattr(fs.session, "get_component"):
+            _BOTOCORE["loader"] = fs.session.get_component("data_loader")
         return
     from aiobotocore.session import AioSession
 
