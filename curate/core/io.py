@@ -2,7 +2,7 @@
 
 * Files written atomically (a temporary name in the same folder, renamed into place) and deterministic
   serialisation (:func:`write_json`, :func:`write_parquet`), so every output appears complete or not at all.
-* Paths that may be fsspec URLs (``s3://``, ``gs://``, ``file://``): :class:`RemotePath` for the readers,
+* Paths that may be fsspec URLs (``s3://``, ``gs://``, ``file://``): :func:`as_path` for the readers,
   :func:`open_input`, :func:`path_exists`, :func:`read_text_at` / :func:`write_text_at`.
 * :class:`Location`: a config's path-valued setting, local or remote, resolved where data is read or
   written (:mod:`curate.core.remote`), never before; :func:`locations` converts a config's fields.
@@ -132,11 +132,9 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 # ---------------------------------------------------------------------------
 
 def text_of(path: str | os.PathLike[str] | Any) -> str:
-    """A path, URL, :class:`RemotePath` or :class:`Location` as text."""
+    """A path, URL or :class:`Location` as text."""
     if isinstance(path, str):
         return path
-    if isinstance(path, RemotePath):
-        return path.url
     text = getattr(path, "text", None)  # a Location (remote ones have no os.fspath)
     return text if isinstance(text, str) else os.fspath(path)
 
@@ -147,64 +145,14 @@ def is_url(path: str | os.PathLike[str]) -> bool:
     return "://" in text[:32] and not text.startswith("file://")
 
 
-class RemotePath:
-    """The few ``pathlib`` features the readers use, for an object-store URL (``s3://b/k.parquet``)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-
-    def __str__(self) -> str:
-        return self.url
-
-    def __repr__(self) -> str:
-        return f"RemotePath({self.url!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RemotePath) and other.url == self.url
-
-    def __hash__(self) -> int:
-        return hash(self.url)
-
-    def __lt__(self, other: RemotePath) -> bool:
-        return self.url < other.url
-
-    def __truediv__(self, name: str) -> RemotePath:
-        return RemotePath(f"{self.url}/{name}")
-
-    @property
-    def name(self) -> str:
-        """The last component."""
-        return self.url.rsplit("/", 1)[-1]
-
-    @property
-    def suffix(self) -> str:
-        """The last extension with its dot, or ''."""
-        name = self.name
-        return name[name.rfind("."):] if "." in name.lstrip(".") else ""
-
-    @property
-    def stem(self) -> str:
-        """The name without its last extension."""
-        return self.name[: len(self.name) - len(self.suffix)] if self.suffix else self.name
-
-    @property
-    def parent(self) -> RemotePath:
-        """The containing "folder" (prefix)."""
-        return RemotePath(self.url.rsplit("/", 1)[0])
-
-    def resolve(self) -> RemotePath:
-        """URLs are already absolute."""
-        return self
-
-
-def as_path(path: str | os.PathLike[str]) -> Path | RemotePath:
-    """A :class:`~pathlib.Path` for a local path (``file://`` stripped), a :class:`RemotePath` for a URL."""
-    if isinstance(path, RemotePath):
+def as_path(path: str | os.PathLike[str] | Location) -> Path | Location:
+    """A :class:`~pathlib.Path` for a local path (``file://`` stripped), a remote :class:`Location` for a URL."""
+    if isinstance(path, Location) and path.is_remote:
         return path
     text = text_of(path)
     if text.startswith("file://"):
         return Path(text[len("file://"):])
-    return RemotePath(text) if is_url(text) else Path(text)
+    return Location(text) if is_url(text) else Path(text)
 
 
 def url_fs(path: str | os.PathLike[str]) -> tuple[Any, str]:
@@ -283,7 +231,7 @@ def input_stamp(path: str | os.PathLike[str]) -> str:
     return f"{st.st_size}|{st.st_mtime_ns}"
 
 
-def path_exists(path: str | Path | RemotePath) -> bool:
+def path_exists(path: str | Path | Location) -> bool:
     """Whether a file or folder (a prefix holding objects) exists, on a local path or an object-store URL."""
     if is_url(path):
         fs, inner = url_fs(str(path))
@@ -292,7 +240,7 @@ def path_exists(path: str | Path | RemotePath) -> bool:
     return as_path(path).exists()  # type: ignore[union-attr]
 
 
-def read_text_at(path: str | Path | RemotePath) -> str:
+def read_text_at(path: str | Path | Location) -> str:
     """A text file's content."""
     if is_url(path):
         fs, inner = url_fs(str(path))
@@ -300,7 +248,7 @@ def read_text_at(path: str | Path | RemotePath) -> str:
     return Path(path).read_text(encoding="utf-8")  # type: ignore[arg-type]
 
 
-def write_text_at(path: str | Path | RemotePath, text: str) -> None:
+def write_text_at(path: str | Path | Location, text: str) -> None:
     """Write a text file (atomically when local; one PUT when remote)."""
     if is_url(path):
         fs, inner = url_fs(str(path))
@@ -382,18 +330,18 @@ def url_of(local: str | os.PathLike[str]) -> str | None:
 class Location:
     """A local path or an object-store URL (``s3://bucket/prefix``, ``gs://...``), as the user gave it.
 
+    The one type of a place that may be in a bucket: configs hold their paths as locations, and the readers
+    hold an object of a bucket as one (:func:`as_path`), with the few ``pathlib`` features they use.
+
     Args:
-        value: a path, a URL (``file://`` URLs are local paths), a :class:`RemotePath`
-            or another location.
+        value: a path, a URL (``file://`` URLs are local paths) or another location.
     """
 
     __slots__ = ("text",)
 
-    def __init__(self, value: str | os.PathLike[str] | RemotePath | Location) -> None:
+    def __init__(self, value: str | os.PathLike[str] | Location) -> None:
         if isinstance(value, Location):
             text = value.text
-        elif isinstance(value, RemotePath):
-            text = value.url
         else:
             text = os.fspath(value)
         if text.startswith("file://"):
@@ -440,12 +388,15 @@ class Location:
         return f"Location({self.text!r})"
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (Location, str, os.PathLike, RemotePath)):
+        if isinstance(other, (Location, str, os.PathLike)):
             return Location(other).text == self.text
         return NotImplemented
 
     def __hash__(self) -> int:
         return hash(self.text)
+
+    def __lt__(self, other: Location) -> bool:
+        return self.text < other.text
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return Location, (self.text,)
@@ -463,8 +414,23 @@ class Location:
         """The containing folder (prefix)."""
         return Location(self.text.rsplit("/", 1)[0] if self.is_remote else str(Path(self.text).parent))
 
+    @property
+    def suffix(self) -> str:
+        """The last extension with its dot, or ''."""
+        name = self.name
+        return name[name.rfind("."):] if "." in name.lstrip(".") else ""
 
-def as_location(value: str | os.PathLike[str] | RemotePath | Location | None) -> Location | None:
+    @property
+    def stem(self) -> str:
+        """The name without its last extension."""
+        return self.name[: len(self.name) - len(self.suffix)] if self.suffix else self.name
+
+    def resolve(self) -> Location:
+        """A URL is absolute already; a local path made absolute."""
+        return self if self.is_remote else Location(Path(self.text).resolve())
+
+
+def as_location(value: str | os.PathLike[str] | Location | None) -> Location | None:
     """``value`` as a :class:`Location` (None stays None)."""
     return None if value is None else Location(value)
 

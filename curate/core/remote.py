@@ -336,7 +336,8 @@ def _info_if_there(fs: Any, inner: str, rel: str) -> dict[str, dict[str, Any]]:
     if type(fs).__name__ == "S3FileSystem":
         fs.invalidate_cache(f"{inner}/{rel}")
         found = fs.find(inner, prefix=rel, detail=True)
-        return {rel: info for path, info in found.items() if path == f"{inner}/{rel}" and info.get("type") != "directory"}
+        return {rel: info for path, info in found.items()
+                if path == f"{inner}/{rel}" and info.get("type") != "directory"}
     try:
         return {rel: fs.info(f"{inner}/{rel}")}
     except FileNotFoundError:
@@ -373,8 +374,10 @@ def pull_listed(out: Path, markers: Sequence[dict[str, Any]], patterns: Sequence
 def _listed(fs: Any, inner: str, patterns: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The bucket's objects matching ``patterns`` (relative path → info): one listing per folder the patterns name
     (the whole prefix for a pattern whose first component is a glob)."""
-    tops = {p.split("/", 1)[0] if "/" in p and not any(c in p.split("/", 1)[0] for c in "*?[") else "" for p in patterns}
-    return {rel: info for top in sorted(tops) for rel, info in listing(fs, inner, top).items() if _matches(rel, patterns)}
+    tops = {p.split("/", 1)[0] if "/" in p and not any(c in p.split("/", 1)[0] for c in "*?[") else ""
+            for p in patterns}
+    return {rel: info for top in sorted(tops) for rel, info in listing(fs, inner, top).items()
+            if _matches(rel, patterns)}
 
 
 def ensure_local(out: Path, patterns: Sequence[str]) -> int:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-from curate.core.io import RemotePath, as_path, atomic_open, curate_cache, input_stamp, is_url
+from curate.core.io import Location, as_path, atomic_open, curate_cache, input_stamp, is_url
 from curate.core.formats.containers import CONTAINERS
 from curate.core.records import READER_VERSION, Part, input_format, split_file
 from curate.core.threads import available_cpus, plain_workers_context
@@ -85,7 +85,7 @@ def _remember(entry: Path, path: str, parts: list[tuple[int, int, int]]) -> None
         pass
 
 
-def split_inputs(paths: Sequence[Path | RemotePath], rows_per_part: int) -> list[list[Part]]:
+def split_inputs(paths: Sequence[Path | Location], rows_per_part: int) -> list[list[Part]]:
     """The parts of each input file (as :func:`~curate.core.records.split_file` gives them), in order.
 
     A tar (:data:`SCANNED`) comes from the cache when it is unchanged; the other tars are walked, in

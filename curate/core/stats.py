@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from curate.core.arrow import strings
 from curate.core.history import command_line, record_run
-from curate.core.io import write_json, write_parquet
+from curate.core.io import text_of, write_json, write_parquet
 
 #: Prefixes of ``StageStats.extra`` keys that tell how a run went rather than what it made (a backend's requests,
 #: retries and seconds): left out of shard markers and ``stats.json``, recorded in ``history.json``.
@@ -329,7 +329,7 @@ def stage_result(stage: str, stats: StageStats, *, seed: int | None = None, sett
     counts = stats.to_dict()
     result: dict[str, Any] = {**run_header(stage, seed=seed, settings=settings)}
     if inputs is not None:
-        result["inputs"] = [os.fspath(p) if isinstance(p, os.PathLike) else str(p) for p in inputs]
+        result["inputs"] = [text_of(p) if isinstance(p, (str, os.PathLike)) else str(p) for p in inputs]
     result.update({"records_in": counts["records_in"], out_key: counts["records_out"], "dropped": counts["dropped"],
                    "errored": counts["errored"], "per_source": counts["per_source"]})
     result.update(extra)

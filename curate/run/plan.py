@@ -16,14 +16,14 @@ from typing import Any, Protocol
 
 from curate.core.errors import UserError, command_line
 from curate.stages import STAGES
-from curate.core.io import RemotePath, dumps_json, is_url, path_exists, read_text_at, write_text_at
+from curate.core.io import Location, dumps_json, is_url, path_exists, read_text_at, write_text_at
 from curate.run.recipe import Recipe, Step, from_folder
 
 #: What a step hands to the next one when it is named without a sub-path (:attr:`curate.stages.StageSpec.main_output`).
 MAIN_OUTPUT = STAGES.main_outputs  # read when asked: a row added to the table is a recipe verb
 RUN_DIR = "_run"
 #: A run folder: local, or an object-store URL.
-Folder = Path | RemotePath
+Folder = Path | Location
 
 
 @dataclass(frozen=True)

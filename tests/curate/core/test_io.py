@@ -93,3 +93,18 @@ def test_a_staging_folder_is_named_by_its_url(tmp_path: Path, monkeypatch: pytes
     assert url_of(tmp_path) is None and shown(tmp_path) == str(tmp_path)
     (tmp_path / ".url").write_text("s3://elsewhere")  # only folders of the cache's staging area stand for a URL
     assert url_of(tmp_path) is None
+
+
+def test_an_object_in_a_bucket_is_a_location_with_the_path_features_readers_use() -> None:
+    from curate.core.io import as_path
+
+    obj = as_path("s3://b/data/part.00.jsonl.gz/")
+    assert isinstance(obj, Location) and obj.is_remote and str(obj) == "s3://b/data/part.00.jsonl.gz"
+    assert (obj.name, obj.suffix, obj.stem) == ("part.00.jsonl.gz", ".gz", "part.00.jsonl")
+    assert obj.parent == Location("s3://b/data") and obj.parent / "x.tar" == Location("s3://b/data/x.tar")
+    assert obj.resolve() is obj and as_path(obj) is obj
+    assert sorted([as_path("s3://b/2"), as_path("s3://b/10")]) == [Location("s3://b/10"), Location("s3://b/2")]
+    assert isinstance(as_path("file:///tmp/a.json"), Path) and isinstance(as_path("a.json"), Path)
+    assert pickle.loads(pickle.dumps(obj)) == obj and dumps_json([obj], indent=None) == '["s3://b/data/part.00.jsonl.gz"]'
+    with pytest.raises(TypeError):
+        os.fspath(obj)  # a place in a bucket has no local path
