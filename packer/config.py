@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from curate.core import validate as v
 from curate.core.limits import DEFAULT_SHARD_SIZE, ImageReading
 from curate.core.errors import UserError
-from curate.core.location import Location, locations
+from curate.core.io import Location, locations
 from curate.core.stats import Counts
 from curate.core.settings import setting
 

@@ -87,7 +87,8 @@ from curate.core.columns import counts_by_source, source_codes
 from curate.core.errors import UserError
 from curate.core.image_headers import ImageAt
 from curate.core.images import ImageError, check, decode, file_extension, image_label
-from curate.core.io import atomic_open, curate_cache, dumps_json, file_sha256, read_json, write_json, write_parquet
+from curate.core.io import (atomic_open, curate_cache, dumps_json, file_sha256, read_json, url_of, write_json,
+                            write_parquet)
 from curate.core.progress import note
 from curate.core.shards import (
     SHARDS_DIR,
@@ -98,7 +99,6 @@ from curate.core.shards import (
     plan_shards,
     readable_records,
 )
-from curate.core.staging import url_of
 from curate.core.stats import StageStats
 from curate.core.limits import MAX_RECORD_CHARS, TOO_LONG, over, total_chars
 from curate.executors import Executor, run_stage

@@ -37,8 +37,7 @@ import pyarrow.compute as pc
 
 from curate.core.columns import first_occurrences
 from curate.core.errors import UserError
-from curate.core.io import atomic_open, file_sha256, read_json, write_parquet
-from curate.core.location import Location, shown
+from curate.core.io import Location, atomic_open, file_sha256, read_json, shown, write_parquet
 from curate.core.remote import reading, writing
 from curate.core.shards import SHARDS_DIR, Shard
 from curate.core.stats import StageStats, finish_stage, stage_result

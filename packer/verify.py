@@ -557,7 +557,7 @@ TARS = "shards/[!.]*.tar"
 
 def _bucket_tars(url: str) -> list[str]:
     """The URLs of the tars of a pack output in a bucket, in name order."""
-    from curate.core.remote_sync import listing, remote_fs
+    from curate.core.remote import listing, remote_fs
 
     fs, inner = remote_fs(url)
     return [f"{url}/{rel}" for rel in sorted(listing(fs, inner, "shards")) if fnmatch.fnmatchcase(rel, TARS)]

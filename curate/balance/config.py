@@ -18,7 +18,7 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.limits import DEFAULT_SHARD_SIZE, ImageReading, MAX_THREADS
 from curate.core.errors import UserError
-from curate.core.location import Location, locations
+from curate.core.io import Location, locations
 from curate.core.limits import ImageReading
 from curate.core.settings import IMAGE_ROOT_HELP, SEED_HELP, setting
 from curate.core.stats import Counts

@@ -70,10 +70,8 @@ from curate.balance.weights import TagArrays, concept_counts, draw, keep_best, r
 from curate.core.columns import code_counts, first_occurrences, from_numpy, rows, take_rows
 from curate.core.errors import UserError
 from curate.core.filters import write_kept
-from curate.core.io import write_parquet
-from curate.core.lock import out_lock
+from curate.core.io import out_lock, shown, write_parquet
 from curate.core.malloc import small_numpy_pages
-from curate.core.location import shown
 from curate.core.remote import local_file, writing
 from curate.core.stats import StageStats, finish_stage, stage_result
 from curate.core.validate import configure
@@ -135,7 +133,7 @@ def resample(tags: str | os.PathLike[str], config: ResampleConfig | None = None,
 def resample_step(tags: str | os.PathLike[str], config: ResampleConfig, out: Path) -> tuple[dict[str, Any], StageStats]:
     """The work of :func:`resample` into the local folder ``out``, for a pipeline that writes its own
     ``stats.json`` (``curate balance``): the step's ``stats.json`` content and its stats (with the rejects)."""
-    # One run per folder (curate.core.lock); the lock also keeps OUT out of --records when it lies inside them.
+    # One run per folder (curate.core.io.out_lock); the lock also keeps OUT out of --records when it lies inside them.
     # small_numpy_pages: no huge-page faults for the arrays freed and made again (curate.core.malloc: 1.2x at 10M).
     # --tags in a bucket: read from a local copy.
     with out_lock(out), small_numpy_pages():

@@ -43,8 +43,7 @@ from curate.balance.index import (SEARCH_BATCH, auto_nlist, concept_matrix, exac
 from curate.core.embeddings import EmbeddingFile, find_embeddings, read_ids, sample_rows
 from curate.core.columns import counts_by_source, source_names
 from curate.core.errors import UserError
-from curate.core.io import atomic_open, file_sha256, is_url, write_parquet
-from curate.core.location import Location
+from curate.core.io import Location, atomic_open, file_sha256, is_url, write_parquet
 from curate.core.remote import local_file, reading, writing
 from curate.core.progress import console
 from curate.core.shards import Shard, ShardContext, ShardTask

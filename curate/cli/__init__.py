@@ -23,7 +23,7 @@ import click
 from curate.cli.errors import describe_os_error, storage_error
 from curate.cli.group import cli
 from curate.core.errors import UserError
-from curate.core.lock import held_for_command
+from curate.core.io import held_for_command
 
 __all__ = ["cli", "main"]
 

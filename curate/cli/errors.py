@@ -50,8 +50,7 @@ def _mount_of(path: str) -> str:
 def _cache_folder(path: str) -> tuple[str, str] | None:
     """``(folder, what it is)`` when ``path`` lies in curate's cache (``$CURATE_CACHE``): the staging folder of an
     output URL, or the cache itself; None elsewhere."""
-    from curate.core.io import curate_cache
-    from curate.core.staging import url_of
+    from curate.core.io import curate_cache, url_of
 
     root = os.path.abspath(curate_cache(""))
     here = os.path.abspath(path)
@@ -73,7 +72,7 @@ def _staging_error(code: int | None, where: str, args: list[str]) -> str | None:
     out = out_flag(args)
     place = _cache_folder(where) if where and "://" not in where else None
     if place is None and out and "://" in out:
-        from curate.core.staging import staging
+        from curate.core.io import staging
 
         place = str(staging(out.rstrip("/"))), f"the staging folder of {out.rstrip('/')} on this machine"
     if place is None:

@@ -81,7 +81,7 @@ def vocab_embed_cmd(**params: object) -> None:
       curate vocab embed --vocab vocab/500k.txt --template 'a photo of {}' --out concepts.npy
     """
     from curate.balance.concepts import sidecar_path
-    from curate.core.location import Location
+    from curate.core.io import Location
     from curate.balance.vocab.embed import embed_vocab
     from curate.core.progress import console
 

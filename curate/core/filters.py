@@ -51,8 +51,7 @@ from curate.core.formats.listing import record_suffix
 from curate.core.formats.rows import default_id_prefix
 from curate.core.formats.writeback import (dumps_record, loads_record, merge_record_lines, with_resolved_paths,
                                            write_records)
-from curate.core.io import as_path
-from curate.core.location import Location, locations
+from curate.core.io import Location, as_path, locations
 from curate.core.records import BadRecord, expand_inputs, input_format, read_part, split_file
 from curate.core.stats import Counts, StageStats
 from curate.core.settings import setting

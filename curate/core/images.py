@@ -85,7 +85,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from curate.core.image_headers import claim_too_large, ImageAt, Header, header_of_bytes, header_of_parts, read_header
-from curate.core.io import is_url, url_fs
+from curate.core.io import is_url, text_of, url_fs
 
 
 # The image gate's reasons and limits: what can be wrong with an image, named the same in every stage.
@@ -478,7 +478,7 @@ def image_label(src: ImageSource, index: int = 0) -> str:
     """How an image is named in messages: its path, or ``image <index> (<n> bytes)``."""
     if isinstance(src, (bytes, ImageAt)):
         return f"image {index} ({len(src)} bytes)"
-    text = os.fsdecode(src) if isinstance(src, (str, bytes, os.PathLike)) else str(src)
+    text = text_of(src) if isinstance(src, (str, os.PathLike)) else str(src)
     return text if len(text) <= 300 else text[:200] + f"... ({len(text)} characters)"
 
 

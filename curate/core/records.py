@@ -144,7 +144,8 @@ def input_format(path: str | os.PathLike[str]) -> str:
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """Resolve input arguments (files, folders, brace patterns, fsspec URLs) to a list of files, in order.
 
-    Local files are :class:`~pathlib.Path`; objects in a bucket are :class:`curate.core.io.RemotePath`.
+    Local files are :class:`~pathlib.Path`; objects in a bucket are remote :class:`curate.core.io.Location`
+    values.
     """
     if not inputs:
         raise UserError(f"no input given; pass one or more {ACCEPTED} files or folders")

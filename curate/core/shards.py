@@ -41,15 +41,12 @@ import pyarrow.parquet as pq
 from curate.core.limits import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE, TOO_MANY_IMAGES
 from curate.core.errors import UserError, reading_input
 from curate.core.formats.containers import CONTAINERS
-from curate.core.io import (RemotePath, as_path, atomic_open, curate_cache, dumps_json, input_stamp, is_url, read_json,
-                            text_of, write_json, write_parquet)
-from curate.core.location import shown
-from curate.core.remote_sync import fetch, push_shard
-from curate.core.staging import url_of
+from curate.core.io import (Location, as_path, atomic_open, curate_cache, dumps_json, input_stamp, is_url, read_json,
+                            shown, text_of, url_of, write_json, write_parquet)
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, input_format, read_part, split_file
+from curate.core.remote import fetch, push_shard, push_shard_later, warm_up
 from curate.core.stats import StageStats, reject_schema
 from curate.core.threads import available_cpus, plain_workers_context
-from curate.core.uploads import push_shard_later, warm_up
 from curate.core.validate import in_dir
 
 SHARDS_DIR = "_shards"
@@ -218,7 +215,7 @@ class ShardTask(ABC):
     transient: ClassVar[tuple[str, ...]] = ()
     #: Glob patterns (relative to OUT) of the shard files the stage's driver reads once the shards are
     #: done (to merge them); None: all of them. With ``--out`` in a bucket only these (and the shards'
-    #: rejects) are fetched for shards that finished elsewhere or earlier (:mod:`curate.core.remote_sync`).
+    #: rejects) are fetched for shards that finished elsewhere or earlier (:mod:`curate.core.remote`).
     driver_reads: ClassVar[tuple[str, ...] | None] = None
     #: Glob patterns (relative to OUT) of files written by earlier steps that shards read while they run;
     #: with ``--out`` in a bucket they are fetched before pending shards run.
@@ -420,7 +417,7 @@ def clean_tmp(out: Path, stage: str, *, wait: float = 0.0) -> None:
 def _worked_by_another_live_process(name: str) -> bool:
     """Whether a work folder (``<shard>.<pid>.<hex>``, :func:`execute_shard`) is another live process's of this
     host (a zombie is not live: its work is over)."""
-    from curate.core.lock import pid_alive
+    from curate.core.io import pid_alive
 
     parts = name.split(".")
     if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) == os.getpid() or not pid_alive(int(parts[1])):
@@ -524,7 +521,7 @@ def _remember(entry: Path, path: str, parts: list[tuple[int, int, int]]) -> None
         pass
 
 
-def split_inputs(paths: Sequence[Path | RemotePath], rows_per_part: int) -> list[list[Part]]:
+def split_inputs(paths: Sequence[Path | Location], rows_per_part: int) -> list[list[Part]]:
     """The parts of each input file (as :func:`~curate.core.records.split_file` gives them), in order.
 
     A tar (:data:`SCANNED`) comes from the cache when it is unchanged; the other tars are walked, in

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from curate.core.errors import UserError
-from curate.core.io import read_json, write_json, write_parquet
+from curate.core.io import read_json, text_of, write_json, write_parquet
 
 if TYPE_CHECKING:  # pyarrow loads where rejects become a table: a stage's config, which declares its result, loads without it
     import pyarrow as pa
@@ -352,7 +352,7 @@ def stage_result(stage: str, stats: StageStats, *, seed: int | None = None, sett
     counts = stats.to_dict()
     result: dict[str, Any] = {**run_header(stage, seed=seed, settings=settings)}
     if inputs is not None:
-        result["inputs"] = [os.fspath(p) if isinstance(p, os.PathLike) else str(p) for p in inputs]
+        result["inputs"] = [text_of(p) if isinstance(p, (str, os.PathLike)) else str(p) for p in inputs]
     result.update({"records_in": counts["records_in"], out_key: counts["records_out"], "dropped": counts["dropped"],
                    "errored": counts["errored"], "per_source": counts["per_source"]})
     result.update(extra)

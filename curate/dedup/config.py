@@ -9,8 +9,8 @@ from typing import Any
 from curate.core import validate as v
 from curate.core.limits import DEFAULT_SHARD_SIZE
 from curate.core.errors import UserError
+from curate.core.io import Location, locations
 from curate.core.images import DEFAULT_MAX_PIXELS
-from curate.core.location import Location, locations
 from curate.core.settings import setting
 from curate.core.stats import Counts
 

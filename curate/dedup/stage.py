@@ -35,8 +35,7 @@ import pyarrow.parquet as pq
 
 from curate.core.columns import first_occurrences
 from curate.core.filters import write_kept
-from curate.core.io import write_parquet
-from curate.core.lock import out_lock
+from curate.core.io import out_lock, write_parquet
 from curate.core.remote import local_file, writing
 from curate.core.shards import Shard, plan_hash, plan_shards
 from curate.core.stats import reject_schema, StageStats, finish_stage, stage_result
@@ -155,7 +154,7 @@ def _pixel_keys(hashed: Hashed, needed: np.ndarray, task: DigestTask, config: De
 def _near_pairs(records: Hashed, refs: Hashed | None, config: DedupConfig, out: Path, executor: Any,
                 threshold: int) -> tuple[Any, Any]:
     """The index written and searched as shards of queries; ``(nodes, (a, b, bits))``."""
-    from curate.core.remote_sync import push_files
+    from curate.core.remote import push_files
     from curate.executors import run_stage
     from curate.dedup.search import INDEX_FILES, build_index, smallest_per_pair
     from curate.dedup.steps import Nodes

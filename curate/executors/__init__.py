@@ -67,7 +67,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     inputs and row ranges) and the reader's version (``READER_VERSION``) are recorded
     on the first run and must match on reruns, so a rerun with other inputs or another
     reader never reuses old shards. The run holds the lock on
-    ``out`` (:mod:`curate.core.lock`), so a second live run into it stops with one line.
+    ``out`` (:func:`curate.core.io.out_lock`), so a second live run into it stops with one line.
 
     With ``out`` the staging folder of a bucket (:mod:`curate.core.remote`), the settings reach the
     bucket before any shard's marker, the files shards read (``task.reads_out``) are uploaded when the
@@ -75,15 +75,14 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
     nothing but the bucket fetch them too), and of the finished shards' files only those the driver
     reads (``task.driver_reads``) and their rejects are fetched, once.
     """
-    from curate.core.lock import out_lock
-    from curate.core.remote_sync import ensure_local, pull_listed, push_files, push_missing
-    from curate.core.uploads import finish_uploads
+    from curate.core.io import out_lock
+    from curate.core.remote import finish_uploads, pull_listed, push_files, share_reads
     from curate.core.records import READER_VERSION
     from curate.core.shards import (SHARDS_DIR, TMP_DIR, WORKERS_GONE_WAIT, check_settings, clean_tmp,
                                      marker_path, merge_shards, plan_hash, read_marker)
 
     out = Path(out)
-    with out_lock(out):  # one run per folder (curate.core.lock): a second one stops here with one line
+    with out_lock(out):  # one run per folder (curate.core.io.out_lock): a second one stops here with one line
         recorded = {"seed": seed, "plan": plan_hash(shards), "reader": READER_VERSION,
                     **(settings if settings is not None else task.settings())}
         check_settings(out, task.stage, recorded)
@@ -98,8 +97,7 @@ def run_stage(task: ShardTask, shards: Sequence[Shard], out: Path, *, executor: 
                 markers.append(content)
         if todo:
             push_files(out, [f"{SHARDS_DIR}/{task.stage}/settings.json"])  # a bucket: settings before any marker
-            push_missing(out, task.reads_out)  # what the driver wrote for the shards, for nodes that lack it
-            ensure_local(out, task.reads_out)
+            share_reads(out, task.reads_out)  # a bucket: what the driver wrote for the shards, for nodes that lack it
             executor = executor or get_executor("local")
             try:
                 markers += executor.run(task, todo, out, seed, desc or task.stage)

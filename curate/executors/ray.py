@@ -51,9 +51,8 @@ from curate.core import validate as v
 from curate.core.errors import UserError
 from curate.executors import Executor
 from curate.core.progress import StageProgress, console
-from curate.core.io import is_url
-from curate.core.remote_sync import ensure_local, fetch_marker
-from curate.core.staging import staging_folder, url_of
+from curate.core.io import is_url, staging_folder, url_of
+from curate.core.remote import ensure_local, fetch_marker
 from curate.core.shards import Shard, ShardTask, execute_shard, marker_path
 from curate.core.stats import engine_used
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from curate.core.errors import UserError
-from curate.core.io import RemotePath, atomic_open, is_url, read_json
+from curate.core.io import Location, atomic_open, is_url, read_json
 from curate.report.site import Assets, Raw, esc, filters, num, page, read_sampled, sample_indices, section, table
 from curate.stages import STAGES
 
@@ -84,7 +84,7 @@ def _stats(path: Path) -> dict[str, Any]:
     return stats
 
 
-def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path | RemotePath:
+def write_report(out: str | Path, *, samples: int = 48, seed: int = 0) -> Path | Location:
     """Write ``OUT/report/`` and return the path of its ``index.html``.
 
     Args:
@@ -133,14 +133,14 @@ READS = tuple(f"{step}{name}" for step in ("", "[0-9][0-9]-*/")
                            "rollouts.parquet", "scores.parquet")) + ("recipe.lock.yaml",)
 
 
-def _in_bucket(url: str, samples: int, seed: int) -> RemotePath:
+def _in_bucket(url: str, samples: int, seed: int) -> Location:
     """The report of a folder in a bucket: made from a temporary copy of what it reads, put at ``URL/report/``."""
     from curate.core.remote import reading, upload
 
     with reading(url, include=READS) as local:
         write_report(local, samples=samples, seed=seed)
         upload(local / "report", f"{url}/report")
-    return RemotePath(f"{url}/report/index.html")
+    return Location(f"{url}/report/index.html")
 
 
 def samples_html(stage: str, folder: Path, stats: dict[str, Any], assets: Assets, samples: int, seed: int) -> str:

@@ -17,9 +17,9 @@ from typing import Any
 
 from curate.core import validate as v
 from curate.core.errors import UserError
-from curate.core.formats.rl_layouts import LAYOUTS, layout_setting, METHODS as VLM_R1_METHODS
+from curate.core.io import Location, as_location, locations
 from curate.core.limits import ImageReading
-from curate.core.location import Location, as_location, locations
+from curate.core.formats.rl_layouts import LAYOUTS, layout_setting, METHODS as VLM_R1_METHODS
 from curate.core.settings import setting
 from curate.core.stats import Counts
 from curate.generate.checks import check_backend, check_sampling

@@ -42,11 +42,9 @@ from curate.core.errors import UserError, reading_input
 from curate.rewards.runtime.sandbox import announce
 from curate.rl.config import ScoreConfig, score_records
 from curate.executors import Executor, pending, run_stage
-from curate.core.io import write_parquet
-from curate.core.lock import out_lock
+from curate.core.io import out_lock, write_parquet
 from curate.core.records import BadRecord, Part, iter_rows, split_file
-from curate.core.remote import local_file, writing
-from curate.core.remote_sync import drop_files, push_files
+from curate.core.remote import drop_files, local_file, push_files, writing
 from curate.rl.golds import GOLDS_FILE, load_golds, write_golds
 from curate.core.shards import Shard, ShardContext, ShardTask, resolve_image_root
 from curate.core.stats import StageStats, finish_stage, run_header

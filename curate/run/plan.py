@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from curate.core.errors import UserError, command_line
-from curate.core.io import RemotePath, dumps_json, is_url, path_exists, read_text_at, write_text_at
+from curate.core.io import Location, dumps_json, is_url, path_exists, read_text_at, write_text_at
 from curate.run.recipe import Recipe, Step, from_folder
 from curate.stages import STAGES
 from curate.verbs import EXECUTOR_OPTIONS, IMAGE_LIMITS, Prepared, Values, Verb, verb
@@ -25,7 +25,7 @@ from curate.verbs import EXECUTOR_OPTIONS, IMAGE_LIMITS, Prepared, Values, Verb,
 MAIN_OUTPUT = STAGES.main_outputs  # read when asked: a row added to the table is a recipe verb
 RUN_DIR = "_run"
 #: A run folder: local, or an object-store URL.
-Folder = Path | RemotePath
+Folder = Path | Location
 #: Options that the settings of a step list last, in their declared order (recipe.lock.yaml keeps the order the
 #: command line listed them in when recipes were parsed by it: the image limits and Ray resources last).
 _LISTED_LAST = tuple(o.name for o in (*IMAGE_LIMITS, *EXECUTOR_OPTIONS[4:]))

@@ -22,8 +22,7 @@ import yaml
 
 from curate import __version__
 from curate.core.errors import UserError, command_line
-from curate.core.io import RemotePath, as_path, dumps_json, is_url, path_exists, url_fs, write_text_at
-from curate.core.lock import let_go, out_lock
+from curate.core.io import Location, as_path, dumps_json, is_url, let_go, out_lock, path_exists, url_fs, write_text_at
 from curate.core.stats import versions
 from curate.run.plan import (MAIN_OUTPUT, Folder, PlannedStep, record_path, check_ready, plan_run, plan_step,
                              upstream_of, write_record)
@@ -32,7 +31,7 @@ from curate.run.recipe import Recipe
 LOCK_NAME = "recipe.lock.yaml"
 
 
-def out_folder(recipe: Recipe, out: str | None) -> Path | RemotePath:
+def out_folder(recipe: Recipe, out: str | None) -> Path | Location:
     """``--out``, else the recipe's ``out:``.
 
     Raises:
@@ -75,7 +74,7 @@ def _maybe(read: str) -> str:
     """A step's main output as the plan names it before the step ran: the file it will be, or its alternative."""
     head, _, name = read.rpartition("/")
     for outputs in MAIN_OUTPUT.values():
-        if len(outputs) > 1 and name == outputs[0] and not path_exists((RemotePath(head) if is_url(head) else Path(head)) / name):
+        if len(outputs) > 1 and name == outputs[0] and not path_exists((Location(head) if is_url(head) else Path(head)) / name):
             return f"{read} (or {head}/{outputs[1]} when the records carry image bytes)"
     return read
 

@@ -309,7 +309,7 @@ def build_vocab_file(config: VocabBuildConfig | None = None, *, command: str | N
     """
     from contextlib import ExitStack
 
-    from curate.core.location import Location
+    from curate.core.io import Location
     from curate.core.remote import local_file, writing
 
     if config is None:

@@ -111,7 +111,7 @@ class VocabBuildConfig:
                             ("--captions", [self.captions]), ("--exclude", self.exclude)):
             for path in paths:
                 v.in_file(flag, path)
-        from curate.core.location import locations
+        from curate.core.io import locations
 
         locations(self, local={"wordnet": "--wordnet"})  # read with tarfile from this machine's disk
         v.in_path("--wordnet", self.wordnet)

@@ -48,9 +48,8 @@ from curate.balance.config import SCRIPT_CHOICES, VocabEmbedConfig, check_templa
 from curate.models.encoders import Encoder, load_encoder
 from curate.core.errors import UserError
 from curate.balance.concepts import copy_concepts, sidecar_path
-from curate.core.io import atomic_open, curate_cache, file_sha256, read_json, write_json
+from curate.core.io import atomic_open, curate_cache, file_sha256, read_json, url_of, write_json
 from curate.core.remote import local_file, writing
-from curate.core.staging import url_of
 from curate.core.progress import StageProgress
 from curate.core.shards import Shard, ShardContext, ShardTask
 from curate.core.stats import StageStats
@@ -378,7 +377,7 @@ def _compute_sharded(config: VocabEmbedConfig, vocab: str, enc: Encoder, allowed
                      executor: Any, chunks: Path | None = None, glosses_at: Path | None = None) -> dict[str, Any]:
     """Embed the chunks of ``vocab`` (the file every node reads) as shards of a stage on ``executor`` (into ``chunks``,
     default ``folder``), then assemble as :func:`_compute` does."""
-    from curate.core.remote_sync import drop_prefix
+    from curate.core.remote import drop_prefix
     from curate.executors import run_stage
 
     entries = read_vocab(local_file(vocab))

@@ -43,7 +43,7 @@ from typing import Any
 
 from curate.core.errors import UserError
 from curate.core.formats.containers import ACCEPTED, expand_braces
-from curate.core.io import RemotePath, as_path, is_url, text_of, url_fs
+from curate.core.io import Location, as_path, is_url, text_of, url_fs
 
 
 # Input arguments to files: local paths, folders, brace patterns and object-store URLs.
@@ -59,7 +59,7 @@ def remote_error(url: str, exc: BaseException) -> UserError:
     return UserError(f"{url}: cannot read ({name}: {text}); {hint}")
 
 
-def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
+def _remote(url: str, suffixes: Container[str]) -> list[Location]:
     try:
         fs, inner = url_fs(url)
         protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
@@ -73,9 +73,9 @@ def _remote(url: str, suffixes: Container[str]) -> list[RemotePath]:
             found = _json_arrays(fs, base, [rel for rel in keep_listed(base, relative) if _wanted(rel, suffixes)])
             if not found:
                 raise UserError(f"{url}: holds no {ACCEPTED} files")
-            return [RemotePath(p) for p in found]
+            return [Location(p) for p in found]
         if kind == "file":
-            return [RemotePath(url)]
+            return [Location(url)]
     except UserError:
         raise
     except ImportError as exc:
@@ -102,7 +102,7 @@ def _wanted(rel: str, suffixes: Container[str]) -> bool:
     return bool(parts) and not any(p.startswith(".") for p in parts) and record_suffix(parts[-1]) in suffixes
 
 
-def list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | RemotePath]:
+def list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | Location]:
     """The input files one argument stands for (a file, a folder, a brace pattern, a URL or URL prefix).
 
     Args:
@@ -115,8 +115,8 @@ def list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[
         say_skipped()  # one line per folder and reason, once the listing is done
 
 
-def _list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | RemotePath]:
-    text = text_of(item)  # a path, a URL, a RemotePath or a Location
+def _list_inputs(item: str | os.PathLike[str], suffixes: Container[str]) -> list[Path | Location]:
+    text = text_of(item)  # a path, a URL or a Location
     expanded = expand_braces(text)
     if len(expanded) > 1:
         return [f for one in expanded for f in _list_inputs(one, suffixes)]

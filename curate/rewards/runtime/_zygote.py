@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 
-from curate.core.lock import pid_alive
+from curate.core.io import pid_alive
 
 
 def _reap() -> None:

@@ -113,7 +113,7 @@ def test_a_full_staging_folder_is_named_with_what_moves_it(bucket: str, layouts:
                                                            capsys: pytest.CaptureFixture) -> None:
     """``--out s3://...`` writes through a staging folder on this machine: when its disk is full, the line names
     that folder and ``CURATE_CACHE`` (which moves it), not ``--out`` (the bucket has room)."""
-    from curate.core.staging import staging
+    from curate.core.io import staging
     from tests._fixtures.hostile import small_tmpfs
 
     with small_tmpfs(tmp_path / "small", "96k") as small:

@@ -1,13 +1,19 @@
-"""What moves between a bucket and the local mirror of ``--out``: reruns read markers, not shard data.
+"""What moves between a bucket and the local mirror of ``--out``: reruns read markers, not shard data; each
+shard's outputs reach the bucket before its marker, and a run killed between them is finished with the same bytes.
 
-Against a real S3 server (moto) on 127.0.0.1, whose request recorder lists every request; and a
-real HTTP server on 127.0.0.1 that stops sending half-way, for interrupted downloads.
+Against a real S3 server (moto) on 127.0.0.1, whose request recorder lists every request; a real HTTP server on
+127.0.0.1 that stops sending half-way, for interrupted downloads; and a real HTTP proxy on 127.0.0.1 in front of the
+S3 server that holds back the upload of a marker, for a run killed mid-upload.
 """
 
 from __future__ import annotations
 
+import http.client
 import http.server
+import json
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,9 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from curate.core.remote import staging
-from curate.core.staging import staging_folder
-from curate.core.remote_sync import get_file
+from curate.core.io import staging, staging_folder
+from curate.core.remote import get_file
 from packer.pack import pack
 from tests._fixtures.formats import Layouts
 from tests._fixtures.s3 import recorded_requests
@@ -152,7 +157,7 @@ def test_an_interrupted_download_leaves_no_file_under_its_name(half_server: str,
         get_file(fsspec.filesystem("http", skip_instance_cache=True), f"{half_server}/cut", dest)
     assert not dest.exists() and not list(dest.parent.iterdir())
     # SIGKILL while the bytes arrive: a hidden partial file, never the final name
-    code = ("import fsspec, sys; from pathlib import Path; from curate.core.remote_sync import get_file; "
+    code = ("import fsspec, sys; from pathlib import Path; from curate.core.remote import get_file; "
             "get_file(fsspec.filesystem('http'), sys.argv[1], Path(sys.argv[2]))")
     proc = subprocess.Popen([sys.executable, "-c", code, f"{half_server}/stall", str(dest)],
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
@@ -173,7 +178,7 @@ def test_push_does_not_upload_again_what_another_process_put_after_a_listing(
         s3_server: str, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker process uploads a shard's marker after the driver listed the prefix (``ensure_local``): the driver's
     final ``push`` must see it in the bucket, not trust the folder listing its filesystem cached, and leave it."""
-    from curate.core.remote_sync import ensure_local, push, remote_fs
+    from curate.core.remote import ensure_local, push, remote_fs
 
     monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
     url = f"{bucket}/out"
@@ -189,3 +194,147 @@ def test_push_does_not_upload_again_what_another_process_put_after_a_listing(
     with recorded_requests(s3_server) as seen:
         assert push(url, local) == 1
     assert _split(seen, url)[1] == ["stats.json"]
+
+
+def test_each_marker_reaches_the_bucket_after_its_outputs(s3_server: str, bucket: str, layouts: Layouts,
+                                                          tiny_processor_dir: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Uploads overlap (a marker goes while the next shard's outputs do), but a shard's marker is sent only once all
+    its outputs are in the bucket; every object is sent once, and ``stats.json`` last."""
+    _fs().put_file(str(layouts.hf), f"{bucket}/in/hf.parquet")
+    out = f"{bucket}/out"
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "cache"))
+    with recorded_requests(s3_server) as seen:
+        pack([f"{bucket}/in/hf.parquet"], out=out, processor=str(tiny_processor_dir), ctx=1024, shard_size=4,
+             sequences_per_shard=1, seed=5, verify_fraction=0.0, plot=False, workers=2)
+    puts, objects = _split(seen, out)[1], _objects(out)
+    assert len(puts) == len(set(puts)) and sorted(puts) == sorted(objects)
+    markers = [k for k in puts if re.fullmatch(r"_shards/[a-z_]+/\d+\.json", k)]
+    assert sum(k.startswith("_shards/write/") for k in markers) >= 3, markers
+    for marker in markers:
+        files = json.loads(objects[marker])["files"]
+        assert files and all(puts.index(f) < puts.index(marker) for f in files), (marker, files, puts)
+    assert puts[-1] == "stats.json"
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    """Forwards every request to the S3 server ``upstream``, but holds back the first upload whose path matches
+    ``hold`` (never forwarded: ``held`` is set and the connection waits until the proxy stops)."""
+
+    protocol_version = "HTTP/1.1"  # answers ``Expect: 100-continue``; one request per connection
+    upstream = ""
+    hold = re.compile("$^")
+    held = threading.Event()
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+            return body
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _forward(self) -> None:
+        body = self._body()
+        with self.lock:
+            holding = self.command == "PUT" and self.hold.search(self.path) and not self.held.is_set()
+            if holding:
+                self.held.set()
+        if holding:
+            self.stop.wait(300)
+            self.close_connection = True
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "expect",
+                                                                               "connection", "content-length")}
+        conn = http.client.HTTPConnection(self.upstream, timeout=60)
+        conn.request(self.command, self.path, body=body if body or self.command in ("PUT", "POST") else None,
+                     headers=headers)
+        reply = conn.getresponse()
+        data = reply.read()
+        self.send_response(reply.status)
+        for k, v in reply.getheaders():
+            if k.lower() not in ("connection", "transfer-encoding", "content-length", "server", "date"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", reply.getheader("Content-Length", str(len(data))))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self.close_connection = True
+        conn.close()
+
+    do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _forward  # noqa: N815 - http.server's names
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _pack_through(endpoint: str, inputs: list[str], out: str, settings: dict) -> None:
+    """A run of pack whose every request goes to ``endpoint``, in a process group of its own (it and its workers are
+    killed together)."""
+    import fsspec.config
+
+    os.setpgrp()
+    os.environ["AWS_ENDPOINT_URL"] = os.environ["FSSPEC_S3_ENDPOINT_URL"] = endpoint
+    fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = endpoint
+    pack(inputs, out=out, **settings)
+
+
+def test_a_run_killed_between_a_shards_outputs_and_its_marker_is_finished_with_the_same_bytes(
+        s3_server: str, bucket: str, layouts: Layouts, tiny_processor_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed (with its workers) while a written shard's outputs are in the bucket and its marker is on its way: the
+    bucket has no marker for that shard, and a rerun from another machine makes it again and gives every object a
+    run never killed gives."""
+    fs = _fs()
+    fs.put_file(str(layouts.hf), f"{bucket}/in/hf.parquet")
+    inputs, killed = [f"{bucket}/in/hf.parquet"], f"{bucket}/killed"
+    kw = dict(processor=str(tiny_processor_dir), ctx=1024, shard_size=4, sequences_per_shard=1, seed=5,
+              verify_fraction=0.0, plot=False, workers=2)
+    _Proxy.upstream, _Proxy.hold = s3_server.split("://", 1)[1], re.compile(r"/killed/_shards/write/\d+\.json$")
+    _Proxy.held.clear()
+    _Proxy.stop.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "machine-a"))
+    proc = multiprocessing.get_context("fork").Process(
+        target=_pack_through, args=(f"http://127.0.0.1:{server.server_address[1]}", inputs, killed, kw))
+    proc.start()  # not a daemon: it starts workers
+    try:
+        deadline = time.monotonic() + 180
+        while not _Proxy.held.wait(0.1) and proc.is_alive() and time.monotonic() < deadline:
+            pass
+        assert _Proxy.held.is_set(), f"no marker of a written shard was uploaded (exit code {proc.exitcode})"
+        time.sleep(0.5)  # what else is in flight lands (other shards: outputs, then their markers)
+    finally:
+        if proc.is_alive():
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.join(timeout=60)
+        _Proxy.stop.set()
+        server.shutdown()
+        server.server_close()
+    fs.invalidate_cache()
+    inner = killed[len("s3://"):]
+    there = {p[len(inner) + 1:] for p in fs.find(inner)}
+    assert "stats.json" not in there
+    written = {k.split("/")[-1].split(".")[0] for k in there if k.startswith("shards/") and k.endswith(".tar")}
+    unmarked = sorted(s for s in written if f"_shards/write/{s}.json" not in there)
+    assert unmarked, (written, there)  # a shard whose outputs are in the bucket and whose marker is not
+    assert all(f"shards/{s}.index.json" in there for s in unmarked)
+    # another machine finishes it: the unmarked shards are made again; and a reference run never killed
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "machine-b"))
+    with recorded_requests(s3_server) as seen:
+        pack(inputs, out=killed, **kw)
+    remade = {k.split("/")[-1].split(".")[0] for k in _split(seen, killed)[1] if k.startswith("shards/")}
+    assert set(unmarked) <= remade
+    monkeypatch.setenv("CURATE_CACHE", str(tmp_path / "machine-c"))
+    pack(inputs, out=f"{bucket}/reference", **kw)
+    after, reference = _objects(killed), _objects(f"{bucket}/reference")
+    after.pop("history.json"), reference.pop("history.json")  # the wall times of each invocation (docs/resume.md)
+    assert sorted(after) == sorted(reference) and "stats.json" in after
+    assert [k for k in after if after[k] != reference[k]] == []

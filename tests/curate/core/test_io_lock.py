@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from curate.core.lock import LOCK_NAME, OutputLocked, out_lock
+from curate.core.io import LOCK_NAME, OutputLocked, out_lock
 
 ROOT = Path(__file__).resolve().parents[3]
 HOLDER = textwrap.dedent("""
@@ -77,7 +77,7 @@ def test_second_run_stops_then_takes_over_a_dead_holders_lock(tmp_path: Path) ->
 
 FORKING_HOLDER = textwrap.dedent("""
     import os, signal, sys, time
-    from curate.core.lock import acquire
+    from curate.core.io import acquire
     acquire(sys.argv[1])
     child = os.fork()
     if child == 0:  # a forked worker that outlives the run: it must not keep the lock
@@ -119,7 +119,7 @@ def test_the_lock_is_reentrant_and_removed_on_release(tmp_path: Path) -> None:
             assert (out / LOCK_NAME).exists()
         assert json.loads((out / LOCK_NAME).read_text())["pid"] == os.getpid()
     assert not (out / LOCK_NAME).exists()
-    probe = "import sys; from curate.core.lock import acquire; acquire(sys.argv[1])"
+    probe = "import sys; from curate.core.io import acquire; acquire(sys.argv[1])"
     with out_lock(out):  # another process meets the lock this one holds
         proc = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, env=_env(),
                               timeout=60)
