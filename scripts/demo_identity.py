@@ -16,6 +16,8 @@ moved to ``WORK/out-<commit>`` and compared file by file:
 * ``*.json`` files are compared after dropping the keys that describe the run
   rather than its result: ``timings``, ``versions``, ``command``, ``finished``
   (a timestamp in ``history.json``) and any key ending in ``seconds`` (at any depth);
+  a recipe step's input stamps (``inputs`` in ``OUT/_run/*.json``) by size, not modification time
+  (each revision's checkout writes its files anew);
 * ``*.html`` report pages are compared with durations (``12.3s``) masked;
 * every other file (tar shards, Parquet, ``.npy``, PNG plots, JSONL) must be the
   same bytes.
@@ -82,10 +84,19 @@ def run_demo(repo: Path, rev: str, work: Path, venv: Path) -> Path:
 
 def _strip(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in RUN_KEYS and not k.endswith("seconds")}
+        return {k: _strip(v) if k != "inputs" else _sizes(v) for k, v in value.items()
+                if k not in RUN_KEYS and not k.endswith("seconds")}
     if isinstance(value, list):
         return [_strip(v) for v in value]
     return value
+
+
+def _sizes(stamps: Any) -> Any:
+    """A recipe step's input stamps (``OUT/_run/*.json``: path -> ``size|mtime_ns``) without their modification times,
+    which a fresh checkout of each revision sets anew; the sizes still compare."""
+    if isinstance(stamps, dict):
+        return {k: v.split("|")[0] if isinstance(v, str) else v for k, v in stamps.items()}
+    return _strip(stamps)
 
 
 def same_file(a: Path, b: Path) -> bool:
