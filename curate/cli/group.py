@@ -20,7 +20,18 @@ from curate.stages import STAGES
 
 
 class VerbCommand(click.Command):
-    """A verb: its callback builds its settings and returns a :class:`~curate.verbs.Prepared`, run here."""
+    """A verb: its callback builds its settings and returns a :class:`~curate.verbs.Prepared`, run here; a flag it
+    no longer takes (``moved``: :attr:`curate.verbs.Verb.moved`) is one line saying where it went."""
+
+    moved: tuple[tuple[str, str], ...] = ()
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for flag, why in self.moved:
+            if any(a == flag or a.startswith(f"{flag}=") for a in args):
+                from curate.core.errors import UserError
+
+                raise UserError(why)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - whatever the verb returns
         result = super().invoke(ctx)
@@ -88,7 +99,7 @@ class _Group(click.Group):
 
             try:  # a verb of values (curate/verbs/<family>.py, or a filter stage's row): its command made here
                 made = verb(cmd_name)
-            except (KeyError, ModuleNotFoundError):  # a click-only command: curate/cli/<family>.py registers it
+            except KeyError:  # a click-only command: curate/cli/<family>.py registers it
                 importlib.import_module(f"curate.cli.{STAGES[cmd_name].cli}")
             else:
                 from curate.cli.options import verb_command

@@ -33,18 +33,7 @@ def verb_command(verb: Verb, group: click.Group) -> click.Command:
         fn = click.argument(arg.name, nargs=-1 if arg.multiple else 1, required=arg.required, metavar=arg.metavar,
                             type=click.Path(path_type=str))(fn)
     command = group.command(verb.name.rsplit(" ", 1)[-1], help=verb.prepare.__doc__)(fn)
-    if verb.moved:
-        parse = command.parse_args
-
-        def parse_args(ctx: click.Context, args: list[str]) -> list[str]:
-            from curate.core.errors import UserError
-
-            for flag, why in verb.moved:
-                if any(a == flag or a.startswith(f"{flag}=") for a in args):
-                    raise UserError(why)
-            return parse(ctx, args)
-
-        command.parse_args = parse_args  # type: ignore[method-assign]
+    command.moved = verb.moved  # read by curate.cli.group.VerbCommand.parse_args
     return command
 
 

@@ -546,14 +546,19 @@ def held_for_command() -> Iterator[None]:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (one we may not signal counts as alive)."""
+    """Whether process ``pid`` exists on this host and has not ended (one we may not signal counts as alive; a zombie,
+    ended but not yet reaped by its parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): alive as far as we know
 
 
 def _describe(info: dict) -> str:

@@ -41,8 +41,8 @@ import pyarrow.parquet as pq
 from curate.core.limits import DEFAULT_MAX_IMAGES, DEFAULT_SHARD_SIZE, TOO_MANY_IMAGES
 from curate.core.errors import UserError, reading_input
 from curate.core.formats.containers import CONTAINERS
-from curate.core.io import (Location, as_path, atomic_open, curate_cache, dumps_json, input_stamp, is_url, read_json,
-                            shown, text_of, url_of, write_json, write_parquet)
+from curate.core.io import (Location, as_path, atomic_open, curate_cache, dumps_json, input_stamp, is_url, pid_alive,
+                            read_json, shown, text_of, url_of, write_json, write_parquet)
 from curate.core.records import READER_VERSION, BadRecord, Part, expand_inputs, input_format, read_part, split_file
 from curate.core.remote import fetch, push_shard, push_shard_later, warm_up
 from curate.core.stats import StageStats, reject_schema
@@ -384,7 +384,8 @@ WORKERS_GONE_WAIT = 10.0
 
 
 def clean_tmp(out: Path, stage: str, *, wait: float = 0.0) -> None:
-    """Remove work folders left by a killed run of ``stage``, but not those of another live process.
+    """Remove work folders left by a killed run of ``stage``, but not those of another live process, and the
+    half-written markers a killed process left (a marker is written whole or not at all: :func:`atomic_path`).
 
     A worker of a killed driver lives on for a moment (it stops within a second, or ends its shard): the
     folder it writes into is its own (``<shard>.<pid>.<hex>``) and is not removed. Removed under it, the
@@ -412,21 +413,15 @@ def clean_tmp(out: Path, stage: str, *, wait: float = 0.0) -> None:
             entry.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         folder.rmdir()  # when no live worker works there
+    for partial in (out / SHARDS_DIR / stage).glob(".*.tmp"):  # a marker a killed process was writing (atomic_path)
+        partial.unlink(missing_ok=True)
 
 
 def _worked_by_another_live_process(name: str) -> bool:
     """Whether a work folder (``<shard>.<pid>.<hex>``, :func:`execute_shard`) is another live process's of this
     host (a zombie is not live: its work is over)."""
-    from curate.core.io import pid_alive
-
     parts = name.split(".")
-    if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) == os.getpid() or not pid_alive(int(parts[1])):
-        return False
-    try:
-        with open(f"/proc/{parts[1]}/stat", encoding="utf-8", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True  # no /proc (macOS): alive as far as we know
+    return len(parts) == 3 and parts[1].isdigit() and int(parts[1]) != os.getpid() and pid_alive(int(parts[1]))
 
 
 def merge_shards(out: Path, stage: str, markers: Sequence[dict[str, Any]]) -> StageStats:

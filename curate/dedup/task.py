@@ -89,17 +89,21 @@ def _raw_bytes(src: Any) -> bytes | memoryview | None:
     return None
 
 
-class HashTask(ShardTask):
+class _DecodingTask(ShardTask):
+    """A dedup task decoding images: ``config``'s decoding threads (default: the cores, at most 4) and pixel limit."""
+
+    unit = "records"
+
+    def __init__(self, config: DedupConfig) -> None:
+        self.config = config
+        self.decode_threads = config.decode_threads or _default_threads()
+
+
+class HashTask(_DecodingTask):
     """Hashes the images of one shard (see the module docstring)."""
 
     stage: ClassVar[str] = "dedup_hash"
     folder: ClassVar[str] = HASHES_DIR
-    unit = "records"
-
-    def __init__(self, config: DedupConfig) -> None:
-        """Hash with ``config``'s decoding threads and pixel limit."""
-        self.config = config
-        self.decode_threads = config.decode_threads or _default_threads()
 
     def settings(self) -> dict[str, Any]:
         """The decoding limit and the hashing scheme change the bytes (threads do not)."""
@@ -185,7 +189,7 @@ class Needed(NamedTuple):
     ids: tuple[str, ...]
 
 
-class DigestTask(ShardTask):
+class DigestTask(_DecodingTask):
     """Pixel digests (:func:`~curate.dedup.hashing.pixel_digest`, full decode) of the records of one input shard
     named in its ``meta`` (:class:`Needed`): ``digests/<shard>.parquet`` (id, pixel_key), first occurrence of an id.
 
@@ -194,12 +198,6 @@ class DigestTask(ShardTask):
 
     stage: ClassVar[str] = "dedup_digest"
     folder: ClassVar[str] = DIGESTS_DIR
-    unit = "records"
-
-    def __init__(self, config: DedupConfig) -> None:
-        """Digest with ``config``'s decoding threads and pixel limit."""
-        self.config = config
-        self.decode_threads = config.decode_threads or _default_threads()
 
     def settings(self) -> dict[str, Any]:
         """The decoding limit and the digest scheme (the ids are in the plan)."""

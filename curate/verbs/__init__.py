@@ -14,6 +14,7 @@ imported when one of them is asked for (:func:`verb`); a filter stage's verb is 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -112,7 +113,10 @@ def verb(name: str) -> Verb:
         from curate.verbs.filters import filter_verb
 
         return filter_verb(spec)
-    return importlib.import_module(f"curate.verbs.{spec.cli}").VERBS[name]
+    family = f"curate.verbs.{spec.cli}"
+    if importlib.util.find_spec(family) is None:  # a family of click-only commands (run, report, vocab...)
+        raise KeyError(name)
+    return importlib.import_module(family).VERBS[name]
 
 
 def options_of(cls: type, *names: str, exclude: tuple[str, ...] = ()) -> tuple[SettingInfo, ...]:

@@ -124,3 +124,25 @@ def test_the_lock_is_reentrant_and_removed_on_release(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True, env=_env(),
                               timeout=60)
     assert proc.returncode != 0 and OutputLocked.__name__ in proc.stderr and f"pid {os.getpid()}" in proc.stderr
+
+
+def test_a_zombie_is_not_alive_and_a_running_child_is() -> None:
+    """A process that ended but was not yet reaped (a zombie) holds nothing: a lock, a work folder or a parent's
+    watch taken over from it is safe (curate.core.io.pid_alive)."""
+    import subprocess
+    import time
+
+    from curate.core.io import pid_alive
+
+    running = subprocess.Popen(["sleep", "30"])
+    ended = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and pid_alive(ended.pid):  # not reaped: a zombie once it has exited
+            time.sleep(0.01)
+        assert not pid_alive(ended.pid)
+        assert ended.poll() == 0  # it was a zombie until now: reaped here
+        assert pid_alive(running.pid) and pid_alive(os.getpid())
+    finally:
+        running.kill()
+        running.wait()

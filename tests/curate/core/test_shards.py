@@ -130,6 +130,9 @@ def test_a_rerun_leaves_a_live_worker_of_a_killed_run_its_work_folder(tmp_path: 
         left = out / ".tmp" / "lengths" / f"000001.{owner}.0badc0de" / "out" / "000001.parquet"
         left.parent.mkdir(parents=True)
         left.write_bytes(b"half")
+    half_marker = out / "_shards" / "lengths" / ".000002.json.k1ll3d.tmp"  # a marker a killed process was writing
+    half_marker.parent.mkdir(parents=True, exist_ok=True)
+    half_marker.write_text('{"files": [')
     worker = multiprocessing.get_context("fork").Process(target=execute_shard,
                                                          args=(LengthTask(2, hold=str(go)), shards[0], out, 1))
     worker.start()
@@ -142,7 +145,7 @@ def test_a_rerun_leaves_a_live_worker_of_a_killed_run_its_work_folder(tmp_path: 
     worker.join(timeout=60)
     assert worker.exitcode == 0
     got, want = _folder(out), _folder(straight)
-    assert sorted(got) == sorted(want)  # nothing is left in .tmp
+    assert sorted(got) == sorted(want)  # nothing is left in .tmp, no half-written marker
     assert got == want  # the worker's marker lists its files
     assert log.read_text().split() == [s.id for s in shards[1:]]  # shard 0 is the worker's, done once
 
