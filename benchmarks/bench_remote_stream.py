@@ -7,6 +7,12 @@ the peak local staging bytes against the output's size and against 2 × workers 
 (the largest tar), the bytes left on local disk after the run, and the wall time of the bucket run over
 the local one. Targets (issue 37): peak ≤ 2 × workers × one shard and ≤ 10% of the output; time ≤ 1.3×.
 
+The server shares this machine's cores with the run (a real bucket's server does not), so the CPU seconds of
+each side are printed too, and the floor this server sets: the time it takes to take in the local run's output
+alone (every file in one ``put``, nothing else running), added to the local run's time outside its write step.
+A bucket run near that floor overlaps its uploads with its work; what is left above the local time is the
+server's. ``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`` keeps objects of up to 64 MB in the server's memory.
+
     .venv/bin/python benchmarks/bench_remote_stream.py [--n 2000] [--workers 2] [--quick] [--repeat 3]
 """
 
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -62,6 +69,21 @@ class Poller:
         self._thread.join()
 
 
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` has used so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process and its ended children (the pack workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> int:
     """Pack locally, then into the bucket while polling the staging folder; print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,6 +106,7 @@ def main() -> int:
         write_layouts(tmp / "data", args.n)
         processor = str(build_tiny_processor(tmp / "processor"))
         print(f"{args.n} images written in {time.perf_counter() - t0:.1f}s")
+        os.environ.setdefault("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(64 << 20))
         proc, endpoint = start_moto()
         try:
             fs = s3fs.S3FileSystem(endpoint_url=endpoint)
@@ -93,11 +116,13 @@ def main() -> int:
                       seed=0, verify_sample=0, plot=False, workers=args.workers)
             local_s = bucket_s = float("inf")
             peak = samples = 0
+            cpu = {"local": [], "bucket": [], "server": []}
             for round_ in range(max(1, args.repeat)):  # fresh caches and outputs each round: no counts reused
                 os.environ["CURATE_CACHE"] = str(tmp / f"cache-{round_}")
                 shutil.rmtree(tmp / "local", ignore_errors=True)
-                t0 = time.perf_counter()
+                c0, t0 = own_cpu(), time.perf_counter()
                 steps = pack(src, out=tmp / "local", **kw)["timings"]
+                cpu["local"].append(own_cpu() - c0)
                 if time.perf_counter() - t0 < local_s:
                     local_s, local_steps = time.perf_counter() - t0, steps
                 os.environ["CURATE_CACHE"] = str(tmp / f"cache-bucket-{round_}")
@@ -105,12 +130,19 @@ def main() -> int:
                 if fs.exists("bench/out"):
                     fs.rm("bench/out", recursive=True)
                 with Poller(tmp / f"cache-bucket-{round_}" / "remote") as poll:
-                    t0 = time.perf_counter()
+                    c0, s0, t0 = own_cpu(), server_cpu(proc.pid), time.perf_counter()
                     steps = pack(src, out="s3://bench/out", **kw)["timings"]
+                    cpu["bucket"].append(own_cpu() - c0)
+                    cpu["server"].append(server_cpu(proc.pid) - s0)
                     if time.perf_counter() - t0 < bucket_s:
                         bucket_s, bucket_steps = time.perf_counter() - t0, steps
                 peak, samples = max(peak, poll.peak), samples + poll.samples
                 print(f"round {round_ + 1}: local {local_s:.1f}s, bucket {bucket_s:.1f}s (best so far)")
+            files = sorted(p for p in (tmp / "local").rglob("*") if p.is_file())
+            t0 = time.perf_counter()
+            fs.put([str(p) for p in files], [f"bench/ingest/{p.relative_to(tmp / 'local').as_posix()}" for p in files])
+            ingest_s = time.perf_counter() - t0
+            fs.rm("bench/ingest", recursive=True)
             left = folder_bytes(tmp / f"cache-bucket-{round_}" / "remote")
             fs.invalidate_cache()
             objects = {p: int(i["size"]) for p, i in fs.find("bench/out", detail=True).items()}
@@ -125,6 +157,12 @@ def main() -> int:
                   f"left after the run: {left:,} bytes")
             print(f"wall time: local {local_s:.1f}s, bucket {bucket_s:.1f}s, ratio {bucket_s / local_s:.2f}× "
                   "(target ≤ 1.3×)")
+            floor = local_s - local_steps.get("write", 0) + max(local_steps.get("write", 0), ingest_s)
+            print(f"CPU seconds (median of rounds): local run {sorted(cpu['local'])[len(cpu['local']) // 2]:.1f}, "
+                  f"bucket run {sorted(cpu['bucket'])[len(cpu['bucket']) // 2]:.1f} + the server "
+                  f"{sorted(cpu['server'])[len(cpu['server']) // 2]:.1f}, on {os.cpu_count()} cores")
+            print(f"the server alone takes in the output in {ingest_s:.1f}s: floor for the bucket run {floor:.1f}s "
+                  f"({floor / local_s:.2f}× local); the bucket run is {bucket_s / floor:.2f}× that floor")
             steps = ("lengths", "plan", "write")  # the driver's steps; the rest of the bucket run is the final upload
             print("driver steps (s), local / bucket: " + ", ".join(
                 f"{k} {local_steps.get(k, 0):.1f} / {bucket_steps.get(k, 0):.1f}" for k in steps)
