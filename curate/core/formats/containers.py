@@ -16,7 +16,10 @@ array is read whole; its file must parse (one line naming the file otherwise).
 
 Parquet rows with their image cells cut straight from the Arrow buffers.
 
-A Parquet row group is read once as Arrow; its columns become Python rows with
+A Parquet row group's page headers are checked against the page's bytes before pyarrow reads the group
+(:func:`check_pages`); a group with a page that lies is not read: each of its rows is errored
+(``corrupt_row_group``, naming the page and its claim), the file's other groups are read. A row group is read once
+as Arrow; its columns become Python rows with
 :meth:`pyarrow.Array.to_pylist`, except the columns that hold image bytes (raw ``binary``
 columns such as img2dataset's ``jpg``, the ``datasets`` image struct ``{bytes, path}``, or a list
 of either): their values are cut from the Arrow buffers, as plain ``bytes`` (one copy per image)
@@ -57,6 +60,7 @@ writing records back (``resample``'s selected records) all look a format up here
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import tarfile
@@ -335,9 +339,11 @@ PARQUET_BATCH_BYTES = 64 << 20
 
 
 def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str, raw: IO[bytes],
-                 heads: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(row, row as a dict)`` for rows ``start`` to ``stop`` of a Parquet file (see :func:`table_rows`); ``raw``:
-    the file's bytes, for the page headers of each row group, checked before it is read (:func:`check_pages`).
+                 heads: bool = False) -> Iterator[Row]:
+    """``(row, row as a dict, None)`` for rows ``start`` to ``stop`` of a Parquet file (see :func:`table_rows`);
+    ``raw``: the file's bytes, for the page headers of each row group, checked before it is read
+    (:func:`check_pages`). A row group with a page that lies is not read: each of its rows is
+    ``(row, {"id": its id} or None, "corrupt_row_group:...")``.
 
     Row groups are read in batches of about :data:`PARQUET_BATCH_BYTES`: a row group of images written whole
     (one group per file is common) would otherwise be held in memory at once, by every worker that reads a
@@ -353,7 +359,21 @@ def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str, raw: IO[b
             continue
         if row >= stop:
             break
-        check_pages(pf.metadata, rg, raw, file)
+        try:
+            check_pages(pf.metadata, rg, raw, file)
+        except PageLie as lie:
+            # The group's row count is the footer's, which checked_num_rows held against the file's bytes before the
+            # file was cut into parts (at most DENSE_ROWS_PER_BYTE rows a byte of its smallest column chunk, or counted
+            # by reading that column, whose pages were checked first): the rows errored here are bounded by the file's
+            # size and by this part's, and they are the rows the parts were cut from, so the counts balance.
+            problem = (f"corrupt_row_group:{file}: {lie.detail}; a corrupt or forged page: each of the group's {n:,} "
+                       "rows is errored")
+            lo, hi = max(start, row), min(stop, row + n)
+            ids = _group_ids(pf, rg, raw, file, lo - row, hi - row)
+            for i, r in enumerate(range(lo, hi)):
+                yield r, {"id": ids[i]} if ids and ids[i] is not None else None, problem
+            row += n
+            continue
         size = max(16, min(1 << 16, PARQUET_BATCH_BYTES * n // max(meta.total_byte_size, 1)))
         at = row
         for batch in pf.iter_batches(batch_size=size, row_groups=[rg]):
@@ -362,11 +382,35 @@ def parquet_rows(pf: pq.ParquetFile, start: int, stop: int, file: str, raw: IO[b
             if lo < hi:
                 table = pa.Table.from_batches([batch.slice(lo - at, hi - lo)])
                 for i, item in enumerate(table_rows(table, file, lo, pf.schema_arrow, heads)):
-                    yield lo + i, item
+                    yield lo + i, item, None
             at = end
             if at >= stop:
                 break
         row += n
+
+
+def _group_ids(pf: pq.ParquetFile, group: int, raw: IO[bytes], file: str, lo: int, hi: int) -> list[str | None] | None:
+    """The ``id`` values of rows ``lo`` to ``hi`` (counted within the group) of a row group that is not read, when the
+    file has a top-level ``id`` column of plain values whose own pages are honest (checked first); None otherwise."""
+    field = pf.schema_arrow.field("id") if "id" in pf.schema_arrow.names else None
+    if field is None or pa.types.is_nested(field.type):
+        return None
+    leaf = next((c for c in range(len(pf.schema)) if pf.schema.column(c).path == "id"), None)
+    if leaf is None:
+        return None
+    ids: list[str | None] = []
+    try:
+        check_pages(pf.metadata, group, raw, file, [leaf])
+        at = 0
+        for batch in pf.iter_batches(batch_size=1 << 16, row_groups=[group], columns=["id"]):
+            values = batch.column(0).slice(max(lo - at, 0), max(min(hi, at + batch.num_rows) - max(lo, at), 0))
+            ids.extend(None if v is None else str(v) for v in values.to_pylist())
+            at += batch.num_rows
+            if at >= hi:
+                break
+    except Exception:  # noqa: BLE001 - the id column lies too, or pyarrow cannot read it: the rows keep their numbers
+        return None
+    return ids if len(ids) == hi - lo else None
 
 
 #: Values one byte of a column chunk can hold at most: a data page holds at most 2^31 - 1 values (its header's
@@ -380,6 +424,19 @@ DENSE_ROWS_PER_BYTE = 256
 
 class FooterLie(UserError):
     """A Parquet footer's counts that the file's bytes cannot hold (one line naming the file)."""
+
+
+class PageLie(FooterLie):
+    """A page header of row group ``group`` claiming more than its bytes hold (:func:`check_pages`); ``detail`` says
+    which page and what it claims. Record inputs error the group's rows ``corrupt_row_group`` (:func:`parquet_rows`);
+    elsewhere (a rollouts file, a row count verified by reading) it is one line naming the file."""
+
+    def __init__(self, path: str | Path, group: int, detail: str) -> None:
+        super().__init__(f"{path}: not a readable Parquet file ({detail}; a corrupt or forged file)")
+        self.path, self.group, self.detail = str(path), group, detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.path, self.group, self.detail)
 
 
 def checked_num_rows(pf: pq.ParquetFile, path: str | Path, size: int, raw: IO[bytes]) -> int:
@@ -426,7 +483,8 @@ def checked_num_rows(pf: pq.ParquetFile, path: str | Path, size: int, raw: IO[by
                             f"{smallest[1]:,} bytes of column {group.column(smallest[0]).path_in_schema!r}, more "
                             "than any encoding holds)")
         if smallest is not None and rows > DENSE_ROWS_PER_BYTE * max(smallest[1], 1):
-            check_pages(meta, g, raw, path)
+            # the pages of the column read; a lie there leaves the group's row count unproven: the whole file is refused
+            check_pages(meta, g, raw, path, _leaves(pf, smallest[0]))
             held = _rows_held(pf, g, smallest[0], path)
             if held != rows:
                 raise FooterLie(f"{path}: not a readable Parquet file (row group {g} claims {rows:,} rows; its column "
@@ -456,6 +514,12 @@ def _top_level(pf: pq.ParquetFile, leaf: int) -> int:
     return pf.schema_arrow.get_field_index(name)
 
 
+def _leaves(pf: pq.ParquetFile, leaf: int) -> list[int]:
+    """The leaf columns read with ``leaf`` when its top-level field is read (a struct's, a list's)."""
+    name = pf.schema.column(leaf).path.split(".")[0]
+    return [c for c in range(len(pf.schema)) if pf.schema.column(c).path.split(".")[0] == name]
+
+
 #: How many bytes one compressed byte can become at most, per Parquet codec (pyarrow's names): Snappy's longest
 #: copy (3 bytes → 64), Deflate's 258-byte matches (about 1032 : 1), LZ4's 255-byte length extensions, a Zstandard
 #: RLE block (4 bytes → 128 KiB), a Brotli meta-block (16 MiB from a few bytes). A page header claiming more
@@ -466,6 +530,16 @@ MAX_EXPANSION = {"SNAPPY": 22, "GZIP": 1032, "LZ4": 256, "LZ4_RAW": 256, "ZSTD":
                  "LZO": 256}
 #: Bytes a codec's framing may add to any page (Hadoop LZ4's lengths, gzip's header, Snappy's length).
 EXPANSION_SLACK = 64
+#: A page of a codec pyarrow decompresses as a stream (:data:`STREAMED_CODECS`) claiming more uncompressed bytes than
+#: this is decompressed by :func:`check_pages` in chunks of :data:`STREAM_CHUNK`, its real size compared with the claim
+#: before pyarrow allocates it: Brotli's and Zstandard's ratios (and gzip's, on a large page) bound little, and the
+#: footer's column chunk size is the footer's own claim. Below this, a lie costs pyarrow at most this much.
+VERIFIED_CLAIM = 4 << 20
+#: Parquet codecs (pyarrow's names) and their :class:`pyarrow.CompressedInputStream` names; other codecs have no
+#: stream form (Snappy; Parquet's LZ4 is not the LZ4 frame format) and keep the ratio bound alone.
+STREAMED_CODECS = {"BROTLI": "brotli", "GZIP": "gzip", "ZSTD": "zstd"}
+#: Bytes decompressed at a time when a page's claim is verified (at most one chunk is held).
+STREAM_CHUNK = 1 << 20
 
 
 class _Thrift:
@@ -529,8 +603,9 @@ class _Thrift:
         else:
             raise ValueError(f"unknown Thrift type {kind}")
 
-    def struct(self, wanted: dict[int, int], depth: int = 0) -> dict[int, int]:
-        """Read a struct to its end; the ``i32`` values of the field ids in ``wanted`` (filled in place)."""
+    def struct(self, wanted: dict[int, Any], depth: int = 0) -> dict[int, Any]:
+        """Read a struct to its end, filling ``wanted`` in place: the value of each of its field ids that is an ``i32``
+        or a boolean (1 or 0); a field whose value in ``wanted`` is a dict is a struct read into that dict."""
         field_id = 0
         while True:
             head = self.byte()
@@ -540,23 +615,70 @@ class _Thrift:
             field_id = field_id + delta if delta else self.zigzag()
             if kind == 5 and field_id in wanted:
                 wanted[field_id] = self.zigzag()
+            elif kind in (1, 2) and field_id in wanted:  # a boolean field: true is 1, false 2
+                wanted[field_id] = int(kind == 1)
+            elif kind == 12 and isinstance(wanted.get(field_id), dict):
+                self.struct(wanted[field_id], depth + 1)
             else:
                 self.skip(kind, depth)
 
 
-def check_pages(meta: pq.FileMetaData, group: int, raw: IO[bytes], path: str | Path) -> None:
-    """Check every page header of row group ``group`` (read from ``raw``, the file's bytes) before pyarrow reads
-    the group: a compressed page's claimed uncompressed size is at most its compressed size times its codec's
-    :data:`MAX_EXPANSION`, and at most its column chunk's uncompressed size in the footer (the pages' sum; the bound
-    that holds Brotli, whose ratio alone is loose). Headers that do not parse are left to pyarrow, which says what
-    is wrong with them.
+class _Slice(io.RawIOBase):
+    """``length`` bytes of ``raw`` from byte ``start`` on, as a file pyarrow can read (each read seeks: ``raw`` is
+    shared with the page header window)."""
+
+    def __init__(self, raw: IO[bytes], start: int, length: int) -> None:
+        super().__init__()
+        self.raw, self.pos, self.left = raw, start, length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        """Up to ``len(buffer)`` bytes of the slice (0 at its end)."""
+        self.raw.seek(self.pos)
+        data = self.raw.read(min(len(buffer), self.left))
+        buffer[:len(data)] = data
+        self.pos, self.left = self.pos + len(data), self.left - len(data) if data else 0
+        return len(data)
+
+
+def _stream_lie(raw: IO[bytes], at: int, length: int, codec: str, claimed: int, levels: int = 0) -> str:
+    """What is wrong with a page's claim of ``claimed`` bytes for its ``length`` bytes at byte ``at`` of ``raw`` (""
+    when they hold exactly that): its first ``levels`` bytes are stored as they are (a data page v2's levels), the
+    rest is ``codec`` data, decompressed as a stream :data:`STREAM_CHUNK` bytes at a time and never more than the
+    claim + 1 bytes in all."""
+    real, limit = levels, claimed + 1
+    try:
+        slice_ = _Slice(raw, at + levels, length - levels)
+        stream = pa.CompressedInputStream(pa.PythonFile(slice_, mode="r"), STREAMED_CODECS[codec])
+        while real < limit:
+            got = len(stream.read(min(STREAM_CHUNK, limit - real)))
+            if not got:
+                break
+            real += got
+    except (pa.ArrowException, OSError, ValueError) as exc:  # corrupt or cut data: the codec's own words
+        return f"which do not decompress ({' '.join(str(exc).split())[:200]})"
+    if real > claimed:
+        return "which decompress to more than that"
+    return "" if real == claimed else f"which decompress to {real:,}"
+
+
+def check_pages(meta: pq.FileMetaData, group: int, raw: IO[bytes], path: str | Path,
+                columns: Sequence[int] | None = None) -> None:
+    """Check every page header of row group ``group`` (of its leaf ``columns``, default all; read from ``raw``, the
+    file's bytes) before pyarrow reads the group: a compressed page's claimed uncompressed size is at most its
+    compressed size times its codec's :data:`MAX_EXPANSION` and at most its column chunk's uncompressed size in the
+    footer; a claim above :data:`VERIFIED_CLAIM` of a codec of :data:`STREAMED_CODECS` (Brotli, whose ratio alone is
+    loose, Zstandard, gzip) is the page's real size, found by decompressing it as a stream in bounded chunks. Headers
+    that do not parse are left to pyarrow, which says what is wrong with them.
 
     Raises:
-        FooterLie: a page claiming more than its bytes can hold, naming the file, the group, the column and the page.
+        PageLie: a page claiming more than its bytes hold, naming the file, the group, the column and the page.
     """
     rg = meta.row_group(group)
     window = _Window(raw, 4096)
-    for c in range(rg.num_columns):
+    for c in range(rg.num_columns) if columns is None else columns:
         col = rg.column(c)
         ratio = MAX_EXPANSION.get(col.compression)
         if ratio is None:  # uncompressed (read by its compressed size), or a codec pyarrow cannot read anyway
@@ -566,20 +688,29 @@ def check_pages(meta: pq.FileMetaData, group: int, raw: IO[bytes], path: str | P
         end = pos + col.total_compressed_size
         while pos < end:
             thrift = _Thrift(window, pos, end)
+            v2: dict[int, Any] = {5: 0, 6: 0, 7: 1}  # DataPageHeaderV2: level bytes (uncompressed), is_compressed
             try:
-                sizes = thrift.struct({2: -1, 3: -1})
+                header = thrift.struct({1: -1, 2: -1, 3: -1, 8: v2})
             except ValueError:
-                return
-            claimed, compressed = sizes[2], sizes[3]
+                break
+            kind, claimed, compressed = header[1], header[2], header[3]
             if claimed < 0 or compressed < 0:
-                return  # pyarrow: "Invalid page header"
-            if claimed > compressed * ratio + EXPANSION_SLACK or claimed > col.total_uncompressed_size:
-                bound = (f"more than {col.compression} expands to" if claimed > compressed * ratio + EXPANSION_SLACK
-                         else f"more than its column chunk's {col.total_uncompressed_size:,} uncompressed bytes")
-                raise FooterLie(f"{path}: not a readable Parquet file (row group {group}, column "
-                                f"{col.path_in_schema!r}: the page at byte {pos:,} claims {claimed:,} bytes "
-                                f"uncompressed from {compressed:,} {col.compression} bytes, {bound}; a corrupt or "
-                                "forged file)")
+                break  # pyarrow: "Invalid page header"
+            levels = v2[5] + v2[6] if kind == 3 else 0  # a data page v2
+            lie = ""
+            if claimed > compressed * ratio + EXPANSION_SLACK:
+                lie = f"more than {col.compression} expands to"
+            elif claimed > col.total_uncompressed_size:
+                lie = f"more than its column chunk's {col.total_uncompressed_size:,} uncompressed bytes"
+            elif claimed > VERIFIED_CLAIM and col.compression in STREAMED_CODECS and thrift.pos + compressed <= end \
+                    and 0 <= levels <= min(claimed, compressed) and (kind != 3 or v2[7]):
+                # (a page running past its column chunk is refused by pyarrow before it decompresses anything:
+                # "Page was smaller than expected"; an uncompressed v2 page is read by its compressed size)
+                lie = _stream_lie(raw, thrift.pos, compressed, col.compression, claimed, levels)
+            if lie:
+                raise PageLie(path, group, f"row group {group}, column {col.path_in_schema!r}: the page at byte "
+                                           f"{pos:,} claims {claimed:,} bytes uncompressed from {compressed:,} "
+                                           f"{col.compression} bytes, {lie}")
             pos = thrift.pos + compressed
 
 
@@ -606,12 +737,10 @@ class ParquetRows(Container):
         if not is_url(part.path):  # native reads (memory-mapped) are much faster than through a Python file
             pf = pq.ParquetFile(as_path(part.path), memory_map=True)
             with open(as_path(part.path), "rb") as raw:  # the page headers, read before pyarrow believes them
-                for row, item in parquet_rows(pf, part.start, part.stop, part.path, raw, heads or views):
-                    yield row, item, None
+                yield from parquet_rows(pf, part.start, part.stop, part.path, raw, heads or views)
             return
         with open_input(part.path) as fh:
-            for row, item in parquet_rows(pq.ParquetFile(fh), part.start, part.stop, part.path, fh, heads or views):
-                yield row, item, None
+            yield from parquet_rows(pq.ParquetFile(fh), part.start, part.stop, part.path, fh, heads or views)
 
     def write_back(self, dest: Path, rows: Sequence[dict[str, Any]], source: Path) -> int:
         """The source file's schema, with ``id`` and ``source`` added when rows gained them."""
