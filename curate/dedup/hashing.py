@@ -4,16 +4,19 @@
 * **pixels** (:func:`pixel_digest`): SHA-256 of the decoded upright RGB pixels and the size, cut to 16
   bytes; the same picture saved twice, or a JPEG wrapped in another container, has the same digest.
   (SHA-256 rather than BLAKE2: with the CPU's SHA instructions it hashed 3 MB in 5.7 ms here, BLAKE2b in 35 ms.)
-* **perceptual** (:func:`perceptual_hashes`): a DCT hash (pHash) of 63 bits, computed here: the image (its luma;
-  the stage decodes a JPEG's luma alone at a reduced DCT scale) squashed to a 128×128 grey thumbnail (Pillow's box filter after an integer reduction), a region of it
-  area-averaged down to 32×32, its 2-D DCT, and one bit per coefficient of the 8×8 lowest frequencies (the
-  constant one left out) telling whether it is above their median. The averaging and the DCT are one matrix
-  on each side (:func:`_projection`), so the six hashes cost a few small matrix products. Re-encoding (JPEG quality 30), resizing (0.5×–2×) and small overlays move few bits; crops move
-  many, because a DCT is not shift-invariant. So every image has :data:`HASHES_PER_IMAGE` hashes: its
-  whole thumbnail's, then those of the crops keeping :data:`CROP_KEEP` of each side at the four corners and
-  the centre (:data:`ANCHORS`). A copy cropped to ≥ 90% of the area then lies a few bits from one of the
-  original's crop hashes; two images are compared by the whole hash of one against every hash of the
-  other (:func:`curate.dedup.search`).
+* **perceptual** (:func:`perceptual_hashes`): a DCT hash (pHash) of 63 bits, computed here: the image's luma (the
+  stage decodes a JPEG's luma alone at a reduced DCT scale, whose samples are the means of the full image's blocks)
+  area-averaged down to 32×32 bins (fractional overlaps: the bins cover the same part of the picture at every
+  size), its 2-D DCT, and one bit per coefficient of the 8×8 lowest frequencies (the constant one left out) telling
+  whether it is above their median. The averaging and the DCT are one matrix on each side (:func:`_projection`), so
+  the six hashes of an image are two matrix products (:func:`perceptual_hashes`), with no resized copy of the image.
+  Re-encoding (JPEG quality 30), resizing (0.5×–2×) and small overlays move few bits; crops move many, because a DCT
+  is not shift-invariant. So every image has :data:`HASHES_PER_IMAGE` hashes: the whole image's, then those of the
+  crops keeping :data:`CROP_KEEP` of each side at the four corners and the centre (:data:`ANCHORS`). A copy
+  cropped to ≥ 90% of the area then lies a few bits from one of the original's crop hashes; two images are
+  compared by the whole hash of one against every hash of the other (:func:`curate.dedup.search`).
+  (Version 4 of the hash; version 3 squashed the image to a 128×128 thumbnail with Pillow first, which cost more
+  than the products.)
 
 Images are decoded by the one image gate, :func:`curate.core.images.decode` (the stage calls it).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -33,14 +37,13 @@ PHASH_BITS = 63
 CROP_KEEP = 0.95
 #: Where the crop hypotheses sit, as fractions of the free margin (x, y): four corners and the centre.
 ANCHORS = ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.5, 0.5))
-#: Perceptual hashes per image: the whole thumbnail's, then one per anchor.
+#: Perceptual hashes per image: the whole image's, then one per anchor.
 HASHES_PER_IMAGE = 1 + len(ANCHORS)
 DIGEST_BYTES = 16
 #: Pairs of images at most this many bits apart are candidates for the same pixels: their pixel digests are
 #: computed (the same pixels, one a JPEG hashed at a reduced scale, differed by up to 4 bits in tests).
 EXACT_CANDIDATE_BITS = 6
 
-_THUMB = 128
 _SIDE = 32
 _LOW = 8
 
@@ -54,49 +57,49 @@ def _dct_matrix(n: int) -> np.ndarray:
     return m
 
 
-def _area_average(n: int, side: int) -> np.ndarray:
-    """The ``side × n`` matrix averaging ``n`` samples into ``side`` bins of equal width (fractional overlaps)."""
-    edges = np.arange(side + 1) * (n / side)
-    lo, hi = edges[:-1, None], edges[1:, None]
+def _area_average(n: int, lo: float, hi: float, side: int) -> np.ndarray:
+    """The ``side × n`` matrix averaging the span ``[lo, hi)`` of ``n`` samples (sample ``j`` covers ``[j, j+1)``)
+    into ``side`` bins of equal width (fractional overlaps; zeros outside the span)."""
+    edges = lo + np.arange(side + 1) * ((hi - lo) / side)
+    first, last = edges[:-1, None], edges[1:, None]
     j = np.arange(n)[None, :]
-    overlap = np.clip(np.minimum(hi, j + 1) - np.maximum(lo, j), 0, None)
+    overlap = np.clip(np.minimum(last, j + 1) - np.maximum(first, j), 0, None)
     return overlap / overlap.sum(axis=1, keepdims=True)
 
 
-def _projection(n: int) -> np.ndarray:
-    """``8 × n``: an ``n``-sample side averaged down to 32, then its 8 lowest DCT frequencies."""
-    return _dct_matrix(_SIDE)[:_LOW] @ _area_average(n, _SIDE)
+_DCT_LOW = _dct_matrix(_SIDE)[:_LOW]
+#: Where each box's span starts along a side, as a fraction of the margin it leaves: the whole side, then the
+#: crops' distinct anchors.
+_SPANS = (None,) + tuple(sorted({f for anchor in ANCHORS for f in anchor}))
+_BOX_SPANS = [(0, 0)] + [(_SPANS.index(fx), _SPANS.index(fy)) for fx, fy in ANCHORS]
 
 
-_WEIGHTS = (1 << np.arange(PHASH_BITS - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
-_CROP = round(_THUMB * CROP_KEEP)
-_BOXES = [(0, 0, _THUMB)] + [(round((_THUMB - _CROP) * fx), round((_THUMB - _CROP) * fy), _CROP) for fx, fy in ANCHORS]
-_PROJECT = {_THUMB: _projection(_THUMB), _CROP: _projection(_CROP)}
+def _projection(n: int, span: float | None) -> np.ndarray:
+    """``8 × n``: a side of ``n`` samples (the whole, or the crop keeping :data:`CROP_KEEP` of it at ``span`` of its
+    margin) area-averaged down to 32 bins, then its 8 lowest DCT frequencies."""
+    lo, hi = (0.0, float(n)) if span is None else (span * n * (1 - CROP_KEEP), span * n * (1 - CROP_KEEP) + n * CROP_KEEP)
+    return _DCT_LOW @ _area_average(n, lo, hi, _SIDE)
 
 
-# Every box's coefficients in five products instead of twelve: the thumbnail's rows each box starts at (its side
-# and top: four distinct) are projected once for every column, then the stacked rows meet the columns of every box
-# (its side and left edge, placed in a 128-wide matrix with zeros elsewhere) in one product. A zero of a placed
-# projection adds an exact zero to a dot product whose terms keep their order, and a wider product computes each
-# element the same way: the same bits as one pair of products per box (``P @ box @ P.T``, tested bit for bit
-# on flat, random and real thumbnails in tests/curate/dedup/test_hashing.py), in 30% less arithmetic. Each product stays under the size at which
-# OpenBLAS starts threads (M·N·K < 262,144): on a loaded machine their hand-offs cost more than they save.
-_ROW_KEYS = sorted({(n, y0) for _, y0, n in _BOXES})
-_COL_KEYS = sorted({(n, x0) for x0, _, n in _BOXES})
-
-
-def _placed_columns() -> np.ndarray:
-    """``128 × 8K``: for each ``(side, left edge)`` of :data:`_COL_KEYS`, the side's projection (transposed) at
-    that edge, zeros elsewhere."""
-    out = np.zeros((_THUMB, _LOW * len(_COL_KEYS)))
-    for i, (n, x0) in enumerate(_COL_KEYS):
-        out[x0:x0 + n, _LOW * i:_LOW * (i + 1)] = _PROJECT[n].T
+@lru_cache(maxsize=256)
+def _stacked(n: int) -> np.ndarray:
+    """``8S × n`` (S: :data:`_SPANS`): the projections of a side of ``n`` samples for every span, stacked."""
+    out = np.concatenate([_projection(n, span) for span in _SPANS])
+    out.setflags(write=False)
     return out
 
 
-_RIGHT = _placed_columns()
-_PICK_ROWS = np.array([_ROW_KEYS.index((n, y0)) for _, y0, n in _BOXES])
-_PICK_COLS = np.array([_COL_KEYS.index((n, x0)) for x0, _, n in _BOXES])
+#: Samples per product of the first side's projection (its rows of the image taken a strip at a time): the image is
+#: never held as floats whole, and each product stays under the size at which OpenBLAS starts threads (M·N·K <
+#: 262,144), whose hand-offs cost more than they save on a loaded machine.
+STRIP_SAMPLES = 262_144 // (_LOW * len(_SPANS)) - 1
+
+
+#: An image whose shorter side has at least twice this many samples is first reduced (Pillow's box mean over whole
+#: blocks of samples) to a shorter side of this to twice this: the products cost 32 multiplications a sample.
+REDUCED_SIDE = 64
+
+_WEIGHTS = (1 << np.arange(PHASH_BITS - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
 
 
 def bytes_digest(data: bytes | memoryview) -> bytes:
@@ -171,13 +174,24 @@ def combined_digest(digests: list[bytes]) -> bytes:
 
 
 def perceptual_hashes(img: Image.Image) -> np.ndarray:
-    """The :data:`HASHES_PER_IMAGE` perceptual hashes of a decoded image (``uint64``; see the module docstring)."""
-    grey = img if img.mode == "L" else img.convert("L")  # one channel to shrink, not three
-    thumb = grey.resize((_THUMB, _THUMB), Image.Resampling.BOX, reducing_gap=1.0)
-    x = np.asarray(thumb, np.float64)
-    rows = np.concatenate([_PROJECT[n] @ x[y0:y0 + n] for n, y0 in _ROW_KEYS])
-    every = (rows @ _RIGHT).reshape(len(_ROW_KEYS), _LOW, len(_COL_KEYS), _LOW)
-    return hash_coefficients(every[_PICK_ROWS, :, _PICK_COLS, :])
+    """The :data:`HASHES_PER_IMAGE` perceptual hashes of a decoded image (``uint64``; see the module docstring): its
+    rows projected for every span (in strips of rows), then its columns, in one product; each box's 8×8
+    coefficients are a block of the result."""
+    grey_img = img if img.mode == "L" else img.convert("L")
+    factor = min(grey_img.size) // REDUCED_SIDE
+    if factor > 1:  # a box mean of factor × factor samples: the bins average the same picture, from fewer samples
+        grey_img = grey_img.reduce(factor)
+    grey = np.asarray(grey_img)
+    height, width = grey.shape
+    rows_of, cols_of = _stacked(height), _stacked(width)
+    step = max(1, STRIP_SAMPLES // max(width, 1))
+    rows = np.zeros((rows_of.shape[0], width))
+    for top in range(0, height, step):
+        rows += rows_of[:, top:top + step] @ grey[top:top + step].astype(np.float64)
+    every = (rows @ cols_of.T).reshape(len(_SPANS), _LOW, len(_SPANS), _LOW)
+    ys = np.array([y for _, y in _BOX_SPANS])
+    xs = np.array([x for x, _ in _BOX_SPANS])
+    return hash_coefficients(every[ys, :, xs, :])
 
 
 def hash_coefficients(coeffs: np.ndarray) -> np.ndarray:

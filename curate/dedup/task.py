@@ -48,7 +48,9 @@ INDEX_DIR = "_index/near"
 PAIRS_DIR = "near_pairs"
 PAIR_SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("bits", pa.int8())])
 DIGEST_SCHEMA = pa.schema([("id", pa.string()), ("pixel_key", pa.binary(DIGEST_BYTES))])
-#: The size a JPEG is decoded at, at least, for its perceptual hashes (their thumbnail is 128×128).
+#: The size a JPEG is decoded at, at least, for its perceptual hashes (which box-reduce it further, to a shorter side
+#: of 64-127 samples: :data:`curate.dedup.hashing.REDUCED_SIDE`; at 1/4 or 1/8 the scaled IDCT moved a hash up to
+#: 6 bits from the same pixels' full decode, at 1/2 and above at most 4).
 SIGNATURE_SIZE = (128, 128)
 HASH_SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("images", pa.int32()),
                          ("pixels", pa.int64()), ("pixel_key", pa.binary(DIGEST_BYTES)),
@@ -108,7 +110,7 @@ class HashTask(_DecodingTask):
     def settings(self) -> dict[str, Any]:
         """The decoding limit and the hashing scheme change the bytes (threads do not)."""
         return {"max_image_pixels": self.config.max_image_pixels, "hashes_per_image": HASHES_PER_IMAGE,
-                "hash_version": 3,
+                "hash_version": 4,
                 "signature_size": list(SIGNATURE_SIZE)}
 
     def _signature(self, src: Any, index: int, cache: dict[bytes, Signature]) -> Signature:

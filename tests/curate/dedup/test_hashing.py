@@ -57,32 +57,80 @@ def test_pixel_digest_of_an_image_held_in_several_blocks() -> None:
         assert pixel_digest(Image.fromarray(rgb[:height])) == expected, height
 
 
-def _hashes_by_definition(img: Image.Image) -> np.ndarray:
-    """The perceptual hashes as the module docstring defines them: one pair of products per box, numpy's median."""
+def _coefficients_by_definition(img: Image.Image) -> np.ndarray:
+    """Each box's 8×8 low DCT coefficients as the module docstring defines them: the box's span of each side
+    area-averaged into 32 bins, then the DCT; one pair of products per box, on the whole image as floats."""
     from curate.dedup import hashing
 
     grey = img if img.mode == "L" else img.convert("L")
-    x = np.asarray(grey.resize((128, 128), Image.Resampling.BOX, reducing_gap=1.0), np.float64)
-    coeffs = np.stack([hashing._PROJECT[n] @ x[y0:y0 + n, x0:x0 + n] @ hashing._PROJECT[n].T  # noqa: SLF001
-                       for x0, y0, n in hashing._BOXES]).reshape(len(hashing._BOXES), -1)[:, 1:]  # noqa: SLF001
-    bits = coeffs > np.median(coeffs, axis=1, keepdims=True)
-    return np.array([int("".join("1" if b else "0" for b in row), 2) for row in bits], np.uint64)
+    if min(grey.size) // hashing.REDUCED_SIDE > 1:  # a large image is first box-reduced (part of the definition)
+        grey = grey.reduce(min(grey.size) // hashing.REDUCED_SIDE)
+    x = np.asarray(grey, np.float64)
+    h, w = x.shape
+
+    def side(n: int, anchor: float | None) -> np.ndarray:
+        keep = hashing.CROP_KEEP
+        lo, hi = (0.0, n) if anchor is None else (anchor * n * (1 - keep), anchor * n * (1 - keep) + n * keep)
+        bins = np.zeros((32, n))
+        for b in range(32):  # sample j covers [j, j + 1); a bin takes the part of each sample inside it
+            a, z = lo + b * (hi - lo) / 32, lo + (b + 1) * (hi - lo) / 32
+            for j in range(int(a), min(n, int(np.ceil(z)))):
+                bins[b, j] = max(0.0, min(z, j + 1) - max(a, j))
+        bins /= bins.sum(axis=1, keepdims=True)
+        return hashing._dct_matrix(32)[:8] @ bins  # noqa: SLF001
+
+    boxes = [(None, None)] + list(hashing.ANCHORS)
+    return np.stack([side(h, fy) @ x @ side(w, fx).T for fx, fy in boxes])
 
 
-def test_perceptual_hashes_are_their_definition_bit_for_bit() -> None:
-    """Five products for all six boxes give the very bits of two products per box, also where every coefficient
-    but the constant one is rounding noise (flat and nearly flat thumbnails: a change in the order of the sums
-    would flip their bits), on random, striped and real images of every size the reduced decode gives."""
+def test_perceptual_hashes_are_their_definition() -> None:
+    """Two products for all six boxes (the rows in strips) give each box's coefficients as its own pair of products
+    on the whole image does, up to rounding, and the same bits wherever no coefficient ties with the median; on
+    random, striped and real images of the sizes the reduced decode gives, on a large one (box-reduced first) and
+    on long ones projected in many strips."""
+    from curate.dedup import hashing
+
     rng = np.random.default_rng(0)
-    side = 128
-    thumbs = [np.full((side, side), v) for v in (0, 7, 128, 255)]
-    thumbs += [np.where(np.arange(side)[:, None] < cut, 7, v) * np.ones((1, side)) for cut, v in ((1, 8), (64, 200))]
-    thumbs += [rng.integers(0, 256, (side, side)) for _ in range(40)]
-    thumbs += [(rng.random((side, side)) < 0.01) * 255 for _ in range(20)]
-    thumbs += [np.kron(rng.integers(0, 256, (16, 16)), np.ones((8, 8))) for _ in range(20)]
-    images = [Image.fromarray(t.astype(np.uint8), "L") for t in thumbs]
-    images += [Image.fromarray(rng.integers(0, 256, (h, w), dtype=np.uint8), "L")
-               for w, h in ((154, 154), (271, 180), (320, 214), (129, 500), (1000, 130))]
-    images += [decode(data) for _, data in distinct_images(8)]
+    arrays = [rng.integers(0, 256, (h, w)) for h, w in ((64, 64), (120, 160), (107, 160), (150, 100), (500, 129))]
+    arrays += [np.kron(rng.integers(0, 256, (16, 16)), np.ones((8, 8))) for _ in range(5)]
+    arrays += [np.kron(rng.integers(0, 256, (30, 40)), np.ones((100, 100)))]  # 3000×4000: box-reduced first
+    arrays += [np.kron(rng.integers(0, 256, (10, 400)), np.ones((10, 50))), rng.integers(0, 256, (127, 9000))]  # strips
+    images = [Image.fromarray(a.astype(np.uint8), "L") for a in arrays]
+    images += [decode(data) for _, data in distinct_images(6)]
     for i, img in enumerate(images):
-        assert perceptual_hashes(img).tolist() == _hashes_by_definition(img).tolist(), i
+        got = perceptual_hashes(img)
+        want = _coefficients_by_definition(img).reshape(6, -1)
+        mine = np.stack([_box_coefficients(img, b) for b in range(6)])
+        assert np.allclose(mine, want, rtol=1e-9, atol=1e-6), i
+        coeffs = want[:, 1:]
+        median = np.median(coeffs, axis=1, keepdims=True)
+        assert np.sort(np.abs(coeffs - median), axis=1)[:, 1].min() > 1e-6, i  # none ties with the median (itself one)
+        bits = coeffs > median
+        assert got.tolist() == [int("".join("1" if b else "0" for b in row), 2) for row in bits], i
+    assert hashing.STRIP_SAMPLES * 8 * 4 < 262_144
+
+
+def _box_coefficients(img: Image.Image, box: int) -> np.ndarray:
+    """Box ``box``'s coefficients as :func:`perceptual_hashes` computes them (its products, before the bits)."""
+    from curate.dedup import hashing
+
+    grey_img = img if img.mode == "L" else img.convert("L")
+    if min(grey_img.size) // hashing.REDUCED_SIDE > 1:
+        grey_img = grey_img.reduce(min(grey_img.size) // hashing.REDUCED_SIDE)
+    grey = np.asarray(grey_img)
+    rows_of, cols_of = hashing._stacked(grey.shape[0]), hashing._stacked(grey.shape[1])  # noqa: SLF001
+    every = (rows_of @ grey.astype(np.float64) @ cols_of.T).reshape(4, 8, 4, 8)
+    fx, fy = hashing._BOX_SPANS[box]  # noqa: SLF001
+    return every[fy, :, fx, :].reshape(-1)
+
+
+def test_a_copy_at_half_and_double_size_hashes_alike_at_every_scale_a_jpeg_is_decoded() -> None:
+    """The bins cover the same part of the picture at every size: a JPEG decoded at 1/2, 1/4 or 1/8 of its size
+    (the reduced decode) hashes within a few bits of its full decode."""
+    from curate.core.images import decode_small
+
+    for _, data in distinct_images(4):
+        full = perceptual_hashes(decode(data).convert("L"))
+        for size in ((32, 32), (64, 64), (128, 128)):
+            small, _, _ = decode_small(data, size=size, grey=True)
+            assert distance(full[:1], perceptual_hashes(small)[:1]) <= 4, size
