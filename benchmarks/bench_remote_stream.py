@@ -8,8 +8,9 @@ the peak local staging bytes against the output's size and against 2 × workers 
 the local one. Targets (issue 37): peak ≤ 2 × workers × one shard and ≤ 10% of the output; time ≤ 1.3×.
 
 The server shares this machine's cores with the run (a real bucket's server does not), so the CPU seconds of
-each side are printed too, and the floor this server sets: the time it takes to take in the local run's output
-alone (every file in one ``put``, nothing else running), added to the local run's time outside its write step.
+each side are printed too, and the floor this server sets: the time an upload of the local run's output takes
+alone (every file in one ``put`` from this process: the client's work and the server's, nothing else running), added
+to the local run's time outside its write step.
 A bucket run near that floor overlaps its uploads with its work; what is left above the local time is the
 server's. ``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`` keeps objects of up to 64 MB in the server's memory.
 
@@ -161,7 +162,7 @@ def main() -> int:
             print(f"CPU seconds (median of rounds): local run {sorted(cpu['local'])[len(cpu['local']) // 2]:.1f}, "
                   f"bucket run {sorted(cpu['bucket'])[len(cpu['bucket']) // 2]:.1f} + the server "
                   f"{sorted(cpu['server'])[len(cpu['server']) // 2]:.1f}, on {os.cpu_count()} cores")
-            print(f"the server alone takes in the output in {ingest_s:.1f}s: floor for the bucket run {floor:.1f}s "
+            print(f"uploading the output alone takes {ingest_s:.1f}s: floor for the bucket run {floor:.1f}s "
                   f"({floor / local_s:.2f}× local); the bucket run is {bucket_s / floor:.2f}× that floor")
             steps = ("lengths", "plan", "write")  # the driver's steps; the rest of the bucket run is the final upload
             print("driver steps (s), local / bucket: " + ", ".join(
