@@ -85,12 +85,16 @@ def search_block(index: dict[str, np.ndarray], start: int, stop: int, threshold:
     another block, from its other node: the caller keeps the smallest).
     """
     codes, owners, starts = index["codes"], index["owners"], index["starts"]
-    nodes = np.arange(start, stop, dtype=np.int64)
-    queries = np.asarray(index["queries"][start:stop])
+    block_nodes = np.arange(start, stop, dtype=np.int64)
+    block_queries = np.asarray(index["queries"][start:stop])
     masks = probe_masks(threshold // CHUNKS)
     found_a, found_b, found_d = [], [], []
     for c in range(CHUNKS):
-        qkey = _chunk(queries, c)
+        # the queries in the order of their chunk value: each probe then reads the table's rows in an order that
+        # rises (a mask flips the same bits of every key), not at random (pairs are sorted at the end anyway)
+        key = _chunk(block_queries, c)
+        order = np.argsort(key, kind="stable")
+        qkey, queries, nodes = key[order], block_queries[order], block_nodes[order]
         c_codes, c_owners, c_starts = codes[c], owners[c], starts[c]
         for mask in masks:
             keys = qkey ^ mask.astype(np.int64)
@@ -101,8 +105,8 @@ def search_block(index: dict[str, np.ndarray], start: int, stop: int, threshold:
                 continue
             counts = n[hit]
             which = np.repeat(hit, counts)
-            offsets = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
-            entries = lo[which] + offsets
+            # each hit query's rows lo .. lo + count - 1, laid end to end: one repeat of (lo - where its run starts)
+            entries = np.repeat(lo[hit] - (np.cumsum(counts) - counts), counts) + np.arange(len(which))
             bits = popcount(queries[which] ^ np.asarray(c_codes[entries]))
             ok = bits <= threshold
             if not ok.any():
