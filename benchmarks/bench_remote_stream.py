@@ -23,6 +23,7 @@ import argparse
 import os
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -159,9 +160,9 @@ def main() -> int:
             print(f"wall time: local {local_s:.1f}s, bucket {bucket_s:.1f}s, ratio {bucket_s / local_s:.2f}× "
                   "(target ≤ 1.3×)")
             floor = local_s - local_steps.get("write", 0) + max(local_steps.get("write", 0), ingest_s)
-            print(f"CPU seconds (median of rounds): local run {sorted(cpu['local'])[len(cpu['local']) // 2]:.1f}, "
-                  f"bucket run {sorted(cpu['bucket'])[len(cpu['bucket']) // 2]:.1f} + the server "
-                  f"{sorted(cpu['server'])[len(cpu['server']) // 2]:.1f}, on {os.cpu_count()} cores")
+            mid = {k: statistics.median(v) for k, v in cpu.items()}
+            print(f"CPU seconds (median of rounds): local run {mid['local']:.1f}, bucket run {mid['bucket']:.1f} + the "
+                  f"server {mid['server']:.1f}, on {os.cpu_count()} cores")
             print(f"uploading the output alone takes {ingest_s:.1f}s: floor for the bucket run {floor:.1f}s "
                   f"({floor / local_s:.2f}× local); the bucket run is {bucket_s / floor:.2f}× that floor")
             steps = ("lengths", "plan", "write")  # the driver's steps; the rest of the bucket run is the final upload

@@ -71,7 +71,9 @@ _DCT_LOW = _dct_matrix(_SIDE)[:_LOW]
 #: Where each box's span starts along a side, as a fraction of the margin it leaves: the whole side, then the
 #: crops' distinct anchors.
 _SPANS = (None,) + tuple(sorted({f for anchor in ANCHORS for f in anchor}))
-_BOX_SPANS = [(0, 0)] + [(_SPANS.index(fx), _SPANS.index(fy)) for fx, fy in ANCHORS]
+#: Each box's span along the columns and along the rows (indices into :data:`_SPANS`): the whole image, then the crops.
+_PICK_X = np.array([0] + [_SPANS.index(fx) for fx, _ in ANCHORS])
+_PICK_Y = np.array([0] + [_SPANS.index(fy) for _, fy in ANCHORS])
 
 
 def _projection(n: int, span: float | None) -> np.ndarray:
@@ -174,24 +176,31 @@ def combined_digest(digests: list[bytes]) -> bytes:
 
 
 def perceptual_hashes(img: Image.Image) -> np.ndarray:
-    """The :data:`HASHES_PER_IMAGE` perceptual hashes of a decoded image (``uint64``; see the module docstring): its
-    rows projected for every span (in strips of rows), then its columns, in one product; each box's 8×8
-    coefficients are a block of the result."""
-    grey_img = img if img.mode == "L" else img.convert("L")
-    factor = min(grey_img.size) // REDUCED_SIDE
+    """The :data:`HASHES_PER_IMAGE` perceptual hashes of a decoded image (``uint64``; see the module docstring)."""
+    return hash_coefficients(box_coefficients(luma_samples(img)))
+
+
+def luma_samples(img: Image.Image) -> np.ndarray:
+    """The samples the perceptual hashes average (``uint8``, rows × columns): the image's luma, box-reduced first
+    (Pillow's mean over whole blocks) when its shorter side holds at least twice :data:`REDUCED_SIDE` samples."""
+    grey = img if img.mode == "L" else img.convert("L")
+    factor = min(grey.size) // REDUCED_SIDE
     if factor > 1:  # a box mean of factor × factor samples: the bins average the same picture, from fewer samples
-        grey_img = grey_img.reduce(factor)
-    grey = np.asarray(grey_img)
-    height, width = grey.shape
+        grey = grey.reduce(factor)
+    return np.asarray(grey)
+
+
+def box_coefficients(samples: np.ndarray) -> np.ndarray:
+    """Each box's 8×8 low DCT coefficients (``HASHES_PER_IMAGE × 8 × 8``): the rows projected for every span (in
+    strips of :data:`STRIP_SAMPLES`), then the columns, in one product; each box's coefficients are a block of it."""
+    height, width = samples.shape
     rows_of, cols_of = _stacked(height), _stacked(width)
-    step = max(1, STRIP_SAMPLES // max(width, 1))
+    step = max(1, STRIP_SAMPLES // width)
     rows = np.zeros((rows_of.shape[0], width))
     for top in range(0, height, step):
-        rows += rows_of[:, top:top + step] @ grey[top:top + step].astype(np.float64)
+        rows += rows_of[:, top:top + step] @ samples[top:top + step].astype(np.float64)
     every = (rows @ cols_of.T).reshape(len(_SPANS), _LOW, len(_SPANS), _LOW)
-    ys = np.array([y for _, y in _BOX_SPANS])
-    xs = np.array([x for x, _ in _BOX_SPANS])
-    return hash_coefficients(every[ys, :, xs, :])
+    return every[_PICK_Y, :, _PICK_X, :]
 
 
 def hash_coefficients(coeffs: np.ndarray) -> np.ndarray:

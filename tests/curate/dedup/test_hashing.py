@@ -62,10 +62,7 @@ def _coefficients_by_definition(img: Image.Image) -> np.ndarray:
     area-averaged into 32 bins, then the DCT; one pair of products per box, on the whole image as floats."""
     from curate.dedup import hashing
 
-    grey = img if img.mode == "L" else img.convert("L")
-    if min(grey.size) // hashing.REDUCED_SIDE > 1:  # a large image is first box-reduced (part of the definition)
-        grey = grey.reduce(min(grey.size) // hashing.REDUCED_SIDE)
-    x = np.asarray(grey, np.float64)
+    x = hashing.luma_samples(img).astype(np.float64)  # a large image box-reduced first (part of the definition)
     h, w = x.shape
 
     def side(n: int, anchor: float | None) -> np.ndarray:
@@ -100,7 +97,7 @@ def test_perceptual_hashes_are_their_definition() -> None:
     for i, img in enumerate(images):
         got = perceptual_hashes(img)
         want = _coefficients_by_definition(img).reshape(6, -1)
-        mine = np.stack([_box_coefficients(img, b) for b in range(6)])
+        mine = hashing.box_coefficients(hashing.luma_samples(img)).reshape(6, -1)
         assert np.allclose(mine, want, rtol=1e-9, atol=1e-6), i
         coeffs = want[:, 1:]
         median = np.median(coeffs, axis=1, keepdims=True)
@@ -108,20 +105,6 @@ def test_perceptual_hashes_are_their_definition() -> None:
         bits = coeffs > median
         assert got.tolist() == [int("".join("1" if b else "0" for b in row), 2) for row in bits], i
     assert hashing.STRIP_SAMPLES * 8 * 4 < 262_144
-
-
-def _box_coefficients(img: Image.Image, box: int) -> np.ndarray:
-    """Box ``box``'s coefficients as :func:`perceptual_hashes` computes them (its products, before the bits)."""
-    from curate.dedup import hashing
-
-    grey_img = img if img.mode == "L" else img.convert("L")
-    if min(grey_img.size) // hashing.REDUCED_SIDE > 1:
-        grey_img = grey_img.reduce(min(grey_img.size) // hashing.REDUCED_SIDE)
-    grey = np.asarray(grey_img)
-    rows_of, cols_of = hashing._stacked(grey.shape[0]), hashing._stacked(grey.shape[1])  # noqa: SLF001
-    every = (rows_of @ grey.astype(np.float64) @ cols_of.T).reshape(4, 8, 4, 8)
-    fx, fy = hashing._BOX_SPANS[box]  # noqa: SLF001
-    return every[fy, :, fx, :].reshape(-1)
 
 
 def test_a_copy_at_half_and_double_size_hashes_alike_at_every_scale_a_jpeg_is_decoded() -> None:
